@@ -1,0 +1,23 @@
+// Package lock is lockd's lock engine: leases on Redis, each operation one
+// atomic Lua script and one round trip.
+//
+// A lease is a Redis hash with a TTL (`lockd:{K}:lease`). Acquire creates it
+// only when the key is free; renew, release and re-entry compare the
+// holder's secret token inside the script, so a stale token never touches
+// another holder's lease. Every grant gets a fence, a number that strictly
+// increases per key: the counter (`lockd:{K}:fence`) lapses with the history
+// retention, and every fence is floored at the Redis clock in microseconds,
+// so fences keep increasing across expiry, lockd restarts and counter lapse.
+// Events go to a capped stream per key (`lockd:{K}:hist`). All keys of one
+// lock share a hash tag, so one script can touch them all on Redis Cluster.
+//
+// Waiting is push, not poll: release and force-release PUBLISH on the key's
+// channel; a timer at the holder's PTTL covers expiry. Waiters of one key in
+// one process queue in a local FIFO and only its head retries, so a release
+// costs each process one retry, not one per waiter.
+//
+// Caveats. A lease is only as safe as its TTL: a holder that pauses (GC,
+// swap, a stopped VM) past its TTL loses the lease without noticing, which is
+// what fences are for. A single Redis without persistence forgets every lease
+// when it restarts. Timestamps come from the Redis clock.
+package lock

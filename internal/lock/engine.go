@@ -1,0 +1,458 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options tune the engine. Zero values take the defaults.
+type Options struct {
+	// HistoryMax is how many events are kept per key (at least; XADD MAXLEN ~).
+	HistoryMax int
+	// Retention is how long a key's history and fence counter outlive its
+	// last event.
+	Retention time.Duration
+	// MaxWait is the longest wait a caller may ask for; it bounds how long a
+	// dead process's waiter count can linger.
+	MaxWait time.Duration
+}
+
+const (
+	defaultHistoryMax = 100
+	defaultRetention  = 24 * time.Hour
+	defaultMaxWait    = 60 * time.Second
+)
+
+// Engine grants, renews and releases leases on Redis. It is safe for
+// concurrent use; any number of engines (lockd replicas) may share a Redis.
+type Engine struct {
+	rdb     redis.UniversalClient
+	opts    Options
+	scripts scripts
+	hub     *hub
+}
+
+// New returns an engine on rdb and starts its waiter hub (one pub/sub
+// connection). Close it to stop the hub.
+func New(rdb redis.UniversalClient, opts Options) *Engine {
+	if opts.HistoryMax <= 0 {
+		opts.HistoryMax = defaultHistoryMax
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = defaultRetention
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = defaultMaxWait
+	}
+	e := &Engine{rdb: rdb, opts: opts, scripts: loadScripts()}
+	e.hub = newHub(e)
+	return e
+}
+
+// Close wakes every waiting caller with ErrClosed and stops the hub. It does
+// not close the Redis client, which the caller owns.
+func (e *Engine) Close() error {
+	e.hub.close()
+	return nil
+}
+
+// Ping checks that Redis answers.
+func (e *Engine) Ping(ctx context.Context) error {
+	return wrap("ping", e.rdb.Ping(ctx).Err())
+}
+
+// Waiters is the number of callers now waiting in this process.
+func (e *Engine) Waiters() int { return e.hub.waiting() }
+
+// Outcome says how an acquire succeeded.
+type Outcome string
+
+// Acquire outcomes.
+const (
+	Granted   Outcome = "granted"   // a fresh lease with a new fence
+	Reentered Outcome = "reentered" // count+1 on the caller's live lease
+	Replayed  Outcome = "replayed"  // an idempotent retry of an earlier grant
+)
+
+// AcquireRequest is what a caller asks for.
+type AcquireRequest struct {
+	Owner string
+	TTL   time.Duration
+	// Wait is how long to wait while the key is held; 0 tries once.
+	Wait time.Duration
+	// Token re-enters the live lease that has this token.
+	Token string
+	// IdempotencyKey makes a retried acquire answer with the lease it
+	// already got; it is scoped to Actor.
+	IdempotencyKey string
+	// Actor is who asks (an API-key name or an address), for history.
+	Actor string
+}
+
+// Lease is one grant of a key. Token is the holder's secret.
+type Lease struct {
+	Key        string
+	Owner      string
+	Token      string
+	Fence      int64
+	Count      int
+	TTL        time.Duration
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	Outcome    Outcome
+}
+
+// Acquire takes the key, re-enters it (req.Token) or, with req.Wait > 0,
+// waits for it. A held key is a *HeldError (errors.Is ErrHeld); a re-entry
+// token that is not the live one is ErrLeaseLost. If ctx ends while
+// waiting, no lease is left behind.
+func (e *Engine) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
+	waiting := req.Wait > 0 && req.Token == ""
+	if waiting && e.hub.hasQueue(key) {
+		// Others in this process are already queued for the key: take a
+		// place behind them instead of racing them for the next grant.
+		return e.hub.wait(ctx, key, req, nil)
+	}
+	lease, err := e.try(ctx, key, req)
+	var held *HeldError
+	if !waiting || !errors.As(err, &held) {
+		return lease, err
+	}
+	return e.hub.wait(ctx, key, req, held)
+}
+
+// try runs the acquire script once.
+func (e *Engine) try(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
+	token, err := newToken()
+	if err != nil {
+		return Lease{}, err
+	}
+	k := keysOf(key)
+	idem := ""
+	if req.IdempotencyKey != "" {
+		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
+		idem = hex.EncodeToString(sum[:])
+	}
+	v, err := e.scripts.acquire.Run(ctx, e.rdb,
+		[]string{k.lease, k.fence, k.hist, k.waiters},
+		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
+		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
+	if err != nil {
+		return Lease{}, wrap("acquire", err)
+	}
+	r, err := newReply(v)
+	if err != nil {
+		return Lease{}, err
+	}
+	switch status := r.str(0); status {
+	case "granted", "reentered", "idempotent":
+		outcome := Outcome(status)
+		if status == "idempotent" {
+			outcome = Replayed
+		}
+		l := leaseFrom(key, r)
+		l.Outcome = outcome
+		return l, r.err
+	case "held":
+		return Lease{}, &HeldError{Key: key, Owner: r.str(1), Remaining: r.ms(2)}
+	case "lost":
+		return Lease{}, ErrLeaseLost
+	default:
+		return Lease{}, fmt.Errorf("lock: acquire script said %q", status)
+	}
+}
+
+// leaseFrom reads {status, owner, token, fence, count, ttl_ms, acquired_at,
+// pttl_ms, now_ms}.
+func leaseFrom(key string, r *reply) Lease {
+	return Lease{
+		Key:        key,
+		Owner:      r.str(1),
+		Token:      r.str(2),
+		Fence:      r.int(3),
+		Count:      int(r.int(4)),
+		TTL:        r.ms(5),
+		AcquiredAt: r.time(6),
+		ExpiresAt:  r.time(8).Add(r.ms(7)),
+	}
+}
+
+// Renew sets the lease's expiry to now + ttl (ttl 0: the lease's own TTL).
+func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error) {
+	k := keysOf(key)
+	ttlArg := ""
+	if ttl > 0 {
+		ttlArg = strconv.FormatInt(ttl.Milliseconds(), 10)
+	}
+	v, err := e.scripts.renew.Run(ctx, e.rdb, []string{k.lease, k.hist, k.waiters},
+		token, ttlArg, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
+	if err != nil {
+		return Lease{}, wrap("renew", err)
+	}
+	r, err := newReply(v)
+	if err != nil {
+		return Lease{}, err
+	}
+	if err := statusErr(r); err != nil {
+		return Lease{}, err
+	}
+	l := leaseFrom(key, r)
+	return l, r.err
+}
+
+// Released is what a release gave back.
+type Released struct {
+	// Released is true when the lease is gone, false when only one
+	// re-entry level was given back.
+	Released bool
+	// Count is the re-entry depth left.
+	Count int
+}
+
+// Release gives back one level of the lease; at count 0 the lease is deleted
+// and waiters are woken.
+func (e *Engine) Release(ctx context.Context, key, token, actor string) (Released, error) {
+	k := keysOf(key)
+	v, err := e.scripts.release.Run(ctx, e.rdb, []string{k.lease, k.hist},
+		token, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
+	if err != nil {
+		return Released{}, wrap("release", err)
+	}
+	r, err := newReply(v)
+	if err != nil {
+		return Released{}, err
+	}
+	if err := statusErr(r); err != nil {
+		return Released{}, err
+	}
+	count := int(r.int(1))
+	return Released{Released: count == 0, Count: count}, r.err
+}
+
+// Broken describes a lease that ForceRelease broke.
+type Broken struct {
+	Owner string
+	Fence int64
+}
+
+// ForceRelease deletes the lease whoever holds it, records actor and reason
+// in history and wakes waiters.
+func (e *Engine) ForceRelease(ctx context.Context, key, actor, reason string) (Broken, error) {
+	k := keysOf(key)
+	v, err := e.scripts.forceRelease.Run(ctx, e.rdb, []string{k.lease, k.hist},
+		actor, reason, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
+	if err != nil {
+		return Broken{}, wrap("force-release", err)
+	}
+	r, err := newReply(v)
+	if err != nil {
+		return Broken{}, err
+	}
+	if err := statusErr(r); err != nil {
+		return Broken{}, err
+	}
+	return Broken{Owner: r.str(1), Fence: r.int(2)}, r.err
+}
+
+func statusErr(r *reply) error {
+	switch s := r.str(0); s {
+	case "ok":
+		return r.err
+	case "not_found":
+		return ErrNotFound
+	case "lost":
+		return ErrLeaseLost
+	default:
+		return fmt.Errorf("lock: script said %q", s)
+	}
+}
+
+// State is a live lease as readers see it: never its token.
+type State struct {
+	Key        string
+	Owner      string
+	Fence      int64
+	Count      int
+	TTL        time.Duration
+	Remaining  time.Duration
+	AcquiredAt time.Time
+	RenewedAt  time.Time
+	ExpiresAt  time.Time
+	Renewals   int64
+	// Waiters counts requests waiting on the key across every process.
+	Waiters int
+}
+
+// State returns the key's live lease, or ErrNotFound.
+func (e *Engine) State(ctx context.Context, key string) (State, error) {
+	k := keysOf(key)
+	v, err := e.scripts.state.Run(ctx, e.rdb, []string{k.lease, k.waiters}).Result()
+	if err != nil {
+		return State{}, wrap("state", err)
+	}
+	return stateFrom(key, v)
+}
+
+func stateFrom(key string, v any) (State, error) {
+	r, err := newReply(v)
+	if err != nil {
+		return State{}, err
+	}
+	if r.len() == 0 {
+		return State{}, ErrNotFound
+	}
+	remaining := r.ms(7)
+	s := State{
+		Key:        key,
+		Owner:      r.str(0),
+		Fence:      r.int(1),
+		Count:      int(r.int(2)),
+		TTL:        r.ms(3),
+		AcquiredAt: r.time(4),
+		RenewedAt:  r.time(5),
+		Renewals:   r.int(6),
+		Remaining:  remaining,
+		Waiters:    int(r.int(8)),
+		ExpiresAt:  r.time(9).Add(remaining),
+	}
+	return s, r.err
+}
+
+// Event is one entry of a key's history.
+type Event struct {
+	Type   string
+	At     time.Time
+	Owner  string
+	Fence  int64
+	TTL    time.Duration
+	Count  int
+	Actor  string
+	Reason string
+}
+
+// History returns up to limit events of the key, newest first. A lease that
+// lapsed since the last event is recorded as "expired" first.
+func (e *Engine) History(ctx context.Context, key string, limit int) ([]Event, error) {
+	k := keysOf(key)
+	v, err := e.scripts.history.Run(ctx, e.rdb, []string{k.lease, k.hist},
+		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds()).Result()
+	if err != nil {
+		return nil, wrap("history", err)
+	}
+	entries, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("lock: history reply %T", v)
+	}
+	events := make([]Event, 0, len(entries))
+	for _, entry := range entries {
+		pair, ok := entry.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, fmt.Errorf("lock: history entry %T", entry)
+		}
+		r, err := newReply(pair[1])
+		if err != nil {
+			return nil, err
+		}
+		f := map[string]string{}
+		for i := 0; i+1 < r.len(); i += 2 {
+			f[r.str(i)] = r.str(i + 1)
+		}
+		ev := Event{Type: f["type"], Owner: f["owner"], Actor: f["actor"], Reason: f["reason"]}
+		ev.At = time.UnixMilli(atoi(f["at"])).UTC()
+		ev.Fence = atoi(f["fence"])
+		ev.TTL = time.Duration(atoi(f["ttl_ms"])) * time.Millisecond
+		ev.Count = int(atoi(f["count"]))
+		events = append(events, ev)
+	}
+	return events, nil
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// keys names the Redis keys of one lock. The {hash tag} puts them in one
+// Cluster slot so a script may touch them all.
+type keys struct {
+	lease, fence, hist, waiters, wake string
+}
+
+const keyPrefix = "lockd:"
+
+func keysOf(key string) keys {
+	base := keyPrefix + "{" + key + "}:"
+	return keys{
+		lease:   base + "lease",
+		fence:   base + "fence",
+		hist:    base + "hist",
+		waiters: base + "waiters",
+		wake:    base + "wake",
+	}
+}
+
+// keyOfChannel is the lock key of a wake channel, or "" for another channel.
+func keyOfChannel(ch string) string {
+	rest, ok := strings.CutPrefix(ch, keyPrefix+"{")
+	if !ok {
+		return ""
+	}
+	key, ok := strings.CutSuffix(rest, "}:wake")
+	if !ok {
+		return ""
+	}
+	return key
+}
+
+// newToken returns 192 random bits as URL-safe text.
+func newToken() (string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("lock: token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// wrap turns errors that mean "Redis is not there" into ErrUnavailable and
+// leaves the others (script bugs) as they are, with the operation named.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("lock: %s: %w", op, err)
+	}
+	if unavailable(err) {
+		return fmt.Errorf("lock: %s: %w: %w", op, ErrUnavailable, err)
+	}
+	return fmt.Errorf("lock: %s: %w", op, err)
+}
+
+func unavailable(err error) bool {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// Replies from a Redis that cannot serve writes right now.
+		msg := rerr.Error()
+		for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "NOREPLICAS", "MISCONF"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "EOF") ||
+		strings.Contains(err.Error(), "connection")
+}

@@ -1,0 +1,37 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrHeld means another lease holds the key. The error is a *HeldError.
+	ErrHeld = errors.New("lock: held by another lease")
+	// ErrLeaseLost means the token given is not the live lease's token.
+	ErrLeaseLost = errors.New("lock: lease lost")
+	// ErrNotFound means the key has no live lease.
+	ErrNotFound = errors.New("lock: no live lease")
+	// ErrUnavailable means Redis could not be reached or did not answer in time.
+	ErrUnavailable = errors.New("lock: backend unavailable")
+	// ErrClosed means the engine is shutting down.
+	ErrClosed = errors.New("lock: engine closed")
+	// ErrInvalidCursor means a list cursor was not one this engine handed out.
+	ErrInvalidCursor = errors.New("lock: invalid cursor")
+)
+
+// HeldError says who holds a key and for how long.
+type HeldError struct {
+	Key       string
+	Owner     string
+	Remaining time.Duration
+}
+
+// Error describes the holder.
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lock: %s is held by %s for %d ms more", e.Key, e.Owner, e.Remaining.Milliseconds())
+}
+
+// Unwrap makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Unwrap() error { return ErrHeld }

@@ -1,0 +1,59 @@
+-- acquire: take a free lease, re-enter a live one, or report who holds it.
+--
+-- KEYS[1] lease hash   KEYS[2] fence counter   KEYS[3] history stream
+-- KEYS[4] waiters hash
+-- ARGV[1] new token         ARGV[2] owner          ARGV[3] ttl_ms
+-- ARGV[4] re-entry token or ""                     ARGV[5] idempotency tag or ""
+-- ARGV[6] actor             ARGV[7] history cap    ARGV[8] retention_ms
+-- ARGV[9] wake channel
+--
+-- Reply, one of:
+--   {"granted"|"reentered"|"idempotent", owner, token, fence, count, ttl_ms,
+--    acquired_at_ms, pttl_ms, now_ms}
+--   {"held", owner, pttl_ms}
+--   {"lost"}
+local lease, fencekey, hist, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
+local cap, retention, channel = ARGV[7], tonumber(ARGV[8]), ARGV[9]
+
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms')
+if cur[2] then
+  local pttl = redis.call('PTTL', lease)
+  if reentry ~= '' then
+    if cur[2] ~= reentry then
+      return {'lost'}
+    end
+    local now_ms = clock()
+    local count = redis.call('HINCRBY', lease, 'count', 1)
+    redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms)
+    redis.call('PEXPIRE', lease, ttl)
+    record(hist, cap, retention, 'reentered', now_ms, cur[1], cur[3], ttl, count, actor, '', now_ms + ttl)
+    if redis.call('EXISTS', waiters) == 1 then
+      redis.call('PUBLISH', channel, 'renewed:' .. ttl)
+    end
+    return {'reentered', cur[1], cur[2], cur[3], count, ttl, cur[5], ttl, int(now_ms)}
+  end
+  if idem ~= '' and cur[6] == idem then
+    return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(clock())}
+  end
+  return {'held', cur[1], pttl}
+end
+
+if reentry ~= '' then
+  return {'lost'}
+end
+
+record_lapse(hist, cap, retention)
+
+-- Fences never go backwards: the counter lapses with the history retention,
+-- so every fence is also floored at the Redis clock in microseconds.
+local now_ms, now_us = clock()
+local fence = int(math.max((tonumber(redis.call('GET', fencekey)) or 0) + 1, now_us))
+redis.call('SET', fencekey, fence, 'PX', retention)
+
+redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', 1,
+  'ttl_ms', ttl, 'acquired_at', int(now_ms), 'renewed_at', int(now_ms), 'renewals', 0, 'idem', idem)
+redis.call('PEXPIRE', lease, ttl)
+record(hist, cap, retention, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
+return {'granted', owner, token, fence, 1, ttl, int(now_ms), ttl, int(now_ms)}

@@ -1,0 +1,19 @@
+-- force_release: break the lease whoever holds it and wake waiters.
+--
+-- KEYS[1] lease hash   KEYS[2] history stream
+-- ARGV[1] actor        ARGV[2] reason   ARGV[3] history cap
+-- ARGV[4] retention_ms ARGV[5] wake channel
+--
+-- Reply: {"ok", owner, fence} | {"not_found"}
+local lease, hist = KEYS[1], KEYS[2]
+local actor, reason, cap, retention, channel = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+
+local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count')
+if not cur[1] then
+  return {'not_found'}
+end
+
+redis.call('DEL', lease)
+record(hist, cap, retention, 'force_released', clock(), cur[1], cur[2], cur[3], cur[4], actor, reason, nil)
+redis.call('PUBLISH', channel, 'released')
+return {'ok', cur[1], cur[2]}

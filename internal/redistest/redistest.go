@@ -1,0 +1,104 @@
+// Package redistest starts a real redis-server on a free loopback port for
+// tests, and stops it when the test ends. It fails the test, never skips it,
+// when redis-server is missing.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a redis-server process owned by one test.
+type Server struct {
+	Addr string
+	port int
+	dir  string
+	cmd  *exec.Cmd
+	tb   testing.TB
+}
+
+// Start runs redis-server on a free port until the test ends.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		tb.Fatal("redis-server is not on PATH; the tests need a real Redis. " +
+			"Install it with `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis`, " +
+			"or run `make test`, which installs it when it can.")
+	}
+	s := &Server{port: freePort(tb), dir: tb.TempDir(), tb: tb}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	s.start()
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() {
+	s.tb.Helper()
+	s.cmd = exec.Command("redis-server",
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"))
+	if err := s.cmd.Start(); err != nil {
+		s.tb.Fatalf("start redis-server: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			s.tb.Fatalf("redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop kills the server; Restart brings it back on the same port.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart starts a stopped server again, empty, on the same address.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Client returns a client of the server that the test closes at its end.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// URL is the server's redis:// address.
+func (s *Server) URL() string { return fmt.Sprintf("redis://%s/0", s.Addr) }
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
