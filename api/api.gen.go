@@ -306,6 +306,9 @@ type AcquireLockJSONRequestBody = AcquireRequest
 // ForceReleaseLockJSONRequestBody defines body for ForceReleaseLock for application/json ContentType.
 type ForceReleaseLockJSONRequestBody = ForceReleaseRequest
 
+// HoldLockJSONRequestBody defines body for HoldLock for application/json ContentType.
+type HoldLockJSONRequestBody = AcquireRequest
+
 // ReleaseLockJSONRequestBody defines body for ReleaseLock for application/json ContentType.
 type ReleaseLockJSONRequestBody = ReleaseRequest
 
@@ -473,6 +476,50 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/locks/{key}/history (the `GetLockHistory` operationId).
 	GetLockHistory(ctx context.Context, key Key, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HoldLockWithBody Acquire and keep the lease renewed while the connection stays open.
+	//
+	// For clients that can keep a connection open but cannot run a timer,
+	// such as `curl -N` in a shell script. Same body as acquire. Answers
+	// `text/event-stream` with these events:
+	//
+	// - `acquired` — data: the lease, token included;
+	// - `renewed` — data: the lease, each time the server renews it on the
+	//   client's behalf, every ttl/3;
+	// - `lost` — data: a problem body, when the lease was broken or could
+	//   not be renewed; the stream ends after it.
+	//
+	// When the client disconnects, the server releases the lease at once.
+	// If the wait fails the answer is the same problem+json as acquire, not
+	// a stream. Each server caps its concurrent holds (`--max-holds`);
+	// beyond it the answer is 503 with `Retry-After`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/locks/{key}/hold (the `HoldLock` operationId).
+	HoldLockWithBody(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HoldLock Acquire and keep the lease renewed while the connection stays open.
+	//
+	// For clients that can keep a connection open but cannot run a timer,
+	// such as `curl -N` in a shell script. Same body as acquire. Answers
+	// `text/event-stream` with these events:
+	//
+	// - `acquired` — data: the lease, token included;
+	// - `renewed` — data: the lease, each time the server renews it on the
+	//   client's behalf, every ttl/3;
+	// - `lost` — data: a problem body, when the lease was broken or could
+	//   not be renewed; the stream ends after it.
+	//
+	// When the client disconnects, the server releases the lease at once.
+	// If the wait fails the answer is the same problem+json as acquire, not
+	// a stream. Each server caps its concurrent holds (`--max-holds`);
+	// beyond it the answer is 503 with `Retry-After`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/locks/{key}/hold (the `HoldLock` operationId).
+	HoldLock(ctx context.Context, key Key, body HoldLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleaseLockWithBody Give back one level of a lease.
 	//
@@ -687,6 +734,70 @@ func (c *Client) ForceReleaseLock(ctx context.Context, key Key, body ForceReleas
 // Corresponds with GET /v1/locks/{key}/history (the `GetLockHistory` operationId).
 func (c *Client) GetLockHistory(ctx context.Context, key Key, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetLockHistoryRequest(c.Server, key, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HoldLockWithBody Acquire and keep the lease renewed while the connection stays open.
+//
+// For clients that can keep a connection open but cannot run a timer,
+// such as `curl -N` in a shell script. Same body as acquire. Answers
+// `text/event-stream` with these events:
+//
+//   - `acquired` — data: the lease, token included;
+//   - `renewed` — data: the lease, each time the server renews it on the
+//     client's behalf, every ttl/3;
+//   - `lost` — data: a problem body, when the lease was broken or could
+//     not be renewed; the stream ends after it.
+//
+// When the client disconnects, the server releases the lease at once.
+// If the wait fails the answer is the same problem+json as acquire, not
+// a stream. Each server caps its concurrent holds (`--max-holds`);
+// beyond it the answer is 503 with `Retry-After`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/locks/{key}/hold (the `HoldLock` operationId).
+func (c *Client) HoldLockWithBody(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHoldLockRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HoldLock Acquire and keep the lease renewed while the connection stays open.
+//
+// For clients that can keep a connection open but cannot run a timer,
+// such as `curl -N` in a shell script. Same body as acquire. Answers
+// `text/event-stream` with these events:
+//
+//   - `acquired` — data: the lease, token included;
+//   - `renewed` — data: the lease, each time the server renews it on the
+//     client's behalf, every ttl/3;
+//   - `lost` — data: a problem body, when the lease was broken or could
+//     not be renewed; the stream ends after it.
+//
+// When the client disconnects, the server releases the lease at once.
+// If the wait fails the answer is the same problem+json as acquire, not
+// a stream. Each server caps its concurrent holds (`--max-holds`);
+// beyond it the answer is 503 with `Retry-After`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/locks/{key}/hold (the `HoldLock` operationId).
+func (c *Client) HoldLock(ctx context.Context, key Key, body HoldLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHoldLockRequest(c.Server, key, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1117,6 +1228,53 @@ func NewGetLockHistoryRequest(server string, key Key, params *GetLockHistoryPara
 	return req, nil
 }
 
+// NewHoldLockRequest calls the generic HoldLock builder with application/json body
+func NewHoldLockRequest(server string, key Key, body HoldLockJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewHoldLockRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewHoldLockRequestWithBody constructs an http.Request for the HoldLock method, with any body, and a specified content type
+func NewHoldLockRequestWithBody(server string, key Key, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/locks/%s/hold", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewReleaseLockRequest calls the generic ReleaseLock builder with application/json body
 func NewReleaseLockRequest(server string, key Key, body ReleaseLockJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1352,6 +1510,50 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/locks/{key}/history (the `GetLockHistory` operationId).
 	GetLockHistoryWithResponse(ctx context.Context, key Key, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*GetLockHistoryResponse, error)
+
+	// HoldLockWithBodyWithResponse Acquire and keep the lease renewed while the connection stays open.
+	//
+	// For clients that can keep a connection open but cannot run a timer,
+	// such as `curl -N` in a shell script. Same body as acquire. Answers
+	// `text/event-stream` with these events:
+	//
+	// - `acquired` — data: the lease, token included;
+	// - `renewed` — data: the lease, each time the server renews it on the
+	//   client's behalf, every ttl/3;
+	// - `lost` — data: a problem body, when the lease was broken or could
+	//   not be renewed; the stream ends after it.
+	//
+	// When the client disconnects, the server releases the lease at once.
+	// If the wait fails the answer is the same problem+json as acquire, not
+	// a stream. Each server caps its concurrent holds (`--max-holds`);
+	// beyond it the answer is 503 with `Retry-After`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/locks/{key}/hold (the `HoldLock` operationId).
+	HoldLockWithBodyWithResponse(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HoldLockResponse, error)
+
+	// HoldLockWithResponse Acquire and keep the lease renewed while the connection stays open.
+	//
+	// For clients that can keep a connection open but cannot run a timer,
+	// such as `curl -N` in a shell script. Same body as acquire. Answers
+	// `text/event-stream` with these events:
+	//
+	// - `acquired` — data: the lease, token included;
+	// - `renewed` — data: the lease, each time the server renews it on the
+	//   client's behalf, every ttl/3;
+	// - `lost` — data: a problem body, when the lease was broken or could
+	//   not be renewed; the stream ends after it.
+	//
+	// When the client disconnects, the server releases the lease at once.
+	// If the wait fails the answer is the same problem+json as acquire, not
+	// a stream. Each server caps its concurrent holds (`--max-holds`);
+	// beyond it the answer is 503 with `Retry-After`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/locks/{key}/hold (the `HoldLock` operationId).
+	HoldLockWithResponse(ctx context.Context, key Key, body HoldLockJSONRequestBody, reqEditors ...RequestEditorFn) (*HoldLockResponse, error)
 
 	// ReleaseLockWithBodyWithResponse Give back one level of a lease.
 	//
@@ -1965,6 +2167,110 @@ func (r GetLockHistoryResponse) ContentType() string {
 	return ""
 }
 
+// HoldLockResponse401Headers the declared response headers of an HTTP 401 response for HoldLock
+type HoldLockResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// HoldLockResponse409Headers the declared response headers of an HTTP 409 response for HoldLock
+type HoldLockResponse409Headers struct {
+	RetryAfter *int
+}
+
+// HoldLockResponse503Headers the declared response headers of an HTTP 503 response for HoldLock
+type HoldLockResponse503Headers struct {
+	RetryAfter *int
+}
+
+type HoldLockResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HoldLockResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *HoldLockResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HoldLockResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r HoldLockResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r HoldLockResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r HoldLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r HoldLockResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r HoldLockResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r HoldLockResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r HoldLockResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r HoldLockResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HoldLockResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HoldLockResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HoldLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ReleaseLockResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLock
 type ReleaseLockResponse401Headers struct {
 	WWWAuthenticate *string
@@ -2351,6 +2657,62 @@ func (c *ClientWithResponses) GetLockHistoryWithResponse(ctx context.Context, ke
 		return nil, err
 	}
 	return ParseGetLockHistoryResponse(rsp)
+}
+
+// HoldLockWithBodyWithResponse Acquire and keep the lease renewed while the connection stays open.
+//
+// For clients that can keep a connection open but cannot run a timer,
+// such as `curl -N` in a shell script. Same body as acquire. Answers
+// `text/event-stream` with these events:
+//
+//   - `acquired` — data: the lease, token included;
+//   - `renewed` — data: the lease, each time the server renews it on the
+//     client's behalf, every ttl/3;
+//   - `lost` — data: a problem body, when the lease was broken or could
+//     not be renewed; the stream ends after it.
+//
+// When the client disconnects, the server releases the lease at once.
+// If the wait fails the answer is the same problem+json as acquire, not
+// a stream. Each server caps its concurrent holds (`--max-holds`);
+// beyond it the answer is 503 with `Retry-After`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/locks/{key}/hold (the `HoldLock` operationId).
+func (c *ClientWithResponses) HoldLockWithBodyWithResponse(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HoldLockResponse, error) {
+	rsp, err := c.HoldLockWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHoldLockResponse(rsp)
+}
+
+// HoldLockWithResponse Acquire and keep the lease renewed while the connection stays open.
+//
+// For clients that can keep a connection open but cannot run a timer,
+// such as `curl -N` in a shell script. Same body as acquire. Answers
+// `text/event-stream` with these events:
+//
+//   - `acquired` — data: the lease, token included;
+//   - `renewed` — data: the lease, each time the server renews it on the
+//     client's behalf, every ttl/3;
+//   - `lost` — data: a problem body, when the lease was broken or could
+//     not be renewed; the stream ends after it.
+//
+// When the client disconnects, the server releases the lease at once.
+// If the wait fails the answer is the same problem+json as acquire, not
+// a stream. Each server caps its concurrent holds (`--max-holds`);
+// beyond it the answer is 503 with `Retry-After`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/locks/{key}/hold (the `HoldLock` operationId).
+func (c *ClientWithResponses) HoldLockWithResponse(ctx context.Context, key Key, body HoldLockJSONRequestBody, reqEditors ...RequestEditorFn) (*HoldLockResponse, error) {
+	rsp, err := c.HoldLock(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHoldLockResponse(rsp)
 }
 
 // ReleaseLockWithBodyWithResponse Give back one level of a lease.
@@ -2937,6 +3299,107 @@ func ParseGetLockHistoryResponse(rsp *http.Response) (*GetLockHistoryResponse, e
 	return response, nil
 }
 
+// ParseHoldLockResponse parses an HTTP response from a HoldLockWithResponse call
+func ParseHoldLockResponse(rsp *http.Response) (*HoldLockResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HoldLockResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers HoldLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers HoldLockResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers HoldLockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseReleaseLockResponse parses an HTTP response from a ReleaseLockWithResponse call
 func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -3190,6 +3653,9 @@ type ServerInterface interface {
 	// GetLockHistory Recent events of a key, newest first.
 	// (GET /v1/locks/{key}/history)
 	GetLockHistory(w http.ResponseWriter, r *http.Request, key Key, params GetLockHistoryParams)
+	// HoldLock Acquire and keep the lease renewed while the connection stays open.
+	// (POST /v1/locks/{key}/hold)
+	HoldLock(w http.ResponseWriter, r *http.Request, key Key)
 	// ReleaseLock Give back one level of a lease.
 	// (POST /v1/locks/{key}/release)
 	ReleaseLock(w http.ResponseWriter, r *http.Request, key Key)
@@ -3241,6 +3707,12 @@ func (_ Unimplemented) ForceReleaseLock(w http.ResponseWriter, r *http.Request, 
 // GetLockHistory Recent events of a key, newest first.
 // (GET /v1/locks/{key}/history)
 func (_ Unimplemented) GetLockHistory(w http.ResponseWriter, r *http.Request, key Key, params GetLockHistoryParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// HoldLock Acquire and keep the lease renewed while the connection stays open.
+// (POST /v1/locks/{key}/hold)
+func (_ Unimplemented) HoldLock(w http.ResponseWriter, r *http.Request, key Key) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3496,6 +3968,32 @@ func (siw *ServerInterfaceWrapper) GetLockHistory(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// HoldLock operation middleware
+func (siw *ServerInterfaceWrapper) HoldLock(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key Key
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.HoldLock(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ReleaseLock operation middleware
 func (siw *ServerInterfaceWrapper) ReleaseLock(w http.ResponseWriter, r *http.Request) {
 
@@ -3672,6 +4170,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/locks/{key}/force-release", wrapper.ForceReleaseLock)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/locks/{key}/hold", wrapper.HoldLock)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/locks/{key}", wrapper.GetLock)
@@ -4369,6 +4870,179 @@ func (response GetLockHistory503ApplicationProblemPlusJSONResponse) VisitGetLock
 	return err
 }
 
+type HoldLockRequestObject struct {
+	Key  Key `json:"key"`
+	Body *HoldLockJSONRequestBody
+}
+
+type HoldLockResponseObject interface {
+	VisitHoldLockResponse(w http.ResponseWriter) error
+}
+
+type HoldLock200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response HoldLock200TexteventStreamResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type HoldLock400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLock400ApplicationProblemPlusJSONResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLock401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLock401ApplicationProblemPlusJSONResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLock403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLock403ApplicationProblemPlusJSONResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLock409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLock409ApplicationProblemPlusJSONResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLock413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLock413ApplicationProblemPlusJSONResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLock415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLock415ApplicationProblemPlusJSONResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLock503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLock503ApplicationProblemPlusJSONResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReleaseLockRequestObject struct {
 	Key  Key `json:"key"`
 	Body *ReleaseLockJSONRequestBody
@@ -4712,6 +5386,9 @@ type StrictServerInterface interface {
 	// GetLockHistory Recent events of a key, newest first.
 	// (GET /v1/locks/{key}/history)
 	GetLockHistory(ctx context.Context, request GetLockHistoryRequestObject) (GetLockHistoryResponseObject, error)
+	// HoldLock Acquire and keep the lease renewed while the connection stays open.
+	// (POST /v1/locks/{key}/hold)
+	HoldLock(ctx context.Context, request HoldLockRequestObject) (HoldLockResponseObject, error)
 	// ReleaseLock Give back one level of a lease.
 	// (POST /v1/locks/{key}/release)
 	ReleaseLock(ctx context.Context, request ReleaseLockRequestObject) (ReleaseLockResponseObject, error)
@@ -4952,6 +5629,42 @@ func (sh *strictHandler) GetLockHistory(w http.ResponseWriter, r *http.Request, 
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetLockHistoryResponseObject); ok {
 		if err := validResponse.VisitGetLockHistoryResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// HoldLock operation middleware
+func (sh *strictHandler) HoldLock(w http.ResponseWriter, r *http.Request, key Key) {
+	var request HoldLockRequestObject
+
+	request.Key = key
+
+	var body HoldLockJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.HoldLock(ctx, request.(HoldLockRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "HoldLock")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HoldLockResponseObject); ok {
+		if err := validResponse.VisitHoldLockResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -1,0 +1,91 @@
+// Command lockd is a distributed lock and lease server over HTTP, on Redis,
+// and the command-line client for it.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// Exit codes, the contract that scripts rely on.
+const (
+	exitOK          = 0
+	exitHeld        = 1 // held, or the wait timed out
+	exitUsage       = 2
+	exitLeaseLost   = 3 // token not the live one, or not found on renew/release
+	exitUnreachable = 4 // server unreachable or 5xx
+	exitAuth        = 5 // unauthorized or forbidden
+)
+
+// exitError carries an exit code; its message (if any) goes to stderr.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "lockd:", ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "lockd:", err)
+	return 1
+}
+
+func usageError(format string, args ...any) error {
+	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+const usage = `lockd — distributed locks and leases over HTTP, on Redis.
+
+Server:
+  lockd serve [flags]           run the server (lockd serve -h for flags)
+
+Run "lockd COMMAND -h" for a command's flags.`
+
+// run is the whole program: main only wires it to the process.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		fmt.Fprintln(stderr, usage)
+		return &exitError{code: exitUsage}
+	}
+	cmd, rest := args[1], args[2:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, rest, getenv, stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	if c, ok := clientCommands[cmd]; ok {
+		return c(ctx, rest, getenv, stdout, stderr)
+	}
+	fmt.Fprintln(stderr, usage)
+	return usageError("unknown command %q", cmd)
+}
+
+// clientCommand is a subcommand that talks to a lockd server.
+type clientCommand func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// clientCommands are the client subcommands, by name.
+var clientCommands = map[string]clientCommand{}

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/lockd/lockd/internal/embedded"
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/web"
+)
+
+// serveConfig is lockd serve's configuration, from flags and LOCKD_* variables.
+type serveConfig struct {
+	listen           string
+	redisURL         string
+	insecureNoAuth   bool
+	defaultTTL       time.Duration
+	maxTTL           time.Duration
+	maxWait          time.Duration
+	maxHolds         int
+	historyMax       int
+	historyRetention time.Duration
+	logFormat        string
+	logLevel         string
+	shutdownTimeout  time.Duration
+}
+
+// parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	fs := flag.NewFlagSet("lockd serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := envDefaults{getenv: getenv}
+	fs.StringVar(&c.listen, "listen", env.str("listen", "127.0.0.1:8080"), "address to listen on")
+	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL (redis://[user:pass@]host:6379/0, rediss:// for TLS); empty: the embedded in-process store")
+	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
+	fs.DurationVar(&c.defaultTTL, "default-ttl", env.dur("default-ttl", 30*time.Second), "lease TTL when a request gives none")
+	fs.DurationVar(&c.maxTTL, "max-ttl", env.dur("max-ttl", 24*time.Hour), "longest TTL a request may ask for")
+	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
+	fs.IntVar(&c.maxHolds, "max-holds", env.int("max-holds", 1000), "most /hold streams open at once")
+	fs.IntVar(&c.historyMax, "history-max", env.int("history-max", 100), "events kept per key (at least)")
+	fs.DurationVar(&c.historyRetention, "history-retention", env.dur("history-retention", 24*time.Hour), "how long a key's history outlives its last event")
+	fs.StringVar(&c.logFormat, "log-format", env.str("log-format", "json"), "json or console")
+	fs.StringVar(&c.logLevel, "log-level", env.str("log-level", "info"), "debug, info, warn or error")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.dur("shutdown-timeout", 10*time.Second), "how long to drain requests on SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, &exitError{code: exitOK}
+		}
+		return c, &exitError{code: exitUsage}
+	}
+	if env.err != nil {
+		return c, usageError("%v", env.err)
+	}
+	if fs.NArg() > 0 {
+		return c, usageError("serve takes no arguments, got %q", fs.Args())
+	}
+	return c, c.validate()
+}
+
+func (c serveConfig) validate() error {
+	switch {
+	case c.defaultTTL < 100*time.Millisecond || c.maxTTL < c.defaultTTL:
+		return usageError("need 100ms <= --default-ttl (%v) <= --max-ttl (%v)", c.defaultTTL, c.maxTTL)
+	case c.maxWait < 0:
+		return usageError("--max-wait must not be negative")
+	case c.maxHolds < 1:
+		return usageError("--max-holds must be at least 1")
+	case c.historyMax < 1:
+		return usageError("--history-max must be at least 1")
+	case c.historyRetention < time.Minute:
+		return usageError("--history-retention must be at least 1m")
+	case c.logFormat != "json" && c.logFormat != "console":
+		return usageError("--log-format must be json or console, not %q", c.logFormat)
+	}
+	if _, err := zerolog.ParseLevel(c.logLevel); err != nil || c.logLevel == "" {
+		return usageError("--log-level must be debug, info, warn or error, not %q", c.logLevel)
+	}
+	host, _, err := net.SplitHostPort(c.listen)
+	if err != nil {
+		return usageError("--listen %q: %v", c.listen, err)
+	}
+	if !isLoopback(host) && !c.insecureNoAuth {
+		return usageError("refusing to listen on %s without API keys: anyone who reaches it could break any lock. "+
+			"Listen on 127.0.0.1, or pass --insecure-no-auth if the network is trusted", c.listen)
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseServe(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stdout)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rdb, closeStore, err := openRedis(cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	engine := lock.New(rdb, lock.Options{HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait})
+	srv := server.New(engine, log, server.Config{
+		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
+	}, reg)
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		_ = engine.Close()
+		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(reg, web.NewDashboard(engine, log)),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		// Waits answer within --max-wait; /hold streams lift the deadline.
+		WriteTimeout:   cfg.maxWait + 15*time.Second,
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+	}
+	if !isLoopback(hostOf(ln.Addr().String())) {
+		log.Warn().Msg("INSECURE: listening on a non-loopback address with no API keys; anyone who reaches it can take and break any lock")
+	}
+	log.Info().Str("addr", ln.Addr().String()).Msg("listening")
+
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		_ = engine.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	log.Info().Msg("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- httpSrv.Shutdown(sctx) }()
+	srv.Shutdown()     // ends hold streams, releasing their leases
+	_ = engine.Close() // answers open waits with 503
+	if err := <-shut; err != nil {
+		log.Warn().Err(err).Msg("requests still open at the shutdown timeout")
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// openRedis connects to --redis, or starts the embedded store without it.
+func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (redis.UniversalClient, func(), error) {
+	url := cfg.redisURL
+	stop := func() {}
+	if url == "" {
+		store, err := embedded.Start()
+		if err != nil {
+			return nil, nil, err
+		}
+		url = "redis://" + store.Addr()
+		stop = store.Close
+		log.Warn().Msg("no --redis given: using the EMBEDDED in-process store. Locks are NOT shared with other " +
+			"lockd processes and are LOST when lockd stops. For real use: lockd serve --redis redis://host:6379/0")
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		stop()
+		return nil, nil, usageError("--redis: %v", redactURL(err.Error(), url))
+	}
+	// Bounded timeouts answer 503 within about 2 s when Redis is down. No
+	// retries: a retried acquire could find its own lease and call it held.
+	opts.DialTimeout = 700 * time.Millisecond
+	opts.ReadTimeout = time.Second
+	opts.WriteTimeout = time.Second
+	opts.PoolTimeout = time.Second
+	opts.MaxRetries = -1
+	rdb := redis.NewClient(opts)
+	rdb.AddHook(newRedisHook(reg))
+	log.Info().Str("redis", opts.Addr).Int("db", opts.DB).Bool("tls", opts.TLSConfig != nil).Msg("redis")
+	return rdb, func() { _ = rdb.Close(); stop() }, nil
+}
+
+// redactURL keeps a Redis password out of an error message.
+func redactURL(msg, url string) string {
+	if i := strings.Index(url, "@"); i > 0 {
+		return strings.ReplaceAll(msg, url[:i], "redis://<redacted>")
+	}
+	return msg
+}
+
+func hostOf(addr string) string {
+	h, _, _ := net.SplitHostPort(addr)
+	return h
+}
+
+func newLogger(cfg serveConfig, stdout io.Writer) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(cfg.logLevel)
+	var w io.Writer = stdout
+	if cfg.logFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// envDefaults reads LOCKD_<FLAG> defaults and remembers the first bad one.
+type envDefaults struct {
+	getenv func(string) string
+	err    error
+}
+
+func (e *envDefaults) lookup(flag string) string {
+	return e.getenv("LOCKD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")))
+}
+
+func (e *envDefaults) str(flag, def string) string {
+	if v := e.lookup(flag); v != "" {
+		return v
+	}
+	return def
+}
+
+func (e *envDefaults) dur(flag string, def time.Duration) time.Duration {
+	v := e.lookup(flag)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil && e.err == nil {
+		e.err = fmt.Errorf("LOCKD_%s=%q: %v", strings.ToUpper(strings.ReplaceAll(flag, "-", "_")), v, err)
+	}
+	return d
+}
+
+func (e *envDefaults) int(flag string, def int) int {
+	v := e.lookup(flag)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil && e.err == nil {
+		e.err = fmt.Errorf("LOCKD_%s=%q: not a whole number", strings.ToUpper(strings.ReplaceAll(flag, "-", "_")), v)
+	}
+	return n
+}
+
+func (e *envDefaults) bool(flag string, def bool) bool {
+	v := e.lookup(flag)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil && e.err == nil {
+		e.err = fmt.Errorf("LOCKD_%s=%q: not true or false", strings.ToUpper(strings.ReplaceAll(flag, "-", "_")), v)
+	}
+	return b
+}

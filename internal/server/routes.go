@@ -1,0 +1,97 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog/hlog"
+
+	"github.com/lockd/lockd/api"
+)
+
+// Dashboard adds the web pages to the router.
+type Dashboard interface {
+	Routes(r chi.Router)
+}
+
+// Handler is lockd's whole HTTP surface: middleware, operations endpoints,
+// the dashboard (may be nil) and the generated API.
+func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http.Handler {
+	r := chi.NewRouter()
+	r.Use(
+		hlog.NewHandler(s.log),
+		hlog.RequestIDHandler("req_id", "X-Request-Id"),
+		accessLog,
+		s.metrics.instrument,
+		recoverer,
+		withCaller,
+	)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, api.Problem{Type: "/problems/not_found", Title: "Not found", Status: http.StatusNotFound,
+			Code: "not_found", Detail: ptr("no such endpoint: " + r.Method + " " + r.URL.Path)}, nil)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, api.Problem{Type: "/problems/method_not_allowed", Title: "Method not allowed",
+			Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			Detail: ptr(r.Method + " is not allowed on " + r.URL.Path)}, nil)
+	})
+
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(api.OpenAPI)
+	})
+	if dashboard != nil {
+		dashboard.Routes(r)
+	}
+
+	strict := api.NewStrictHandlerWithOptions(s, nil, api.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  requestError,
+		ResponseErrorHandlerFunc: writeError,
+	})
+	api.HandlerWithOptions(strict, api.ChiServerOptions{
+		BaseRouter:       r,
+		Middlewares:      []api.MiddlewareFunc{validateRequest},
+		ErrorHandlerFunc: paramError,
+	})
+	return r
+}
+
+// accessLog writes one line per request: method, route, status, duration,
+// key and owner. Never a body, so never a token.
+func accessLog(next http.Handler) http.Handler {
+	return hlog.AccessHandler(func(r *http.Request, status, size int, d time.Duration) {
+		ev := hlog.FromRequest(r).Info()
+		if status >= 500 {
+			ev = hlog.FromRequest(r).Warn()
+		}
+		if k := keyParam(r); k != "" {
+			ev = ev.Str("key", k)
+		}
+		ev.Str("method", r.Method).Str("route", routePattern(r)).Int("status", status).
+			Int("size", size).Dur("duration", d).Msg("request")
+	})(next)
+}
+
+// recoverer turns a panic into a logged 500 problem, never a stack trace
+// on the wire.
+func recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				hlog.FromRequest(r).Error().Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack()).Msg("panic")
+				writeError(w, r, fmt.Errorf("panic: %v", v))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+

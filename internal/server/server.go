@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
+)
+
+// Engine is what the server needs from the lock engine.
+type Engine interface {
+	Acquire(ctx context.Context, key string, req lock.AcquireRequest) (lock.Lease, error)
+	Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (lock.Lease, error)
+	Release(ctx context.Context, key, token, actor string) (lock.Released, error)
+	ForceRelease(ctx context.Context, key, actor, reason string) (lock.Broken, error)
+	State(ctx context.Context, key string) (lock.State, error)
+	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
+	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
+	Ping(ctx context.Context) error
+	Waiters() int
+}
+
+// Config holds the server's limits.
+type Config struct {
+	DefaultTTL time.Duration
+	MaxTTL     time.Duration
+	MaxWait    time.Duration
+	// MaxHolds caps concurrent /hold streams.
+	MaxHolds int
+}
+
+// DefaultConfig is the contract's defaults.
+func DefaultConfig() Config {
+	return Config{DefaultTTL: 30 * time.Second, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second, MaxHolds: 1000}
+}
+
+// Server implements the generated strict server interface on an Engine.
+type Server struct {
+	engine  Engine
+	log     zerolog.Logger
+	cfg     Config
+	metrics *metrics
+	holds   chan struct{} // one slot per open hold stream
+	closing chan struct{} // closed by Shutdown: ends hold streams
+}
+
+var _ api.StrictServerInterface = (*Server)(nil)
+
+// New returns a server on engine. Its metrics are registered on reg.
+func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registerer) *Server {
+	def := DefaultConfig()
+	if cfg.DefaultTTL <= 0 {
+		cfg.DefaultTTL = def.DefaultTTL
+	}
+	if cfg.MaxTTL <= 0 {
+		cfg.MaxTTL = def.MaxTTL
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = def.MaxWait
+	}
+	if cfg.MaxHolds <= 0 {
+		cfg.MaxHolds = def.MaxHolds
+	}
+	return &Server{
+		engine:  engine,
+		log:     log,
+		cfg:     cfg,
+		metrics: newMetrics(reg, engine),
+		holds:   make(chan struct{}, cfg.MaxHolds),
+		closing: make(chan struct{}),
+	}
+}
+
+// Shutdown ends the open hold streams, releasing their leases. Waiting
+// acquires are answered by closing the engine.
+func (s *Server) Shutdown() {
+	select {
+	case <-s.closing:
+	default:
+		close(s.closing)
+	}
+}

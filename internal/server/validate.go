@@ -1,0 +1,268 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/lockd/lockd/api"
+)
+
+// MaxBody is the largest request body accepted.
+const MaxBody = 64 << 10
+
+var keyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$`)
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._:@-]{0,200}$`)
+
+// ValidKey reports whether s is a lock key: 1–200 of [A-Za-z0-9._:@-],
+// starting with a letter or digit.
+func ValidKey(s string) bool { return keyRE.MatchString(s) }
+
+// keyParam is the request's lock key if it is a valid one.
+func keyParam(r *http.Request) string {
+	if k := chi.URLParam(r, "key"); ValidKey(k) {
+		return k
+	}
+	return ""
+}
+
+// bodyTypes names the request body of each POST operation, by the last
+// path segment, so that bodies are checked against the generated types.
+var bodyTypes = map[string]func() any{
+	"acquire":       func() any { return new(api.AcquireRequest) },
+	"hold":          func() any { return new(api.AcquireRequest) },
+	"renew":         func() any { return new(api.RenewRequest) },
+	"release":       func() any { return new(api.ReleaseRequest) },
+	"force-release": func() any { return new(api.ForceReleaseRequest) },
+}
+
+// validateRequest checks what every operation shares before the generated
+// code binds it: the lock key, and for bodies their size, media type and
+// shape (one JSON object, no unknown fields, no trailing data).
+func validateRequest(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if k, ok := routeKey(r); ok && !ValidKey(k) {
+			writeError(w, r, invalid("key", "key must be 1-200 characters of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit"))
+			return
+		}
+		if r.Method == http.MethodPost {
+			if err := checkBody(w, r); err != nil {
+				writeError(w, r, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func routeKey(r *http.Request) (string, bool) {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return "", false
+	}
+	for i, k := range rctx.URLParams.Keys {
+		if k == "key" {
+			return rctx.URLParams.Values[i], true
+		}
+	}
+	return "", false
+}
+
+func checkBody(w http.ResponseWriter, r *http.Request) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &problemError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large",
+				title: "Payload too large", detail: fmt.Sprintf("the body is over %d bytes", MaxBody)}
+		}
+		return invalid("body", "could not read the body: %v", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		r.Body = http.NoBody
+		return nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		// curl -d labels every body as a form; take it when it is JSON.
+		curlDefault := mt == "application/x-www-form-urlencoded" && bytes.TrimSpace(b)[0] == '{'
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && !curlDefault) {
+			return &problemError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+				title: "Unsupported media type",
+				detail: fmt.Sprintf("the body must be JSON (Content-Type: application/json), not %q", ct)}
+		}
+	}
+	newBody, ok := bodyTypes[r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]]
+	if ok {
+		if err := decodeStrict(b, newBody()); err != nil {
+			return err
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
+}
+
+// decodeStrict decodes one JSON object into v, naming the field at fault.
+func decodeStrict(b []byte, v any) error {
+	if t := bytes.TrimSpace(b); t[0] != '{' {
+		return invalid("body", "the body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("body", "the body must hold one JSON object and nothing after it")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return invalid("body", "malformed JSON at byte %d: %v", syntax.Offset, err)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return invalid("body", "the body must be a JSON object")
+		}
+		return invalid(typ.Field, "%s must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("body", "the JSON body ends too soon")
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		f = strings.Trim(f, `"`)
+		return invalid(f, "unknown field %q", f)
+	}
+	return invalid("body", "malformed JSON: %v", err)
+}
+
+func jsonKind(k string) string {
+	switch {
+	case strings.HasPrefix(k, "int"):
+		return "an integer"
+	case k == "string":
+		return "a string"
+	case k == "bool":
+		return "true or false"
+	default:
+		return "a " + k
+	}
+}
+
+// paramError answers the generated code's parameter binding errors.
+func paramError(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		format  *api.InvalidParamFormatError
+		req     *api.RequiredParamError
+		header  *api.RequiredHeaderError
+		many    *api.TooManyValuesForParamError
+		unmarsh *api.UnmarshalingParamError
+	)
+	switch {
+	case errors.As(err, &format):
+		err = invalid(format.ParamName, "%s has the wrong format: %v", format.ParamName, format.Err)
+	case errors.As(err, &req):
+		err = invalid(req.ParamName, "%s is required", req.ParamName)
+	case errors.As(err, &header):
+		err = invalid(header.ParamName, "header %s is required", header.ParamName)
+	case errors.As(err, &many):
+		err = invalid(many.ParamName, "%s is given %d times; give it once", many.ParamName, many.Count)
+	case errors.As(err, &unmarsh):
+		err = invalid(unmarsh.ParamName, "%s has the wrong format: %v", unmarsh.ParamName, unmarsh.Err)
+	default:
+		err = invalid("request", "%v", err)
+	}
+	writeError(w, r, err)
+}
+
+// requestError answers a body that the generated code could not bind.
+func requestError(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, r, jsonError(errors.Unwrap(err)))
+}
+
+// msRange reads an optional millisecond field, checked against [lo, hi].
+func msRange(field string, v *int64, def, lo, hi time.Duration) (time.Duration, error) {
+	if v == nil {
+		return def, nil
+	}
+	d := time.Duration(*v) * time.Millisecond
+	if *v < lo.Milliseconds() || *v > hi.Milliseconds() {
+		return 0, invalid(field, "%s must be between %d and %d, got %d", field, lo.Milliseconds(), hi.Milliseconds(), *v)
+	}
+	return d, nil
+}
+
+// checkOwner validates an owner label: 1–128 printable characters.
+func checkOwner(s string) error {
+	if s == "" || len([]rune(s)) > 128 {
+		return invalid("owner", "owner must be 1-128 printable characters, got %d", len([]rune(s)))
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return invalid("owner", "owner must be printable; it has %U", c)
+		}
+	}
+	return nil
+}
+
+// checkToken validates the shape of a lease token; whether it is the live
+// one is the engine's answer.
+func checkToken(s string, required bool) error {
+	if s == "" {
+		if required {
+			return invalid("token", "token is required: the token that acquire returned")
+		}
+		return nil
+	}
+	if len(s) > 256 {
+		return invalid("token", "token must be at most 256 characters")
+	}
+	return nil
+}
+
+// checkText validates free text such as a reason or an idempotency key.
+func checkText(field, s string, maxLen int) error {
+	if len([]rune(s)) > maxLen {
+		return invalid(field, "%s must be at most %d characters, got %d", field, maxLen, len([]rune(s)))
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return invalid(field, "%s must be printable; it has %U", field, c)
+		}
+	}
+	return nil
+}
+
+// checkLimit validates an optional page size.
+func checkLimit(v *int, def int) (int, error) {
+	if v == nil {
+		return def, nil
+	}
+	if *v < 1 || *v > 1000 {
+		return 0, invalid("limit", "limit must be between 1 and 1000, got %d", *v)
+	}
+	return *v, nil
+}
+
+func checkPrefix(v *string) (string, error) {
+	if v == nil {
+		return "", nil
+	}
+	if !prefixRE.MatchString(*v) {
+		return "", invalid("prefix", "prefix must be at most 200 characters of A-Z a-z 0-9 . _ : @ -")
+	}
+	return *v, nil
+}
