@@ -190,6 +190,10 @@ func paramError(w http.ResponseWriter, r *http.Request, err error) {
 
 // requestError answers a body that the generated code could not bind.
 func requestError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, io.EOF) {
+		writeError(w, r, invalid("body", "a JSON body is required, e.g. {\"token\": \"…\"}"))
+		return
+	}
 	writeError(w, r, jsonError(errors.Unwrap(err)))
 }
 
