@@ -94,4 +94,3 @@ func recoverer(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-

@@ -98,7 +98,7 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		curlDefault := mt == "application/x-www-form-urlencoded" && bytes.TrimSpace(b)[0] == '{'
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && !curlDefault) {
 			return &problemError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-				title: "Unsupported media type",
+				title:  "Unsupported media type",
 				detail: fmt.Sprintf("the body must be JSON (Content-Type: application/json), not %q", ct)}
 		}
 	}
