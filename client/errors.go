@@ -1,0 +1,136 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/lockd/lockd/api"
+)
+
+// Sentinel errors: test with errors.Is.
+var (
+	// ErrHeld means another lease holds the key (after the wait, if any).
+	// The error is a *HeldError.
+	ErrHeld = errors.New("client: lock held")
+	// ErrLeaseLost means the lease is no longer ours: its token is not the
+	// live one, the key has no live lease on renew or release, or it could
+	// not be renewed before it expired. Stop the protected work.
+	ErrLeaseLost = errors.New("client: lease lost")
+	// ErrNotFound means the key has no live lease (status, force-release).
+	ErrNotFound = errors.New("client: no live lease")
+	// ErrUnavailable means the server could not be reached or answered 5xx
+	// (503: its Redis is down). These are the errors worth retrying.
+	ErrUnavailable = errors.New("client: server unavailable")
+	// ErrUnauthorized means the API key is missing or unknown (401).
+	ErrUnauthorized = errors.New("client: unauthorized")
+	// ErrForbidden means the API key lacks the scope or the key prefix (403).
+	ErrForbidden = errors.New("client: forbidden")
+	// ErrInvalid means the server rejected the request as malformed (400,
+	// 413, 415): a bad key, TTL or wait out of range.
+	ErrInvalid = errors.New("client: invalid request")
+	// ErrReleased is the cause of a lease's Context after Release.
+	ErrReleased = errors.New("client: lease released")
+)
+
+// APIError is an error answer of the server: its status and its RFC 9457
+// problem body. It unwraps to the matching sentinel error.
+type APIError struct {
+	Status  int
+	Problem api.Problem
+	// RetryAfter is the server's Retry-After header, or 0.
+	RetryAfter time.Duration
+}
+
+// Error gives the problem's detail and code.
+func (e *APIError) Error() string {
+	msg := e.Problem.Title
+	if e.Problem.Detail != nil && *e.Problem.Detail != "" {
+		msg = *e.Problem.Detail
+	}
+	if msg == "" {
+		msg = http.StatusText(e.Status)
+	}
+	code := string(e.Problem.Code)
+	if code == "" {
+		code = strconv.Itoa(e.Status)
+	} else {
+		code = strconv.Itoa(e.Status) + " " + code
+	}
+	return fmt.Sprintf("%s (%s)", msg, code)
+}
+
+// Unwrap maps the problem code (or, for answers that are not problem+json,
+// the status) to a sentinel error.
+func (e *APIError) Unwrap() error {
+	switch e.Problem.Code {
+	case api.ProblemCodeLockHeld:
+		return ErrHeld
+	case api.ProblemCodeLeaseLost:
+		return ErrLeaseLost
+	case api.ProblemCodeNotFound:
+		return ErrNotFound
+	case api.ProblemCodeUnauthorized:
+		return ErrUnauthorized
+	case api.ProblemCodeForbidden:
+		return ErrForbidden
+	case api.ProblemCodeInvalidRequest, api.ProblemCodePayloadTooLarge, api.ProblemCodeUnsupportedMediaType:
+		return ErrInvalid
+	}
+	switch {
+	case e.Status >= 500:
+		return ErrUnavailable
+	case e.Status == http.StatusUnauthorized:
+		return ErrUnauthorized
+	case e.Status == http.StatusForbidden:
+		return ErrForbidden
+	case e.Status == http.StatusNotFound:
+		return ErrNotFound
+	}
+	return nil
+}
+
+// HeldError is the answer to an acquire that lost to another holder.
+type HeldError struct {
+	APIError
+	Key       string
+	Holder    string
+	Remaining time.Duration
+}
+
+// Error says who holds the key.
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%s is held by %s for %v more", e.Key, e.Holder, e.Remaining)
+}
+
+// Unwrap makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// retryAfter is the server's Retry-After in err, or 0.
+func retryAfter(err error) time.Duration {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.RetryAfter
+	}
+	var he *HeldError
+	if errors.As(err, &he) {
+		return he.RetryAfter
+	}
+	return 0
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date.
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, time.Until(t))
+	}
+	return 0
+}

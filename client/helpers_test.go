@@ -1,0 +1,89 @@
+package client_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/server"
+)
+
+// lockd is a real lockd server on a real Redis, for one test.
+type lockd struct {
+	URL   string
+	redis *redistest.Server
+}
+
+func startLockd(t *testing.T) *lockd {
+	t.Helper()
+	rs := redistest.Start(t)
+	// Like lockd serve: short timeouts and no retries, so that a stopped
+	// Redis answers 503 quickly.
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
+	engine := lock.New(rdb, lock.Options{})
+	reg := prometheus.NewRegistry()
+	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
+	hs := httptest.NewServer(srv.Handler(reg, nil))
+	t.Cleanup(func() {
+		srv.Shutdown()
+		_ = engine.Close()
+		hs.Close()
+		_ = rdb.Close()
+	})
+	return &lockd{URL: hs.URL, redis: rs}
+}
+
+// uniqueKey is a lock key of its own for each test.
+func uniqueKey(t *testing.T) string {
+	return "test:" + strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
+}
+
+// renewClock records when renew requests are sent.
+type renewClock struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (rc *renewClock) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/renew") {
+		rc.mu.Lock()
+		rc.times = append(rc.times, time.Now())
+		rc.mu.Unlock()
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// intervals are the gaps between recorded renewals, starting from start.
+func (rc *renewClock) intervals(start time.Time) []time.Duration {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var out []time.Duration
+	prev := start
+	for _, t := range rc.times {
+		out = append(out, t.Sub(prev))
+		prev = t
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

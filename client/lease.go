@@ -1,0 +1,227 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/lockd/lockd/api"
+)
+
+// Lease is a granted lock. Unless acquired with NoAutoRenew, a watchdog
+// goroutine renews it every ttl/3 until Release or loss. Its methods are
+// safe for concurrent use.
+type Lease struct {
+	c     *Client
+	key   string
+	token string
+	fence int64
+	ttl   time.Duration
+
+	ctx    context.Context // cancelled on loss (cause: Err) or release
+	cancel context.CancelCauseFunc
+	lost   chan struct{} // closed on loss
+	stop   chan struct{} // closed by Release: ends the watchdog
+	done   chan struct{} // closed when the watchdog has ended
+
+	mu       sync.Mutex
+	info     api.Lease
+	expires  time.Time // by our clock; never later than the server's expiry
+	err      error     // why the lease was lost
+	released bool
+	renewals int
+}
+
+func newLease(c *Client, l api.Lease, sent time.Time, watchdog bool) *Lease {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ls := &Lease{
+		c: c, key: l.Key, token: l.Token, fence: l.Fence,
+		ttl: time.Duration(l.TtlMs) * time.Millisecond,
+		ctx: ctx, cancel: cancel,
+		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		info: l,
+		// The server set its expiry when the request arrived, after sent.
+		expires: sent.Add(time.Duration(l.TtlMs) * time.Millisecond),
+	}
+	if watchdog {
+		go ls.watch()
+	} else {
+		close(ls.done)
+	}
+	return ls
+}
+
+// Key is the lock's key.
+func (l *Lease) Key() string { return l.key }
+
+// Token is the lease's secret. Keep it out of logs.
+func (l *Lease) Token() string { return l.token }
+
+// Fence is the lease's fencing number: pass it to the resource you protect,
+// which must reject writes with a fence lower than one it has seen.
+func (l *Lease) Fence() int64 { return l.fence }
+
+// TTL is the lease's time to live.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Info is the server's latest answer about the lease (token included).
+func (l *Lease) Info() api.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.info
+}
+
+// Renewals is how many renewals succeeded.
+func (l *Lease) Renewals() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewals
+}
+
+// Lost is closed when the lease is lost. It is never closed by Release.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err is nil while the lease is not lost, then why it was lost; it wraps
+// ErrLeaseLost.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Context is cancelled when the lease is lost (context.Cause is Err) or
+// released (cause ErrReleased). Run the protected work under it.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Renew extends the lease by its TTL now. The watchdog calls it; call it
+// yourself with NoAutoRenew. An answer that the lease is gone marks it lost.
+func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	nl, err := l.c.Renew(ctx, l.key, l.token, l.ttl)
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			l.lose(fmt.Errorf("renew answered: %w", err))
+			return l.Err()
+		}
+		return err
+	}
+	l.mu.Lock()
+	l.info = nl
+	l.expires = sent.Add(l.ttl)
+	l.renewals++
+	l.mu.Unlock()
+	return nil
+}
+
+// Release stops the watchdog and gives the lease back. A lease that was
+// lost returns its Err without asking the server.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.released = true
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.done
+	if err := l.Err(); err != nil {
+		return err
+	}
+	_, err := l.c.Release(ctx, l.key, l.token)
+	if errors.Is(err, ErrLeaseLost) {
+		l.lose(fmt.Errorf("release answered: %w", err))
+		return l.Err()
+	}
+	l.cancel(ErrReleased)
+	return err
+}
+
+// lose records why the lease was lost, once, and tells everyone.
+func (l *Lease) lose(cause error) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.err = fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.key, cause)
+	err := l.err
+	l.mu.Unlock()
+	l.cancel(err)
+	close(l.lost)
+}
+
+func (l *Lease) expiry() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expires
+}
+
+// watch renews every ttl/3. A renew that fails without saying that the
+// lease is gone is retried with backoff until the lease's expiry.
+func (l *Lease) watch() {
+	defer close(l.done)
+	// Stopping the watchdog aborts an in-flight renew.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	interval := max(l.ttl/3, time.Millisecond)
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	attempt := 0
+	var lastErr error // the last failure that said more than "timed out"
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-timer.C:
+		}
+		expires := l.expiry()
+		rctx, rcancel := context.WithDeadline(ctx, expires)
+		sent := time.Now()
+		err := l.Renew(rctx)
+		rcancel()
+		switch {
+		case err == nil:
+			attempt = 0
+			// Measured from when the renew was sent, like the expiry.
+			timer.Reset(max(interval-time.Since(sent), 0))
+			continue
+		case errors.Is(err, ErrLeaseLost):
+			return
+		case ctx.Err() != nil:
+			return // released
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// Our own deadline (the expiry): the server did not answer in time.
+			err = fmt.Errorf("%w: no answer before the lease expired", ErrUnavailable)
+		} else {
+			lastErr = err
+		}
+		left := time.Until(expires)
+		if left <= 0 {
+			if lastErr == nil {
+				lastErr = err
+			}
+			l.lose(fmt.Errorf("could not renew before the lease expired: %w", lastErr))
+			return
+		}
+		// Retry sooner than ttl/3, and never sleep through the expiry:
+		// halve what is left so the last tries come just before it.
+		d := backoff(attempt, max(l.ttl/30, 10*time.Millisecond), interval, retryAfter(err))
+		attempt++
+		timer.Reset(min(d, max(left/2, time.Millisecond)))
+	}
+}
