@@ -51,13 +51,13 @@ type fixture struct {
 	logs   *syncBuffer
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	rs := redistest.Start(t)
 	return newFixtureOn(t, rs)
 }
 
-func newFixtureOn(t *testing.T, rs *redistest.Server) *fixture {
+func newFixtureOn(t testing.TB, rs *redistest.Server) *fixture {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
 		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
