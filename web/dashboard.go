@@ -1,15 +1,22 @@
-// Package web is lockd's dashboard: server-rendered pages (templ) that show
-// live locks, their owners, TTLs and history, and break a stuck lock.
 package web
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"net"
 	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
 
+	"github.com/a-h/templ"
 	"github.com/go-chi/chi/v5"
 	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/server"
 )
 
 // Engine is what the dashboard needs from the lock engine.
@@ -20,20 +27,298 @@ type Engine interface {
 	ForceRelease(ctx context.Context, key, actor, reason string) (lock.Broken, error)
 }
 
+// Identity is who sends a dashboard request and what they may do.
+type Identity struct {
+	// Actor is recorded in history when they force-release.
+	Actor string
+	// Admin may force-release; without it the buttons are hidden and the
+	// form is refused.
+	Admin bool
+}
+
+// IdentifyFunc tells who sends r. An auth layer (login form, session
+// cookie) supplies one with SetIdentify; requests that must sign in first
+// are its middleware's business, before the dashboard sees them.
+type IdentifyFunc func(r *http.Request) Identity
+
+// Anonymous is the identity while auth is off: anyone may force-release,
+// as with the rest of the API, recorded as "dashboard@<client address>".
+func Anonymous(r *http.Request) Identity {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return Identity{Actor: "dashboard@" + host, Admin: true}
+}
+
+// Page sizes and limits.
+const (
+	pageSize     = 50  // rows on one list page
+	historySize  = 50  // events on a detail page
+	maxReason    = 500 // runes, as the API's force-release reason
+	maxFormBytes = 64 << 10
+)
+
+// listFragmentPath is the list table that htmx re-fetches; a key's detail
+// fragment is below it (detailFragmentPath).
+const listFragmentPath = "/ui/fragments/locks"
+
 // Dashboard serves the web pages.
 type Dashboard struct {
-	engine Engine
-	log    zerolog.Logger
+	engine   Engine
+	log      zerolog.Logger
+	identify IdentifyFunc
+	csrf     csrf
+	pageSize int
+	now      func() time.Time
 }
 
-// NewDashboard returns the dashboard on engine.
+// NewDashboard returns the dashboard on engine, with auth off (Anonymous).
 func NewDashboard(engine Engine, log zerolog.Logger) *Dashboard {
-	return &Dashboard{engine: engine, log: log}
+	return &Dashboard{
+		engine:   engine,
+		log:      log,
+		identify: Anonymous,
+		csrf:     newCSRF(),
+		pageSize: pageSize,
+		now:      time.Now,
+	}
 }
 
-// Routes adds the dashboard's pages to r.
+// SetIdentify replaces Anonymous with an auth layer's IdentifyFunc. Call it
+// before serving.
+func (d *Dashboard) SetIdentify(f IdentifyFunc) { d.identify = f }
+
+// Routes adds the dashboard's pages to r: the whole surface is here.
 func (d *Dashboard) Routes(r chi.Router) {
-	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/openapi.yaml", http.StatusFound)
+	r.Group(func(r chi.Router) {
+		r.Use(secureHeaders)
+		r.Get("/", d.list)
+		r.Get(listFragmentPath, d.listFragment)
+		r.Get("/ui/locks/{key}", d.detail)
+		r.Get(listFragmentPath+"/{key}", d.detailFragment)
+		r.Get("/ui/locks/{key}/force-release", d.confirm)
+		// Sec-Fetch-Site/Origin checks in front of the CSRF token: a second,
+		// independent refusal of cross-site posts.
+		cop := http.NewCrossOriginProtection()
+		cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d.problem(w, r, http.StatusForbidden, "Refused", "This form was posted from another site; nothing was changed.")
+		}))
+		r.Method(http.MethodPost, "/ui/locks/{key}/force-release", cop.Handler(http.HandlerFunc(d.forceRelease)))
+		r.Handle(assetsPath+"*", assets())
 	})
+}
+
+// secureHeaders forbids inline script, framing and MIME sniffing on every
+// dashboard response. htmx runs without eval or inline styles (see the
+// htmx-config meta tag in layout.templ), so 'self' is enough.
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+			"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Frame-Options", "DENY")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (d *Dashboard) list(w http.ResponseWriter, r *http.Request) {
+	v, status := d.listView(w, r)
+	if v == nil {
+		return
+	}
+	d.render(w, r, status, listPage(*v))
+}
+
+func (d *Dashboard) listFragment(w http.ResponseWriter, r *http.Request) {
+	v, status := d.listView(w, r)
+	if v == nil {
+		return
+	}
+	d.render(w, r, status, lockTable(*v))
+}
+
+// listView reads one page of locks; nil means an error page was written.
+func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request) (*listView, int) {
+	prefix, cursor := r.URL.Query().Get("prefix"), r.URL.Query().Get("cursor")
+	canForce := d.identify(r).Admin
+	if prefix != "" && !server.ValidKey(prefix) {
+		v := newListView(lock.Page{}, prefix, "", d.now(), canForce)
+		v.Error = "A prefix is the start of a lock key: letters, digits and . _ : @ - (starting with a letter or digit), at most 200."
+		return &v, http.StatusBadRequest
+	}
+	page, err := d.engine.List(r.Context(), prefix, d.pageSize, cursor)
+	if err != nil {
+		d.fail(w, r, err)
+		return nil, 0
+	}
+	v := newListView(page, prefix, cursor, d.now(), canForce)
+	return &v, http.StatusOK
+}
+
+func (d *Dashboard) detail(w http.ResponseWriter, r *http.Request) {
+	if v, ok := d.detailView(w, r); ok {
+		d.render(w, r, http.StatusOK, detailPage(v))
+	}
+}
+
+func (d *Dashboard) detailFragment(w http.ResponseWriter, r *http.Request) {
+	if v, ok := d.detailView(w, r); ok {
+		d.render(w, r, http.StatusOK, detailBody(v))
+	}
+}
+
+func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request) (detailView, bool) {
+	key, ok := d.key(w, r)
+	if !ok {
+		return detailView{}, false
+	}
+	st, held, err := d.state(r.Context(), key)
+	if err != nil {
+		d.fail(w, r, err)
+		return detailView{}, false
+	}
+	events, err := d.engine.History(r.Context(), key, historySize)
+	if err != nil {
+		d.fail(w, r, err)
+		return detailView{}, false
+	}
+	return newDetailView(key, st, held, events, d.now(), d.identify(r).Admin), true
+}
+
+func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
+	key, ok := d.key(w, r)
+	if !ok || !d.admin(w, r) {
+		return
+	}
+	st, held, err := d.state(r.Context(), key)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, confirmPage(newConfirmView(key, st, held, d.csrf.token(w, r), "", "")))
+}
+
+func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
+	key, ok := d.key(w, r)
+	if !ok || !d.admin(w, r) {
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		d.problem(w, r, http.StatusBadRequest, "Bad form", "The form could not be read; nothing was changed.")
+		return
+	}
+	if !d.csrf.valid(r) {
+		d.problem(w, r, http.StatusForbidden, "Form expired",
+			"This form's security token is missing or no longer valid (lockd may have restarted). Nothing was changed: open the lock again and retry.")
+		return
+	}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if utf8.RuneCountInString(reason) > maxReason {
+		st, held, err := d.state(r.Context(), key)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		v := newConfirmView(key, st, held, d.csrf.token(w, r), reason, "The reason is too long: at most 500 characters.")
+		d.render(w, r, http.StatusBadRequest, confirmPage(v))
+		return
+	}
+	broken, err := d.engine.ForceRelease(r.Context(), key, d.identify(r).Actor, reason)
+	var outcome *notice
+	status := http.StatusOK
+	switch {
+	case errors.Is(err, lock.ErrNotFound):
+		outcome = &notice{Text: key + " was not held any more (released or expired meanwhile); nothing was changed."}
+		status = http.StatusNotFound
+	case err != nil:
+		d.fail(w, r, err)
+		return
+	default:
+		outcome = brokenNotice(key, broken)
+	}
+	v, ok := d.detailView(w, r)
+	if !ok {
+		return
+	}
+	v.Notice = outcome
+	d.render(w, r, status, detailPage(v))
+}
+
+// key is the request's lock key; false means a 400 page was written.
+func (d *Dashboard) key(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key := chi.URLParam(r, "key")
+	if !server.ValidKey(key) {
+		d.problem(w, r, http.StatusBadRequest, "Not a lock key",
+			"A lock key is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
+		return "", false
+	}
+	return key, true
+}
+
+// admin reports whether r may force-release, writing a 403 page if not.
+func (d *Dashboard) admin(w http.ResponseWriter, r *http.Request) bool {
+	if d.identify(r).Admin {
+		return true
+	}
+	d.problem(w, r, http.StatusForbidden, "Not allowed", "Force-release needs an admin key.")
+	return false
+}
+
+// state is the key's live lease; held is false when there is none.
+func (d *Dashboard) state(ctx context.Context, key string) (st lock.State, held bool, err error) {
+	st, err = d.engine.State(ctx, key)
+	if errors.Is(err, lock.ErrNotFound) {
+		return lock.State{}, false, nil
+	}
+	return st, err == nil, err
+}
+
+// fail answers an engine error: the user sees what they can act on, and
+// only unexpected errors are logged, with their text kept off the page.
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, lock.ErrInvalidCursor):
+		d.problem(w, r, http.StatusBadRequest, "Page link expired", "This page link is not valid any more. Start again from the first page.")
+	case errors.Is(err, lock.ErrUnavailable):
+		w.Header().Set("Retry-After", "1")
+		d.problem(w, r, http.StatusServiceUnavailable, "Redis unavailable", "lockd cannot reach Redis right now. Try again in a moment.")
+	case errors.Is(err, context.Canceled):
+		// The browser went away; nobody reads an answer.
+	default:
+		d.logger(r).Error().Err(err).Str("path", r.URL.Path).Msg("dashboard")
+		d.problem(w, r, http.StatusInternalServerError, "Internal error", "Something went wrong inside lockd; it has been logged.")
+	}
+}
+
+func (d *Dashboard) problem(w http.ResponseWriter, r *http.Request, status int, title, detail string) {
+	d.render(w, r, status, problemPage(problemView{Status: status, Title: title, Detail: detail}))
+}
+
+// render writes c whole or not at all: it renders into a buffer first so a
+// template error becomes a clean 500, not half a page.
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
+	var buf bytes.Buffer
+	if err := c.Render(r.Context(), &buf); err != nil {
+		d.logger(r).Error().Err(err).Str("path", r.URL.Path).Msg("dashboard render")
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	// Live data: never show a cached copy.
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// logger is the request's logger (with its request ID) when the server
+// set one, else the dashboard's.
+func (d *Dashboard) logger(r *http.Request) *zerolog.Logger {
+	if l := hlog.FromRequest(r); l.GetLevel() != zerolog.Disabled {
+		return l
+	}
+	return &d.log
 }

@@ -1,0 +1,58 @@
+// lockd dashboard: keeps relative times current between refreshes.
+//
+// Every <time data-clock data-ms> the server renders says how many ms were
+// left ("left") or had passed ("ago", "for") when it rendered. We note when
+// each element first appears and count from there, so the browser's clock
+// never has to agree with Redis's. Without JavaScript the server's text
+// stays as rendered, which is still correct at load time.
+(function () {
+  "use strict";
+
+  var seen = new WeakMap();
+
+  // span formats like the server's span(): "12 s", "3 min 4 s",
+  // "2 h 5 min", "3 d 4 h".
+  function span(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+    if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+    return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
+  }
+
+  function tick() {
+    var now = performance.now();
+    var els = document.querySelectorAll("time[data-clock]");
+    for (var i = 0; i < els.length; i++) {
+      var el = els[i];
+      var mode = el.getAttribute("data-clock");
+      var ms = parseInt(el.getAttribute("data-ms"), 10);
+      if (!mode || isNaN(ms)) continue;
+      if (!seen.has(el)) seen.set(el, now);
+      var passed = now - seen.get(el);
+      var text;
+      if (mode === "left") {
+        var left = ms - passed;
+        text = left > 0 ? span(left) + " left" : "expired";
+      } else if (mode === "ago") {
+        text = span(ms + passed) + " ago";
+      } else {
+        text = span(ms + passed);
+      }
+      if (el.textContent !== text) el.textContent = text;
+    }
+  }
+
+  // A failed refresh leaves the old table in place; say so, and clear the
+  // note once a refresh works again.
+  function refreshFailed(failed) {
+    var notes = document.querySelectorAll("[data-refresh-error]");
+    for (var i = 0; i < notes.length; i++) notes[i].hidden = !failed;
+  }
+
+  document.addEventListener("DOMContentLoaded", tick);
+  document.addEventListener("htmx:afterSettle", function () { tick(); refreshFailed(false); });
+  document.addEventListener("htmx:responseError", function () { refreshFailed(true); });
+  document.addEventListener("htmx:sendError", function () { refreshFailed(true); });
+  setInterval(tick, 1000);
+})();
