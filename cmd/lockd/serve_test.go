@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// instance is a `lockd serve` started through run, as main starts it.
+type instance struct {
+	url    string
+	out    *lockedBuffer
+	stop   context.CancelFunc
+	result chan error
+}
+
+func startServe(t *testing.T, env map[string]string, args ...string) *instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	inst := &instance{out: &lockedBuffer{}, stop: cancel, result: make(chan error, 1)}
+	getenv := func(k string) string { return env[k] }
+	go func() {
+		inst.result <- run(ctx, append([]string{"lockd", "serve", "--listen", "127.0.0.1:0"}, args...), getenv, inst.out, io.Discard)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-inst.result:
+		case <-time.After(15 * time.Second):
+			t.Error("lockd serve did not stop")
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for inst.url == "" {
+		for _, line := range strings.Split(inst.out.String(), "\n") {
+			var l struct{ Message, Addr string }
+			if json.Unmarshal([]byte(line), &l) == nil && l.Message == "listening" {
+				inst.url = "http://" + l.Addr
+			}
+		}
+		select {
+		case err := <-inst.result:
+			t.Fatalf("lockd serve exited: %v\n%s", err, inst.out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lockd serve did not listen in 10 s:\n%s", inst.out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res, err := http.Get(inst.url + "/healthz")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("healthz: %v", err)
+	}
+	res.Body.Close()
+	return inst
+}
+
+func post(t *testing.T, url, body string) (int, map[string]any) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&m)
+	return res.StatusCode, m
+}
+
+func TestServeEmbedded(t *testing.T) {
+	inst := startServe(t, nil)
+	if !strings.Contains(inst.out.String(), "EMBEDDED in-process store") {
+		t.Fatalf("no embedded-store warning:\n%s", inst.out)
+	}
+	status, l := post(t, inst.url+"/v1/locks/try:me/acquire", `{"owner":"me","ttl_ms":200}`)
+	if status != 200 || l["owner"] != "me" {
+		t.Fatalf("acquire: %d %v", status, l)
+	}
+	if status, _ := post(t, inst.url+"/v1/locks/try:me/acquire", `{}`); status != 409 {
+		t.Fatalf("second acquire: %d", status)
+	}
+	// TTLs really expire in the embedded store: a waiter gets the key when
+	// the first lease runs out.
+	status, l2 := post(t, inst.url+"/v1/locks/try:me/acquire", `{"owner":"next","wait_ms":3000}`)
+	if status != 200 || l2["owner"] != "next" || l2["fence"].(float64) <= l["fence"].(float64) {
+		t.Fatalf("after expiry: %d %v", status, l2)
+	}
+}
+
+func TestServeReplicasShareRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	env := map[string]string{"LOCKD_REDIS": rs.URL()}
+	a := startServe(t, env)
+	b := startServe(t, env)
+	if strings.Contains(a.out.String(), "EMBEDDED") {
+		t.Fatal("LOCKD_REDIS was not used")
+	}
+	_, l := post(t, a.url+"/v1/locks/shared/acquire", `{"owner":"a"}`)
+	got := make(chan map[string]any, 1)
+	go func() {
+		_, l := post(t, b.url+"/v1/locks/shared/acquire", `{"owner":"b","wait_ms":5000}`)
+		got <- l
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if status, _ := post(t, a.url+"/v1/locks/shared/release", `{"token":"`+l["token"].(string)+`"}`); status != 200 {
+		t.Fatalf("release: %d", status)
+	}
+	select {
+	case l := <-got:
+		if l["owner"] != "b" {
+			t.Fatalf("waiter on b: %v", l)
+		}
+		t.Logf("waiter on replica b granted %v after the release on replica a", time.Since(start))
+	case <-time.After(2 * time.Second):
+		t.Fatal("a release on replica a did not wake the waiter on replica b")
+	}
+}
+
+func TestServeShutdownAnswersWaits(t *testing.T) {
+	inst := startServe(t, map[string]string{"LOCKD_REDIS": redistest.Start(t).URL()})
+	post(t, inst.url+"/v1/locks/held/acquire", `{}`)
+	answered := make(chan int, 1)
+	go func() {
+		status, _ := post(t, inst.url+"/v1/locks/held/acquire", `{"wait_ms":30000}`)
+		answered <- status
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	inst.stop()
+	select {
+	case status := <-answered:
+		if status != 503 {
+			t.Fatalf("waiting request answered %d at shutdown, want 503", status)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting request was not answered at shutdown")
+	}
+	if err := <-inst.result; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	inst.result <- nil // for the cleanup
+	t.Logf("shut down in %v with a wait open", time.Since(start))
+}
+
+func TestServeConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		code int
+		msg  string
+	}{
+		{"open listen without auth", []string{"--listen", "0.0.0.0:0"}, nil, exitUsage, "refusing to listen"},
+		{"open listen from env", nil, map[string]string{"LOCKD_LISTEN": "0.0.0.0:0"}, exitUsage, "refusing to listen"},
+		{"bad duration in env", nil, map[string]string{"LOCKD_MAX_TTL": "forever"}, exitUsage, "LOCKD_MAX_TTL"},
+		{"default over max", []string{"--default-ttl", "2h", "--max-ttl", "1h"}, nil, exitUsage, "--default-ttl"},
+		{"bad log format", []string{"--log-format", "xml"}, nil, exitUsage, "--log-format"},
+		{"bad redis url", []string{"--redis", "http://x:1"}, nil, exitUsage, "--redis"},
+		{"password not echoed", []string{"--redis", "redis://user:hunter2@:bad"}, nil, exitUsage, "--redis"},
+		{"stray argument", []string{"extra"}, nil, exitUsage, "no arguments"},
+		{"unknown flag", []string{"--nope"}, nil, exitUsage, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut lockedBuffer
+			getenv := func(k string) string { return tc.env[k] }
+			err := run(context.Background(), append([]string{"lockd", "serve"}, tc.args...), getenv, &out, &errOut)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != tc.code || !strings.Contains(ee.msg, tc.msg) {
+				t.Fatalf("err = %v, want exit %d mentioning %q", err, tc.code, tc.msg)
+			}
+			if strings.Contains(ee.msg+out.String()+errOut.String(), "hunter2") {
+				t.Fatal("the Redis password was printed")
+			}
+		})
+	}
+	// With --insecure-no-auth it listens, and says so loudly.
+	inst := startServe(t, nil, "--listen", "0.0.0.0:0", "--insecure-no-auth")
+	if !strings.Contains(inst.out.String(), "INSECURE") {
+		t.Fatalf("no warning for an open listener:\n%s", inst.out)
+	}
+}
