@@ -231,8 +231,8 @@ func ago(at, now time.Time) clock {
 func iso(t time.Time) string      { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 func absolute(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") }
 
-// span is a duration for people: "12 s", "3 min 4 s", "2 h 5 min",
-// "3 d 4 h". app.js formats the same way.
+// span is a duration for people: "12 s", "3 min 4 s", "2 h", "3 d 4 h".
+// app.js formats the same way.
 func span(d time.Duration) string {
 	s := int64(d / time.Second)
 	switch {
@@ -241,10 +241,18 @@ func span(d time.Duration) string {
 	case s < 60:
 		return fmt.Sprintf("%d s", s)
 	case s < 3600:
-		return fmt.Sprintf("%d min %d s", s/60, s%60)
+		return pair(s/60, "min", s%60, "s")
 	case s < 86400:
-		return fmt.Sprintf("%d h %d min", s/3600, s%3600/60)
+		return pair(s/3600, "h", s%3600/60, "min")
 	default:
-		return fmt.Sprintf("%d d %d h", s/86400, s%86400/3600)
+		return pair(s/86400, "d", s%86400/3600, "h")
 	}
+}
+
+// pair is "3 min 4 s", or "3 min" when the smaller unit is zero.
+func pair(big int64, bigUnit string, small int64, smallUnit string) string {
+	if small == 0 {
+		return fmt.Sprintf("%d %s", big, bigUnit)
+	}
+	return fmt.Sprintf("%d %s %d %s", big, bigUnit, small, smallUnit)
 }

@@ -10,14 +10,17 @@
 
   var seen = new WeakMap();
 
-  // span formats like the server's span(): "12 s", "3 min 4 s",
-  // "2 h 5 min", "3 d 4 h".
+  // span formats like the server's span(): "12 s", "3 min 4 s", "2 h",
+  // "3 d 4 h".
+  function pair(big, bigUnit, small, smallUnit) {
+    return small === 0 ? big + " " + bigUnit : big + " " + bigUnit + " " + small + " " + smallUnit;
+  }
   function span(ms) {
     var s = Math.max(0, Math.floor(ms / 1000));
     if (s < 60) return s + " s";
-    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
-    if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
-    return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
+    if (s < 3600) return pair(Math.floor(s / 60), "min", s % 60, "s");
+    if (s < 86400) return pair(Math.floor(s / 3600), "h", Math.floor((s % 3600) / 60), "min");
+    return pair(Math.floor(s / 86400), "d", Math.floor((s % 86400) / 3600), "h");
   }
 
   function tick() {

@@ -1,0 +1,158 @@
+package web
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// confirmForm opens the confirmation page of key and returns its form's
+// CSRF token (and, through the client's jar, the cookie).
+func (e *env) confirmForm(key string) string {
+	e.t.Helper()
+	p := e.get("/ui/locks/" + key + "/force-release")
+	if p.status != http.StatusOK {
+		e.t.Fatalf("confirm page: status %d\n%s", p.status, p.body)
+	}
+	form := p.doc.Find(`form[method="post"]`)
+	if form.AttrOr("action", "") != "/ui/locks/"+key+"/force-release" {
+		e.t.Fatalf("form action %q", form.AttrOr("action", ""))
+	}
+	if form.Find(`label[for="reason"]`).Length() != 1 || form.Find("textarea#reason").Length() != 1 {
+		e.t.Fatal("reason field is not labelled")
+	}
+	token := form.Find(`input[name="csrf"]`).AttrOr("value", "")
+	if token == "" {
+		e.t.Fatal("no CSRF token in the form")
+	}
+	return token
+}
+
+func TestForceRelease_ConfirmThenBreak(t *testing.T) {
+	e := newEnv(t)
+	l := e.acquire("fr:stuck", "worker-3", 30*time.Second)
+	token := e.confirmForm("fr:stuck")
+
+	p := e.post("/ui/locks/fr:stuck/force-release", url.Values{"csrf": {token}, "reason": {"  stuck after deploy "}}, nil)
+	if p.status != http.StatusOK {
+		t.Fatalf("status %d\n%s", p.status, p.body)
+	}
+	if g := text(p.doc.Find(`[data-testid="notice"]`)); !strings.Contains(g, "worker-3") || !strings.Contains(g, "fence "+itoa(l.Fence)) {
+		t.Errorf("outcome %q does not name the broken lease", g)
+	}
+	if _, held := e.held("fr:stuck"); held {
+		t.Fatal("still held after force-release")
+	}
+	ev := p.doc.Find(`[data-testid="event"]`).First()
+	if g := text(ev.Find(`[data-testid="event-type"]`)); g != "force_released" {
+		t.Fatalf("newest event %q, want force_released", g)
+	}
+	if g := text(ev.Find(`[data-testid="event-actor"]`)); g != "dashboard@127.0.0.1" {
+		t.Errorf("actor %q, want dashboard@127.0.0.1", g)
+	}
+	if g := text(ev.Find(`[data-testid="event-reason"]`)); g != "stuck after deploy" {
+		t.Errorf("reason %q", g)
+	}
+
+	// Posting again finds nothing to break and says so.
+	p = e.post("/ui/locks/fr:stuck/force-release", url.Values{"csrf": {token}}, nil)
+	if p.status != http.StatusNotFound || !strings.Contains(text(p.doc.Find(`[data-testid="notice"]`)), "not held") {
+		t.Errorf("second post: status %d, notice %q", p.status, text(p.doc.Find(`[data-testid="notice"]`)))
+	}
+}
+
+func TestForceRelease_RefusedWithoutValidToken(t *testing.T) {
+	e := newEnv(t)
+	l := e.acquire("fr:guarded", "worker-4", 30*time.Second)
+	path := "/ui/locks/fr:guarded/force-release"
+	token := e.confirmForm("fr:guarded")
+	other := NewDashboard(e.engine, e.dash.log) // another process: another secret
+	for _, tc := range []struct {
+		name   string
+		token  string
+		cookie bool
+		header http.Header
+	}{
+		{name: "no token", cookie: true},
+		{name: "wrong token", token: "AAAA", cookie: true},
+		{name: "token signed by another process", token: other.csrf.sign("x"), cookie: true},
+		{name: "token without its cookie", token: token},
+		{name: "cross-site post", token: token, cookie: true, header: http.Header{"Sec-Fetch-Site": {"cross-site"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jar := e.client.Jar
+			if !tc.cookie {
+				e.client.Jar = nil
+				defer func() { e.client.Jar = jar }()
+			}
+			form := url.Values{"reason": {"forged"}}
+			if tc.token != "" {
+				form.Set(csrfField, tc.token)
+			}
+			p := e.post(path, form, tc.header)
+			if p.status != http.StatusForbidden {
+				t.Errorf("status %d, want 403", p.status)
+			}
+			st, held := e.held("fr:guarded")
+			if !held || st.Fence != l.Fence {
+				t.Fatalf("the lock was broken by a refused post (held %v)", held)
+			}
+		})
+	}
+}
+
+func TestForceRelease_ReasonTooLong(t *testing.T) {
+	e := newEnv(t)
+	e.acquire("fr:long", "w", 30*time.Second)
+	token := e.confirmForm("fr:long")
+	p := e.post("/ui/locks/fr:long/force-release", url.Values{"csrf": {token}, "reason": {strings.Repeat("é", 501)}}, nil)
+	if p.status != http.StatusBadRequest || p.doc.Find(`form [data-testid="error"], [data-testid="error"]`).Length() != 1 {
+		t.Errorf("status %d\n%s", p.status, p.body)
+	}
+	if _, held := e.held("fr:long"); !held {
+		t.Error("broken despite a refused reason")
+	}
+}
+
+// TestForceRelease_IdentityHook shows how an auth layer plugs in: it names
+// the actor, and a non-admin sees no button and is refused.
+func TestForceRelease_IdentityHook(t *testing.T) {
+	e := newEnv(t)
+	e.acquire("fr:auth", "w", 30*time.Second)
+	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "reader", Admin: false} })
+	if p := e.get("/"); p.doc.Find(`[data-testid="force-release-link"]`).Length() != 0 {
+		t.Error("list offers force-release to a non-admin")
+	}
+	if p := e.get("/ui/locks/fr:auth"); p.doc.Find(`[data-testid="force-release-link"]`).Length() != 0 {
+		t.Error("detail offers force-release to a non-admin")
+	}
+	if p := e.get("/ui/locks/fr:auth/force-release"); p.status != http.StatusForbidden {
+		t.Errorf("confirm page for a non-admin: status %d", p.status)
+	}
+
+	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "alice", Admin: true} })
+	token := e.confirmForm("fr:auth")
+	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "reader", Admin: false} })
+	if p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}}, nil); p.status != http.StatusForbidden {
+		t.Errorf("post by a non-admin: status %d", p.status)
+	}
+	if _, held := e.held("fr:auth"); !held {
+		t.Fatal("a non-admin broke the lock")
+	}
+
+	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "alice", Admin: true} })
+	p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}}, nil)
+	if g := text(p.doc.Find(`[data-testid="event"]`).First().Find(`[data-testid="event-actor"]`)); g != "alice" {
+		t.Errorf("actor %q, want alice", g)
+	}
+}
+
+func TestForceRelease_NotHeldConfirmPage(t *testing.T) {
+	e := newEnv(t)
+	p := e.get("/ui/locks/fr:nobody/force-release")
+	if p.status != http.StatusOK || p.doc.Find(`[data-testid="not-held"]`).Length() != 1 || p.doc.Find("form").Length() != 0 {
+		t.Errorf("status %d\n%s", p.status, p.body)
+	}
+}
