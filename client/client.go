@@ -59,7 +59,7 @@ func New(serverURL string, opts ...Option) (*Client, error) {
 	}
 	raw, err := api.NewClient(serverURL, copts...)
 	if err != nil {
-		return nil, fmt.Errorf("client: server URL %q: %w", serverURL, err)
+		return nil, fmt.Errorf("lockd: server URL %q: %w", serverURL, err)
 	}
 	return &Client{raw: raw, retryFor: o.retryFor}, nil
 }
@@ -134,7 +134,7 @@ func (c *Client) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	resp, err := c.raw.RenewLock(ctx, key, body)
 	l, err := decode[api.Lease](ctx, resp, err)
-	return l, lostIfNotFound(err)
+	return l, lostIfNotFound(key, err)
 }
 
 // Release gives back one level of the lease with token on key. A lease
@@ -142,7 +142,7 @@ func (c *Client) Renew(ctx context.Context, key, token string, ttl time.Duration
 func (c *Client) Release(ctx context.Context, key, token string) (api.ReleaseResult, error) {
 	resp, err := c.raw.ReleaseLock(ctx, key, api.ReleaseRequest{Token: token})
 	r, err := decode[api.ReleaseResult](ctx, resp, err)
-	return r, lostIfNotFound(err)
+	return r, lostIfNotFound(key, err)
 }
 
 // ForceRelease breaks the lease on key, whoever holds it (admin scope).
@@ -191,9 +191,9 @@ func (c *Client) History(ctx context.Context, key string, limit int) (api.Histor
 
 // lostIfNotFound: on renew and release, "no live lease" means the caller's
 // lease is gone, the same as a token that is not the live one.
-func lostIfNotFound(err error) error {
-	if errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+func lostIfNotFound(key string, err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost) {
+		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, key, err)
 	}
 	return err
 }
@@ -219,7 +219,7 @@ func decode[T any](ctx context.Context, resp *http.Response, err error) (T, erro
 	}
 	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(body, &v); err != nil {
-			return v, fmt.Errorf("client: decoding the answer: %w", err)
+			return v, fmt.Errorf("lockd: decoding the answer: %w", err)
 		}
 		return v, nil
 	}

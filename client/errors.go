@@ -14,25 +14,25 @@ import (
 var (
 	// ErrHeld means another lease holds the key (after the wait, if any).
 	// The error is a *HeldError.
-	ErrHeld = errors.New("client: lock held")
+	ErrHeld = errors.New("lockd: lock held")
 	// ErrLeaseLost means the lease is no longer ours: its token is not the
 	// live one, the key has no live lease on renew or release, or it could
 	// not be renewed before it expired. Stop the protected work.
-	ErrLeaseLost = errors.New("client: lease lost")
+	ErrLeaseLost = errors.New("lockd: lease lost")
 	// ErrNotFound means the key has no live lease (status, force-release).
-	ErrNotFound = errors.New("client: no live lease")
+	ErrNotFound = errors.New("lockd: no live lease")
 	// ErrUnavailable means the server could not be reached or answered 5xx
 	// (503: its Redis is down). These are the errors worth retrying.
-	ErrUnavailable = errors.New("client: server unavailable")
+	ErrUnavailable = errors.New("lockd: server unavailable")
 	// ErrUnauthorized means the API key is missing or unknown (401).
-	ErrUnauthorized = errors.New("client: unauthorized")
+	ErrUnauthorized = errors.New("lockd: unauthorized")
 	// ErrForbidden means the API key lacks the scope or the key prefix (403).
-	ErrForbidden = errors.New("client: forbidden")
+	ErrForbidden = errors.New("lockd: forbidden")
 	// ErrInvalid means the server rejected the request as malformed (400,
 	// 413, 415): a bad key, TTL or wait out of range.
-	ErrInvalid = errors.New("client: invalid request")
+	ErrInvalid = errors.New("lockd: invalid request")
 	// ErrReleased is the cause of a lease's Context after Release.
-	ErrReleased = errors.New("client: lease released")
+	ErrReleased = errors.New("lockd: lease released")
 )
 
 // APIError is an error answer of the server: its status and its RFC 9457

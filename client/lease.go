@@ -105,7 +105,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	nl, err := l.c.Renew(ctx, l.key, l.token, l.ttl)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
-			l.lose(fmt.Errorf("renew answered: %w", err))
+			l.lose(err)
 			return l.Err()
 		}
 		return err
@@ -135,7 +135,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	_, err := l.c.Release(ctx, l.key, l.token)
 	if errors.Is(err, ErrLeaseLost) {
-		l.lose(fmt.Errorf("release answered: %w", err))
+		l.lose(err)
 		return l.Err()
 	}
 	l.cancel(ErrReleased)
@@ -149,7 +149,10 @@ func (l *Lease) lose(cause error) {
 		l.mu.Unlock()
 		return
 	}
-	l.err = fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.key, cause)
+	l.err = cause
+	if !errors.Is(cause, ErrLeaseLost) {
+		l.err = fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.key, cause)
+	}
 	err := l.err
 	l.mu.Unlock()
 	l.cancel(err)

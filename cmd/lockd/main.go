@@ -61,6 +61,23 @@ const usage = `lockd — distributed locks and leases over HTTP, on Redis.
 Server:
   lockd serve [flags]           run the server (lockd serve -h for flags)
 
+Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVER, LOCKD_API_KEY):
+  lockd run     [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] KEY -- COMMAND [ARGS...]
+                                hold KEY while COMMAND runs; exit with its status
+  lockd acquire [--ttl 30s] [--wait 0s] [--owner NAME] [--json] KEY
+                                take KEY; print its token (alone) on stdout
+  lockd renew   --token T [--ttl D] [--json] KEY
+  lockd release --token T KEY
+  lockd status  [--json] KEY
+  lockd ls      [--prefix P] [--json]
+  lockd history [--limit N] [--json] KEY
+  lockd force-release [--reason TEXT] KEY
+
+Every flag also reads LOCKD_<FLAG> (LOCKD_TOKEN, LOCKD_TTL, ...).
+Exit codes: 0 ok, 1 held or wait timed out, 2 usage, 3 lease lost (or no live
+lease), 4 server unreachable or 5xx, 5 unauthorized or forbidden; lockd run
+exits with COMMAND's status otherwise.
+
 Run "lockd COMMAND -h" for a command's flags.`
 
 // run is the whole program: main only wires it to the process.
@@ -88,4 +105,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 type clientCommand func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
 
 // clientCommands are the client subcommands, by name.
-var clientCommands = map[string]clientCommand{}
+var clientCommands = map[string]clientCommand{
+	"run":           runCmd,
+	"acquire":       acquireCmd,
+	"renew":         renewCmd,
+	"release":       releaseCmd,
+	"status":        statusCmd,
+	"ls":            lsCmd,
+	"history":       historyCmd,
+	"force-release": forceReleaseCmd,
+}

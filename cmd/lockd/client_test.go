@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/server"
+)
+
+// cliServer is an in-process lockd server on a real Redis.
+type cliServer struct {
+	url   string
+	redis *redistest.Server
+	c     *client.Client // to set up and inspect what the CLI did
+}
+
+func startCLIServer(t *testing.T) *cliServer {
+	t.Helper()
+	rs := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
+	engine := lock.New(rdb, lock.Options{})
+	reg := prometheus.NewRegistry()
+	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
+	hs := httptest.NewServer(srv.Handler(reg, nil))
+	t.Cleanup(func() {
+		srv.Shutdown()
+		_ = engine.Close()
+		hs.Close()
+		_ = rdb.Close()
+	})
+	c, err := client.New(hs.URL, client.WithRetry(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cliServer{url: hs.URL, redis: rs, c: c}
+}
+
+// syncBuffer is a buffer that a child process and the test may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// cli runs `lockd ARGS...` in process, as main would, with env as its
+// only environment, and returns the exit code and output.
+func cli(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb syncBuffer
+	err := run(context.Background(), append([]string{"lockd"}, args...), func(k string) string { return env[k] }, &out, &errb)
+	code = exitCode(err, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCLIExitCodes(t *testing.T) {
+	ls := startCLIServer(t)
+	env := map[string]string{"LOCKD_SERVER": ls.url}
+	ctx := context.Background()
+	held, err := ls.c.Acquire(ctx, "cli:held", client.AcquireOptions{Owner: "holder", TTL: time.Minute, NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stranger = "not-the-token-not-the-token-xxxx"
+
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+		// stderr must contain this.
+		msg string
+	}{
+		{"acquire free", env, []string{"acquire", "cli:free"}, exitOK, "acquired cli:free"},
+		{"acquire held", env, []string{"acquire", "cli:held"}, exitHeld, "held by holder"},
+		{"acquire held after wait", env, []string{"acquire", "--wait", "200ms", "cli:held"}, exitHeld, "held by holder"},
+		{"renew stranger token", env, []string{"renew", "--token", stranger, "cli:held"}, exitLeaseLost, "lease lost"},
+		{"renew free key", env, []string{"renew", "--token", stranger, "cli:nobody"}, exitLeaseLost, "no live lease"},
+		{"release stranger token", env, []string{"release", "--token", stranger, "cli:held"}, exitLeaseLost, "lease lost"},
+		{"renew token from env", map[string]string{"LOCKD_SERVER": ls.url, "LOCKD_TOKEN": held.Token()}, []string{"renew", "cli:held"}, exitOK, ""},
+		{"status held", env, []string{"status", "cli:held"}, exitOK, ""},
+		{"status free", env, []string{"status", "cli:nobody"}, exitLeaseLost, "no live lease"},
+		{"force-release free", env, []string{"force-release", "cli:nobody"}, exitLeaseLost, "no live lease"},
+		{"ls", env, []string{"ls", "--prefix", "cli:"}, exitOK, ""},
+		{"history", env, []string{"history", "cli:held"}, exitOK, ""},
+		{"unreachable", nil, []string{"status", "--server", "http://127.0.0.1:1", "cli:held"}, exitUnreachable, "unavailable"},
+		{"unreachable from env", map[string]string{"LOCKD_SERVER": "http://127.0.0.1:1"}, []string{"acquire", "cli:x"}, exitUnreachable, "connection refused"},
+		{"no key", env, []string{"acquire"}, exitUsage, "wants KEY"},
+		{"two keys", env, []string{"status", "a", "b"}, exitUsage, "wants KEY"},
+		{"unknown flag", env, []string{"status", "--nope", "cli:held"}, exitUsage, "flag provided but not defined"},
+		{"bad key", env, []string{"acquire", "-/bad"}, exitUsage, "flag provided but not defined"},
+		{"invalid key", env, []string{"acquire", "bad/key"}, exitUsage, "invalid_request"},
+		{"bad env duration", map[string]string{"LOCKD_SERVER": ls.url, "LOCKD_TTL": "soon"}, []string{"acquire", "cli:y"}, exitUsage, "LOCKD_TTL"},
+		{"renew without token", env, []string{"renew", "cli:held"}, exitUsage, "--token"},
+		{"unknown command", env, []string{"lock", "cli:held"}, exitUsage, "unknown command"},
+		{"help", env, []string{"status", "-h"}, exitOK, "usage: lockd status"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := cli(t, tt.env, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.code, stderr)
+			}
+			if !strings.Contains(stderr, tt.msg) {
+				t.Errorf("stderr %q does not say %q", stderr, tt.msg)
+			}
+		})
+	}
+}
+
+func TestCLIAcquireRenewRelease(t *testing.T) {
+	ls := startCLIServer(t)
+	env := map[string]string{"LOCKD_SERVER": ls.url}
+
+	// The plain output is the token, alone, for tok=$(lockd acquire KEY).
+	code, out, stderr := cli(t, env, "acquire", "--ttl", "10s", "--owner", "script", "cli:k")
+	if code != exitOK {
+		t.Fatalf("acquire: exit %d: %s", code, stderr)
+	}
+	token := strings.TrimSpace(out)
+	if strings.ContainsAny(token, " \n") || len(token) < 22 {
+		t.Fatalf("acquire printed %q, want just the token", out)
+	}
+	if strings.Contains(stderr, token) {
+		t.Error("the token is on stderr too")
+	}
+	if code, _, stderr := cli(t, env, "renew", "--token", token, "--ttl", "20s", "cli:k"); code != exitOK {
+		t.Fatalf("renew: exit %d: %s", code, stderr)
+	}
+	st, err := ls.c.State(context.Background(), "cli:k")
+	if err != nil || st.Owner != "script" || st.TtlMs != 20000 || st.Renewals != 1 {
+		t.Fatalf("state after renew = %+v, %v", st, err)
+	}
+	code, out, stderr = cli(t, env, "release", "--token", token, "cli:k")
+	if code != exitOK || !strings.Contains(out, "released cli:k") {
+		t.Fatalf("release: exit %d: %s%s", code, out, stderr)
+	}
+	if code, _, _ := cli(t, env, "release", "--token", token, "cli:k"); code != exitLeaseLost {
+		t.Errorf("second release: exit %d, want %d", code, exitLeaseLost)
+	}
+}
+
+// --json prints the API's own JSON: each output decodes as the API type,
+// with no field unknown to it.
+func TestCLIJSON(t *testing.T) {
+	ls := startCLIServer(t)
+	env := map[string]string{"LOCKD_SERVER": ls.url, "LOCKD_JSON": ""}
+
+	var lease api.Lease
+	mustJSON(t, env, &lease, "acquire", "--json", "--ttl", "10s", "cli:j")
+	if lease.Key != "cli:j" || lease.Token == "" || lease.Fence == 0 || lease.TtlMs != 10000 {
+		t.Fatalf("acquire --json = %+v", lease)
+	}
+	var renewed api.Lease
+	mustJSON(t, env, &renewed, "renew", "--json", "--token", lease.Token, "cli:j")
+	if renewed.Fence != lease.Fence {
+		t.Errorf("renew changed the fence")
+	}
+	var st api.LockState
+	mustJSON(t, env, &st, "status", "--json", "cli:j")
+	if st.Fence != lease.Fence || st.Renewals != 1 {
+		t.Errorf("status --json = %+v", st)
+	}
+	var list api.LockList
+	// LOCKD_JSON turns it on like the flag does.
+	mustJSON(t, map[string]string{"LOCKD_SERVER": ls.url, "LOCKD_JSON": "true"}, &list, "ls", "--prefix", "cli:")
+	if len(list.Locks) != 1 || list.Locks[0].Key != "cli:j" {
+		t.Errorf("ls --json = %+v", list)
+	}
+	var h api.History
+	mustJSON(t, env, &h, "history", "--json", "cli:j")
+	if len(h.Events) != 2 || h.Events[0].Type != api.Renewed {
+		t.Errorf("history --json = %+v", h)
+	}
+	var fr api.ForceReleaseResult
+	mustJSON(t, env, &fr, "force-release", "--json", "--reason", "test", "cli:j")
+	if !fr.Released || fr.Fence != lease.Fence {
+		t.Errorf("force-release --json = %+v", fr)
+	}
+	var rel api.ReleaseResult
+	if code, _, _ := cli(t, env, "release", "--json", "--token", lease.Token, "cli:j"); code != exitLeaseLost {
+		t.Errorf("release after force-release: exit %d, want %d", code, exitLeaseLost)
+	}
+	mustJSON(t, env, &lease, "acquire", "--json", "cli:j")
+	mustJSON(t, env, &rel, "release", "--json", "--token", lease.Token, "cli:j")
+	if !rel.Released || rel.Count != 0 {
+		t.Errorf("release --json = %+v", rel)
+	}
+}
+
+func mustJSON(t *testing.T, env map[string]string, v any, args ...string) {
+	t.Helper()
+	code, out, stderr := cli(t, env, args...)
+	if code != exitOK {
+		t.Fatalf("lockd %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("lockd %s printed %q: %v", strings.Join(args, " "), out, err)
+	}
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lockd/lockd/client"
+)
+
+// exitNoCommand is the shell's code for a command that could not be run.
+const exitNoCommand = 127
+
+// runCmd is `lockd run`: the flock(1) of lockd. It holds KEY while COMMAND
+// runs, renewing every ttl/3, and exits with COMMAND's status.
+//
+// COMMAND runs in its own process group, so that a lost lease stops all of
+// it (a shell script and what it started), not just its first process.
+// While it runs, SIGINT, SIGTERM and SIGHUP sent to lockd run are passed on
+// to that group and lockd run waits for COMMAND to end; ctx is not watched
+// then, since main cancels it on the same signals.
+func runCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cf := newClientFlags("run", "[--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] KEY -- COMMAND [ARGS...]", getenv, stderr)
+	ttl := cf.fs.Duration("ttl", cf.env.dur("ttl", 30*time.Second), "lease TTL; renewed every ttl/3 while COMMAND runs")
+	wait := cf.fs.Duration("wait", cf.env.dur("wait", 60*time.Second), "how long to wait while the key is held (then exit 1)")
+	owner := cf.fs.String("owner", cf.env.str("owner", ""), "holder's label (default: the server's name for the caller)")
+	grace := cf.fs.Duration("grace", cf.env.dur("grace", 10*time.Second), "after a lost lease, how long COMMAND has between SIGTERM and SIGKILL")
+	retry := cf.fs.Duration("retry", cf.env.dur("retry", 30*time.Second), "how long to keep retrying the acquire while the server answers 503 or cannot be reached")
+	if err := cf.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return &exitError{code: exitOK}
+		}
+		return &exitError{code: exitUsage}
+	}
+	if cf.env.err != nil {
+		return usageError("%v", cf.env.err)
+	}
+	rest := cf.fs.Args()
+	if len(rest) > 1 && rest[1] == "--" {
+		rest = append(rest[:1:1], rest[2:]...)
+	}
+	if len(rest) < 2 {
+		cf.fs.Usage()
+		return usageError("run wants KEY -- COMMAND [ARGS...]")
+	}
+	key, argv := rest[0], rest[1:]
+	if *grace < 0 {
+		return usageError("--grace must not be negative")
+	}
+
+	c, err := cf.client(client.WithRetry(*retry))
+	if err != nil {
+		return err
+	}
+	l, err := c.Acquire(ctx, key, client.AcquireOptions{Owner: *owner, TTL: *ttl, Wait: *wait})
+	if err != nil {
+		if errors.Is(err, client.ErrHeld) {
+			return &exitError{code: exitHeld, msg: fmt.Sprintf("%v (waited %v)", err, *wait)}
+		}
+		return failed(err)
+	}
+	release := func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return l.Release(rctx)
+	}
+
+	// Listen before starting COMMAND so that no signal falls in between.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "LOCKD_KEY="+key, "LOCKD_FENCE="+strconv.FormatInt(l.Fence(), 10))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// If COMMAND leaves children holding its output open, do not wait for
+	// them forever once COMMAND itself has exited.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		_ = release()
+		return &exitError{code: exitNoCommand, msg: fmt.Sprintf("run: %v", err)}
+	}
+	pgid := cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+
+	lost := l.Lost()
+	var lostErr error
+	var kill <-chan time.Time
+	for {
+		select {
+		case sig := <-sigc:
+			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+			continue
+		case <-lost:
+			lostErr = l.Err()
+			lost = nil
+			fmt.Fprintf(stderr, "lockd: %v\nlockd: stopping %s: SIGTERM now, SIGKILL in %v\n", trimLockd(lostErr), argv[0], *grace)
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			kill = time.After(*grace)
+			continue
+		case <-kill:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			continue
+		case <-exited:
+		}
+		break
+	}
+	status := exitStatus(cmd.ProcessState)
+	if lostErr != nil {
+		// Whatever is left in the group must not outlive the lease either.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s stopped (status %d): the lease on %s was lost", argv[0], status, key)}
+	}
+	if err := release(); err != nil {
+		if errors.Is(err, client.ErrLeaseLost) {
+			// Lost between the last renew and now: COMMAND's end may have
+			// run unprotected, which the caller must hear about.
+			return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s exited (status %d) but the lease was already lost: %s", argv[0], status, trimLockd(err))}
+		}
+		fmt.Fprintf(stderr, "lockd: release %s: %s; the lease will expire within %v\n", key, trimLockd(err), l.TTL())
+	}
+	if status != 0 {
+		return &exitError{code: status}
+	}
+	return nil
+}
+
+// exitStatus is COMMAND's exit code, or 128+N when signal N killed it, as
+// a shell reports it.
+func exitStatus(ps *os.ProcessState) int {
+	if ps == nil {
+		return exitNoCommand
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func trimLockd(err error) string {
+	return strings.TrimPrefix(err.Error(), "lockd: ")
+}
