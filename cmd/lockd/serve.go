@@ -191,13 +191,7 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 		stop()
 		return nil, nil, usageError("--redis: %v", redactURL(err.Error(), url))
 	}
-	// Bounded timeouts answer 503 within about 2 s when Redis is down. No
-	// retries: a retried acquire could find its own lease and call it held.
-	opts.DialTimeout = 700 * time.Millisecond
-	opts.ReadTimeout = time.Second
-	opts.WriteTimeout = time.Second
-	opts.PoolTimeout = time.Second
-	opts.MaxRetries = -1
+	lock.TuneClient(opts)
 	rdb := redis.NewClient(opts)
 	rdb.AddHook(newRedisHook(reg))
 	log.Info().Str("redis", opts.Addr).Int("db", opts.DB).Bool("tls", opts.TLSConfig != nil).Msg("redis")

@@ -1,0 +1,24 @@
+package lock
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TuneClient sets the client options the engine is built for:
+//
+//   - bounded dial, read, write and pool timeouts, so that a call answers
+//     ErrUnavailable within about 2 s when Redis is down, never hangs;
+//   - no retries: a retried acquire whose first attempt did reach Redis
+//     would find its own lease and call it held;
+//   - RESP2: lockd uses no RESP3 feature, and go-redis checks for RESP3
+//     push notifications before every command (about 3% of lockd's CPU).
+func TuneClient(opts *redis.Options) {
+	opts.DialTimeout = 700 * time.Millisecond
+	opts.ReadTimeout = time.Second
+	opts.WriteTimeout = time.Second
+	opts.PoolTimeout = time.Second
+	opts.MaxRetries = -1
+	opts.Protocol = 2
+}

@@ -1,0 +1,334 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/server"
+)
+
+// The benchmarks here print the figures of ../shared/spec/performance.md:
+//
+//	go test -run '^$' -bench . -benchtime 1x ./internal/server/
+//
+// Each runs time-boxed rounds itself (b.N is ignored beyond 1) so that lockd
+// and its yardstick are measured in one run, interleaved.
+
+// counter counts the commands a Redis client sends.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// bareServer is the yardstick: net/http and encoding/json around one
+// EVALSHA per request, with nothing else.
+func bareServer(rdb *redis.Client) http.Handler {
+	acquire := redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0`)
+	release := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /bare/{key}/acquire", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			TTL int64 `json:"ttl_ms"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		var b [24]byte
+		_, _ = rand.Read(b[:])
+		token := base64.RawURLEncoding.EncodeToString(b[:])
+		ok, err := acquire.Run(r.Context(), rdb, []string{"bare:" + r.PathValue("key")}, token, body.TTL).Int()
+		if err != nil || ok == 0 {
+			w.WriteHeader(409)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"token": token})
+	})
+	mux.HandleFunc("POST /bare/{key}/release", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Token string `json:"token"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		_, _ = release.Run(r.Context(), rdb, []string{"bare:" + r.PathValue("key")}, body.Token).Result()
+		_ = json.NewEncoder(w).Encode(map[string]any{"released": true})
+	})
+	return mux
+}
+
+type target struct {
+	name  string
+	base  string // URL prefix of /{key}/acquire and /{key}/release
+	calls *counter
+}
+
+func benchTargets(b *testing.B) (lockd, bare target, rs *redistest.Server) {
+	rs = redistest.Start(b)
+	lockdCalls, bareCalls := &counter{}, &counter{}
+	// Both clients as lockd serve configures its own.
+	opts := func() *redis.Options {
+		o := &redis.Options{Addr: rs.Addr, PoolSize: 64}
+		lock.TuneClient(o)
+		return o
+	}
+	rdb := redis.NewClient(opts())
+	rdb.AddHook(lockdCalls)
+	brdb := redis.NewClient(opts())
+	brdb.AddHook(bareCalls)
+	engine := lock.New(rdb, lock.Options{})
+	reg := prometheus.NewRegistry()
+	srv := server.New(engine, zerolog.New(io.Discard), server.DefaultConfig(), reg)
+	ts := httptest.NewServer(srv.Handler(reg, nil))
+	bs := httptest.NewServer(bareServer(brdb))
+	b.Cleanup(func() {
+		srv.Shutdown()
+		_ = engine.Close()
+		ts.Close()
+		bs.Close()
+		_ = rdb.Close()
+		_ = brdb.Close()
+	})
+	return target{"lockd", ts.URL + "/v1/locks", lockdCalls}, target{"bare", bs.URL + "/bare", bareCalls}, rs
+}
+
+var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
+
+func postJSON(url string, body []byte) (int, []byte, error) {
+	res, err := httpClient.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, b, err
+}
+
+// cycle is one acquire and one release of key over HTTP.
+func cycle(base, key string) error {
+	status, body, err := postJSON(base+"/"+key+"/acquire", []byte(`{"ttl_ms":30000}`))
+	if err != nil || status != 200 {
+		return fmt.Errorf("acquire: %d %v %s", status, err, body)
+	}
+	var l struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		return err
+	}
+	status, body, err = postJSON(base+"/"+key+"/release", []byte(`{"token":"`+l.Token+`"}`))
+	if err != nil || status != 200 {
+		return fmt.Errorf("release: %d %v %s", status, err, body)
+	}
+	return nil
+}
+
+type loadResult struct {
+	cycles   int
+	elapsed  time.Duration
+	lat      []time.Duration
+	calls    int64
+	cpu      time.Duration // this process (server and load) plus redis-server
+	redisCPU time.Duration
+	failures int
+}
+
+func (r loadResult) rate() float64 { return float64(r.cycles) / r.elapsed.Seconds() }
+
+func percentile(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	return lat[min(len(lat)-1, int(float64(len(lat))*p))]
+}
+
+// runLoad runs clients goroutines, each cycling on its own key, for d.
+func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d time.Duration) loadResult {
+	var mu sync.Mutex
+	var res loadResult
+	calls0 := t.calls.n.Load()
+	rcpu0 := redisCPU(admin)
+	cpu0 := cpuTime() + rcpu0
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("bench:%s:%d", t.name, c)
+			var lat []time.Duration
+			fails := 0
+			for time.Now().Before(deadline) {
+				s := time.Now()
+				if err := cycle(t.base, key); err != nil {
+					fails++
+					continue
+				}
+				lat = append(lat, time.Since(s))
+			}
+			mu.Lock()
+			res.lat = append(res.lat, lat...)
+			res.failures += fails
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.cycles = len(res.lat)
+	res.calls = t.calls.n.Load() - calls0
+	rcpu := redisCPU(admin)
+	res.cpu = cpuTime() + rcpu - cpu0
+	res.redisCPU = rcpu - rcpu0
+	return res
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU reads redis-server's own CPU time from INFO cpu.
+func redisCPU(c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// BenchmarkHTTPVersusBare measures an uncontended acquire+release cycle over
+// HTTP through lockd's full router beside the bare server, 32 clients,
+// interleaved rounds, and reports lockd's ratio to the bare server.
+func BenchmarkHTTPVersusBare(b *testing.B) {
+	lockdT, bareT, rs := benchTargets(b)
+	admin := rs.Client(b)
+	const clients, round, rounds = 32, 2 * time.Second, 3
+	// Warm up: scripts loaded, connections open.
+	runLoad(lockdT, rs, admin, clients, 300*time.Millisecond)
+	runLoad(bareT, rs, admin, clients, 300*time.Millisecond)
+	b.ResetTimer()
+	var ratios []float64
+	var last map[string]loadResult
+	for range b.N {
+		for range rounds {
+			last = map[string]loadResult{}
+			for _, t := range []target{bareT, lockdT} {
+				last[t.name] = runLoad(t, rs, admin, clients, round)
+			}
+			ratios = append(ratios, last["lockd"].rate()/last["bare"].rate())
+		}
+	}
+	b.StopTimer()
+	slices.Sort(ratios)
+	for _, name := range []string{"bare", "lockd"} {
+		r := last[name]
+		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle  %.0f µs CPU/cycle (all processes, %.0f µs in Redis)  failures %d",
+			name, r.rate(), float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()),
+			float64(r.calls)/float64(r.cycles), float64(r.cpu.Microseconds())/float64(r.cycles),
+			float64(r.redisCPU.Microseconds())/float64(r.cycles), r.failures)
+	}
+	l := last["lockd"]
+	b.ReportMetric(ratios[len(ratios)/2], "lockd/bare")
+	b.ReportMetric(l.rate(), "cycles/s")
+	b.ReportMetric(float64(percentile(l.lat, .5).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(percentile(l.lat, .99).Microseconds()), "p99-µs")
+	b.ReportMetric(float64(l.calls)/float64(l.cycles), "redis-calls/cycle")
+	b.ReportMetric(float64(l.cpu.Microseconds())/float64(l.cycles), "cpu-µs/cycle")
+}
+
+// BenchmarkHandoff: 16 waiters on one key over HTTP, each holding 1 ms.
+// Reports grants/s, the release→grant gap, fairness and Redis calls per grant.
+func BenchmarkHandoff(b *testing.B) {
+	lockdT, _, _ := benchTargets(b)
+	const waiters, d = 16, 3 * time.Second
+	b.ResetTimer()
+	for range b.N {
+		var lastRelease atomic.Int64 // unix ns of the last release call
+		var mu sync.Mutex
+		var gaps []time.Duration
+		grants := make([]int, waiters)
+		calls0 := lockdT.calls.n.Load()
+		start := time.Now()
+		deadline := start.Add(d)
+		var wg sync.WaitGroup
+		for w := range waiters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					status, body, err := postJSON(lockdT.base+"/handoff/acquire", []byte(`{"ttl_ms":5000,"wait_ms":10000}`))
+					if err != nil || status != 200 {
+						continue
+					}
+					now := time.Now()
+					if lr := lastRelease.Load(); lr != 0 {
+						mu.Lock()
+						gaps = append(gaps, now.Sub(time.Unix(0, lr)))
+						mu.Unlock()
+					}
+					grants[w]++
+					var l struct {
+						Token string `json:"token"`
+					}
+					_ = json.Unmarshal(body, &l)
+					time.Sleep(time.Millisecond)
+					lastRelease.Store(time.Now().UnixNano())
+					_, _, _ = postJSON(lockdT.base+"/handoff/release", []byte(`{"token":"`+l.Token+`"}`))
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		total := 0
+		for _, g := range grants {
+			total += g
+		}
+		calls := lockdT.calls.n.Load() - calls0
+		b.Logf("hand-off: %d waiters, %.0f grants/s, gap p50 %.2f ms p99 %.2f ms, grants per waiter min %d max %d, %.2f Redis calls/grant",
+			waiters, float64(total)/elapsed.Seconds(), ms(percentile(gaps, .5)), ms(percentile(gaps, .99)),
+			slices.Min(grants), slices.Max(grants), float64(calls)/float64(total))
+		b.ReportMetric(float64(total)/elapsed.Seconds(), "grants/s")
+		b.ReportMetric(ms(percentile(gaps, .5)), "gap-p50-ms")
+		b.ReportMetric(ms(percentile(gaps, .99)), "gap-p99-ms")
+		b.ReportMetric(float64(slices.Min(grants)), "min-grants/waiter")
+		b.ReportMetric(float64(slices.Max(grants)), "max-grants/waiter")
+		b.ReportMetric(float64(calls)/float64(total), "redis-calls/grant")
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
