@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/client"
 )
 
@@ -108,9 +109,10 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		case <-lost:
 			lostErr = l.Err()
 			lost = nil
-			fmt.Fprintf(stderr, "lockd: %v\nlockd: stopping %s: SIGTERM now, SIGKILL in %v\n", trimLockd(lostErr), argv[0], *grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			kill = time.After(*grace)
+			fmt.Fprintf(stderr, "lockd: %s%s\nlockd: stopping %s: SIGTERM now, SIGKILL in %v\n",
+				trimLockd(lostErr), why(ctx, c, key, l.Fence()), argv[0], *grace)
 			continue
 		case <-kill:
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -137,6 +139,34 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		return &exitError{code: status}
 	}
 	return nil
+}
+
+// why looks in the key's history for what ended the lease with fence, to
+// tell the user more than "no live lease" (who broke it, and why).
+func why(ctx context.Context, c *client.Client, key string, fence int64) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	h, err := c.History(ctx, key, 20)
+	if err != nil {
+		return ""
+	}
+	for _, e := range h.Events {
+		if e.Fence != fence {
+			continue
+		}
+		switch e.Type {
+		case api.ForceReleased:
+			msg := fmt.Sprintf(" (force-released by %s at %s", e.Actor, clock(e.At))
+			if e.Reason != "" {
+				msg += ": " + strconv.Quote(e.Reason)
+			}
+			return msg + ")"
+		case api.Expired:
+			return fmt.Sprintf(" (expired at %s)", clock(e.At))
+		}
+		return ""
+	}
+	return ""
 }
 
 // exitStatus is COMMAND's exit code, or 128+N when signal N killed it, as

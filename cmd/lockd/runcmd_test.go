@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/client"
+)
+
+// lockdRun starts `lockd run ARGS...` in process; the channel gets its exit
+// code once it has returned.
+func lockdRun(ls *cliServer, stdout, stderr *syncBuffer, args ...string) <-chan int {
+	done := make(chan int, 1)
+	env := map[string]string{"LOCKD_SERVER": ls.url}
+	go func() {
+		err := run(context.Background(), append([]string{"lockd", "run"}, args...), func(k string) string { return env[k] }, stdout, stderr)
+		done <- exitCode(err, stderr)
+	}()
+	return done
+}
+
+func waitExit(t *testing.T, done <-chan int, within time.Duration, stderr *syncBuffer) int {
+	t.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(within):
+		t.Fatalf("lockd run did not exit within %v; stderr:\n%s", within, stderr)
+		return -1
+	}
+}
+
+// waitHeld polls until key is held and returns its state.
+func waitHeld(t *testing.T, c *client.Client, key string) api.LockState {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := c.State(context.Background(), key)
+		if err == nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not held within 5 s: %v", key, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func assertFree(t *testing.T, c *client.Client, key string) {
+	t.Helper()
+	if _, err := c.State(context.Background(), key); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("%s is still held after lockd run: %v", key, err)
+	}
+}
+
+func TestRunExitsWithCommandStatus(t *testing.T) {
+	ls := startCLIServer(t)
+	tests := []struct {
+		name   string
+		script string
+		code   int
+	}{
+		{"success", "exit 0", 0},
+		{"failure", "exit 7", 7},
+		{"killed by a signal", "kill -KILL $$", 128 + 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb syncBuffer
+			key := "run:status:" + strconv.Itoa(tt.code)
+			code := waitExit(t, lockdRun(ls, &out, &errb, key, "--", "sh", "-c", tt.script), 10*time.Second, &errb)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.code, &errb)
+			}
+			assertFree(t, ls.c, key)
+		})
+	}
+}
+
+func TestRunKeepsLeaseAndReleasesAtExit(t *testing.T) {
+	ls := startCLIServer(t)
+	const key, ttl = "run:long", 300 * time.Millisecond
+	var out, errb syncBuffer
+	// The child outlives 4 TTLs, then prints when it ends (ns since epoch).
+	done := lockdRun(ls, &out, &errb, "--ttl", ttl.String(), key, "--",
+		"sh", "-c", `echo "key=$LOCKD_KEY fence=$LOCKD_FENCE"; sleep 1.2; date +%s%N`)
+
+	st := waitHeld(t, ls.c, key)
+	deadline := time.Now().Add(5 * time.Second)
+	for st.Renewals < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		if s, err := ls.c.State(context.Background(), key); err == nil {
+			st = s
+		}
+	}
+	if st.Renewals < 3 {
+		t.Errorf("renewals = %d while the command ran, want ≥ 3", st.Renewals)
+	}
+	if code := waitExit(t, done, 10*time.Second, &errb); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
+	}
+
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("child printed %q", out.String())
+	}
+	if want := "key=" + key + " fence=" + strconv.FormatInt(st.Fence, 10); lines[0] != want {
+		t.Errorf("child saw %q, want %q", lines[0], want)
+	}
+	endNs, err := strconv.ParseInt(lines[1], 10, 64)
+	if err != nil {
+		t.Fatalf("date printed %q", lines[1])
+	}
+	assertFree(t, ls.c, key)
+
+	h, err := ls.c.History(context.Background(), key, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var renewedAt []time.Time
+	var releasedAt, acquiredAt time.Time
+	for _, e := range slices.Backward(h.Events) {
+		if e.Fence != st.Fence {
+			t.Errorf("event %s has fence %d, want %d throughout", e.Type, e.Fence, st.Fence)
+		}
+		switch e.Type {
+		case api.Acquired:
+			acquiredAt = e.At
+		case api.Renewed:
+			renewedAt = append(renewedAt, e.At)
+		case api.Released:
+			releasedAt = e.At
+		}
+	}
+	if len(renewedAt) < 3 || releasedAt.IsZero() {
+		t.Fatalf("history: %d renewals, released at %v", len(renewedAt), releasedAt)
+	}
+	var gaps []time.Duration
+	prev := acquiredAt
+	for _, at := range renewedAt {
+		gaps = append(gaps, at.Sub(prev))
+		prev = at
+	}
+	var sum time.Duration
+	for _, g := range gaps {
+		sum += g
+	}
+	releaseDelay := releasedAt.Sub(time.Unix(0, endNs))
+	t.Logf("lockd run, ttl %v: %d renewals, interval mean %v (ttl/3 = %v), min %v, max %v; released %v after the command's last line",
+		ttl, len(gaps), (sum / time.Duration(len(gaps))).Round(time.Millisecond), ttl/3,
+		slices.Min(gaps).Round(time.Millisecond), slices.Max(gaps).Round(time.Millisecond), releaseDelay.Round(time.Millisecond))
+	if m := slices.Max(gaps); m >= ttl {
+		t.Errorf("a renewal came %v after the previous one: the lease could have expired", m)
+	}
+	if releaseDelay > 2*time.Second {
+		t.Errorf("released %v after the command ended", releaseDelay)
+	}
+}
+
+func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
+	ls := startCLIServer(t)
+	tests := []struct {
+		name   string
+		script string
+		grace  time.Duration
+	}{
+		{"command ends on SIGTERM", `echo started; sleep 30`, 10 * time.Second},
+		{"command ignores SIGTERM: SIGKILL after the grace", `trap "" TERM; echo started; sleep 30`, 300 * time.Millisecond},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "run:lost:" + strconv.Itoa(i)
+			var out, errb syncBuffer
+			done := lockdRun(ls, &out, &errb, "--ttl", "600ms", "--grace", tt.grace.String(), key, "--", "sh", "-c", tt.script)
+			waitHeld(t, ls.c, key)
+			for !strings.Contains(out.String(), "started") {
+				time.Sleep(5 * time.Millisecond)
+			}
+			broke := time.Now()
+			if _, err := ls.c.ForceRelease(context.Background(), key, "stuck after deploy"); err != nil {
+				t.Fatal(err)
+			}
+			code := waitExit(t, done, 10*time.Second, &errb)
+			t.Logf("%s: lockd run exited %v after the force-release", tt.name, time.Since(broke).Round(time.Millisecond))
+			if code != exitLeaseLost {
+				t.Errorf("exit %d, want %d", code, exitLeaseLost)
+			}
+			for _, want := range []string{"lease lost", key, "force-released", `"stuck after deploy"`, "SIGTERM"} {
+				if !strings.Contains(errb.String(), want) {
+					t.Errorf("stderr does not say %q:\n%s", want, &errb)
+				}
+			}
+		})
+	}
+}
+
+func TestRunRefusals(t *testing.T) {
+	ls := startCLIServer(t)
+	held, err := ls.c.Acquire(context.Background(), "run:held", client.AcquireOptions{Owner: "other", TTL: time.Minute, NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	tests := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"held after the wait", []string{"--wait", "200ms", "run:held", "--", "true"}, exitHeld, "held by other"},
+		{"no command", []string{"run:x"}, exitUsage, "KEY -- COMMAND"},
+		{"no key", nil, exitUsage, "KEY -- COMMAND"},
+		{"command not found", []string{"run:nf", "--", "/nonexistent/cmd"}, exitNoCommand, "no such file"},
+		{"bad ttl", []string{"--ttl", "1ms", "run:y", "--", "true"}, exitUsage, "ttl_ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb syncBuffer
+			code := waitExit(t, lockdRun(ls, &out, &errb, tt.args...), 10*time.Second, &errb)
+			if code != tt.code || !strings.Contains(errb.String(), tt.msg) {
+				t.Errorf("exit %d, want %d and %q on stderr:\n%s", code, tt.code, tt.msg, &errb)
+			}
+		})
+	}
+	assertFree(t, ls.c, "run:nf")
+}
+
+func TestRunRetriesWhileRedisIsDown(t *testing.T) {
+	ls := startCLIServer(t)
+	ls.redis.Stop()
+	var out, errb syncBuffer
+	done := lockdRun(ls, &out, &errb, "--retry", "20s", "run:retry", "--", "sh", "-c", "echo fence=$LOCKD_FENCE")
+	time.Sleep(300 * time.Millisecond) // a few 503s
+	ls.redis.Restart()
+	if code := waitExit(t, done, 15*time.Second, &errb); code != 0 || !strings.Contains(out.String(), "fence=") {
+		t.Fatalf("exit %d, out %q; stderr:\n%s", code, &out, &errb)
+	}
+}
+
+// Signals to lockd run reach the command; this needs a real lockd process.
+func TestRunForwardsSignals(t *testing.T) {
+	ls := startCLIServer(t)
+	bin := filepath.Join(t.TempDir(), "lockd")
+	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	tests := []struct {
+		sig  syscall.Signal
+		name string
+	}{
+		{syscall.SIGTERM, "TERM"},
+		{syscall.SIGINT, "INT"},
+		{syscall.SIGHUP, "HUP"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "run:signal:" + tt.name
+			cmd := exec.Command(bin, "run", "--server", ls.url, key, "--", "sh", "-c",
+				`trap 'echo got `+tt.name+`; exit 42' `+tt.name+`; echo ready; while :; do sleep 0.05; done`)
+			cmd.Env = []string{"PATH=/usr/bin:/bin"}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errb syncBuffer
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			lines := bufio.NewScanner(stdout)
+			if !lines.Scan() || lines.Text() != "ready" {
+				t.Fatalf("child said %q; stderr:\n%s", lines.Text(), &errb)
+			}
+			if err := cmd.Process.Signal(tt.sig); err != nil {
+				t.Fatal(err)
+			}
+			var rest []string
+			for lines.Scan() {
+				rest = append(rest, lines.Text())
+			}
+			err = cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 42 {
+				t.Errorf("lockd run ended with %v, want exit 42 (the command's)", err)
+			}
+			if !slices.Contains(rest, "got "+tt.name) {
+				t.Errorf("command printed %q, want %q", rest, "got "+tt.name)
+			}
+			assertFree(t, ls.c, key)
+		})
+	}
+}
