@@ -1,0 +1,222 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// chromium finds the browser, failing (never skipping) when there is none.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("headless Chromium is not installed; the dashboard's browser test needs it. " +
+		"Install it with `apt-get install -y chromium` (Debian/Ubuntu); .ci/run does so when it is missing.")
+	return ""
+}
+
+// apiAcquire takes a lock through the JSON API, as a client would, and
+// returns its token.
+func apiAcquire(t *testing.T, base, key, owner string, ttl time.Duration) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"owner":%q,"ttl_ms":%d}`, owner, ttl.Milliseconds())
+	return apiPost(t, base+"/v1/locks/"+key+"/acquire", body)
+}
+
+func apiPost(t *testing.T, url, body string) string {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var lease struct {
+		Token string `json:"token"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&lease); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: status %d (%v)", url, resp.StatusCode, err)
+	}
+	return lease.Token
+}
+
+var secondsLeft = regexp.MustCompile(`^(\d+) s left$`)
+
+// TestBrowser_FindAndForceRelease is what a person does: open the
+// dashboard, find the stuck lock and its owner, watch its TTL run down,
+// break it with the button (by keyboard), and see it gone from the list
+// and force_released in its history. It also writes docs/dashboard.png.
+func TestBrowser_FindAndForceRelease(t *testing.T) {
+	start := time.Now()
+	chrome := chromium(t)
+	e := newEnv(t)
+	token := apiAcquire(t, e.ts.URL, "deploy:prod", "ci-runner-7", 25*time.Second)
+	apiPost(t, e.ts.URL+"/v1/locks/deploy:prod/renew", fmt.Sprintf(`{"token":%q}`, token))
+	apiAcquire(t, e.ts.URL, "order:pay:12345", "worker-3@10.0.4.17", 90*time.Second)
+	apiAcquire(t, e.ts.URL, "reports:nightly", "cron@batch-2", 10*time.Minute)
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 720),
+	)
+	defer cancelAlloc()
+	ctx, cancelTab := chromedp.NewContext(alloc)
+	defer cancelTab()
+	ctx, cancel := context.WithTimeout(ctx, 25*time.Second)
+	defer cancel()
+
+	// Every console error (a CSP violation, a script error) fails the test.
+	var mu sync.Mutex
+	var consoleErrors []string
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				mu.Lock()
+				consoleErrors = append(consoleErrors, m.String()+" "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	row := `tr[data-key="deploy:prod"]`
+	must("open /", chromedp.Do(ctx, chromedp.Navigate(e.ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(row))))
+	owner, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+` [data-testid="owner"]`)))
+	must("owner", err)
+	if owner != "ci-runner-7" {
+		t.Fatalf("owner %q, want ci-runner-7", owner)
+	}
+	htmx, err := chromedp.Run(ctx, chromedp.Evaluate[string](`typeof window.htmx`))
+	must("htmx", err)
+	if htmx != "object" {
+		t.Fatalf("htmx did not load under the CSP: typeof htmx = %q", htmx)
+	}
+
+	// The TTL counts down in the page, without a reload.
+	ttl := func() int {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+` [data-testid="left"] time`)))
+		must("TTL", err)
+		m := secondsLeft.FindStringSubmatch(s)
+		if m == nil {
+			t.Fatalf("TTL text %q, want \"N s left\"", s)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	first := ttl()
+	deadline := time.Now().Add(4 * time.Second)
+	for ttl() >= first {
+		if time.Now().After(deadline) {
+			t.Fatalf("TTL stayed at %d s left", first)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// A lock taken after the page loaded shows up by itself (htmx refresh).
+	apiAcquire(t, e.ts.URL, "cache:warmup", "job-runner", 45*time.Second)
+	must("refresh", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-key="cache:warmup"]`))))
+
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	must("screenshot", err)
+	must("write screenshot", os.WriteFile(filepath.Join("..", "docs", "dashboard.png"), shot, 0o644))
+
+	// Force-release through the row's button, then by keyboard on the form.
+	must("open confirm", chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(row+` [data-testid="force-release-link"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#reason`)),
+		chromedp.Focus(chromedp.CSS(`#reason`)),
+		chromedp.SendKeys(chromedp.CSS(`#reason`), "stuck after deploy"),
+		chromedp.KeyEvent(kb.Tab),
+	))
+	focused, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.dataset.testid || ""`))
+	must("focus", err)
+	if focused != "confirm-force-release" {
+		t.Fatalf("Tab from the reason field focused %q, want the Force-release button", focused)
+	}
+	must("submit", chromedp.Do(ctx,
+		chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="notice"]`)),
+	))
+	notice, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-testid="notice"]`)))
+	must("notice", err)
+	if !strings.Contains(notice, "ci-runner-7") {
+		t.Errorf("outcome %q does not name the owner", notice)
+	}
+	newest, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-testid="event"] [data-testid="event-type"]`)))
+	must("history", err)
+	if newest != "force_released" {
+		t.Fatalf("newest event %q, want force_released", newest)
+	}
+	reason, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-testid="event"] [data-testid="event-reason"]`)))
+	must("reason", err)
+	if reason != "stuck after deploy" {
+		t.Errorf("reason %q", reason)
+	}
+
+	// Back on the list the row is gone; the others are still there.
+	must("back to list", chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`[data-testid="all-locks"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-key="order:pay:12345"]`)),
+	))
+	gone, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('tr[data-key="deploy:prod"]') === null`))
+	must("row gone", err)
+	if !gone {
+		t.Error("deploy:prod is still listed after force-release")
+	}
+
+	// At phone width nothing scrolls sideways.
+	must("phone", chromedp.Do(ctx,
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile),
+		chromedp.Navigate(e.ts.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-key="order:pay:12345"]`)),
+	))
+	fits, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
+	must("phone width", err)
+	if !fits {
+		t.Error("the list scrolls sideways at 390 px")
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range consoleErrors {
+		t.Errorf("browser console: %s", m)
+	}
+	t.Logf("browser test took %v", time.Since(start).Round(time.Millisecond))
+}
