@@ -28,7 +28,7 @@ func chromium(t *testing.T) string {
 		}
 	}
 	t.Fatal("headless Chromium is not installed; the dashboard's browser test needs it. " +
-		"Install it with `apt-get install -y chromium` (Debian/Ubuntu); .ci/run does so when it is missing.")
+		"Install it with `apt-get install -y chromium` (Debian/Ubuntu); `make test` and .ci/run do so through scripts/install-deps.")
 	return ""
 }
 
