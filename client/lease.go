@@ -142,6 +142,23 @@ func (l *Lease) Release(ctx context.Context) error {
 	return err
 }
 
+// Abandon stops the watchdog without releasing the lease: it lasts until
+// its TTL runs out, or for as long as another holder of the same token (an
+// idempotent replay of the same acquire) renews it. Its Context is
+// cancelled with ErrReleased.
+func (l *Lease) Abandon() {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return
+	}
+	l.released = true
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.done
+	l.cancel(ErrReleased)
+}
+
 // lose records why the lease was lost, once, and tells everyone.
 func (l *Lease) lose(cause error) {
 	l.mu.Lock()

@@ -1,0 +1,157 @@
+package webhook_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/examples/webhook"
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/server"
+)
+
+func startLockd(t *testing.T) *client.Client {
+	t.Helper()
+	rs := redistest.Start(t)
+	engine := lock.New(rs.Client(t), lock.Options{})
+	reg := prometheus.NewRegistry()
+	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
+	hs := httptest.NewServer(srv.Handler(reg, nil))
+	t.Cleanup(func() { srv.Shutdown(); _ = engine.Close(); hs.Close() })
+	c, err := client.New(hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func deliver(t *testing.T, url, id string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"event":"paid"}`))
+	req.Header.Set("X-Delivery-Id", id)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0, ""
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, strings.TrimSpace(string(b))
+}
+
+func TestDuplicateDeliveriesAreProcessedOnce(t *testing.T) {
+	locks := startLockd(t)
+	var processed sync.Map // delivery ID → *atomic.Int32
+	release := make(chan struct{})
+	h := &webhook.Handler{
+		Locks: locks, Store: &webhook.MemStore{}, TTL: time.Second,
+		Process: func(ctx context.Context, id string, body []byte) error {
+			n, _ := processed.LoadOrStore(id, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+			<-release // hold the first attempt until the duplicates have come
+			return nil
+		},
+	}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+
+	// Five copies of one delivery at once (the sender retrying, or
+	// delivering twice), plus another delivery.
+	type answer struct {
+		code int
+		body string
+	}
+	answers := make(chan answer, 6)
+	var wg sync.WaitGroup
+	for i := range 6 {
+		id := "d-1"
+		if i == 5 {
+			id = "d-2"
+		}
+		wg.Go(func() {
+			code, body := deliver(t, hs.URL, id)
+			answers <- answer{code, body}
+		})
+	}
+	// The four duplicates of d-1 answer 409 while d-1 is processed.
+	for range 4 {
+		select {
+		case a := <-answers:
+			if a.code != http.StatusConflict {
+				t.Errorf("a duplicate got %d %q, want 409 while the first is processed", a.code, a.body)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("duplicates did not answer while the first was processed")
+		}
+	}
+	close(release)
+	wg.Wait()
+	close(answers)
+	for a := range answers {
+		if a.code != http.StatusOK || a.body != "processed" {
+			t.Errorf("got %d %q, want 200 processed", a.code, a.body)
+		}
+	}
+	// Later retries are answered from the store.
+	if code, body := deliver(t, hs.URL, "d-1"); code != http.StatusOK || !strings.Contains(body, "duplicate") {
+		t.Errorf("retry after processing: %d %q", code, body)
+	}
+	for _, id := range []string{"d-1", "d-2"} {
+		n, _ := processed.Load(id)
+		if n == nil || n.(*atomic.Int32).Load() != 1 {
+			t.Errorf("%s processed %v times, want once", id, n)
+		}
+	}
+}
+
+// A handler that got the lease but died before answering does not lock its
+// sender's retry out for the TTL: the Idempotency-Key gives the retry the
+// same lease.
+func TestRetryAfterACrashedHandlerIsProcessed(t *testing.T) {
+	locks := startLockd(t)
+	var processed atomic.Int32
+	h := &webhook.Handler{
+		Locks: locks, Store: &webhook.MemStore{}, TTL: time.Minute,
+		Process: func(context.Context, string, []byte) error { processed.Add(1); return nil },
+	}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+
+	// The crashed attempt: granted, never released, never claimed.
+	crashed, err := locks.Acquire(context.Background(), "webhook:d-9",
+		client.AcquireOptions{Owner: "webhook", TTL: time.Minute, IdempotencyKey: "d-9", NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := deliver(t, hs.URL, "d-9")
+	if code != http.StatusOK || body != "processed" || processed.Load() != 1 {
+		t.Fatalf("retry got %d %q (processed %d times), want 200 processed once", code, body, processed.Load())
+	}
+	if _, err := locks.State(context.Background(), "webhook:d-9"); err == nil {
+		t.Error("the lease is still held after the retry")
+	}
+	_ = crashed
+}
+
+func TestBadDeliveryID(t *testing.T) {
+	locks := startLockd(t)
+	hs := httptest.NewServer(&webhook.Handler{Locks: locks, Store: &webhook.MemStore{},
+		Process: func(context.Context, string, []byte) error { return nil }})
+	defer hs.Close()
+	for _, id := range []string{"", "../x", strings.Repeat("a", 200)} {
+		if code, _ := deliver(t, hs.URL, id); code != http.StatusBadRequest {
+			t.Errorf("delivery ID %q: %d, want 400", id, code)
+		}
+	}
+}
