@@ -130,6 +130,10 @@ type EventType string
 
 // ForceReleaseRequest defines model for ForceReleaseRequest.
 type ForceReleaseRequest struct {
+	// Fence Break the lease only if it has this fence; another lease answers
+	// 409 `lease_lost`. A person who looked at one holder and confirmed
+	// does not break the next holder's lease.
+	Fence  *int64  `json:"fence,omitempty"`
 	Reason *string `json:"reason,omitempty"`
 }
 
@@ -269,6 +273,9 @@ type NotFound = Problem
 
 // PayloadTooLarge RFC 9457 problem details.
 type PayloadTooLarge = Problem
+
+// TooManyRequests RFC 9457 problem details.
+type TooManyRequests = Problem
 
 // Unauthorized RFC 9457 problem details.
 type Unauthorized = Problem
@@ -420,7 +427,9 @@ type ClientInterface interface {
 	// `wait_ms` > 0 the request stays open until the lease is granted or the
 	// wait ends; it is woken by the release or expiry of the current lease
 	// (push, not polling). A client that disconnects while waiting is never
-	// granted the lock.
+	// granted the lock. Each server caps its waiting requests
+	// (`--max-waiters` in all, `--max-waiters-per-key`); beyond them the
+	// answer is 429 `too_many_requests` with `Retry-After`.
 	//
 	// With `token`, re-enters the live lease: count+1, TTL reset, same token
 	// and fence. A token that is not the live lease's token answers 409
@@ -437,7 +446,9 @@ type ClientInterface interface {
 	// `wait_ms` > 0 the request stays open until the lease is granted or the
 	// wait ends; it is woken by the release or expiry of the current lease
 	// (push, not polling). A client that disconnects while waiting is never
-	// granted the lock.
+	// granted the lock. Each server caps its waiting requests
+	// (`--max-waiters` in all, `--max-waiters-per-key`); beyond them the
+	// answer is 429 `too_many_requests` with `Retry-After`.
 	//
 	// With `token`, re-enters the live lease: count+1, TTL reset, same token
 	// and fence. A token that is not the live lease's token answers 409
@@ -492,7 +503,7 @@ type ClientInterface interface {
 	// When the client disconnects, the server releases the lease at once.
 	// If the wait fails the answer is the same problem+json as acquire, not
 	// a stream. Each server caps its concurrent holds (`--max-holds`);
-	// beyond it the answer is 503 with `Retry-After`.
+	// beyond it the answer is 429 `too_many_requests` with `Retry-After`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -514,7 +525,7 @@ type ClientInterface interface {
 	// When the client disconnects, the server releases the lease at once.
 	// If the wait fails the answer is the same problem+json as acquire, not
 	// a stream. Each server caps its concurrent holds (`--max-holds`);
-	// beyond it the answer is 503 with `Retry-After`.
+	// beyond it the answer is 429 `too_many_requests` with `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -637,7 +648,9 @@ func (c *Client) GetLock(ctx context.Context, key Key, reqEditors ...RequestEdit
 // `wait_ms` > 0 the request stays open until the lease is granted or the
 // wait ends; it is woken by the release or expiry of the current lease
 // (push, not polling). A client that disconnects while waiting is never
-// granted the lock.
+// granted the lock. Each server caps its waiting requests
+// (`--max-waiters` in all, `--max-waiters-per-key`); beyond them the
+// answer is 429 `too_many_requests` with `Retry-After`.
 //
 // With `token`, re-enters the live lease: count+1, TTL reset, same token
 // and fence. A token that is not the live lease's token answers 409
@@ -664,7 +677,9 @@ func (c *Client) AcquireLockWithBody(ctx context.Context, key Key, params *Acqui
 // `wait_ms` > 0 the request stays open until the lease is granted or the
 // wait ends; it is woken by the release or expiry of the current lease
 // (push, not polling). A client that disconnects while waiting is never
-// granted the lock.
+// granted the lock. Each server caps its waiting requests
+// (`--max-waiters` in all, `--max-waiters-per-key`); beyond them the
+// answer is 429 `too_many_requests` with `Retry-After`.
 //
 // With `token`, re-enters the live lease: count+1, TTL reset, same token
 // and fence. A token that is not the live lease's token answers 409
@@ -759,7 +774,7 @@ func (c *Client) GetLockHistory(ctx context.Context, key Key, params *GetLockHis
 // When the client disconnects, the server releases the lease at once.
 // If the wait fails the answer is the same problem+json as acquire, not
 // a stream. Each server caps its concurrent holds (`--max-holds`);
-// beyond it the answer is 503 with `Retry-After`.
+// beyond it the answer is 429 `too_many_requests` with `Retry-After`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -791,7 +806,7 @@ func (c *Client) HoldLockWithBody(ctx context.Context, key Key, contentType stri
 // When the client disconnects, the server releases the lease at once.
 // If the wait fails the answer is the same problem+json as acquire, not
 // a stream. Each server caps its concurrent holds (`--max-holds`);
-// beyond it the answer is 503 with `Retry-After`.
+// beyond it the answer is 429 `too_many_requests` with `Retry-After`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1452,7 +1467,9 @@ type ClientWithResponsesInterface interface {
 	// `wait_ms` > 0 the request stays open until the lease is granted or the
 	// wait ends; it is woken by the release or expiry of the current lease
 	// (push, not polling). A client that disconnects while waiting is never
-	// granted the lock.
+	// granted the lock. Each server caps its waiting requests
+	// (`--max-waiters` in all, `--max-waiters-per-key`); beyond them the
+	// answer is 429 `too_many_requests` with `Retry-After`.
 	//
 	// With `token`, re-enters the live lease: count+1, TTL reset, same token
 	// and fence. A token that is not the live lease's token answers 409
@@ -1469,7 +1486,9 @@ type ClientWithResponsesInterface interface {
 	// `wait_ms` > 0 the request stays open until the lease is granted or the
 	// wait ends; it is woken by the release or expiry of the current lease
 	// (push, not polling). A client that disconnects while waiting is never
-	// granted the lock.
+	// granted the lock. Each server caps its waiting requests
+	// (`--max-waiters` in all, `--max-waiters-per-key`); beyond them the
+	// answer is 429 `too_many_requests` with `Retry-After`.
 	//
 	// With `token`, re-enters the live lease: count+1, TTL reset, same token
 	// and fence. A token that is not the live lease's token answers 409
@@ -1526,7 +1545,7 @@ type ClientWithResponsesInterface interface {
 	// When the client disconnects, the server releases the lease at once.
 	// If the wait fails the answer is the same problem+json as acquire, not
 	// a stream. Each server caps its concurrent holds (`--max-holds`);
-	// beyond it the answer is 503 with `Retry-After`.
+	// beyond it the answer is 429 `too_many_requests` with `Retry-After`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1548,7 +1567,7 @@ type ClientWithResponsesInterface interface {
 	// When the client disconnects, the server releases the lease at once.
 	// If the wait fails the answer is the same problem+json as acquire, not
 	// a stream. Each server caps its concurrent holds (`--max-holds`);
-	// beyond it the answer is 503 with `Retry-After`.
+	// beyond it the answer is 429 `too_many_requests` with `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1879,6 +1898,11 @@ type AcquireLockResponse409Headers struct {
 	RetryAfter *int
 }
 
+// AcquireLockResponse429Headers the declared response headers of an HTTP 429 response for AcquireLock
+type AcquireLockResponse429Headers struct {
+	RetryAfter *int
+}
+
 // AcquireLockResponse503Headers the declared response headers of an HTTP 503 response for AcquireLock
 type AcquireLockResponse503Headers struct {
 	RetryAfter *int
@@ -1901,12 +1925,16 @@ type AcquireLockResponse struct {
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *AcquireLockResponse401Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AcquireLockResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquireLockResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *AcquireLockResponse503Headers
 }
@@ -1944,6 +1972,11 @@ func (r AcquireLockResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r AcquireLockResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquireLockResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -2177,6 +2210,11 @@ type HoldLockResponse409Headers struct {
 	RetryAfter *int
 }
 
+// HoldLockResponse429Headers the declared response headers of an HTTP 429 response for HoldLock
+type HoldLockResponse429Headers struct {
+	RetryAfter *int
+}
+
 // HoldLockResponse503Headers the declared response headers of an HTTP 503 response for HoldLock
 type HoldLockResponse503Headers struct {
 	RetryAfter *int
@@ -2197,12 +2235,16 @@ type HoldLockResponse struct {
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *HoldLockResponse401Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *HoldLockResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HoldLockResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *HoldLockResponse503Headers
 }
@@ -2235,6 +2277,11 @@ func (r HoldLockResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r HoldLockResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r HoldLockResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -2570,7 +2617,9 @@ func (c *ClientWithResponses) GetLockWithResponse(ctx context.Context, key Key, 
 // `wait_ms` > 0 the request stays open until the lease is granted or the
 // wait ends; it is woken by the release or expiry of the current lease
 // (push, not polling). A client that disconnects while waiting is never
-// granted the lock.
+// granted the lock. Each server caps its waiting requests
+// (`--max-waiters` in all, `--max-waiters-per-key`); beyond them the
+// answer is 429 `too_many_requests` with `Retry-After`.
 //
 // With `token`, re-enters the live lease: count+1, TTL reset, same token
 // and fence. A token that is not the live lease's token answers 409
@@ -2593,7 +2642,9 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // `wait_ms` > 0 the request stays open until the lease is granted or the
 // wait ends; it is woken by the release or expiry of the current lease
 // (push, not polling). A client that disconnects while waiting is never
-// granted the lock.
+// granted the lock. Each server caps its waiting requests
+// (`--max-waiters` in all, `--max-waiters-per-key`); beyond them the
+// answer is 429 `too_many_requests` with `Retry-After`.
 //
 // With `token`, re-enters the live lease: count+1, TTL reset, same token
 // and fence. A token that is not the live lease's token answers 409
@@ -2674,7 +2725,7 @@ func (c *ClientWithResponses) GetLockHistoryWithResponse(ctx context.Context, ke
 // When the client disconnects, the server releases the lease at once.
 // If the wait fails the answer is the same problem+json as acquire, not
 // a stream. Each server caps its concurrent holds (`--max-holds`);
-// beyond it the answer is 503 with `Retry-After`.
+// beyond it the answer is 429 `too_many_requests` with `Retry-After`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2702,7 +2753,7 @@ func (c *ClientWithResponses) HoldLockWithBodyWithResponse(ctx context.Context, 
 // When the client disconnects, the server releases the lease at once.
 // If the wait fails the answer is the same problem+json as acquire, not
 // a stream. Each server caps its concurrent holds (`--max-holds`);
-// beyond it the answer is 503 with `Retry-After`.
+// beyond it the answer is 429 `too_many_requests` with `Retry-After`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3079,6 +3130,13 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3109,6 +3167,16 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquireLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -3355,6 +3423,13 @@ func ParseHoldLockResponse(rsp *http.Response) (*HoldLockResponse, error) {
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3385,6 +3460,16 @@ func ParseHoldLockResponse(rsp *http.Response) (*HoldLockResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers HoldLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers HoldLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -4210,6 +4295,15 @@ type NotFoundApplicationProblemPlusJSONResponse Problem
 
 type PayloadTooLargeApplicationProblemPlusJSONResponse Problem
 
+type TooManyRequestsResponseHeaders struct {
+	RetryAfter *int
+}
+type TooManyRequestsApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers TooManyRequestsResponseHeaders
+}
+
 type UnauthorizedResponseHeaders struct {
 	WWWAuthenticate *string
 }
@@ -4617,6 +4711,25 @@ func (response AcquireLock415ApplicationProblemPlusJSONResponse) VisitAcquireLoc
 	return err
 }
 
+type AcquireLock429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLock429ApplicationProblemPlusJSONResponse) VisitAcquireLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AcquireLock503ApplicationProblemPlusJSONResponse struct {
 	UnavailableApplicationProblemPlusJSONResponse
 }
@@ -5020,6 +5133,25 @@ func (response HoldLock415ApplicationProblemPlusJSONResponse) VisitHoldLockRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLock429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLock429ApplicationProblemPlusJSONResponse) VisitHoldLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/server"
@@ -27,6 +29,15 @@ import (
 type serveConfig struct {
 	listen           string
 	redisURL         string
+	authFile         string
+	authYAML         string // LOCKD_AUTH_YAML: the auth file's content
+	keys             *auth.Keyring
+	tlsCert, tlsKey  string
+	redisUser        string
+	redisPassword    string
+	metricsAuth      bool
+	maxWaiters       int
+	maxWaitersPerKey int
 	insecureNoAuth   bool
 	defaultTTL       time.Duration
 	maxTTL           time.Duration
@@ -47,7 +58,13 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	env := envDefaults{getenv: getenv}
 	fs.StringVar(&c.listen, "listen", env.str("listen", "127.0.0.1:8080"), "address to listen on")
 	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL (redis://[user:pass@]host:6379/0, rediss:// for TLS); empty: the embedded in-process store")
+	fs.StringVar(&c.authFile, "auth-file", env.str("auth-file", ""), "YAML file of API keys (see README); LOCKD_AUTH_YAML may hold the same YAML instead")
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
+	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
+	fs.StringVar(&c.tlsKey, "tls-key", env.str("tls-key", ""), "PEM private key of --tls-cert")
+	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", false), "require an API key with the read scope for /metrics")
+	fs.IntVar(&c.maxWaiters, "max-waiters", env.int("max-waiters", 10000), "most requests waiting at once in this process (beyond: 429)")
+	fs.IntVar(&c.maxWaitersPerKey, "max-waiters-per-key", env.int("max-waiters-per-key", 1000), "most requests waiting on one key in this process (beyond: 429)")
 	fs.DurationVar(&c.defaultTTL, "default-ttl", env.dur("default-ttl", 30*time.Second), "lease TTL when a request gives none")
 	fs.DurationVar(&c.maxTTL, "max-ttl", env.dur("max-ttl", 24*time.Hour), "longest TTL a request may ask for")
 	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
@@ -69,7 +86,39 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if fs.NArg() > 0 {
 		return c, usageError("serve takes no arguments, got %q", fs.Args())
 	}
+	c.authYAML = getenv("LOCKD_AUTH_YAML")
+	c.redisUser, c.redisPassword = getenv("LOCKD_REDIS_USERNAME"), getenv("LOCKD_REDIS_PASSWORD")
+	keys, err := loadKeys(c.authFile, c.authYAML)
+	if err != nil {
+		return c, err
+	}
+	c.keys = keys
 	return c, c.validate()
+}
+
+// loadKeys reads the API keys from --auth-file or LOCKD_AUTH_YAML; neither
+// means auth is off.
+func loadKeys(path, inline string) (*auth.Keyring, error) {
+	var data []byte
+	switch {
+	case path != "" && inline != "":
+		return nil, usageError("give --auth-file or LOCKD_AUTH_YAML, not both")
+	case path != "":
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usageError("--auth-file: %v", err)
+		}
+		data = b
+	case inline != "":
+		data = []byte(inline)
+	default:
+		return nil, nil
+	}
+	keys, err := auth.Parse(data)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	return keys, nil
 }
 
 func (c serveConfig) validate() error {
@@ -80,6 +129,10 @@ func (c serveConfig) validate() error {
 		return usageError("--max-wait must not be negative")
 	case c.maxHolds < 1:
 		return usageError("--max-holds must be at least 1")
+	case c.maxWaiters < 1 || c.maxWaitersPerKey < 1:
+		return usageError("--max-waiters and --max-waiters-per-key must be at least 1")
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return usageError("--tls-cert and --tls-key go together")
 	case c.historyMax < 1:
 		return usageError("--history-max must be at least 1")
 	case c.historyRetention < time.Minute:
@@ -94,7 +147,7 @@ func (c serveConfig) validate() error {
 	if err != nil {
 		return usageError("--listen %q: %v", c.listen, err)
 	}
-	if !isLoopback(host) && !c.insecureNoAuth {
+	if !isLoopback(host) && !c.keys.Enabled() && !c.insecureNoAuth {
 		return usageError("refusing to listen on %s without API keys: anyone who reaches it could break any lock. "+
 			"Listen on 127.0.0.1, or pass --insecure-no-auth if the network is trusted", c.listen)
 	}
@@ -125,9 +178,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer closeStore()
 
-	engine := lock.New(rdb, lock.Options{HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait})
+	engine := lock.New(rdb, lock.Options{
+		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
+		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey,
+	})
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
+		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth,
 	}, reg)
 
 	ln, err := net.Listen("tcp", cfg.listen)
@@ -136,7 +193,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
 	httpSrv := &http.Server{
-		Handler:           srv.Handler(reg, web.NewDashboard(engine, log)),
+		Handler:           srv.Handler(reg, dashboard(cfg, engine, log)),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		// Waits answer within --max-wait; /hold streams lift the deadline.
@@ -144,13 +201,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: 64 << 10,
 	}
-	if !isLoopback(hostOf(ln.Addr().String())) {
-		log.Warn().Msg("INSECURE: listening on a non-loopback address with no API keys; anyone who reaches it can take and break any lock")
+	switch {
+	case cfg.keys.Enabled():
+		log.Info().Int("keys", cfg.keys.Len()).Msg("auth on: API keys required")
+	case isLoopback(hostOf(ln.Addr().String())):
+		log.Warn().Msg("auth off: no API keys configured; listening on loopback only")
+	default:
+		log.Warn().Msg("INSECURE: auth off and listening on a non-loopback address; anyone who reaches it can take and break any lock")
 	}
-	log.Info().Str("addr", ln.Addr().String()).Msg("listening")
+	log.Info().Str("addr", ln.Addr().String()).Bool("tls", cfg.tlsCert != "").Msg("listening")
 
 	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.Serve(ln) }()
+	go func() {
+		if cfg.tlsCert != "" {
+			errc <- httpSrv.ServeTLS(ln, cfg.tlsCert, cfg.tlsKey)
+			return
+		}
+		errc <- httpSrv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		_ = engine.Close()
@@ -190,6 +258,14 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 	if err != nil {
 		stop()
 		return nil, nil, usageError("--redis: %v", redactURL(err.Error(), url))
+	}
+	// Credentials may come from the environment instead of the URL, to keep
+	// them out of process listings.
+	if opts.Username == "" {
+		opts.Username = cfg.redisUser
+	}
+	if opts.Password == "" {
+		opts.Password = cfg.redisPassword
 	}
 	lock.TuneClient(opts)
 	rdb := redis.NewClient(opts)
@@ -271,4 +347,14 @@ func (e *envDefaults) bool(flag string, def bool) bool {
 		e.err = fmt.Errorf("LOCKD_%s=%q: not true or false", strings.ToUpper(strings.ReplaceAll(flag, "-", "_")), v)
 	}
 	return b
+}
+
+// dashboard is the web UI, or nil while API keys are on: it has no login
+// yet, and must not show locks to callers without a key.
+func dashboard(cfg serveConfig, engine *lock.Engine, log zerolog.Logger) server.Dashboard {
+	if cfg.keys.Enabled() {
+		log.Warn().Msg("dashboard off: it has no login yet, and API keys are configured")
+		return nil
+	}
+	return web.NewDashboard(engine, log)
 }

@@ -26,12 +26,18 @@ type Options struct {
 	// MaxWait is the longest wait a caller may ask for; it bounds how long a
 	// dead process's waiter count can linger.
 	MaxWait time.Duration
+	// MaxWaiters and MaxWaitersPerKey cap the callers waiting in this
+	// process; beyond them Acquire answers ErrTooManyWaiters at once.
+	MaxWaiters       int
+	MaxWaitersPerKey int
 }
 
 const (
 	defaultHistoryMax = 100
 	defaultRetention  = 24 * time.Hour
 	defaultMaxWait    = 60 * time.Second
+	defaultMaxWaiters = 10_000
+	defaultMaxPerKey  = 1_000
 )
 
 // Engine grants, renews and releases leases on Redis. It is safe for
@@ -54,6 +60,12 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	}
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = defaultMaxWait
+	}
+	if opts.MaxWaiters <= 0 {
+		opts.MaxWaiters = defaultMaxWaiters
+	}
+	if opts.MaxWaitersPerKey <= 0 {
+		opts.MaxWaitersPerKey = defaultMaxPerKey
 	}
 	e := &Engine{rdb: rdb, opts: opts, scripts: loadScripts()}
 	e.hub = newHub(e)
@@ -249,9 +261,20 @@ type Broken struct {
 // ForceRelease deletes the lease whoever holds it, records actor and reason
 // in history and wakes waiters.
 func (e *Engine) ForceRelease(ctx context.Context, key, actor, reason string) (Broken, error) {
+	return e.ForceReleaseFence(ctx, key, 0, actor, reason)
+}
+
+// ForceReleaseFence is ForceRelease of the lease with this fence only (0:
+// any); another lease is ErrLeaseLost. A person who confirmed breaking one
+// holder's lease does not break the next holder's.
+func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
 	k := keysOf(key)
+	fenceArg := ""
+	if fence != 0 {
+		fenceArg = strconv.FormatInt(fence, 10)
+	}
 	v, err := e.scripts.forceRelease.Run(ctx, e.rdb, []string{k.lease, k.hist},
-		actor, reason, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
+		actor, reason, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, fenceArg).Result()
 	if err != nil {
 		return Broken{}, wrap("force-release", err)
 	}

@@ -616,3 +616,53 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 		return err == nil
 	})
 }
+
+func TestForceReleaseOnlyTheFenceSeen(t *testing.T) {
+	e := newEngine(t, redistest.Start(t).Client(t))
+	ctx := context.Background()
+	first := mustAcquire(t, e, "fr:k", lock.AcquireRequest{Owner: "first"})
+	if _, err := e.ForceReleaseFence(ctx, "fr:k", first.Fence, "ops", "seen"); err != nil {
+		t.Fatal(err)
+	}
+	second := mustAcquire(t, e, "fr:k", lock.AcquireRequest{Owner: "second"})
+	// A second confirmation of the first holder's page must not break the second holder.
+	if _, err := e.ForceReleaseFence(ctx, "fr:k", first.Fence, "ops", "stale page"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("force-release with a stale fence: %v", err)
+	}
+	if st, err := e.State(ctx, "fr:k"); err != nil || st.Fence != second.Fence {
+		t.Fatalf("second lease after a stale force-release: %+v %v", st, err)
+	}
+}
+
+func TestWaiterCaps(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	e := lock.New(rdb, lock.Options{MaxWaiters: 3, MaxWaitersPerKey: 2})
+	t.Cleanup(func() { _ = e.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := func(key string) chan error {
+		c := make(chan error, 1)
+		go func() {
+			_, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 10 * time.Second})
+			c <- err
+		}()
+		return c
+	}
+	mustAcquire(t, e, "cap:a", lock.AcquireRequest{})
+	mustAcquire(t, e, "cap:b", lock.AcquireRequest{})
+	wait("cap:a")
+	wait("cap:a")
+	waitFor(t, func() bool { return e.Waiters() == 2 })
+	if err := <-wait("cap:a"); !errors.Is(err, lock.ErrTooManyWaiters) {
+		t.Fatalf("third waiter on one key: %v", err)
+	}
+	wait("cap:b")
+	waitFor(t, func() bool { return e.Waiters() == 3 })
+	if err := <-wait("cap:b"); !errors.Is(err, lock.ErrTooManyWaiters) {
+		t.Fatalf("fourth waiter in all: %v", err)
+	}
+	// Trying once is never capped.
+	if _, err := e.Acquire(context.Background(), "cap:b", lock.AcquireRequest{Owner: "x", TTL: time.Second}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("try-once: %v", err)
+	}
+}

@@ -17,6 +17,9 @@ var (
 	ErrUnavailable = errors.New("lock: backend unavailable")
 	// ErrClosed means the engine is shutting down.
 	ErrClosed = errors.New("lock: engine closed")
+	// ErrTooManyWaiters means the process already has as many waiting
+	// callers, in all or on the key, as Options allow.
+	ErrTooManyWaiters = errors.New("lock: too many waiters")
 	// ErrInvalidCursor means a list cursor was not one this engine handed out.
 	ErrInvalidCursor = errors.New("lock: invalid cursor")
 )

@@ -125,6 +125,10 @@ func (h *hub) wait(ctx context.Context, key string, req AcquireRequest, held *He
 		return Lease{}, ErrClosed
 	}
 	q := h.queues[key]
+	if h.total >= h.e.opts.MaxWaiters || (q != nil && q.count >= h.e.opts.MaxWaitersPerKey) {
+		h.mu.Unlock()
+		return Lease{}, ErrTooManyWaiters
+	}
 	created := q == nil
 	if created {
 		q = &queue{key: key, channel: keysOf(key).wake}

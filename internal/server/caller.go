@@ -4,26 +4,57 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
+
+	"github.com/lockd/lockd/internal/auth"
 )
 
 type callerKey struct{}
 
-// caller is who sends a request: an API-key name once auth is on, else the
-// client's address. It is the actor in history and the default owner.
+// caller is who sends a request: the API key's name when auth is on, else
+// the client's address. It is the actor in history and the default owner.
 type caller struct {
 	name string
+	key  *auth.Key // nil: auth is off, or no valid key was presented
+	// presented is true when an Authorization header was sent.
+	presented bool
 }
 
-func withCaller(next http.Handler) http.Handler {
+// can reports whether the caller has scope s. Without auth everyone can.
+func (c caller) can(keys *auth.Keyring, s auth.Scope) bool {
+	return !keys.Enabled() || (c.key != nil && c.key.Can(s))
+}
+
+// mayTouch reports whether the caller may act on lock key lk.
+func (c caller) mayTouch(keys *auth.Keyring, lk string) bool {
+	return !keys.Enabled() || (c.key != nil && c.key.MayTouch(lk))
+}
+
+// identify puts the caller into the request's context. It decides nothing:
+// each route says what it needs.
+func (s *Server) identify(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if err != nil {
 			host = r.RemoteAddr
 		}
-		ctx := context.WithValue(r.Context(), callerKey{}, caller{name: host})
+		c := caller{name: host}
+		if h := r.Header.Get("Authorization"); h != "" {
+			c.presented = true
+			if bearer, ok := strings.CutPrefix(h, "Bearer "); ok && s.cfg.Keys.Enabled() {
+				if k, ok := s.cfg.Keys.Lookup(strings.TrimSpace(bearer)); ok {
+					c.key, c.name = &k, k.Name
+				}
+			}
+		}
+		ctx := context.WithValue(r.Context(), callerKey{}, c)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// CallerName is the request's actor: an API-key name or an address. The
+// dashboard records it in history.
+func CallerName(ctx context.Context) string { return callerOf(ctx).name }
 
 func callerOf(ctx context.Context) caller {
 	c, _ := ctx.Value(callerKey{}).(caller)
@@ -31,4 +62,66 @@ func callerOf(ctx context.Context) caller {
 		c.name = "unknown"
 	}
 	return c
+}
+
+// requiredScope is what an API operation needs: reads need read, taking and
+// giving back leases need write, breaking another's lease needs admin.
+func requiredScope(r *http.Request) auth.Scope {
+	switch {
+	case r.Method == http.MethodGet:
+		return auth.Read
+	case strings.HasSuffix(r.URL.Path, "/force-release"):
+		return auth.Admin
+	default:
+		return auth.Write
+	}
+}
+
+// authorize answers 401 or 403 unless the caller may run this operation on
+// this lock key.
+func (s *Server) authorize(r *http.Request) error {
+	keys := s.cfg.Keys
+	if !keys.Enabled() || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		// Probes of load balancers and orchestrators carry no key.
+		return nil
+	}
+	c := callerOf(r.Context())
+	if c.key == nil {
+		detail := "an API key is required: Authorization: Bearer <key>"
+		if c.presented {
+			detail = "unknown API key"
+		}
+		return &problemError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized", detail: detail}
+	}
+	if need := requiredScope(r); !c.key.Can(need) {
+		return &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
+			detail: "API key " + c.name + " lacks the " + need.String() + " scope"}
+	}
+	if k, ok := routeKey(r); ok && !c.key.MayTouch(k) {
+		return &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
+			detail: "API key " + c.name + " may not touch keys outside its prefixes " + strings.Join(c.key.Prefixes, ", ")}
+	}
+	return nil
+}
+
+// listScope decides how a listing with this prefix is limited for the
+// caller: unlimited, filtered to the key's prefixes, or forbidden.
+func listScope(c caller, keys *auth.Keyring, prefix string) (filter bool, err error) {
+	if !keys.Enabled() || c.key == nil || len(c.key.Prefixes) == 0 {
+		return false, nil
+	}
+	broader := false
+	for _, p := range c.key.Prefixes {
+		if strings.HasPrefix(prefix, p) {
+			return false, nil // the request is inside one allowed prefix
+		}
+		if strings.HasPrefix(p, prefix) {
+			broader = true
+		}
+	}
+	if broader {
+		return true, nil
+	}
+	return false, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
+		detail: "API key " + c.name + " may only list keys under " + strings.Join(c.key.Prefixes, ", ")}
 }

@@ -140,14 +140,19 @@ func (s *Server) ReleaseLock(ctx context.Context, r api.ReleaseLockRequestObject
 
 // ForceReleaseLock breaks a lease whoever holds it.
 func (s *Server) ForceReleaseLock(ctx context.Context, r api.ForceReleaseLockRequestObject) (api.ForceReleaseLockResponseObject, error) {
-	reason := ""
+	reason, fence := "", int64(0)
 	if r.Body != nil && r.Body.Reason != nil {
 		reason = *r.Body.Reason
 		if err := checkText("reason", reason, 500); err != nil {
 			return nil, err
 		}
 	}
-	b, err := s.engine.ForceRelease(ctx, r.Key, callerOf(ctx).name, reason)
+	if r.Body != nil && r.Body.Fence != nil {
+		if fence = *r.Body.Fence; fence <= 0 {
+			return nil, invalid("fence", "fence must be a positive integer, got %d", fence)
+		}
+	}
+	b, err := s.engine.ForceReleaseFence(ctx, r.Key, fence, callerOf(ctx).name, reason)
 	if err != nil {
 		return nil, err
 	}
@@ -178,13 +183,21 @@ func (s *Server) ListLocks(ctx context.Context, r api.ListLocksRequestObject) (a
 	if r.Params.Cursor != nil {
 		cursor = *r.Params.Cursor
 	}
+	c := callerOf(ctx)
+	filter, err := listScope(c, s.cfg.Keys, prefix)
+	if err != nil {
+		return nil, err
+	}
 	page, err := s.engine.List(ctx, prefix, limit, cursor)
 	if err != nil {
 		return nil, err
 	}
-	out := api.ListLocks200JSONResponse{Locks: make([]api.LockState, len(page.Locks))}
-	for i, st := range page.Locks {
-		out.Locks[i] = stateOf(st)
+	out := api.ListLocks200JSONResponse{Locks: make([]api.LockState, 0, len(page.Locks))}
+	for _, st := range page.Locks {
+		// A key limited to some prefixes sees only their locks.
+		if !filter || c.mayTouch(s.cfg.Keys, st.Key) {
+			out.Locks = append(out.Locks, stateOf(st))
+		}
 	}
 	if page.NextCursor != "" {
 		out.NextCursor = &page.NextCursor

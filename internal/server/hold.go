@@ -22,7 +22,7 @@ func (s *Server) HoldLock(ctx context.Context, r api.HoldLockRequestObject) (api
 	select {
 	case s.holds <- struct{}{}:
 	default:
-		return nil, &problemError{status: http.StatusServiceUnavailable, code: "backend_unavailable",
+		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
 			title: "Too many holds", detail: fmt.Sprintf("this server already keeps %d hold streams open", cap(s.holds))}
 	}
 	l, err := s.acquire(ctx, r.Key, req)

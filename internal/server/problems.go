@@ -75,6 +75,10 @@ func problem(err error, key string) (api.Problem, http.Header) {
 	case errors.Is(err, lock.ErrInvalidCursor):
 		p.Status, p.Code, p.Title = http.StatusBadRequest, "invalid_request", "Invalid request"
 		p.Field, p.Detail = ptr("cursor"), ptr("cursor is not one this server handed out")
+	case errors.Is(err, lock.ErrTooManyWaiters):
+		p.Status, p.Code, p.Title = http.StatusTooManyRequests, "too_many_requests", "Too many waiting requests"
+		p.Detail = ptr("this server already has as many requests waiting as it allows; retry later or with wait_ms 0")
+		h.Set("Retry-After", "1")
 	case errors.Is(err, lock.ErrUnavailable):
 		p.Status, p.Code, p.Title = http.StatusServiceUnavailable, "backend_unavailable", "Backend unavailable"
 		p.Detail = ptr("Redis cannot be reached; nothing was granted or changed that Redis did not confirm")

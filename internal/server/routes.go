@@ -29,7 +29,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		accessLog,
 		s.metrics.instrument,
 		recoverer,
-		withCaller,
+		s.identify,
 	)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, api.Problem{Type: "/problems/not_found", Title: "Not found", Status: http.StatusNotFound,
@@ -41,7 +41,11 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 			Detail: ptr(r.Method + " is not allowed on " + r.URL.Path)}, nil)
 	})
 
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	var metricsHandler http.Handler = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
+	if s.cfg.MetricsAuth {
+		metricsHandler = s.requireRead(metricsHandler)
+	}
+	r.Method(http.MethodGet, "/metrics", metricsHandler)
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(api.OpenAPI)
@@ -56,7 +60,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 	})
 	api.HandlerWithOptions(strict, api.ChiServerOptions{
 		BaseRouter:       r,
-		Middlewares:      []api.MiddlewareFunc{validateRequest},
+		Middlewares:      []api.MiddlewareFunc{s.checkRequest},
 		ErrorHandlerFunc: paramError,
 	})
 	return r
@@ -91,6 +95,17 @@ func recoverer(next http.Handler) http.Handler {
 				writeError(w, r, fmt.Errorf("panic: %v", v))
 			}
 		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requireRead guards a non-API endpoint with the read scope.
+func (s *Server) requireRead(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.authorize(r); err != nil {
+			writeError(w, r, err)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
 )
 
@@ -16,7 +17,7 @@ type Engine interface {
 	Acquire(ctx context.Context, key string, req lock.AcquireRequest) (lock.Lease, error)
 	Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (lock.Lease, error)
 	Release(ctx context.Context, key, token, actor string) (lock.Released, error)
-	ForceRelease(ctx context.Context, key, actor, reason string) (lock.Broken, error)
+	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
 	State(ctx context.Context, key string) (lock.State, error)
 	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
 	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
@@ -31,6 +32,10 @@ type Config struct {
 	MaxWait    time.Duration
 	// MaxHolds caps concurrent /hold streams.
 	MaxHolds int
+	// Keys are the API keys; nil or empty turns auth off.
+	Keys *auth.Keyring
+	// MetricsAuth makes /metrics need a key with the read scope.
+	MetricsAuth bool
 }
 
 // DefaultConfig is the contract's defaults.

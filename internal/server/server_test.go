@@ -59,6 +59,11 @@ func newFixture(t testing.TB) *fixture {
 
 func newFixtureOn(t testing.TB, rs *redistest.Server) *fixture {
 	t.Helper()
+	return newFixtureWith(t, rs, func(*server.Config) {})
+}
+
+func newFixtureWith(t testing.TB, rs *redistest.Server, configure func(*server.Config)) *fixture {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
 		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -67,6 +72,7 @@ func newFixtureOn(t testing.TB, rs *redistest.Server) *fixture {
 	reg := prometheus.NewRegistry()
 	cfg := server.DefaultConfig()
 	cfg.MaxHolds = 4
+	configure(&cfg)
 	srv := server.New(engine, zerolog.New(logs), cfg, reg)
 	ts := httptest.NewServer(srv.Handler(reg, nil))
 	t.Cleanup(func() {
@@ -697,7 +703,7 @@ func TestHold(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := problemOf(t, res, body); res.StatusCode != 503 || p.Code != "backend_unavailable" || res.Header.Get("Retry-After") == "" {
+		if p := problemOf(t, res, body); res.StatusCode != 429 || p.Code != "too_many_requests" || res.Header.Get("Retry-After") == "" {
 			t.Fatalf("%d %s", res.StatusCode, body)
 		}
 	})

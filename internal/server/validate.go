@@ -46,13 +46,18 @@ var bodyTypes = map[string]func() any{
 	"force-release": func() any { return new(api.ForceReleaseRequest) },
 }
 
-// validateRequest checks what every operation shares before the generated
-// code binds it: the lock key, and for bodies their size, media type and
-// shape (one JSON object, no unknown fields, no trailing data).
-func validateRequest(next http.Handler) http.Handler {
+// checkRequest checks what every operation shares before the generated
+// code binds it: the lock key, the caller's right to it, and for bodies
+// their size, media type and shape (one JSON object, no unknown fields, no
+// trailing data).
+func (s *Server) checkRequest(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if k, ok := routeKey(r); ok && !ValidKey(k) {
 			writeError(w, r, invalid("key", "key must be 1-200 characters of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit"))
+			return
+		}
+		if err := s.authorize(r); err != nil {
+			writeError(w, r, err)
 			return
 		}
 		if r.Method == http.MethodPost {

@@ -3,14 +3,18 @@
 -- KEYS[1] lease hash   KEYS[2] history stream
 -- ARGV[1] actor        ARGV[2] reason   ARGV[3] history cap
 -- ARGV[4] retention_ms ARGV[5] wake channel
+-- ARGV[6] the fence to break, or "" for whichever lease is live
 --
--- Reply: {"ok", owner, fence} | {"not_found"}
+-- Reply: {"ok", owner, fence} | {"not_found"} | {"lost"} (another fence)
 local lease, hist = KEYS[1], KEYS[2]
 local actor, reason, cap, retention, channel = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 
 local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count')
 if not cur[1] then
   return {'not_found'}
+end
+if ARGV[6] ~= '' and cur[2] ~= ARGV[6] then
+  return {'lost'}
 end
 
 redis.call('DEL', lease)

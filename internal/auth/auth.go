@@ -1,0 +1,191 @@
+// Package auth holds lockd's API keys: who a bearer key belongs to, which
+// scopes it has and which lock keys it may touch.
+//
+// Keys come from a YAML file (--auth-file) or the same YAML in the
+// LOCKD_AUTH_YAML variable. A key may be given in plain text or as the hex
+// SHA-256 of the key; either way only the hash is kept in memory, and every
+// lookup compares against every key in constant time.
+package auth
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Scope is what a key may do. Each scope implies the ones below it.
+type Scope int
+
+// Scopes, weakest first.
+const (
+	Read Scope = iota + 1
+	Write
+	Admin
+)
+
+func (s Scope) String() string {
+	switch s {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	case Admin:
+		return "admin"
+	}
+	return fmt.Sprintf("scope(%d)", int(s))
+}
+
+func parseScope(s string) (Scope, error) {
+	switch s {
+	case "read":
+		return Read, nil
+	case "write":
+		return Write, nil
+	case "admin":
+		return Admin, nil
+	}
+	return 0, fmt.Errorf("unknown scope %q (read, write or admin)", s)
+}
+
+// Key is one configured API key, without its secret.
+type Key struct {
+	Name string
+	// Scope is the strongest scope the key was given.
+	Scope Scope
+	// Prefixes limits the lock keys it may touch; empty means every key.
+	Prefixes []string
+	hash     [sha256.Size]byte
+}
+
+// Can reports whether the key has scope s.
+func (k Key) Can(s Scope) bool { return k.Scope >= s }
+
+// MayTouch reports whether the key may act on lock key lk.
+func (k Key) MayTouch(lk string) bool {
+	if len(k.Prefixes) == 0 {
+		return true
+	}
+	for _, p := range k.Prefixes {
+		if strings.HasPrefix(lk, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Keyring is the set of configured keys. The zero Keyring (no keys) means
+// auth is off.
+type Keyring struct {
+	keys []Key
+}
+
+// Enabled reports whether any key is configured.
+func (r *Keyring) Enabled() bool { return r != nil && len(r.keys) > 0 }
+
+// Len is the number of keys.
+func (r *Keyring) Len() int { return len(r.keys) }
+
+// Lookup finds the key whose secret is presented. It compares the SHA-256
+// of presented with every configured hash, without stopping early, so the
+// time taken says nothing about which key nearly matched.
+func (r *Keyring) Lookup(presented string) (Key, bool) {
+	if r == nil || presented == "" {
+		return Key{}, false
+	}
+	h := sha256.Sum256([]byte(presented))
+	found := -1
+	for i := range r.keys {
+		if subtle.ConstantTimeCompare(h[:], r.keys[i].hash[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Key{}, false
+	}
+	return r.keys[found], true
+}
+
+// file is the YAML layout of --auth-file.
+type file struct {
+	Keys []struct {
+		Name     string   `yaml:"name"`
+		Key      string   `yaml:"key"`
+		SHA256   string   `yaml:"sha256"`
+		Scopes   []string `yaml:"scopes"`
+		Prefixes []string `yaml:"prefixes"`
+	} `yaml:"keys"`
+}
+
+// Parse reads the YAML auth configuration. Errors name the entry at fault
+// and never include a key.
+func Parse(data []byte) (*Keyring, error) {
+	var f file
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	r := &Keyring{}
+	names := map[string]bool{}
+	for i, e := range f.Keys {
+		where := fmt.Sprintf("auth: keys[%d]", i)
+		if e.Name == "" {
+			return nil, fmt.Errorf("%s: name is required", where)
+		}
+		where += " (" + e.Name + ")"
+		if names[e.Name] {
+			return nil, fmt.Errorf("%s: the name is used twice", where)
+		}
+		names[e.Name] = true
+		k := Key{Name: e.Name, Prefixes: e.Prefixes}
+		switch {
+		case e.Key != "" && e.SHA256 != "":
+			return nil, fmt.Errorf("%s: give key or sha256, not both", where)
+		case e.Key != "":
+			if len(e.Key) < 16 {
+				return nil, fmt.Errorf("%s: key must be at least 16 characters", where)
+			}
+			k.hash = sha256.Sum256([]byte(e.Key))
+		case e.SHA256 != "":
+			b, err := hex.DecodeString(e.SHA256)
+			if err != nil || len(b) != sha256.Size {
+				return nil, fmt.Errorf("%s: sha256 must be 64 hex digits", where)
+			}
+			copy(k.hash[:], b)
+		default:
+			return nil, fmt.Errorf("%s: key or sha256 is required", where)
+		}
+		if len(e.Scopes) == 0 {
+			return nil, fmt.Errorf("%s: scopes is required (read, write or admin)", where)
+		}
+		for _, s := range e.Scopes {
+			sc, err := parseScope(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", where, err)
+			}
+			k.Scope = max(k.Scope, sc)
+		}
+		for _, p := range e.Prefixes {
+			if p == "" {
+				return nil, fmt.Errorf("%s: an empty prefix; leave prefixes out to allow every key", where)
+			}
+		}
+		for _, o := range r.keys {
+			if o.hash == k.hash {
+				return nil, fmt.Errorf("%s: the same key as %s", where, o.Name)
+			}
+		}
+		r.keys = append(r.keys, k)
+	}
+	if len(r.keys) == 0 {
+		return nil, errors.New("auth: no keys configured")
+	}
+	slices.SortFunc(r.keys, func(a, b Key) int { return strings.Compare(a.Name, b.Name) })
+	return r, nil
+}

@@ -1,0 +1,170 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/server"
+)
+
+const authYAML = `
+keys:
+  - name: viewer
+    key: "read-key-0123456789"
+    scopes: [read]
+  - name: ci-runner
+    key: "write-key-0123456789"
+    scopes: [write]
+  - name: ops
+    key: "admin-key-0123456789"
+    scopes: [admin]
+  - name: deployer
+    key: "prefix-key-0123456789"
+    scopes: [admin]
+    prefixes: ["deploy:"]
+`
+
+func authFixture(t *testing.T, metricsAuth bool) *fixture {
+	t.Helper()
+	keys, err := auth.Parse([]byte(authYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
+		c.Keys = keys
+		c.MetricsAuth = metricsAuth
+	})
+}
+
+func call(t *testing.T, method, url, key, body string) (int, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.Header.Get("Content-Type") == "text/event-stream" {
+		return res.StatusCode, "", res.Header // a hold: hang up at once
+	}
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), res.Header
+}
+
+// Every endpoint × no key, unknown key, read, write, admin, and a key
+// outside its prefixes. "ok" is any answer past auth (2xx, 404, 409).
+func TestAuthMatrix(t *testing.T) {
+	f := authFixture(t, false)
+	ctx := context.Background()
+	if _, err := f.engine.Acquire(ctx, "order:1", lock.AcquireRequest{Owner: "o", TTL: 60e9}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.engine.Acquire(ctx, "deploy:prod", lock.AcquireRequest{Owner: "o", TTL: 60e9}); err != nil {
+		t.Fatal(err)
+	}
+	const ok, unauth, forbidden = 0, 401, 403
+	keys := []struct{ name, key string }{
+		{"none", ""}, {"unknown", "not-a-key-0123456789"}, {"read", "read-key-0123456789"},
+		{"write", "write-key-0123456789"}, {"admin", "admin-key-0123456789"}, {"prefix", "prefix-key-0123456789"},
+	}
+	endpoints := []struct {
+		method, path, body string
+		want               [6]int // by keys above
+	}{
+		{"GET", "/v1/locks", "", [6]int{unauth, unauth, ok, ok, ok, ok}},
+		{"GET", "/v1/locks?prefix=order:", "", [6]int{unauth, unauth, ok, ok, ok, forbidden}},
+		{"GET", "/v1/locks/order:1", "", [6]int{unauth, unauth, ok, ok, ok, forbidden}},
+		{"GET", "/v1/locks/order:1/history", "", [6]int{unauth, unauth, ok, ok, ok, forbidden}},
+		{"POST", "/v1/locks/order:2/acquire", `{"ttl_ms":60000}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/locks/order:1/renew", `{"token":"x"}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/locks/order:1/release", `{"token":"x"}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/locks/order:3/hold", `{"ttl_ms":60000}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/locks/order:9/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, forbidden}},
+		{"POST", "/v1/locks/deploy:x/acquire", `{}`, [6]int{unauth, unauth, forbidden, ok, ok, ok}},
+		{"POST", "/v1/locks/deploy:y/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, ok}},
+		{"GET", "/healthz", "", [6]int{ok, ok, ok, ok, ok, ok}},
+		{"GET", "/readyz", "", [6]int{ok, ok, ok, ok, ok, ok}},
+		{"GET", "/openapi.yaml", "", [6]int{ok, ok, ok, ok, ok, ok}},
+		{"GET", "/metrics", "", [6]int{ok, ok, ok, ok, ok, ok}},
+	}
+	for _, ep := range endpoints {
+		for i, k := range keys {
+			t.Run(ep.method+" "+ep.path+" as "+k.name, func(t *testing.T) {
+				status, body, h := call(t, ep.method, f.url+ep.path, k.key, ep.body)
+				switch want := ep.want[i]; want {
+				case ok:
+					if status == 401 || status == 403 || status >= 500 {
+						t.Fatalf("status %d: %s", status, body)
+					}
+				default:
+					if status != want {
+						t.Fatalf("status %d, want %d: %s", status, want, body)
+					}
+					if !strings.Contains(body, `"code":"`+map[int]string{401: "unauthorized", 403: "forbidden"}[want]+`"`) {
+						t.Fatalf("body %s", body)
+					}
+					if want == 401 && !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
+						t.Fatalf("401 without WWW-Authenticate: Bearer")
+					}
+				}
+			})
+		}
+	}
+
+	// A key limited to prefixes lists only its own locks.
+	_, body, _ := call(t, "GET", f.url+"/v1/locks", "prefix-key-0123456789", "")
+	var list struct{ Locks []struct{ Key string } }
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range list.Locks {
+		if !strings.HasPrefix(l.Key, "deploy:") {
+			t.Fatalf("deployer sees %s", l.Key)
+		}
+	}
+	if len(list.Locks) == 0 {
+		t.Fatal("deployer sees none of its own locks")
+	}
+
+	// The actor in history and the default owner are the key's name.
+	_, body, _ = call(t, "POST", f.url+"/v1/locks/order:7/acquire", "write-key-0123456789", `{}`)
+	if !strings.Contains(body, `"owner":"ci-runner"`) {
+		t.Fatalf("default owner: %s", body)
+	}
+	call(t, "POST", f.url+"/v1/locks/order:7/force-release", "admin-key-0123456789", `{"reason":"test"}`)
+	evs, _ := f.engine.History(ctx, "order:7", 1)
+	if len(evs) != 1 || evs[0].Actor != "ops" {
+		t.Fatalf("history actor: %+v", evs)
+	}
+
+	// Neither the API keys nor a lease token appear in the logs.
+	logs := f.logs.String()
+	for _, k := range keys[1:] {
+		if strings.Contains(logs, k.key) {
+			t.Fatalf("the %s key appears in the logs", k.name)
+		}
+	}
+}
+
+func TestMetricsAuth(t *testing.T) {
+	f := authFixture(t, true)
+	if status, _, _ := call(t, "GET", f.url+"/metrics", "", ""); status != 401 {
+		t.Fatalf("/metrics without a key: %d", status)
+	}
+	if status, _, _ := call(t, "GET", f.url+"/metrics", "read-key-0123456789", ""); status != 200 {
+		t.Fatalf("/metrics with a read key: %d", status)
+	}
+}
