@@ -18,6 +18,13 @@ type Page struct {
 	NextCursor string
 }
 
+const (
+	// scanBudget is about how many Redis keys one List call may visit.
+	scanBudget = 200_000
+	// maxScanCount caps the COUNT hint of one SCAN call.
+	maxScanCount = 10_000
+)
+
 // cursor is the opaque list cursor: where SCAN stands, and the lock keys
 // that SCAN already returned but that did not fit on the previous page.
 type cursor struct {
@@ -28,6 +35,8 @@ type cursor struct {
 // List returns up to limit live locks whose key starts with prefix, walking
 // Redis with SCAN (never KEYS). Every lock live for the whole iteration is
 // returned once: keys SCAN returned beyond the page travel in the cursor.
+// A page may be short, even empty, with a cursor: the walk stops after a
+// budget of keys so that one call stays fast whatever the keyspace.
 func (e *Engine) List(ctx context.Context, prefix string, limit int, after string) (Page, error) {
 	cur, err := decodeCursor(after)
 	if err != nil {
@@ -48,14 +57,28 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int, after strin
 		}
 		add(k)
 	}
-	first := after == ""
-	for (first || cur.Scan != 0) && len(keys) < limit {
+	// COUNT starts near what the page still needs (each lock has about three
+	// Redis keys) so a batch rarely overflows into the cursor, and doubles
+	// while batches come back empty, so a rare prefix is found quickly.
+	// The scan budget keeps one request short with millions of keys: past
+	// it the page is returned short, with a cursor to go on.
+	first, count, scanned := after == "", int64(0), int64(0)
+	for (first || cur.Scan != 0) && len(keys) < limit && scanned < scanBudget {
 		first = false
-		batch, next, err := e.rdb.Scan(ctx, cur.Scan, match, int64(max(limit-len(keys), 10)*3)).Result()
+		if need := int64(max(limit-len(keys), 10) * 3); count < need {
+			count = need
+		}
+		batch, next, err := e.rdb.Scan(ctx, cur.Scan, match, count).Result()
 		if err != nil {
 			return Page{}, wrap("list", err)
 		}
 		cur.Scan = next
+		scanned += count
+		if len(batch) == 0 {
+			count = min(count*2, maxScanCount)
+		} else {
+			count = 0
+		}
 		// SCAN's batch order is arbitrary; sort it so that a page reads well.
 		slices.Sort(batch)
 		for _, rk := range batch {
