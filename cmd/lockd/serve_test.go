@@ -208,3 +208,15 @@ func TestServeConfig(t *testing.T) {
 		t.Fatalf("no warning for an open listener:\n%s", inst.out)
 	}
 }
+
+func TestHealthcheck(t *testing.T) {
+	inst := startServe(t, nil)
+	if err := run(context.Background(), []string{"lockd", "healthcheck", "--url", inst.url + "/healthz"}, func(string) string { return "" }, io.Discard, io.Discard); err != nil {
+		t.Fatalf("healthcheck of a live server: %v", err)
+	}
+	err := run(context.Background(), []string{"lockd", "healthcheck", "--url", "http://127.0.0.1:1/healthz"}, func(string) string { return "" }, io.Discard, io.Discard)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitUnreachable {
+		t.Fatalf("healthcheck of nothing: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"os"
 	"strings"
 	"testing"
 
@@ -81,5 +82,17 @@ func TestParseErrors(t *testing.T) {
 				t.Fatal("the error shows a key")
 			}
 		})
+	}
+}
+
+// The example keys shipped for docker compose must stay a valid file.
+func TestDeployExampleParses(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/auth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := auth.Parse(b)
+	if err != nil || r.Len() != 3 {
+		t.Fatalf("deploy/auth.yaml: %v", err)
 	}
 }
