@@ -237,7 +237,7 @@ type Released struct {
 func (e *Engine) Release(ctx context.Context, key, token, actor string) (Released, error) {
 	k := keysOf(key)
 	v, err := e.scripts.release.Run(ctx, e.rdb, []string{k.lease, k.hist},
-		token, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
+		token, actor, e.opts.HistoryMax, k.wake).Result()
 	if err != nil {
 		return Released{}, wrap("release", err)
 	}
@@ -274,7 +274,7 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 		fenceArg = strconv.FormatInt(fence, 10)
 	}
 	v, err := e.scripts.forceRelease.Run(ctx, e.rdb, []string{k.lease, k.hist},
-		actor, reason, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, fenceArg).Result()
+		actor, reason, e.opts.HistoryMax, k.wake, fenceArg).Result()
 	if err != nil {
 		return Broken{}, wrap("force-release", err)
 	}

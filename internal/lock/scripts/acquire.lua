@@ -28,11 +28,11 @@ if cur[2] then
     local count = redis.call('HINCRBY', lease, 'count', 1)
     redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms)
     redis.call('PEXPIRE', lease, ttl)
-    record(hist, cap, retention, 'reentered', now_ms, cur[1], cur[3], ttl, count, actor, '', now_ms + ttl)
+    record(hist, cap, retention + ttl, 'reentered', now_ms, cur[1], cur[3], ttl, count, actor, '', now_ms + ttl)
     if redis.call('EXISTS', waiters) == 1 then
       redis.call('PUBLISH', channel, 'renewed:' .. ttl)
     end
-    return {'reentered', cur[1], cur[2], cur[3], count, ttl, cur[5], ttl, int(now_ms)}
+    return {'reentered', cur[1], cur[2], cur[3], count, ttl, cur[5], ttl, now_ms}
   end
   if idem ~= '' and cur[6] == idem then
     return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(clock())}
@@ -53,7 +53,7 @@ local fence = int(math.max((tonumber(redis.call('GET', fencekey)) or 0) + 1, now
 redis.call('SET', fencekey, fence, 'PX', retention)
 
 redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', 1,
-  'ttl_ms', ttl, 'acquired_at', int(now_ms), 'renewed_at', int(now_ms), 'renewals', 0, 'idem', idem)
+  'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem)
 redis.call('PEXPIRE', lease, ttl)
-record(hist, cap, retention, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
-return {'granted', owner, token, fence, 1, ttl, int(now_ms), ttl, int(now_ms)}
+record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
+return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms}

@@ -2,22 +2,21 @@
 --
 -- KEYS[1] lease hash   KEYS[2] history stream
 -- ARGV[1] actor        ARGV[2] reason   ARGV[3] history cap
--- ARGV[4] retention_ms ARGV[5] wake channel
--- ARGV[6] the fence to break, or "" for whichever lease is live
+-- ARGV[4] wake channel ARGV[5] the fence to break, or "" for any
 --
 -- Reply: {"ok", owner, fence} | {"not_found"} | {"lost"} (another fence)
 local lease, hist = KEYS[1], KEYS[2]
-local actor, reason, cap, retention, channel = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local actor, reason, cap, channel, want = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count')
 if not cur[1] then
   return {'not_found'}
 end
-if ARGV[6] ~= '' and cur[2] ~= ARGV[6] then
+if want ~= '' and cur[2] ~= want then
   return {'lost'}
 end
 
 redis.call('DEL', lease)
-record(hist, cap, retention, 'force_released', clock(), cur[1], cur[2], cur[3], cur[4], actor, reason, nil)
+record(hist, cap, nil, 'force_released', clock(), cur[1], cur[2], cur[3], cur[4], actor, reason, nil)
 redis.call('PUBLISH', channel, 'released')
 return {'ok', cur[1], cur[2]}

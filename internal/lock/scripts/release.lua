@@ -3,13 +3,13 @@
 --
 -- KEYS[1] lease hash   KEYS[2] history stream
 -- ARGV[1] token        ARGV[2] actor   ARGV[3] history cap
--- ARGV[4] retention_ms ARGV[5] wake channel
+-- ARGV[4] wake channel
 --
 -- Reply: {"ok", count_left} | {"not_found"} | {"lost"}
 local lease, hist = KEYS[1], KEYS[2]
-local token, actor, cap, retention, channel = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local token, actor, cap, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'ttl_ms')
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'ttl_ms', 'count')
 if not cur[2] then
   return {'not_found'}
 end
@@ -18,14 +18,17 @@ if cur[2] ~= token then
 end
 
 local now_ms = clock()
-local count = redis.call('HINCRBY', lease, 'count', -1)
+local count = tonumber(cur[5]) - 1
 local exp = nil
 if count > 0 then
+  redis.call('HSET', lease, 'count', count)
   exp = now_ms + redis.call('PTTL', lease)
 else
   count = 0
   redis.call('DEL', lease)
   redis.call('PUBLISH', channel, 'released')
 end
-record(hist, cap, retention, 'released', now_ms, cur[1], cur[3], cur[4], count, actor, '', exp)
+-- The history's TTL was set past this lease's end when it was granted or
+-- renewed: no PEXPIRE here.
+record(hist, cap, nil, 'released', now_ms, cur[1], cur[3], cur[4], count, actor, '', exp)
 return {'ok', count}

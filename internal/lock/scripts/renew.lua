@@ -21,10 +21,10 @@ local ttl = tonumber(ARGV[2]) or tonumber(cur[5])
 local now_ms = clock()
 
 redis.call('PEXPIRE', lease, ttl)
-redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', int(now_ms))
+redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms)
 redis.call('HINCRBY', lease, 'renewals', 1)
-record(hist, cap, retention, 'renewed', now_ms, cur[1], cur[3], ttl, cur[4], actor, '', now_ms + ttl)
+record(hist, cap, retention + ttl, 'renewed', now_ms, cur[1], cur[3], ttl, cur[4], actor, '', now_ms + ttl)
 if redis.call('EXISTS', waiters) == 1 then
   redis.call('PUBLISH', channel, 'renewed:' .. ttl)
 end
-return {'ok', cur[1], cur[2], cur[3], tonumber(cur[4]), ttl, cur[6], ttl, int(now_ms)}
+return {'ok', cur[1], cur[2], cur[3], tonumber(cur[4]), ttl, cur[6], ttl, now_ms}
