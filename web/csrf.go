@@ -14,10 +14,12 @@ const csrfCookie = "lockd_csrf"
 // csrfField is the form field that carries the token.
 const csrfField = "csrf"
 
-// csrf issues and checks the token of the force-release form: a double
-// submit cookie whose form half is signed. The browser keeps a random value
+// csrf issues and checks the token of every form (force-release, and with
+// auth on sign-in and sign-out): a double submit cookie whose form half is
+// signed. The browser keeps a random value
 // in an HttpOnly, SameSite=Strict cookie; the form carries
-// HMAC-SHA256(secret, value), the secret being random per process. A
+// HMAC-SHA256(secret, value), the secret being random per process unless
+// RequireLogin is given one (replicas must agree on it). A
 // forged cross-site POST has neither half: the browser withholds a Strict
 // cookie from other sites and their pages cannot read ours or our forms.
 // Signing (rather than copying the cookie into the form) means a cookie
@@ -40,11 +42,14 @@ func (c csrf) token(w http.ResponseWriter, r *http.Request) string {
 	} else {
 		value = base64.RawURLEncoding.EncodeToString(random(32))
 		http.SetCookie(w, &http.Cookie{
-			Name:     csrfCookie,
-			Value:    value,
-			Path:     "/ui/",
+			Name:  csrfCookie,
+			Value: value,
+			// "/" rather than "/ui/": the list page at "/" carries the
+			// sign-out form, and a narrower cookie would be re-issued there,
+			// invalidating forms open in other tabs.
+			Path:     "/",
 			HttpOnly: true,
-			Secure:   r.TLS != nil,
+			Secure:   secureRequest(r),
 			SameSite: http.SameSiteStrictMode,
 		})
 	}

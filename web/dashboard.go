@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,7 +27,7 @@ type Engine interface {
 	State(ctx context.Context, key string) (lock.State, error)
 	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
 	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
-	ForceRelease(ctx context.Context, key, actor, reason string) (lock.Broken, error)
+	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
 }
 
 // Identity is who sends a dashboard request and what they may do.
@@ -34,11 +37,28 @@ type Identity struct {
 	// Admin may force-release; without it the buttons are hidden and the
 	// form is refused.
 	Admin bool
+	// Prefixes limits the lock keys they may see and break; empty means
+	// every key.
+	Prefixes []string
 }
 
-// IdentifyFunc tells who sends r. An auth layer (login form, session
-// cookie) supplies one with SetIdentify; requests that must sign in first
-// are its middleware's business, before the dashboard sees them.
+// MayTouch reports whether the identity may see and act on lock key lk.
+func (i Identity) MayTouch(lk string) bool {
+	if len(i.Prefixes) == 0 {
+		return true
+	}
+	for _, p := range i.Prefixes {
+		if strings.HasPrefix(lk, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// IdentifyFunc tells who sends r. RequireLogin supplies one from the
+// session cookie; another auth layer may supply its own with SetIdentify,
+// in which case requests that must sign in first are its middleware's
+// business, before the dashboard sees them.
 type IdentifyFunc func(r *http.Request) Identity
 
 // Anonymous is the identity while auth is off: anyone may force-release,
@@ -69,6 +89,7 @@ type Dashboard struct {
 	log      zerolog.Logger
 	identify IdentifyFunc
 	csrf     csrf
+	sessions *sessions // nil: no sign-in (auth off)
 	pageSize int
 	now      func() time.Time
 }
@@ -89,23 +110,32 @@ func NewDashboard(engine Engine, log zerolog.Logger) *Dashboard {
 // before serving.
 func (d *Dashboard) SetIdentify(f IdentifyFunc) { d.identify = f }
 
-// Routes adds the dashboard's pages to r: the whole surface is here.
+// Routes adds the dashboard's pages to r: the whole surface is here. With
+// RequireLogin, every page but sign-in and the assets needs a session.
 func (d *Dashboard) Routes(r chi.Router) {
 	r.Group(func(r chi.Router) {
 		r.Use(secureHeaders)
-		r.Get("/", d.list)
-		r.Get(listFragmentPath, d.listFragment)
-		r.Get("/ui/locks/{key}", d.detail)
-		r.Get(listFragmentPath+"/{key}", d.detailFragment)
-		r.Get("/ui/locks/{key}/force-release", d.confirm)
 		// Sec-Fetch-Site/Origin checks in front of the CSRF token: a second,
 		// independent refusal of cross-site posts.
 		cop := http.NewCrossOriginProtection()
 		cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d.problem(w, r, http.StatusForbidden, "Refused", "This form was posted from another site; nothing was changed.")
 		}))
-		r.Method(http.MethodPost, "/ui/locks/{key}/force-release", cop.Handler(http.HandlerFunc(d.forceRelease)))
 		r.Handle(assetsPath+"*", assets())
+		if d.sessions != nil {
+			r.Get(loginPath, d.loginForm)
+			r.Method(http.MethodPost, loginPath, cop.Handler(http.HandlerFunc(d.signIn)))
+			r.Method(http.MethodPost, logoutPath, cop.Handler(http.HandlerFunc(d.signOut)))
+		}
+		r.Group(func(r chi.Router) {
+			r.Use(d.requireSession)
+			r.Get("/", d.list)
+			r.Get(listFragmentPath, d.listFragment)
+			r.Get("/ui/locks/{key}", d.detail)
+			r.Get(listFragmentPath+"/{key}", d.detailFragment)
+			r.Get("/ui/locks/{key}/force-release", d.confirm)
+			r.Method(http.MethodPost, "/ui/locks/{key}/force-release", cop.Handler(http.HandlerFunc(d.forceRelease)))
+		})
 	})
 }
 
@@ -143,19 +173,59 @@ func (d *Dashboard) listFragment(w http.ResponseWriter, r *http.Request) {
 // listView reads one page of locks; nil means an error page was written.
 func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request) (*listView, int) {
 	prefix, cursor := r.URL.Query().Get("prefix"), r.URL.Query().Get("cursor")
-	canForce := d.identify(r).Admin
+	id := d.identify(r)
 	if prefix != "" && !server.ValidKey(prefix) {
-		v := newListView(lock.Page{}, prefix, "", d.now(), canForce)
+		v := newListView(lock.Page{}, prefix, "", d.now(), id.Admin)
 		v.Error = "A prefix is the start of a lock key: letters, digits and . _ : @ - (starting with a letter or digit), at most 200."
 		return &v, http.StatusBadRequest
 	}
-	page, err := d.engine.List(r.Context(), prefix, d.pageSize, cursor)
+	scan, filter, ok := listScope(id, prefix)
+	if !ok {
+		v := newListView(lock.Page{}, prefix, "", d.now(), id.Admin)
+		v.Error = "Your key may only see keys starting with " + strings.Join(id.Prefixes, ", ") + "."
+		v.Limited = id.Prefixes
+		return &v, http.StatusForbidden
+	}
+	page, err := d.engine.List(r.Context(), scan, d.pageSize, cursor)
 	if err != nil {
 		d.fail(w, r, err)
 		return nil, 0
 	}
-	v := newListView(page, prefix, cursor, d.now(), canForce)
+	if filter {
+		// A page may come out short, even empty, with a next page: the
+		// pager still leads on.
+		page.Locks = slices.DeleteFunc(page.Locks, func(s lock.State) bool { return !id.MayTouch(s.Key) })
+	}
+	v := newListView(page, prefix, cursor, d.now(), id.Admin)
+	v.Limited = id.Prefixes
 	return &v, http.StatusOK
+}
+
+// listScope is what to list for a prefix filter: the prefix itself when
+// the identity may see all of it; its one allowed prefix inside it; or the
+// prefix, filtered row by row, when several allowed prefixes are inside
+// it. ok is false when none is.
+func listScope(id Identity, prefix string) (scan string, filter, ok bool) {
+	if len(id.Prefixes) == 0 {
+		return prefix, false, true
+	}
+	var inside []string
+	for _, p := range id.Prefixes {
+		if strings.HasPrefix(prefix, p) {
+			return prefix, false, true
+		}
+		if strings.HasPrefix(p, prefix) {
+			inside = append(inside, p)
+		}
+	}
+	switch len(inside) {
+	case 0:
+		return "", false, false
+	case 1:
+		return inside[0], false, true
+	default:
+		return prefix, true, true
+	}
 }
 
 func (d *Dashboard) detail(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +242,7 @@ func (d *Dashboard) detailFragment(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request) (detailView, bool) {
 	key, ok := d.key(w, r)
-	if !ok {
+	if !ok || !d.mayTouch(w, r, key) {
 		return detailView{}, false
 	}
 	st, held, err := d.state(r.Context(), key)
@@ -190,7 +260,7 @@ func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request) (detailVi
 
 func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 	key, ok := d.key(w, r)
-	if !ok || !d.admin(w, r) {
+	if !ok || !d.mayTouch(w, r, key) || !d.admin(w, r) {
 		return
 	}
 	st, held, err := d.state(r.Context(), key)
@@ -203,7 +273,7 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
 	key, ok := d.key(w, r)
-	if !ok || !d.admin(w, r) {
+	if !ok || !d.mayTouch(w, r, key) || !d.admin(w, r) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
@@ -214,6 +284,14 @@ func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
 	if !d.csrf.valid(r) {
 		d.problem(w, r, http.StatusForbidden, "Form expired",
 			"This form's security token is missing or no longer valid (lockd may have restarted). Nothing was changed: open the lock again and retry.")
+		return
+	}
+	// The fence of the lease the person saw and confirmed: if the lock has
+	// changed hands since, the new holder's lease is not broken.
+	fence, err := strconv.ParseInt(r.PostFormValue("fence"), 10, 64)
+	if err != nil || fence <= 0 {
+		d.problem(w, r, http.StatusBadRequest, "Bad form",
+			"This form does not say which lease to break. Nothing was changed: open the lock again and retry.")
 		return
 	}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
@@ -227,13 +305,16 @@ func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
 		d.render(w, r, http.StatusBadRequest, confirmPage(v))
 		return
 	}
-	broken, err := d.engine.ForceRelease(r.Context(), key, d.identify(r).Actor, reason)
+	broken, err := d.engine.ForceReleaseFence(r.Context(), key, fence, d.identify(r).Actor, reason)
 	var outcome *notice
 	status := http.StatusOK
 	switch {
 	case errors.Is(err, lock.ErrNotFound):
 		outcome = &notice{Text: key + " was not held any more (released or expired meanwhile); nothing was changed."}
 		status = http.StatusNotFound
+	case errors.Is(err, lock.ErrLeaseLost):
+		outcome = &notice{Text: fmt.Sprintf("The lock changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by another lease now, shown below. Open Force-release again if that one is stuck too.", fence, key)}
+		status = http.StatusConflict
 	case err != nil:
 		d.fail(w, r, err)
 		return
@@ -257,6 +338,15 @@ func (d *Dashboard) key(w http.ResponseWriter, r *http.Request) (string, bool) {
 		return "", false
 	}
 	return key, true
+}
+
+// mayTouch reports whether r may see lock key lk, writing a 403 page if not.
+func (d *Dashboard) mayTouch(w http.ResponseWriter, r *http.Request, lk string) bool {
+	if d.identify(r).MayTouch(lk) {
+		return true
+	}
+	d.problem(w, r, http.StatusForbidden, "Not allowed", "Your API key may not see this lock: it is outside the key's prefixes.")
+	return false
 }
 
 // admin reports whether r may force-release, writing a 403 page if not.

@@ -25,8 +25,8 @@ func TestEscaping_UserInput(t *testing.T) {
 	if g := text(detail.doc.Find(`[data-testid="state"] [data-testid="owner"]`)); g != owner {
 		t.Errorf("detail owner %q", g)
 	}
-	token := e.confirmForm("xss:1")
-	broken := e.post("/ui/locks/xss:1/force-release", url.Values{"csrf": {token}, "reason": {reason}}, nil)
+	token, fence := e.confirmForm("xss:1")
+	broken := e.post("/ui/locks/xss:1/force-release", url.Values{"csrf": {token}, "fence": {fence}, "reason": {reason}}, nil)
 	if broken.status != http.StatusOK {
 		t.Fatalf("force-release: %d", broken.status)
 	}

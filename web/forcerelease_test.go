@@ -9,8 +9,9 @@ import (
 )
 
 // confirmForm opens the confirmation page of key and returns its form's
-// CSRF token (and, through the client's jar, the cookie).
-func (e *env) confirmForm(key string) string {
+// CSRF token (and, through the client's jar, the cookie) and the fence of
+// the lease it shows.
+func (e *env) confirmForm(key string) (token, fence string) {
 	e.t.Helper()
 	p := e.get("/ui/locks/" + key + "/force-release")
 	if p.status != http.StatusOK {
@@ -23,19 +24,26 @@ func (e *env) confirmForm(key string) string {
 	if form.Find(`label[for="reason"]`).Length() != 1 || form.Find("textarea#reason").Length() != 1 {
 		e.t.Fatal("reason field is not labelled")
 	}
-	token := form.Find(`input[name="csrf"]`).AttrOr("value", "")
+	token = form.Find(`input[name="csrf"]`).AttrOr("value", "")
 	if token == "" {
 		e.t.Fatal("no CSRF token in the form")
 	}
-	return token
+	fence = form.Find(`input[type="hidden"][name="fence"]`).AttrOr("value", "")
+	if fence == "" {
+		e.t.Fatal("no fence in the form")
+	}
+	return token, fence
 }
 
 func TestForceRelease_ConfirmThenBreak(t *testing.T) {
 	e := newEnv(t)
 	l := e.acquire("fr:stuck", "worker-3", 30*time.Second)
-	token := e.confirmForm("fr:stuck")
+	token, fence := e.confirmForm("fr:stuck")
+	if fence != itoa(l.Fence) {
+		t.Fatalf("form fence %s, want the lease's %d", fence, l.Fence)
+	}
 
-	p := e.post("/ui/locks/fr:stuck/force-release", url.Values{"csrf": {token}, "reason": {"  stuck after deploy "}}, nil)
+	p := e.post("/ui/locks/fr:stuck/force-release", url.Values{"csrf": {token}, "fence": {fence}, "reason": {"  stuck after deploy "}}, nil)
 	if p.status != http.StatusOK {
 		t.Fatalf("status %d\n%s", p.status, p.body)
 	}
@@ -57,7 +65,7 @@ func TestForceRelease_ConfirmThenBreak(t *testing.T) {
 	}
 
 	// Posting again finds nothing to break and says so.
-	p = e.post("/ui/locks/fr:stuck/force-release", url.Values{"csrf": {token}}, nil)
+	p = e.post("/ui/locks/fr:stuck/force-release", url.Values{"csrf": {token}, "fence": {fence}}, nil)
 	if p.status != http.StatusNotFound || !strings.Contains(text(p.doc.Find(`[data-testid="notice"]`)), "not held") {
 		t.Errorf("second post: status %d, notice %q", p.status, text(p.doc.Find(`[data-testid="notice"]`)))
 	}
@@ -67,7 +75,7 @@ func TestForceRelease_RefusedWithoutValidToken(t *testing.T) {
 	e := newEnv(t)
 	l := e.acquire("fr:guarded", "worker-4", 30*time.Second)
 	path := "/ui/locks/fr:guarded/force-release"
-	token := e.confirmForm("fr:guarded")
+	token, fence := e.confirmForm("fr:guarded")
 	other := NewDashboard(e.engine, e.dash.log) // another process: another secret
 	for _, tc := range []struct {
 		name   string
@@ -87,7 +95,7 @@ func TestForceRelease_RefusedWithoutValidToken(t *testing.T) {
 				e.client.Jar = nil
 				defer func() { e.client.Jar = jar }()
 			}
-			form := url.Values{"reason": {"forged"}}
+			form := url.Values{"fence": {fence}, "reason": {"forged"}}
 			if tc.token != "" {
 				form.Set(csrfField, tc.token)
 			}
@@ -106,8 +114,8 @@ func TestForceRelease_RefusedWithoutValidToken(t *testing.T) {
 func TestForceRelease_ReasonTooLong(t *testing.T) {
 	e := newEnv(t)
 	e.acquire("fr:long", "w", 30*time.Second)
-	token := e.confirmForm("fr:long")
-	p := e.post("/ui/locks/fr:long/force-release", url.Values{"csrf": {token}, "reason": {strings.Repeat("é", 501)}}, nil)
+	token, fence := e.confirmForm("fr:long")
+	p := e.post("/ui/locks/fr:long/force-release", url.Values{"csrf": {token}, "fence": {fence}, "reason": {strings.Repeat("é", 501)}}, nil)
 	if p.status != http.StatusBadRequest || p.doc.Find(`form [data-testid="error"], [data-testid="error"]`).Length() != 1 {
 		t.Errorf("status %d\n%s", p.status, p.body)
 	}
@@ -133,9 +141,9 @@ func TestForceRelease_IdentityHook(t *testing.T) {
 	}
 
 	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "alice", Admin: true} })
-	token := e.confirmForm("fr:auth")
+	token, fence := e.confirmForm("fr:auth")
 	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "reader", Admin: false} })
-	if p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}}, nil); p.status != http.StatusForbidden {
+	if p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}, "fence": {fence}}, nil); p.status != http.StatusForbidden {
 		t.Errorf("post by a non-admin: status %d", p.status)
 	}
 	if _, held := e.held("fr:auth"); !held {
@@ -143,7 +151,7 @@ func TestForceRelease_IdentityHook(t *testing.T) {
 	}
 
 	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "alice", Admin: true} })
-	p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}}, nil)
+	p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}, "fence": {fence}}, nil)
 	if g := text(p.doc.Find(`[data-testid="event"]`).First().Find(`[data-testid="event-actor"]`)); g != "alice" {
 		t.Errorf("actor %q, want alice", g)
 	}

@@ -50,7 +50,8 @@ type listView struct {
 	FirstURL string // empty on the first page
 	NextURL  string // empty on the last page
 	CanForce bool
-	Error    string // a bad prefix: shown instead of the table
+	Limited  []string // the signed-in key's prefixes; empty: every key
+	Error    string   // a bad prefix: shown instead of the table
 }
 
 // eventRow is one history event.
@@ -93,6 +94,13 @@ type confirmView struct {
 	Error     string
 	ActionURL string
 	DetailURL string
+}
+
+// loginView is the sign-in form.
+type loginView struct {
+	CSRF  string
+	Next  string // where to go after signing in: a local path
+	Error string
 }
 
 // problemView is an error page.

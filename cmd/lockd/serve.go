@@ -187,13 +187,18 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth,
 	}, reg)
 
+	dash, err := dashboard(cfg, getenv, engine, log)
+	if err != nil {
+		_ = engine.Close()
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		_ = engine.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
 	httpSrv := &http.Server{
-		Handler:           srv.Handler(reg, dashboard(cfg, engine, log)),
+		Handler:           srv.Handler(reg, dash),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		// Waits answer within --max-wait; /hold streams lift the deadline.
@@ -349,12 +354,24 @@ func (e *envDefaults) bool(flag string, def bool) bool {
 	return b
 }
 
-// dashboard is the web UI, or nil while API keys are on: it has no login
-// yet, and must not show locks to callers without a key.
-func dashboard(cfg serveConfig, engine *lock.Engine, log zerolog.Logger) server.Dashboard {
-	if cfg.keys.Enabled() {
-		log.Warn().Msg("dashboard off: it has no login yet, and API keys are configured")
-		return nil
+// dashboard is the web UI. With API keys configured it asks for one at
+// sign-in; its session cookies (and CSRF tokens) are signed with
+// LOCKD_SESSION_SECRET when set, so that replicas behind one load balancer
+// accept each other's, else with a random secret that ends sessions at
+// restart. The secret is read from the environment only (never a flag,
+// which ps would show) and never logged.
+func dashboard(cfg serveConfig, getenv func(string) string, engine *lock.Engine, log zerolog.Logger) (server.Dashboard, error) {
+	d := web.NewDashboard(engine, log)
+	if !cfg.keys.Enabled() {
+		return d, nil
 	}
-	return web.NewDashboard(engine, log)
+	secret := getenv("LOCKD_SESSION_SECRET")
+	if secret == "" {
+		log.Warn().Msg("LOCKD_SESSION_SECRET is not set: dashboard sessions use a random secret, end when lockd restarts " +
+			"and are not shared between replicas")
+	}
+	if err := d.RequireLogin(web.Login{Keys: cfg.keys, Secret: []byte(secret)}); err != nil {
+		return nil, usageError("LOCKD_SESSION_SECRET must be at least %d bytes (e.g. openssl rand -hex 32)", web.MinSecretLen)
+	}
+	return d, nil
 }
