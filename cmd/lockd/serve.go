@@ -197,15 +197,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		_ = engine.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(reg, dash),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		// Waits answer within --max-wait; /hold streams lift the deadline.
-		WriteTimeout:   cfg.maxWait + 15*time.Second,
-		IdleTimeout:    120 * time.Second,
-		MaxHeaderBytes: 64 << 10,
-	}
+	httpSrv := newHTTPServer(srv.Handler(reg, dash), cfg.maxWait, httpTimeouts)
 	switch {
 	case cfg.keys.Enabled():
 		log.Info().Int("keys", cfg.keys.Len()).Msg("auth on: API keys required")
@@ -243,6 +235,28 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// timeouts bound how long one client may hold a connection's goroutine.
+type timeouts struct {
+	header, read, idle, writeSlack time.Duration
+}
+
+var httpTimeouts = timeouts{header: 5 * time.Second, read: 15 * time.Second, idle: 120 * time.Second, writeSlack: 15 * time.Second}
+
+// newHTTPServer is lockd's http.Server: a slow or silent client is cut off
+// by the header, read, write and idle timeouts.
+func newHTTPServer(h http.Handler, maxWait time.Duration, t timeouts) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: t.header,
+		ReadTimeout:       t.read,
+		// Waits answer within --max-wait; /hold streams set their own
+		// deadline for each event.
+		WriteTimeout:   maxWait + t.writeSlack,
+		IdleTimeout:    t.idle,
+		MaxHeaderBytes: 64 << 10,
+	}
 }
 
 // openRedis connects to --redis, or starts the embedded store without it.

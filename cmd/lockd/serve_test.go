@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -59,9 +60,15 @@ func startServe(t *testing.T, env map[string]string, args ...string) *instance {
 	deadline := time.Now().Add(10 * time.Second)
 	for inst.url == "" {
 		for _, line := range strings.Split(inst.out.String(), "\n") {
-			var l struct{ Message, Addr string }
+			var l struct {
+				Message, Addr string
+				TLS           bool
+			}
 			if json.Unmarshal([]byte(line), &l) == nil && l.Message == "listening" {
 				inst.url = "http://" + l.Addr
+				if l.TLS {
+					inst.url = "https://" + l.Addr
+				}
 			}
 		}
 		select {
@@ -74,7 +81,9 @@ func startServe(t *testing.T, env map[string]string, args ...string) *instance {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	res, err := http.Get(inst.url + "/healthz")
+	// The test's own certificates are self-signed.
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	res, err := insecure.Get(inst.url + "/healthz")
 	if err != nil || res.StatusCode != 200 {
 		t.Fatalf("healthz: %v", err)
 	}
