@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,7 +18,7 @@ func (e *env) confirmForm(key string) (token, fence string) {
 	if p.status != http.StatusOK {
 		e.t.Fatalf("confirm page: status %d\n%s", p.status, p.body)
 	}
-	form := p.doc.Find(`form[method="post"]`)
+	form := p.doc.Find(`form.confirm[method="post"]`)
 	if form.AttrOr("action", "") != "/ui/locks/"+key+"/force-release" {
 		e.t.Fatalf("form action %q", form.AttrOr("action", ""))
 	}
@@ -162,5 +163,51 @@ func TestForceRelease_NotHeldConfirmPage(t *testing.T) {
 	p := e.get("/ui/locks/fr:nobody/force-release")
 	if p.status != http.StatusOK || p.doc.Find(`[data-testid="not-held"]`).Length() != 1 || p.doc.Find("form").Length() != 0 {
 		t.Errorf("status %d\n%s", p.status, p.body)
+	}
+}
+
+// TestForceRelease_StaleFenceBreaksNothing: the person confirmed breaking
+// one lease; meanwhile its holder released and another worker took the
+// lock. Submitting the form must not break the new holder's lease.
+func TestForceRelease_StaleFenceBreaksNothing(t *testing.T) {
+	e := newEnv(t)
+	first := e.acquire("fr:moved", "worker-1", 30*time.Second)
+	token, fence := e.confirmForm("fr:moved")
+	if _, err := e.engine.Release(context.Background(), "fr:moved", first.Token, "test"); err != nil {
+		t.Fatal(err)
+	}
+	second := e.acquire("fr:moved", "worker-2", 30*time.Second)
+
+	p := e.post("/ui/locks/fr:moved/force-release", url.Values{"csrf": {token}, "fence": {fence}, "reason": {"stuck"}}, nil)
+	if p.status != http.StatusConflict {
+		t.Errorf("status %d, want 409", p.status)
+	}
+	if g := text(p.doc.Find(`[data-testid="notice"]`)); !strings.Contains(g, "The lock changed hands; nothing was broken.") {
+		t.Errorf("notice %q", g)
+	}
+	if p.doc.Find(`[data-testid="notice"].warn`).Length() != 1 {
+		t.Error("the notice is not a warning")
+	}
+	// The page shows the lock as it is now.
+	if g := text(p.doc.Find(`[data-testid="state"] [data-testid="owner"]`)); g != "worker-2" {
+		t.Errorf("current owner shown %q, want worker-2", g)
+	}
+	if g := text(p.doc.Find(`[data-testid="state"] [data-testid="fence"]`)); g != itoa(second.Fence) {
+		t.Errorf("current fence shown %q, want %d", g, second.Fence)
+	}
+	if st, held := e.held("fr:moved"); !held || st.Fence != second.Fence || st.Owner != "worker-2" {
+		t.Fatalf("the new holder's lease was broken (held %v, %+v)", held, st)
+	}
+	if types := eventTypes(p.doc); len(types) > 0 && types[0] == "force_released" {
+		t.Errorf("history records a force-release: %v", types)
+	}
+
+	// A form without a fence breaks nothing either.
+	p = e.post("/ui/locks/fr:moved/force-release", url.Values{"csrf": {token}}, nil)
+	if p.status != http.StatusBadRequest {
+		t.Errorf("no fence: status %d", p.status)
+	}
+	if _, held := e.held("fr:moved"); !held {
+		t.Fatal("a form without a fence broke the lock")
 	}
 }

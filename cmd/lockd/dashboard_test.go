@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const dashKeysYAML = `
+keys:
+  - {name: ops, key: "ops-admin-key-0123456789", scopes: [admin]}
+`
+
+// noRedirects is a client that keeps cookies and shows each redirect.
+func noRedirects(t *testing.T) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// dashLogin signs c in at base with key.
+func dashLogin(t *testing.T, c *http.Client, base, key string) {
+	t.Helper()
+	res, err := c.Get(base + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := csrfInput.FindSubmatch(body)
+	if res.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("GET /ui/login: %d\n%s", res.StatusCode, body)
+	}
+	res, err = c.PostForm(base+"/ui/login", url.Values{"csrf": {string(m[1])}, "key": {key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d", res.StatusCode)
+	}
+}
+
+// TestServeDashboardWithKeys: with API keys the dashboard is mounted behind
+// its sign-in, and two replicas with the same LOCKD_SESSION_SECRET accept
+// each other's sessions.
+func TestServeDashboardWithKeys(t *testing.T) {
+	env := map[string]string{"LOCKD_AUTH_YAML": dashKeysYAML, "LOCKD_SESSION_SECRET": "replica-secret-0123456789abcdefghij"}
+	a, b := startServe(t, env), startServe(t, env)
+	c := noRedirects(t)
+	res, err := c.Get(a.url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/ui/login" {
+		t.Fatalf("GET / without a session: %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+
+	dashLogin(t, c, a.url, "ops-admin-key-0123456789")
+	// The cookies are per host; hand A's to B as a load balancer would.
+	ua, _ := url.Parse(a.url)
+	ub, _ := url.Parse(b.url)
+	c.Jar.SetCookies(ub, c.Jar.Cookies(ua))
+	for _, base := range []string{a.url, b.url} {
+		res, err := c.Get(base + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("GET %s/ signed in: %d", base, res.StatusCode)
+		}
+	}
+	for _, inst := range []*instance{a, b} {
+		if out := inst.out.String(); strings.Contains(out, "ops-admin-key-0123456789") || strings.Contains(out, env["LOCKD_SESSION_SECRET"]) {
+			t.Fatalf("a key or the session secret is in the logs:\n%s", out)
+		}
+	}
+
+	// Without a secret, a replica does not accept another's session, and
+	// lockd says why at start.
+	lone := startServe(t, map[string]string{"LOCKD_AUTH_YAML": dashKeysYAML})
+	if !strings.Contains(lone.out.String(), "LOCKD_SESSION_SECRET is not set") {
+		t.Errorf("no warning about the missing session secret:\n%s", lone.out)
+	}
+	ul, _ := url.Parse(lone.url)
+	c.Jar.SetCookies(ul, c.Jar.Cookies(ua))
+	res, err = c.Get(lone.url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther {
+		t.Errorf("another secret's session accepted: %d", res.StatusCode)
+	}
+}
+
+func TestServeShortSessionSecret(t *testing.T) {
+	env := map[string]string{"LOCKD_AUTH_YAML": dashKeysYAML, "LOCKD_SESSION_SECRET": "too-short-hunter2"}
+	var out, errOut lockedBuffer
+	err := run(context.Background(), []string{"lockd", "serve", "--listen", "127.0.0.1:0"}, func(k string) string { return env[k] }, &out, &errOut)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(ee.msg, "LOCKD_SESSION_SECRET") {
+		t.Fatalf("err = %v, want a usage error about LOCKD_SESSION_SECRET", err)
+	}
+	if strings.Contains(ee.msg+out.String()+errOut.String(), "hunter2") {
+		t.Fatal("the session secret was printed")
+	}
+}
