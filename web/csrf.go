@@ -16,15 +16,14 @@ const csrfField = "csrf"
 
 // csrf issues and checks the token of every form (force-release, and with
 // auth on sign-in and sign-out): a double submit cookie whose form half is
-// signed. The browser keeps a random value
-// in an HttpOnly, SameSite=Strict cookie; the form carries
-// HMAC-SHA256(secret, value), the secret being random per process unless
-// RequireLogin is given one (replicas must agree on it). A
-// forged cross-site POST has neither half: the browser withholds a Strict
-// cookie from other sites and their pages cannot read ours or our forms.
-// Signing (rather than copying the cookie into the form) means a cookie
-// planted by a sibling subdomain is useless without our secret. Nothing
-// is stored on the server.
+// signed. The browser keeps a random value in an HttpOnly, SameSite=Strict
+// cookie; the form carries HMAC-SHA256(secret, value), the secret being
+// random per process unless RequireLogin is given one (replicas must agree
+// on it). A forged cross-site POST has neither half: the browser withholds
+// a Strict cookie from other sites and their pages cannot read ours or our
+// forms. Signing (rather than copying the cookie into the form) means a
+// cookie planted by a sibling subdomain is useless without our secret.
+// Nothing is stored on the server.
 type csrf struct {
 	secret []byte
 }

@@ -13,12 +13,25 @@
 // types. The generated *_templ.go files are committed; a test fails when
 // they are stale.
 //
-// Caveats. Without auth every visitor may force-release, as with the rest
+// Auth. Without API keys every visitor may force-release, as with the rest
 // of the API; the actor recorded in history is "dashboard@<client address>"
-// (the TCP peer, so a reverse proxy's address when behind one). An auth
-// layer plugs in with SetIdentify. CSRF tokens are signed with a secret made
-// at start, so a force-release form opened before a restart is refused and
-// must be reloaded. Times are shown in UTC.
+// (the TCP peer, so a reverse proxy's address when behind one). With keys,
+// RequireLogin puts every page behind "/ui/login": the visitor enters an
+// API key, and a signed, expiring session cookie (HttpOnly,
+// SameSite=Strict, Secure over HTTPS) remembers the key's name, never the
+// key (session.go). Every request re-reads that key's scope and prefixes:
+// read views, admin force-releases, a key with prefixes sees only its
+// locks, and the actor in history is the key's name.
+//
+// Caveats. Every form carries a CSRF token (csrf.go). With keys, tokens
+// and sessions are signed with the secret given to RequireLogin
+// (LOCKD_SESSION_SECRET); without one, and always with auth off, with a
+// secret made at start: then a restart ends every session and refuses
+// forms opened before it, and replicas do not accept each other's. Signing out clears
+// the browser's cookie only; a copied cookie stays valid until it expires,
+// its key is removed or replaced, or the secret changes. The force-release
+// form names the fence it showed, so a lock that changed hands meanwhile is
+// not broken. Times are shown in UTC.
 package web
 
 //go:generate go tool templ generate
