@@ -225,3 +225,39 @@ func mustJSON(t *testing.T, env map[string]string, v any, args ...string) {
 		t.Fatalf("lockd %s printed %q: %v", strings.Join(args, " "), out, err)
 	}
 }
+
+// Against a server with API keys: a missing or unknown key exits 5, a key
+// without the scope exits 5, the right key works, from flag or environment.
+func TestCLIAuthExitCodes(t *testing.T) {
+	yaml := "keys:\n  - name: viewer\n    key: viewer-key-0123456789\n    scopes: [read]\n  - name: writer\n    key: writer-key-0123456789\n    scopes: [write]\n"
+	inst := startServe(t, map[string]string{"LOCKD_AUTH_YAML": yaml})
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+	}{
+		{"no key", nil, []string{"acquire", "a:1"}, exitAuth},
+		{"unknown key", nil, []string{"acquire", "--api-key", "wrong-key-0123456789", "a:1"}, exitAuth},
+		{"read key writes", nil, []string{"acquire", "--api-key", "viewer-key-0123456789", "a:1"}, exitAuth},
+		{"write key", nil, []string{"acquire", "--api-key", "writer-key-0123456789", "a:1"}, exitOK},
+		{"write key from env", map[string]string{"LOCKD_API_KEY": "writer-key-0123456789"}, []string{"acquire", "a:2"}, exitOK},
+		{"write key force-releases", map[string]string{"LOCKD_API_KEY": "writer-key-0123456789"}, []string{"force-release", "a:2"}, exitAuth},
+		{"read key reads", map[string]string{"LOCKD_API_KEY": "viewer-key-0123456789"}, []string{"status", "a:2"}, exitOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"LOCKD_SERVER": inst.url}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			code, stdout, stderr := cli(t, env, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tt.code, stderr)
+			}
+			if strings.Contains(stdout+stderr, "-key-0123456789") {
+				t.Fatal("the CLI printed an API key")
+			}
+		})
+	}
+}

@@ -168,3 +168,29 @@ func TestMetricsAuth(t *testing.T) {
 		t.Fatalf("/metrics with a read key: %d", status)
 	}
 }
+
+// An idempotent retry returns the lease only to the API key that got it.
+func TestIdempotencyKeyIsPerAPIKey(t *testing.T) {
+	f := authFixture(t, false)
+	acquire := func(apiKey string) (int, string) {
+		req, _ := http.NewRequest("POST", f.url+"/v1/locks/hook:1/acquire", strings.NewReader(`{"ttl_ms":5000}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("Idempotency-Key", "delivery-1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	s1, first := acquire("write-key-0123456789")
+	s2, again := acquire("write-key-0123456789")
+	if s1 != 200 || s2 != 200 || first != again {
+		t.Fatalf("retry by the same key: %d %s / %d %s", s1, first, s2, again)
+	}
+	if s3, other := acquire("admin-key-0123456789"); s3 != 409 || strings.Contains(other, "token") {
+		t.Fatalf("same idempotency key from another API key: %d %s", s3, other)
+	}
+}
