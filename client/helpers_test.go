@@ -2,19 +2,13 @@ package client_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
-
-	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/server"
 )
 
 // lockd is a real lockd server on a real Redis, for one test.
@@ -25,22 +19,8 @@ type lockd struct {
 
 func startLockd(t *testing.T) *lockd {
 	t.Helper()
-	rs := redistest.Start(t)
-	// Like lockd serve: short timeouts and no retries, so that a stopped
-	// Redis answers 503 quickly.
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
-	engine := lock.New(rdb, lock.Options{})
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
-	hs := httptest.NewServer(srv.Handler(reg, nil))
-	t.Cleanup(func() {
-		srv.Shutdown()
-		_ = engine.Close()
-		hs.Close()
-		_ = rdb.Close()
-	})
-	return &lockd{URL: hs.URL, redis: rs}
+	ld := lockdtest.Start(t, lockdtest.Options{})
+	return &lockd{URL: ld.URL, redis: ld.Redis}
 }
 
 // uniqueKey is a lock key of its own for each test.

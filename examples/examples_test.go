@@ -1,28 +1,20 @@
 package examples_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/client"
-	"github.com/lockd/lockd/internal/lock"
-	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/internal/lockdtest"
 )
 
 // binDir holds a lockd binary built from this tree, for run.sh.
@@ -51,17 +43,12 @@ type lockd struct {
 
 func startLockd(t *testing.T) *lockd {
 	t.Helper()
-	rs := redistest.Start(t)
-	engine := lock.New(rs.Client(t), lock.Options{})
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
-	hs := httptest.NewServer(srv.Handler(reg, nil))
-	t.Cleanup(func() { srv.Shutdown(); _ = engine.Close(); hs.Close() })
-	c, err := client.New(hs.URL, client.WithRetry(0))
+	ld := lockdtest.Start(t, lockdtest.Options{})
+	c, err := client.New(ld.URL, client.WithRetry(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &lockd{url: hs.URL, c: c}
+	return &lockd{url: ld.URL, c: c}
 }
 
 // need fails (never skips) when an interpreter the examples need is missing.
@@ -72,27 +59,10 @@ func need(t *testing.T, prog, install string) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // script is a running example.
 type script struct {
 	cmd      *exec.Cmd
-	out, err syncBuffer
+	out, err lockdtest.Buffer
 	done     chan struct{}
 	code     int
 	ended    time.Time

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"crypto/tls"
 	"net/http"
 	"net/http/cookiejar"
@@ -9,16 +8,15 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 )
@@ -49,53 +47,26 @@ func mustKeys(t *testing.T, yaml string) *auth.Keyring {
 	return k
 }
 
-// syncBuffer collects log lines written from the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // newAuthEnv is newEnv with API keys: the dashboard behind its sign-in.
 // Its client keeps cookies but does not follow redirects, so tests see
 // each 303.
-func newAuthEnv(t *testing.T) (*env, *syncBuffer) {
+func newAuthEnv(t *testing.T) (*env, *lockdtest.Buffer) {
 	t.Helper()
-	rdb := redistest.Start(t).Client(t)
-	engine := lock.New(rdb, lock.Options{})
-	t.Cleanup(func() { _ = engine.Close() })
-	logs := &syncBuffer{}
-	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	keys := mustKeys(t, keysYAML)
-	dash := NewDashboard(engine, log)
-	if err := dash.RequireLogin(Login{Keys: keys, Secret: []byte(secret)}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := server.DefaultConfig()
-	cfg.Keys = keys
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, log, cfg, reg)
-	ts := httptest.NewServer(srv.Handler(reg, dash))
-	t.Cleanup(ts.Close)
-	jar, err := cookiejar.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := ts.Client()
-	client.Jar = jar
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &env{t: t, engine: engine, dash: dash, ts: ts, client: client}, logs
+	var dash *Dashboard
+	ld := lockdtest.Start(t, lockdtest.Options{
+		Configure: func(c *server.Config) { c.Keys = keys },
+		Dashboard: func(e *lock.Engine, log zerolog.Logger) server.Dashboard {
+			dash = NewDashboard(e, log)
+			if err := dash.RequireLogin(Login{Keys: keys, Secret: []byte(secret)}); err != nil {
+				t.Fatal(err)
+			}
+			return dash
+		},
+	})
+	e := newClientEnv(t, ld, dash)
+	e.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return e, ld.Logs
 }
 
 // loginForm opens the sign-in page and returns its CSRF token.

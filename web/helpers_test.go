@@ -14,11 +14,10 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/lockd/lockd/internal/lock"
-	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/server"
 )
 
@@ -33,21 +32,25 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	rdb := redistest.Start(t).Client(t)
-	engine := lock.New(rdb, lock.Options{})
-	t.Cleanup(func() { _ = engine.Close() })
-	dash := NewDashboard(engine, zerolog.Nop())
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
-	ts := httptest.NewServer(srv.Handler(reg, dash))
-	t.Cleanup(ts.Close)
+	var dash *Dashboard
+	ld := lockdtest.Start(t, lockdtest.Options{Dashboard: func(e *lock.Engine, _ zerolog.Logger) server.Dashboard {
+		dash = NewDashboard(e, zerolog.Nop())
+		return dash
+	}})
+	return newClientEnv(t, ld, dash)
+}
+
+// newClientEnv wraps a running lockd with a client that keeps cookies,
+// like a browser.
+func newClientEnv(t *testing.T, ld *lockdtest.Lockd, dash *Dashboard) *env {
+	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := ts.Client()
+	client := ld.HTTP.Client()
 	client.Jar = jar
-	return &env{t: t, engine: engine, dash: dash, ts: ts, client: client}
+	return &env{t: t, engine: ld.Engine, dash: dash, ts: ld.HTTP, client: client}
 }
 
 // acquire takes key for owner through the engine.

@@ -1,24 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
-
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/client"
-	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/server"
 )
 
 // cliServer is an in-process lockd server on a real Redis.
@@ -30,49 +22,19 @@ type cliServer struct {
 
 func startCLIServer(t *testing.T) *cliServer {
 	t.Helper()
-	rs := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
-	engine := lock.New(rdb, lock.Options{})
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
-	hs := httptest.NewServer(srv.Handler(reg, nil))
-	t.Cleanup(func() {
-		srv.Shutdown()
-		_ = engine.Close()
-		hs.Close()
-		_ = rdb.Close()
-	})
-	c, err := client.New(hs.URL, client.WithRetry(0))
+	ld := lockdtest.Start(t, lockdtest.Options{})
+	c, err := client.New(ld.URL, client.WithRetry(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cliServer{url: hs.URL, redis: rs, c: c}
-}
-
-// syncBuffer is a buffer that a child process and the test may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return &cliServer{url: ld.URL, redis: ld.Redis, c: c}
 }
 
 // cli runs `lockd ARGS...` in process, as main would, with env as its
 // only environment, and returns the exit code and output.
 func cli(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb syncBuffer
+	var out, errb lockdtest.Buffer
 	err := run(context.Background(), append([]string{"lockd"}, args...), func(k string) string { return env[k] }, &out, &errb)
 	code = exitCode(err, &errb)
 	return code, out.String(), errb.String()

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lockd/lockd/internal/lockdtest"
 )
 
 const dashKeysYAML = `
@@ -109,7 +111,7 @@ func TestServeDashboardWithKeys(t *testing.T) {
 
 func TestServeShortSessionSecret(t *testing.T) {
 	env := map[string]string{"LOCKD_AUTH_YAML": dashKeysYAML, "LOCKD_SESSION_SECRET": "too-short-hunter2"}
-	var out, errOut lockedBuffer
+	var out, errOut lockdtest.Buffer
 	err := run(context.Background(), []string{"lockd", "serve", "--listen", "127.0.0.1:0"}, func(k string) string { return env[k] }, &out, &errOut)
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(ee.msg, "LOCKD_SESSION_SECRET") {

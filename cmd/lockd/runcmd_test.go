@@ -15,11 +15,12 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/internal/lockdtest"
 )
 
 // lockdRun starts `lockd run ARGS...` in process; the channel gets its exit
 // code once it has returned.
-func lockdRun(ls *cliServer, stdout, stderr *syncBuffer, args ...string) <-chan int {
+func lockdRun(ls *cliServer, stdout, stderr *lockdtest.Buffer, args ...string) <-chan int {
 	done := make(chan int, 1)
 	env := map[string]string{"LOCKD_SERVER": ls.url}
 	go func() {
@@ -29,7 +30,7 @@ func lockdRun(ls *cliServer, stdout, stderr *syncBuffer, args ...string) <-chan 
 	return done
 }
 
-func waitExit(t *testing.T, done <-chan int, within time.Duration, stderr *syncBuffer) int {
+func waitExit(t *testing.T, done <-chan int, within time.Duration, stderr *lockdtest.Buffer) int {
 	t.Helper()
 	select {
 	case code := <-done:
@@ -76,7 +77,7 @@ func TestRunExitsWithCommandStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out, errb syncBuffer
+			var out, errb lockdtest.Buffer
 			key := "run:status:" + strconv.Itoa(tt.code)
 			code := waitExit(t, lockdRun(ls, &out, &errb, key, "--", "sh", "-c", tt.script), 10*time.Second, &errb)
 			if code != tt.code {
@@ -90,7 +91,7 @@ func TestRunExitsWithCommandStatus(t *testing.T) {
 func TestRunKeepsLeaseAndReleasesAtExit(t *testing.T) {
 	ls := startCLIServer(t)
 	const key, ttl = "run:long", 300 * time.Millisecond
-	var out, errb syncBuffer
+	var out, errb lockdtest.Buffer
 	// The child outlives 4 TTLs, then prints when it ends (ns since epoch).
 	done := lockdRun(ls, &out, &errb, "--ttl", ttl.String(), key, "--",
 		"sh", "-c", `echo "key=$LOCKD_KEY fence=$LOCKD_FENCE"; sleep 1.2; date +%s%N`)
@@ -180,7 +181,7 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			key := "run:lost:" + strconv.Itoa(i)
-			var out, errb syncBuffer
+			var out, errb lockdtest.Buffer
 			done := lockdRun(ls, &out, &errb, "--ttl", "600ms", "--grace", tt.grace.String(), key, "--", "sh", "-c", tt.script)
 			waitHeld(t, ls.c, key)
 			for !strings.Contains(out.String(), "started") {
@@ -225,7 +226,7 @@ func TestRunRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out, errb syncBuffer
+			var out, errb lockdtest.Buffer
 			code := waitExit(t, lockdRun(ls, &out, &errb, tt.args...), 10*time.Second, &errb)
 			if code != tt.code || !strings.Contains(errb.String(), tt.msg) {
 				t.Errorf("exit %d, want %d and %q on stderr:\n%s", code, tt.code, tt.msg, &errb)
@@ -238,7 +239,7 @@ func TestRunRefusals(t *testing.T) {
 func TestRunRetriesWhileRedisIsDown(t *testing.T) {
 	ls := startCLIServer(t)
 	ls.redis.Stop()
-	var out, errb syncBuffer
+	var out, errb lockdtest.Buffer
 	done := lockdRun(ls, &out, &errb, "--retry", "20s", "run:retry", "--", "sh", "-c", "echo fence=$LOCKD_FENCE")
 	time.Sleep(300 * time.Millisecond) // a few 503s
 	ls.redis.Restart()
@@ -272,7 +273,7 @@ func TestRunForwardsSignals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var errb syncBuffer
+			var errb lockdtest.Buffer
 			cmd.Stderr = &errb
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

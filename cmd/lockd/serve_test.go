@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -9,34 +8,17 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // instance is a `lockd serve` started through run, as main starts it.
 type instance struct {
 	url    string
-	out    *lockedBuffer
+	out    *lockdtest.Buffer
 	stop   context.CancelFunc
 	result chan error
 }
@@ -44,7 +26,7 @@ type instance struct {
 func startServe(t *testing.T, env map[string]string, args ...string) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	inst := &instance{out: &lockedBuffer{}, stop: cancel, result: make(chan error, 1)}
+	inst := &instance{out: &lockdtest.Buffer{}, stop: cancel, result: make(chan error, 1)}
 	getenv := func(k string) string { return env[k] }
 	go func() {
 		inst.result <- run(ctx, append([]string{"lockd", "serve", "--listen", "127.0.0.1:0"}, args...), getenv, inst.out, io.Discard)
@@ -199,7 +181,7 @@ func TestServeConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut lockedBuffer
+			var out, errOut lockdtest.Buffer
 			getenv := func(k string) string { return tc.env[k] }
 			err := run(context.Background(), append([]string{"lockd", "serve"}, tc.args...), getenv, &out, &errOut)
 			var ee *exitError

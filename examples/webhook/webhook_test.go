@@ -11,25 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
 	"github.com/lockd/lockd/client"
 	"github.com/lockd/lockd/examples/webhook"
-	"github.com/lockd/lockd/internal/lock"
-	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/internal/lockdtest"
 )
 
 func startLockd(t *testing.T) *client.Client {
 	t.Helper()
-	rs := redistest.Start(t)
-	engine := lock.New(rs.Client(t), lock.Options{})
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
-	hs := httptest.NewServer(srv.Handler(reg, nil))
-	t.Cleanup(func() { srv.Shutdown(); _ = engine.Close(); hs.Close() })
-	c, err := client.New(hs.URL)
+	c, err := client.New(lockdtest.Start(t, lockdtest.Options{}).URL)
 	if err != nil {
 		t.Fatal(err)
 	}

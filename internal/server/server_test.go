@@ -8,39 +8,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
-
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 )
-
-// syncBuffer collects log lines from concurrent requests.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type fixture struct {
 	url    string
@@ -48,7 +25,7 @@ type fixture struct {
 	engine *lock.Engine
 	redis  *redistest.Server
 	srv    *server.Server
-	logs   *syncBuffer
+	logs   *lockdtest.Buffer
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -64,27 +41,15 @@ func newFixtureOn(t testing.TB, rs *redistest.Server) *fixture {
 
 func newFixtureWith(t testing.TB, rs *redistest.Server, configure func(*server.Config)) *fixture {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	engine := lock.New(rdb, lock.Options{})
-	logs := &syncBuffer{}
-	reg := prometheus.NewRegistry()
-	cfg := server.DefaultConfig()
-	cfg.MaxHolds = 4
-	configure(&cfg)
-	srv := server.New(engine, zerolog.New(logs), cfg, reg)
-	ts := httptest.NewServer(srv.Handler(reg, nil))
-	t.Cleanup(func() {
-		srv.Shutdown()
-		_ = engine.Close()
-		ts.Close()
-	})
-	c, err := api.NewClientWithResponses(ts.URL)
+	ld := lockdtest.Start(t, lockdtest.Options{Redis: rs, Configure: func(c *server.Config) {
+		c.MaxHolds = 4
+		configure(c)
+	}})
+	c, err := api.NewClientWithResponses(ld.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{url: ts.URL, client: c, engine: engine, redis: rs, srv: srv, logs: logs}
+	return &fixture{url: ld.URL, client: c, engine: ld.Engine, redis: ld.Redis, srv: ld.Server, logs: ld.Logs}
 }
 
 func ptr[T any](v T) *T { return &v }
