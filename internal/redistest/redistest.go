@@ -22,12 +22,23 @@ type Server struct {
 	Addr string
 	port int
 	dir  string
+	args []string
+	ping func(addr string) error
 	cmd  *exec.Cmd
 	tb   testing.TB
 }
 
 // Start runs redis-server on a free port until the test ends.
 func Start(tb testing.TB) *Server {
+	tb.Helper()
+	return StartWith(tb, nil, nil)
+}
+
+// StartWith is Start with extra redis-server arguments. port, when set,
+// returns the arguments that make Redis listen on the chosen port (for a
+// TLS port, say); by default it is "--port N". Readiness is then the
+// caller's business: ping is used to check that the server answers.
+func StartWith(tb testing.TB, port func(n int) []string, extra []string, ping ...func(addr string) error) *Server {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatal("redis-server is not on PATH; the tests need a real Redis. " +
@@ -36,25 +47,38 @@ func Start(tb testing.TB) *Server {
 	}
 	s := &Server{port: freePort(tb), dir: tb.TempDir(), tb: tb}
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	listen := []string{"--port", strconv.Itoa(s.port)}
+	if port != nil {
+		listen = port(s.port)
+	}
+	s.args = append(listen, extra...)
+	s.ping = defaultPing
+	if len(ping) > 0 {
+		s.ping = ping[0]
+	}
 	s.start()
 	tb.Cleanup(s.Stop)
 	return s
 }
 
+func defaultPing(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	return c.Ping(context.Background()).Err()
+}
+
 func (s *Server) start() {
 	s.tb.Helper()
-	s.cmd = exec.Command("redis-server",
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	args := append([]string{"--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
 	if err := s.cmd.Start(); err != nil {
 		s.tb.Fatalf("start redis-server: %v", err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := c.Ping(context.Background()).Err()
+		err := s.ping(s.Addr)
 		if err == nil {
 			return
 		}

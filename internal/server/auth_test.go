@@ -194,3 +194,40 @@ func TestIdempotencyKeyIsPerAPIKey(t *testing.T) {
 		t.Fatalf("same idempotency key from another API key: %d %s", s3, other)
 	}
 }
+
+// A full acquire/renew/release/force-release cycle with API keys leaves
+// neither the lease token nor an API key in the logs or the metrics.
+func TestSecretsStayOutOfLogsWithAuth(t *testing.T) {
+	f := authFixture(t, true)
+	const writer, admin = "write-key-0123456789", "admin-key-0123456789"
+	_, body, _ := call(t, "POST", f.url+"/v1/locks/cycle/acquire", writer, `{"ttl_ms":10000}`)
+	var l struct{ Token string }
+	if err := json.Unmarshal([]byte(body), &l); err != nil || l.Token == "" {
+		t.Fatalf("acquire: %s", body)
+	}
+	steps := []struct{ method, path, key, body string }{
+		{"POST", "/v1/locks/cycle/acquire", writer, `{"token":"` + l.Token + `"}`},
+		{"POST", "/v1/locks/cycle/renew", writer, `{"token":"` + l.Token + `"}`},
+		{"POST", "/v1/locks/cycle/release", writer, `{"token":"` + l.Token + `"}`},
+		{"POST", "/v1/locks/cycle/renew", writer, `{"token":"` + l.Token + `x"}`},
+		{"POST", "/v1/locks/cycle/force-release", admin, `{"reason":"test"}`},
+		{"POST", "/v1/locks/cycle/release", writer, `{"token":"` + l.Token + `"}`},
+		{"GET", "/v1/locks/cycle/history", "read-key-0123456789", ""},
+		{"GET", "/v1/locks", "wrong-key-0123456789", ""},
+	}
+	for _, s := range steps {
+		if status, body, _ := call(t, s.method, f.url+s.path, s.key, s.body); status >= 500 {
+			t.Fatalf("%s %s: %d %s", s.method, s.path, status, body)
+		}
+	}
+	_, metrics, _ := call(t, "GET", f.url+"/metrics", "read-key-0123456789", "")
+	logs := f.logs.String()
+	if !strings.Contains(logs, `"route":"/v1/locks/{key}/force-release"`) {
+		t.Fatalf("the cycle was not logged:\n%s", logs)
+	}
+	for _, secret := range []string{l.Token, writer, admin, "read-key-0123456789", "wrong-key-0123456789"} {
+		if strings.Contains(logs, secret) || strings.Contains(metrics, secret) {
+			t.Fatalf("a secret (%.4s…) appears in the logs or metrics", secret)
+		}
+	}
+}
