@@ -1,9 +1,7 @@
 package web
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,40 +20,10 @@ func TestBrowser_SignInAndForceRelease(t *testing.T) {
 	e.acquire("deploy:prod", "ci-runner-7", 60*time.Second)
 	e.acquire("ci:build", "builder", 60*time.Second)
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chrome),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 720),
-	)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(alloc)
-	defer cancelTab()
-	ctx, cancel := context.WithTimeout(ctx, 25*time.Second)
-	defer cancel()
-
-	var mu sync.Mutex
-	var consoleErrors []string
-	messages := chromedp.Console(ctx)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			// The 401 of the refresh that finds the session gone is expected.
-			if (m.Type == chromedp.ConsoleError || m.IsException()) && !strings.Contains(m.String(), "401") {
-				mu.Lock()
-				consoleErrors = append(consoleErrors, m.String()+" "+m.URL)
-				mu.Unlock()
-			}
-		}
-	}()
+	ctx, consoleErrors := newBrowser(t, chrome, func(msg string) bool {
+		// The 401 of the refresh that finds the session gone is expected.
+		return strings.Contains(msg, "401")
+	})
 	must := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -137,9 +105,7 @@ func TestBrowser_SignInAndForceRelease(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#key`)),
 	))
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, m := range consoleErrors {
+	for _, m := range consoleErrors() {
 		t.Errorf("browser console: %s", m)
 	}
 }

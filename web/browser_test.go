@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,43 +72,7 @@ func TestBrowser_FindAndForceRelease(t *testing.T) {
 	apiAcquire(t, e.ts.URL, "order:pay:12345", "worker-3@10.0.4.17", 90*time.Second)
 	apiAcquire(t, e.ts.URL, "reports:nightly", "cron@batch-2", 10*time.Minute)
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chrome),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 720),
-	)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(alloc)
-	defer cancelTab()
-	ctx, cancel := context.WithTimeout(ctx, 25*time.Second)
-	defer cancel()
-
-	// Every console error (a CSP violation, a script error) fails the test.
-	var mu sync.Mutex
-	var consoleErrors []string
-	messages := chromedp.Console(ctx)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.IsException() {
-				mu.Lock()
-				consoleErrors = append(consoleErrors, m.String()+" "+m.URL)
-				mu.Unlock()
-			}
-		}
-	}()
+	ctx, consoleErrors := newBrowser(t, chrome, nil)
 
 	must := func(what string, err error) {
 		t.Helper()
@@ -213,10 +178,57 @@ func TestBrowser_FindAndForceRelease(t *testing.T) {
 		t.Error("the list scrolls sideways at 390 px")
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, m := range consoleErrors {
+	for _, m := range consoleErrors() {
 		t.Errorf("browser console: %s", m)
 	}
 	t.Logf("browser test took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// newBrowser starts headless Chromium (closed when the test ends) with the
+// flags this machine needs, and collects console errors and exceptions:
+// each one (a CSP violation, a script error) is a test failure unless
+// expected says it is expected. The context ends after 25 s.
+func newBrowser(t *testing.T, chrome string, expected func(msg string) bool) (context.Context, func() []string) {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 720),
+	)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(alloc)
+	t.Cleanup(cancelTab)
+	ctx, cancel := context.WithTimeout(ctx, 25*time.Second)
+	t.Cleanup(cancel)
+
+	var mu sync.Mutex
+	var errs []string
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if (m.Type == chromedp.ConsoleError || m.IsException()) && (expected == nil || !expected(m.String())) {
+				mu.Lock()
+				errs = append(errs, m.String()+" "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(errs)
+	}
 }
