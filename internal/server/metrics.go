@@ -65,22 +65,56 @@ func (m *metrics) acquire(o lock.Outcome, err error) {
 }
 
 // instrument counts requests by their route pattern, never the raw path.
+// Every label comes from a fixed set, so that no request, however odd,
+// creates a new series: net/http accepts any token as a method, and an
+// unauthenticated client could otherwise grow /metrics without bound.
 func (m *metrics) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 		route := routePattern(r)
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(ww.Status())).Inc()
+		m.requests.WithLabelValues(route, methodLabel(r.Method), statusLabel(ww.Status())).Inc()
 		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
 }
 
-func routePattern(r *http.Request) string {
-	if rctx := chi.RouteContext(r.Context()); rctx != nil {
-		if p := rctx.RoutePattern(); p != "" {
-			return p
-		}
+// methodLabel is the method when it is one of HTTP's standard ones, else
+// "other".
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
 	}
-	return "unmatched"
+	return "other"
+}
+
+// statusLabel is the status code; handlers only write codes from 100 to
+// 599, and anything else is folded so the set stays fixed.
+func statusLabel(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}
+
+// unmatchedRoute labels every request that matched no route (404, and 405
+// on an unknown path), whatever its path.
+const unmatchedRoute = "unmatched"
+
+// routePattern is the chi route template of the request: one of the
+// routes that Handler registers, or unmatchedRoute.
+func routePattern(r *http.Request) string {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return unmatchedRoute
+	}
+	p := rctx.RoutePattern()
+	// A route template has no wildcard other than the assets' trailing
+	// "/*"; chi leaves a bare "/*" or an empty pattern when nothing matched.
+	if p == "" || p == "/*" {
+		return unmatchedRoute
+	}
+	return p
 }
