@@ -48,6 +48,7 @@ type serveConfig struct {
 	logFormat        string
 	logLevel         string
 	shutdownTimeout  time.Duration
+	allowedHosts     []string
 }
 
 // parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
@@ -74,6 +75,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.logFormat, "log-format", env.str("log-format", "json"), "json or console")
 	fs.StringVar(&c.logLevel, "log-level", env.str("log-level", "info"), "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.dur("shutdown-timeout", 10*time.Second), "how long to drain requests on SIGTERM")
+	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
+		"given, every request's Host is checked (with auth off on loopback it always is)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, &exitError{code: exitOK}
@@ -85,6 +88,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if fs.NArg() > 0 {
 		return c, usageError("serve takes no arguments, got %q", fs.Args())
+	}
+	for _, h := range strings.Split(*allowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.allowedHosts = append(c.allowedHosts, h)
+		}
 	}
 	c.authYAML = getenv("LOCKD_AUTH_YAML")
 	c.redisUser, c.redisPassword = getenv("LOCKD_REDIS_USERNAME"), getenv("LOCKD_REDIS_PASSWORD")
@@ -154,6 +162,14 @@ func (c serveConfig) validate() error {
 	return nil
 }
 
+// checkHost says whether requests' Host names are checked: with auth off
+// on loopback, a DNS-rebinding web page could otherwise reach lockd under
+// its own name; and whenever --allowed-hosts names the expected ones.
+func (c serveConfig) checkHost() bool {
+	host, _, _ := net.SplitHostPort(c.listen)
+	return len(c.allowedHosts) > 0 || (!c.keys.Enabled() && isLoopback(host))
+}
+
 func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true
@@ -185,6 +201,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth,
+		CheckHost: cfg.checkHost(), AllowedHosts: cfg.allowedHosts,
 	}, reg)
 
 	dash, err := dashboard(cfg, getenv, engine, log)

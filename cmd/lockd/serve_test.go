@@ -211,3 +211,34 @@ func TestHealthcheck(t *testing.T) {
 		t.Fatalf("healthcheck of nothing: %v", err)
 	}
 }
+
+// F3: with auth off on loopback, lockd serve answers only loopback Host
+// names and those of --allowed-hosts (LOCKD_ALLOWED_HOSTS).
+func TestServeHostCheck(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		host string
+		want int
+	}{
+		{"loopback name", nil, "localhost:8080", 200},
+		{"rebinding name", nil, "rebind.evil.example:8080", 403},
+		{"allowed by env", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test, other.test"}, "lockd.test:8080", 200},
+		{"not in the env list", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test"}, "rebind.evil.example", 403},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inst := startServe(t, tc.env)
+			req, _ := http.NewRequest(http.MethodGet, inst.url+"/v1/locks", nil)
+			req.Host = tc.host
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != tc.want {
+				t.Fatalf("Host %s: %d, want %d", tc.host, res.StatusCode, tc.want)
+			}
+		})
+	}
+}

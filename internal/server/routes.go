@@ -29,6 +29,8 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		accessLog,
 		s.metrics.instrument,
 		recoverer,
+		s.checkHost,
+		crossOrigin(),
 		s.identify,
 	)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {

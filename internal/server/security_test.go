@@ -1,11 +1,19 @@
 package server_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/server"
 )
 
 // F1: no request can create a metrics series. Made-up methods and paths
@@ -55,5 +63,123 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(after, "\n"), `method="other"`) {
 		t.Fatalf("made-up methods are not counted as other:\n%s", strings.Join(after, "\n"))
+	}
+}
+
+// F3: no web page can take or break a lock. Cross-site browser requests
+// are refused with 403, browsers must send JSON (415), and programs that
+// send no browser headers keep working as before.
+func TestBrowserSafety(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	victim := f.acquire(t, "victim:browser", api.AcquireRequest{Owner: ptr("real-holder"), TtlMs: ptr(int64(60000))})
+	host := strings.TrimPrefix(f.url, "http://")
+	tests := []struct {
+		name, method, path, ct, body string
+		header                       map[string]string
+		status                       int
+	}{
+		{"cross-site force-release", "POST", "/v1/locks/victim:browser/force-release", "", "",
+			map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, 403},
+		{"same-site force-release", "POST", "/v1/locks/victim:browser/force-release", "application/json", "{}",
+			map[string]string{"Sec-Fetch-Site": "same-site"}, 403},
+		{"foreign Origin, no Sec-Fetch-Site", "POST", "/v1/locks/victim:browser/force-release", "application/json", "{}",
+			map[string]string{"Origin": "http://localhost:18999"}, 403},
+		{"cross-site acquire as a form", "POST", "/v1/locks/evil:1/acquire", "application/x-www-form-urlencoded", `{"owner":"evil"}`,
+			map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, 403},
+		{"cross-site hold", "POST", "/v1/locks/evil:2/hold", "text/plain", `{}`,
+			map[string]string{"Origin": "http://evil.example"}, 403},
+		{"same-origin form body", "POST", "/v1/locks/evil:3/acquire", "application/x-www-form-urlencoded", `{"owner":"x"}`,
+			map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://" + host}, 415},
+		{"same-origin text body", "POST", "/v1/locks/evil:4/acquire", "text/plain", `{}`,
+			map[string]string{"Sec-Fetch-Site": "same-origin"}, 415},
+		{"browser empty body without a type", "POST", "/v1/locks/evil:5/acquire", "", "",
+			map[string]string{"Sec-Fetch-Mode": "no-cors"}, 415},
+		{"same-origin JSON", "POST", "/v1/locks/ok:1/acquire", "application/json", `{"owner":"page"}`,
+			map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://" + host}, 200},
+		{"cross-site GET is a read", "GET", "/v1/locks/victim:browser", "", "",
+			map[string]string{"Sec-Fetch-Site": "cross-site"}, 200},
+		{"curl -d without browser headers", "POST", "/v1/locks/ok:2/acquire", "application/x-www-form-urlencoded", `{"owner":"curl"}`, nil, 200},
+		{"curl with an empty body", "POST", "/v1/locks/ok:3/acquire", "", "", nil, 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, f.url+tc.path, strings.NewReader(tc.body))
+			if tc.ct != "" {
+				req.Header.Set("Content-Type", tc.ct)
+			}
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", res.StatusCode, tc.status, body)
+			}
+			if tc.status >= 400 {
+				problemOf(t, res, body)
+			}
+		})
+	}
+	st, err := f.engine.State(ctx, "victim:browser")
+	if err != nil || st.Fence != victim.Fence || st.Owner != "real-holder" {
+		t.Fatalf("the victim's lease after the attacks: %+v %v", st, err)
+	}
+	for _, k := range []string{"evil:1", "evil:2", "evil:3", "evil:4", "evil:5"} {
+		if _, err := f.engine.State(ctx, k); !errors.Is(err, lock.ErrNotFound) {
+			t.Fatalf("%s was taken: %v", k, err)
+		}
+	}
+}
+
+// F3: with CheckHost (auth off on loopback), only loopback and configured
+// Host names are served: a DNS-rebinding page's own name is refused.
+func TestHostCheck(t *testing.T) {
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
+		c.CheckHost = true
+		c.AllowedHosts = []string{"lockd.internal"}
+	})
+	tests := []struct {
+		host, path string
+		status     int
+	}{
+		{"localhost:8080", "/v1/locks", 200},
+		{"LOCALHOST", "/v1/locks", 200},
+		{"127.0.0.1:1", "/v1/locks", 200},
+		{"[::1]:8080", "/v1/locks", 200},
+		{"lockd.internal:8080", "/v1/locks", 200},
+		{"rebind.evil.example:8080", "/v1/locks", 403},
+		{"rebind.evil.example", "/metrics", 403},
+		{"localhost.evil.example", "/v1/locks/k/acquire", 403},
+		{"10.0.0.1:8080", "/v1/locks", 403},
+		{"rebind.evil.example", "/healthz", 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.host+tc.path, func(t *testing.T) {
+			method := http.MethodGet
+			if strings.HasSuffix(tc.path, "/acquire") {
+				method = http.MethodPost
+			}
+			req, _ := http.NewRequest(method, f.url+tc.path, nil)
+			req.Host = tc.host
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", res.StatusCode, tc.status, body)
+			}
+			if tc.status == 403 {
+				if p := problemOf(t, res, body); p.Field == nil || *p.Field != "Host" {
+					t.Fatalf("problem does not name Host: %s", body)
+				}
+			}
+		})
 	}
 }

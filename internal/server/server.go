@@ -36,6 +36,12 @@ type Config struct {
 	Keys *auth.Keyring
 	// MetricsAuth makes /metrics need a key with the read scope.
 	MetricsAuth bool
+	// CheckHost refuses requests whose Host is not localhost, a loopback
+	// address or one of AllowedHosts (DNS rebinding). lockd serve sets it
+	// with auth off on a loopback listener, or when --allowed-hosts is given.
+	CheckHost bool
+	// AllowedHosts are the extra Host names accepted when CheckHost is set.
+	AllowedHosts []string
 }
 
 // DefaultConfig is the contract's defaults.

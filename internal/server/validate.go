@@ -107,15 +107,25 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		}
 		return invalid("body", "could not read the body: %v", err)
 	}
+	ct := r.Header.Get("Content-Type")
+	mt, _, ctErr := mime.ParseMediaType(ct)
+	isJSON := ctErr == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+	if fromBrowser(r) && !isJSON {
+		// A cross-site page can send text/plain or a form, even an empty
+		// one, without a CORS preflight, but not application/json: from a
+		// browser, only JSON is taken (spec: browser safety).
+		return &problemError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+			title:  "Unsupported media type",
+			detail: fmt.Sprintf("a request from a browser must send Content-Type: application/json, not %q", ct)}
+	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		r.Body = http.NoBody
 		return nil
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
+	if ct != "" {
 		// curl -d labels every body as a form; take it when it is JSON.
 		curlDefault := mt == "application/x-www-form-urlencoded" && bytes.TrimSpace(b)[0] == '{'
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && !curlDefault) {
+		if !isJSON && !curlDefault {
 			return &problemError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
 				title:  "Unsupported media type",
 				detail: fmt.Sprintf("the body must be JSON (Content-Type: application/json), not %q", ct)}

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Browser safety (spec: "Browser safety (all modes)"). A web page that a
+// lockd user visits may send requests to lockd's address: cross-site
+// "simple" requests need no CORS preflight, and a DNS-rebinding page even
+// reads the answers. Three checks keep such pages out, while programs
+// (curl, the CLI, the Go client), which send neither Origin nor
+// Sec-Fetch-* headers, are unaffected:
+//
+//   - crossOrigin refuses state-changing requests from another site;
+//   - checkBody (validate.go) asks browsers for a JSON content type, which a
+//     cross-site page cannot send without a preflight;
+//   - checkHost, with auth off on loopback, refuses Host names that are not
+//     loopback or configured (DNS rebinding).
+
+// crossOrigin refuses POST, PUT, DELETE … whose Sec-Fetch-Site or Origin
+// says they come from another site, with a 403 problem. GET, HEAD and
+// OPTIONS pass: they change nothing.
+func crossOrigin() func(http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Cross-origin request refused",
+			detail: "this request came from another web site (Sec-Fetch-Site or Origin); nothing was changed"})
+	}))
+	return cop.Handler
+}
+
+// fromBrowser reports whether r carries the headers that only browsers
+// send.
+func fromBrowser(r *http.Request) bool {
+	if r.Header.Get("Origin") != "" {
+		return true
+	}
+	for k := range r.Header {
+		if strings.HasPrefix(k, "Sec-Fetch-") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkHost refuses requests whose Host header is not one this server
+// answers to, when Config.CheckHost is set. A DNS-rebinding page reaches
+// 127.0.0.1 under its own name, so its requests carry that name as Host.
+// The probes are exempt: they reveal nothing, and orchestrators call them
+// by IP address.
+func (s *Server) checkHost(next http.Handler) http.Handler {
+	if !s.cfg.CheckHost {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || s.hostAllowed(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, r, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Unknown host name",
+			field:  "Host",
+			detail: "this server does not answer to the Host name in this request; use localhost or 127.0.0.1, or add the name with --allowed-hosts"})
+	})
+}
+
+// hostAllowed reports whether host (a Host header, with or without a port)
+// is localhost, a loopback address or one of Config.AllowedHosts.
+func (s *Server) hostAllowed(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), "."))
+	if host == "localhost" {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	return slices.ContainsFunc(s.cfg.AllowedHosts, func(a string) bool { return strings.EqualFold(a, host) })
+}
