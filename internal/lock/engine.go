@@ -30,6 +30,8 @@ type Options struct {
 	// process; beyond them Acquire answers ErrTooManyWaiters at once.
 	MaxWaiters       int
 	MaxWaitersPerKey int
+	// CallTimeout bounds each call to Redis as a whole (default 1.9 s).
+	CallTimeout time.Duration
 }
 
 const (
@@ -38,6 +40,7 @@ const (
 	defaultMaxWait    = 60 * time.Second
 	defaultMaxWaiters = 10_000
 	defaultMaxPerKey  = 1_000
+	defaultCall       = 1900 * time.Millisecond
 )
 
 // Engine grants, renews and releases leases on Redis. It is safe for
@@ -67,8 +70,21 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.MaxWaitersPerKey <= 0 {
 		opts.MaxWaitersPerKey = defaultMaxPerKey
 	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = defaultCall
+	}
 	e := &Engine{rdb: rdb, opts: opts, scripts: loadScripts()}
-	e.hub = newHub(e)
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	e.hub = newHub(hubConfig{
+		id:        hex.EncodeToString(id[:]),
+		ps:        rdb.Subscribe(context.Background()),
+		wakeOf:    func(key string) string { return keysOf(key).wake },
+		write:     e.writeWaiters,
+		bound:     opts.CallTimeout,
+		maxTotal:  opts.MaxWaiters,
+		maxPerKey: opts.MaxWaitersPerKey,
+	})
 	return e
 }
 
@@ -81,7 +97,26 @@ func (e *Engine) Close() error {
 
 // Ping checks that Redis answers.
 func (e *Engine) Ping(ctx context.Context) error {
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
 	return wrap("ping", e.rdb.Ping(ctx).Err())
+}
+
+// writeWaiters writes this process's waiter counts, one script per key in
+// one pipeline. A count outlives a process that dies by at most the longest
+// wait.
+func (e *Engine) writeWaiters(ctx context.Context, counts map[string]int) error {
+	valid := (e.opts.MaxWait + 10*time.Second).Milliseconds()
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for key, n := range counts {
+			e.scripts.waiters.Run(ctx, p, []string{keysOf(key).waiters}, e.hub.id, n, valid)
+		}
+		return nil
+	})
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		_ = e.scripts.waiters.Load(ctx, e.rdb).Err()
+	}
+	return err
 }
 
 // Waiters is the number of callers now waiting in this process.
@@ -127,29 +162,81 @@ type Lease struct {
 
 // Acquire takes the key, re-enters it (req.Token) or, with req.Wait > 0,
 // waits for it. A held key is a *HeldError (errors.Is ErrHeld); a re-entry
-// token that is not the live one is ErrLeaseLost. If ctx ends while
-// waiting, no lease is left behind.
+// token that is not the live one is ErrLeaseLost; a retry with the
+// Idempotency-Key of a live lease is that lease (Outcome Replayed), or
+// ErrIdempotencyMismatch when it asks for another owner or TTL. If ctx ends
+// while waiting, no lease is left behind.
 func (e *Engine) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
-	waiting := req.Wait > 0 && req.Token == ""
-	if waiting && e.hub.hasQueue(key) {
-		// Others in this process are already queued for the key: take a
-		// place behind them instead of racing them for the next grant.
-		return e.hub.wait(ctx, key, req, nil)
-	}
-	lease, err := e.try(ctx, key, req)
-	var held *HeldError
-	if !waiting || !errors.As(err, &held) {
-		return lease, err
-	}
-	return e.hub.wait(ctx, key, req, held)
-}
-
-// try runs the acquire script once.
-func (e *Engine) try(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
 	token, err := newToken()
 	if err != nil {
 		return Lease{}, err
 	}
+	if req.Wait <= 0 || req.Token != "" {
+		return e.try(ctx, key, req, token, grantFree)
+	}
+	seen := e.hub.watch(key)
+	var first error
+	if seen.queued {
+		// Others in this process already wait for the key: take a place
+		// behind them instead of racing them for the next grant, but
+		// answer an idempotent retry at once.
+		if req.IdempotencyKey == "" {
+			return e.queue(ctx, key, req, token, seen, nil)
+		}
+		lease, err := e.try(ctx, key, req, token, peek)
+		if err == nil || !waitable(err) {
+			return lease, err
+		}
+		first = err
+	} else {
+		lease, err := e.try(ctx, key, req, token, grantFree)
+		if err == nil || !waitable(err) {
+			return lease, err
+		}
+		first = err
+	}
+	return e.queue(ctx, key, req, token, seen, first)
+}
+
+// waitable says whether a failed try should wait: the key is held, or Redis
+// is away for a moment.
+func waitable(err error) bool {
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrUnavailable) || errors.Is(err, errFree)
+}
+
+// queue waits in the hub. Every try of one waiter uses the same token, so a
+// try whose answer was lost (a timeout after Redis granted) is found again
+// by the next one instead of blocking the key until its TTL ends.
+func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, token string, seen watch, first error) (Lease, error) {
+	if errors.Is(first, errFree) {
+		first = nil
+	}
+	try := func(ctx context.Context) (Lease, error) {
+		return e.try(ctx, key, req, token, grantFree)
+	}
+	undo := func(l Lease) {
+		// Granted to a caller that has gone: give it straight back.
+		rctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
+		defer cancel()
+		_, _ = e.Release(rctx, key, l.Token, req.Actor)
+	}
+	return e.hub.wait(ctx, key, time.Now().Add(req.Wait), try, undo, seen, first)
+}
+
+// try modes: take a free key, or only look (re-entry, idempotent replay,
+// holder) and leave a free key to the waiters queued before the caller.
+const (
+	grantFree = "grant"
+	peek      = "peek"
+)
+
+// errFree is a peek's answer when the key is free.
+var errFree = errors.New("lock: key is free")
+
+// try runs the acquire script once.
+func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token, mode string) (Lease, error) {
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
 	k := keysOf(key)
 	idem := ""
 	if req.IdempotencyKey != "" {
@@ -159,7 +246,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest) (Lease
 	v, err := e.scripts.acquire.Run(ctx, e.rdb,
 		[]string{k.lease, k.fence, k.hist, k.waiters},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
-		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
+		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode).Result()
 	if err != nil {
 		return Lease{}, wrap("acquire", err)
 	}
@@ -180,9 +267,20 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest) (Lease
 		return Lease{}, &HeldError{Key: key, Owner: r.str(1), Remaining: r.ms(2)}
 	case "lost":
 		return Lease{}, ErrLeaseLost
+	case "mismatch":
+		return Lease{}, ErrIdempotencyMismatch
+	case "free":
+		return Lease{}, errFree
 	default:
 		return Lease{}, fmt.Errorf("lock: acquire script said %q", status)
 	}
+}
+
+// bound gives one engine call its overall deadline, so that dialling,
+// waiting for a pooled connection and the round trip together answer
+// ErrUnavailable in about 2 s when Redis does not.
+func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.opts.CallTimeout)
 }
 
 // leaseFrom reads {status, owner, token, fence, count, ttl_ms, acquired_at,
@@ -207,6 +305,8 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	if ttl > 0 {
 		ttlArg = strconv.FormatInt(ttl.Milliseconds(), 10)
 	}
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
 	v, err := e.scripts.renew.Run(ctx, e.rdb, []string{k.lease, k.hist, k.waiters},
 		token, ttlArg, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
 	if err != nil {
@@ -236,6 +336,8 @@ type Released struct {
 // and waiters are woken.
 func (e *Engine) Release(ctx context.Context, key, token, actor string) (Released, error) {
 	k := keysOf(key)
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
 	v, err := e.scripts.release.Run(ctx, e.rdb, []string{k.lease, k.hist},
 		token, actor, e.opts.HistoryMax, k.wake).Result()
 	if err != nil {
@@ -273,6 +375,8 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 	if fence != 0 {
 		fenceArg = strconv.FormatInt(fence, 10)
 	}
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
 	v, err := e.scripts.forceRelease.Run(ctx, e.rdb, []string{k.lease, k.hist},
 		actor, reason, e.opts.HistoryMax, k.wake, fenceArg).Result()
 	if err != nil {
@@ -320,6 +424,8 @@ type State struct {
 // State returns the key's live lease, or ErrNotFound.
 func (e *Engine) State(ctx context.Context, key string) (State, error) {
 	k := keysOf(key)
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
 	v, err := e.scripts.state.Run(ctx, e.rdb, []string{k.lease, k.waiters}).Result()
 	if err != nil {
 		return State{}, wrap("state", err)
@@ -368,6 +474,8 @@ type Event struct {
 // lapsed since the last event is recorded as "expired" first.
 func (e *Engine) History(ctx context.Context, key string, limit int) ([]Event, error) {
 	k := keysOf(key)
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
 	v, err := e.scripts.history.Run(ctx, e.rdb, []string{k.lease, k.hist},
 		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds()).Result()
 	if err != nil {

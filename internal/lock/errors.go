@@ -20,6 +20,9 @@ var (
 	// ErrTooManyWaiters means the process already has as many waiting
 	// callers, in all or on the key, as Options allow.
 	ErrTooManyWaiters = errors.New("lock: too many waiters")
+	// ErrIdempotencyMismatch means an acquire repeated the Idempotency-Key
+	// of a live lease but asked for another owner or TTL.
+	ErrIdempotencyMismatch = errors.New("lock: idempotency key reused with another owner or ttl")
 	// ErrInvalidCursor means a list cursor was not one this engine handed out.
 	ErrInvalidCursor = errors.New("lock: invalid cursor")
 )

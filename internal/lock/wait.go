@@ -2,8 +2,6 @@ package lock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"strconv"
@@ -15,10 +13,10 @@ import (
 )
 
 const (
-	// attemptTimeout bounds one retry on behalf of a waiter.
-	attemptTimeout = 3 * time.Second
-	// errorRetry is how soon the next waiter retries after a Redis error.
-	errorRetry = 250 * time.Millisecond
+	// backoffMin and backoffMax bound how soon a queue retries after a
+	// Redis error: its waiters keep waiting through a blip.
+	backoffMin = 50 * time.Millisecond
+	backoffMax = 500 * time.Millisecond
 	// confirmTimeout is how long a new queue waits for Redis to confirm its
 	// subscription before it retries anyway.
 	confirmTimeout = time.Second
@@ -30,13 +28,27 @@ const (
 	flushInterval = 50 * time.Millisecond
 )
 
-// hub queues the waiters of this process, one FIFO per key, and wakes the
-// head of a queue when the key's channel says it was released or when the
-// holder's lease should have expired. Only the head retries, so a release
-// costs one Redis call per process however many wait here.
+// attemptFunc runs one try for a waiter: a grant, a *HeldError, or another
+// error. The hub knows nothing else about the primitive it waits for.
+type attemptFunc func(ctx context.Context) (Lease, error)
+
+// hub queues the waiters of this process, one FIFO per key, and retries for
+// the head of a queue when the key's channel says it was released or when
+// the holder's lease should have expired. Only the head retries, so a
+// release costs one Redis call per process however many wait here.
+//
+// Every queue keeps one invariant, decided in one place (next): while it
+// has waiters, an attempt is in flight, a timer is pending, or it waits for
+// its subscription to be confirmed (whose confirmation retries). Anything
+// that may have freed the key (a message, a confirmation, a joiner that may
+// have missed a message, a timer) pokes the queue; next starts the attempt.
 type hub struct {
-	e  *Engine
-	id string // this process, in the waiters hash of each key
+	id     string // this process, in the waiters hash of each key
+	wakeOf func(key string) string
+	write  func(ctx context.Context, counts map[string]int) error
+	bound  time.Duration // one attempt's deadline
+
+	maxTotal, maxPerKey int // waiters allowed in this process, in all and per key
 
 	ps    *redis.PubSub
 	subMu sync.Mutex // keeps SUBSCRIBE and UNSUBSCRIBE in order on the wire
@@ -47,6 +59,7 @@ type hub struct {
 	total  int
 	closed bool
 
+	ctx     context.Context // ends when the hub closes
 	done    chan struct{}
 	cancel  context.CancelFunc
 	loops   sync.WaitGroup // receive, sweep and flush loops
@@ -56,19 +69,21 @@ type hub struct {
 type queue struct {
 	key     string
 	channel string
-	waiters []*waiter
-	count   int // queued + in flight
-	busy    bool
-	pending bool // woken while busy: retry once the attempt ends
-	ready   bool // Redis confirmed the subscription (or gave up waiting)
+	waiters []*waiter // queued, in arrival order; the head is tried next
+	count   int       // queued + in flight, for the count in Redis
+	busy    bool      // an attempt is in flight
+	poked   bool      // something may have freed the key: try now
+	ready   bool      // Redis confirmed the subscription (or gave up waiting)
 	timer   *time.Timer
+	due     time.Time // when timer fires
+	wakes   uint64    // pokes so far: a joiner compares it with its own snapshot
+	backoff time.Duration
+	failed  error // the last attempt's Redis error, until one succeeds
 	idle    time.Time
-	held    *HeldError // the last holder seen
-	heldAt  time.Time
 }
 
 type waiter struct {
-	req       AcquireRequest
+	try       attemptFunc
 	result    chan outcome
 	inflight  bool
 	abandoned bool
@@ -79,18 +94,40 @@ type outcome struct {
 	err   error
 }
 
-func newHub(e *Engine) *hub {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
+// watch is what a caller saw of a key's queue before its own try, so that
+// a release published between that try and joining the queue is not lost.
+type watch struct {
+	q      *queue
+	wakes  uint64
+	queued bool // others in this process already wait for the key
+}
+
+// hubConfig is what a hub needs from its engine.
+type hubConfig struct {
+	id     string                                                 // this process, in the waiters hash of each key
+	ps     *redis.PubSub                                          // the process's one subscription connection
+	wakeOf func(key string) string                                // a key's wake-up channel
+	write  func(ctx context.Context, counts map[string]int) error // waiter counts to Redis
+	bound  time.Duration                                          // one attempt's deadline
+	// maxTotal and maxPerKey cap the waiters of this process.
+	maxTotal, maxPerKey int
+}
+
+func newHub(c hubConfig) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &hub{
-		e:      e,
-		id:     hex.EncodeToString(b[:]),
-		ps:     e.rdb.Subscribe(ctx),
-		queues: map[string]*queue{},
-		dirty:  map[string]int{},
-		done:   make(chan struct{}),
-		cancel: cancel,
+		id:        c.id,
+		wakeOf:    c.wakeOf,
+		write:     c.write,
+		bound:     c.bound,
+		maxTotal:  c.maxTotal,
+		maxPerKey: c.maxPerKey,
+		ps:        c.ps,
+		queues:    map[string]*queue{},
+		dirty:     map[string]int{},
+		ctx:       ctx,
+		done:      make(chan struct{}),
+		cancel:    cancel,
 	}
 	h.loops.Add(3)
 	go h.receive(ctx)
@@ -105,54 +142,48 @@ func (h *hub) waiting() int {
 	return h.total
 }
 
-func (h *hub) hasQueue(key string) bool {
+// watch snapshots the key's queue before the caller's own try.
+func (h *hub) watch(key string) watch {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.queues[key]
-	return q != nil && q.count > 0
+	if q == nil {
+		return watch{}
+	}
+	return watch{q: q, wakes: q.wakes, queued: q.count > 0}
 }
 
-// wait queues the caller until it is granted the key, its wait ends (a
-// *HeldError), ctx ends (ctx's error; any grant is released) or the hub
-// closes (ErrClosed).
-func (h *hub) wait(ctx context.Context, key string, req AcquireRequest, held *HeldError) (Lease, error) {
-	start := time.Now()
-	w := &waiter{req: req, result: make(chan outcome, 1)}
+// wait queues try until it grants, the deadline passes, ctx ends (ctx's
+// error; a grant that races it is given back with undo) or the hub closes
+// (ErrClosed). seen is the caller's snapshot from before its own try, and
+// first what that try answered (nil when it did not try). At the deadline
+// the caller gets the answer of one last try, so a 409 names the holder and
+// time left as they are then; if Redis is still failing, its error.
+func (h *hub) wait(ctx context.Context, key string, deadline time.Time, try attemptFunc, undo func(Lease), seen watch, first error) (Lease, error) {
+	w := &waiter{try: try, result: make(chan outcome, 1)}
 
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return Lease{}, ErrClosed
 	}
-	q := h.queues[key]
-	if h.total >= h.e.opts.MaxWaiters || (q != nil && q.count >= h.e.opts.MaxWaitersPerKey) {
-		h.mu.Unlock()
-		return Lease{}, ErrTooManyWaiters
-	}
-	created := q == nil
-	if created {
-		q = &queue{key: key, channel: keysOf(key).wake}
-		h.queues[key] = q
-	}
-	if held != nil {
-		q.held, q.heldAt = held, start
-	}
-	q.waiters = append(q.waiters, w)
-	h.adjust(q, +1)
+	q, created, err := h.join(key, w, seen, first)
 	h.mu.Unlock()
-
+	if err != nil {
+		return Lease{}, err
+	}
 	if created {
 		h.subscribe(q)
 	}
 
-	deadline := time.NewTimer(req.Wait - time.Since(start))
-	defer deadline.Stop()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 
-	var gone error // why the caller stops waiting
+	var gone error // why the caller stops waiting early
 	select {
 	case o := <-w.result:
 		return o.lease, o.err
-	case <-deadline.C:
+	case <-timer.C:
 	case <-ctx.Done():
 		gone = ctx.Err()
 	case <-h.done:
@@ -162,12 +193,17 @@ func (h *hub) wait(ctx context.Context, key string, req AcquireRequest, held *He
 	h.mu.Lock()
 	if !w.inflight {
 		h.remove(q, w)
-		err := h.timeoutErr(q)
+		failed := q.failed
 		h.mu.Unlock()
 		if gone != nil {
 			return Lease{}, gone
 		}
-		return Lease{}, err
+		if failed != nil {
+			// Redis failed the last attempt: another try now would only
+			// keep the caller past its wait.
+			return Lease{}, failed
+		}
+		return h.last(ctx, try, undo)
 	}
 	// An attempt for this waiter is under way: take its outcome.
 	w.abandoned = true
@@ -177,22 +213,56 @@ func (h *hub) wait(ctx context.Context, key string, req AcquireRequest, held *He
 		return o.lease, o.err
 	}
 	if o.err == nil {
-		// Granted to a caller that has gone: give it straight back.
-		rctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
-		_, _ = h.e.Release(rctx, key, o.lease.Token, req.Actor)
-		cancel()
+		undo(o.lease)
 	}
 	return Lease{}, gone
 }
 
-// timeoutErr is the 409 for a waiter whose time ran out. Called with h.mu.
-func (h *hub) timeoutErr(q *queue) error {
-	if q.held == nil {
-		return &HeldError{Key: q.key}
+// join appends w to the key's queue and decides whether the queue needs a
+// try now. Called with h.mu.
+func (h *hub) join(key string, w *waiter, seen watch, first error) (q *queue, created bool, err error) {
+	q = h.queues[key]
+	if h.total >= h.maxTotal || (q != nil && q.count >= h.maxPerKey) {
+		return nil, false, ErrTooManyWaiters
 	}
-	e := *q.held
-	e.Remaining = max(0, e.Remaining-time.Since(q.heldAt))
-	return &e
+	created = q == nil
+	if created {
+		q = &queue{key: key, channel: h.wakeOf(key), backoff: backoffMin}
+		h.queues[key] = q
+	}
+	q.waiters = append(q.waiters, w)
+	h.adjust(q, +1)
+
+	var held *HeldError
+	switch {
+	case seen.q != q || q.wakes != seen.wakes:
+		// The queue is new, or a message came between the caller's try
+		// and now: what the try saw may be stale.
+		h.poke(q)
+	case errors.As(first, &held):
+		h.retryBy(q, held.Remaining)
+	case first != nil:
+		q.failed = first
+		h.retryBy(q, q.backoff)
+	default:
+		h.next(q)
+	}
+	return q, created, nil
+}
+
+// last is the final try of a waiter whose time ran out.
+func (h *hub) last(ctx context.Context, try attemptFunc, undo func(Lease)) (Lease, error) {
+	if ctx.Err() != nil {
+		return Lease{}, ctx.Err()
+	}
+	actx, cancel := context.WithTimeout(ctx, h.bound)
+	defer cancel()
+	lease, err := try(actx)
+	if err == nil && ctx.Err() != nil {
+		undo(lease)
+		return Lease{}, ctx.Err()
+	}
+	return lease, err
 }
 
 func (h *hub) remove(q *queue, w *waiter) {
@@ -203,6 +273,7 @@ func (h *hub) remove(q *queue, w *waiter) {
 			break
 		}
 	}
+	h.next(q)
 }
 
 // adjust changes a queue's waiter count. Called with h.mu.
@@ -215,56 +286,81 @@ func (h *hub) adjust(q *queue, delta int) {
 	}
 }
 
-// subscribe subscribes to the queue's channel. The first retry waits for
-// Redis to confirm the subscription, so that a release between the failed
-// try and the subscription cannot be missed.
-func (h *hub) subscribe(q *queue) {
-	h.subMu.Lock()
-	err := h.ps.Subscribe(context.Background(), q.channel)
-	h.subMu.Unlock()
-	if err != nil {
-		h.markReady(q.key)
-		return
-	}
-	time.AfterFunc(confirmTimeout, func() { h.markReady(q.key) })
+// poke says the key may be free: the queue tries as soon as it can. Called
+// with h.mu.
+func (h *hub) poke(q *queue) {
+	q.wakes++
+	q.poked = true
+	h.next(q)
 }
 
-func (h *hub) markReady(key string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if q := h.queues[key]; q != nil && !q.ready {
-		q.ready = true
-		h.kick(q)
+// retryBy makes sure the queue tries again within d: the holder's lease
+// should have ended by then. An earlier timer stays. Called with h.mu.
+func (h *hub) retryBy(q *queue, d time.Duration) {
+	if q.timer != nil && !q.due.After(time.Now().Add(d)) {
+		h.next(q)
+		return
+	}
+	h.arm(q, d)
+	h.next(q)
+}
+
+// arm sets the queue's timer to d from now, replacing any other. Called with
+// h.mu.
+func (h *hub) arm(q *queue, d time.Duration) {
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	// One millisecond past the holder's PTTL: Redis has expired it by then.
+	d += time.Millisecond
+	q.due = time.Now().Add(d)
+	q.timer = time.AfterFunc(d, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if q.timer != nil && !time.Now().Before(q.due) {
+			q.timer = nil
+			h.poke(q)
+		}
+	})
+}
+
+func (h *hub) disarm(q *queue) {
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
 	}
 }
 
-// kick starts a retry for the queue's head if none is under way. Called with h.mu.
-func (h *hub) kick(q *queue) {
-	if h.closed || !q.ready {
+// next is the one place that decides whether a queue starts an attempt.
+// Called with h.mu after every change to the queue.
+func (h *hub) next(q *queue) {
+	switch {
+	case h.closed || q.busy:
 		return
-	}
-	if q.busy {
-		q.pending = true
+	case len(q.waiters) == 0:
+		h.disarm(q)
+		q.poked = false
 		return
+	case !q.ready:
+		return // the subscription's confirmation (or its timeout) pokes
+	case !q.poked && q.timer != nil:
+		return // nothing frees the key before the timer
 	}
-	if len(q.waiters) == 0 {
-		return
-	}
+	// Poked, or waiters with no timer: nothing would ever retry for them.
+	q.poked = false
+	h.disarm(q)
 	w := q.waiters[0]
 	q.waiters = q.waiters[1:]
 	w.inflight = true
 	q.busy = true
-	if q.timer != nil {
-		q.timer.Stop()
-	}
 	h.working.Add(1)
 	go h.attempt(q, w)
 }
 
 func (h *hub) attempt(q *queue, w *waiter) {
 	defer h.working.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
-	lease, err := h.e.try(ctx, q.key, w.req)
+	ctx, cancel := context.WithTimeout(h.ctx, h.bound)
+	lease, err := w.try(ctx)
 	cancel()
 
 	h.mu.Lock()
@@ -273,12 +369,13 @@ func (h *hub) attempt(q *queue, w *waiter) {
 	var held *HeldError
 	switch {
 	case err == nil:
+		q.failed, q.backoff = nil, backoffMin
 		h.adjust(q, -1)
 		w.result <- outcome{lease: lease}
-		// If the new holder dies, its expiry wakes the next waiter.
+		// If the new holder dies, its expiry frees the key for the next.
 		h.arm(q, time.Until(lease.ExpiresAt))
 	case errors.As(err, &held):
-		q.held, q.heldAt = held, time.Now()
+		q.failed, q.backoff = nil, backoffMin
 		if w.abandoned {
 			h.adjust(q, -1)
 			w.result <- outcome{err: err}
@@ -287,35 +384,23 @@ func (h *hub) attempt(q *queue, w *waiter) {
 			q.waiters = append([]*waiter{w}, q.waiters...)
 		}
 		h.arm(q, held.Remaining)
+	case errors.Is(err, ErrUnavailable) && !w.abandoned && h.ctx.Err() == nil:
+		// Redis is away: keep the waiter at the head and try again soon.
+		q.failed = err
+		w.inflight = false
+		q.waiters = append([]*waiter{w}, q.waiters...)
+		h.arm(q, q.backoff)
+		q.backoff = min(2*q.backoff, backoffMax)
 	default:
 		h.adjust(q, -1)
 		w.result <- outcome{err: err}
-		h.arm(q, errorRetry)
+		h.arm(q, q.backoff)
 	}
-	if q.pending {
-		q.pending = false
-		h.kick(q)
-	}
-}
-
-// arm sets the queue's timer: the retry for a lease that expires unreleased.
-// Called with h.mu.
-func (h *hub) arm(q *queue, d time.Duration) {
-	if q.timer != nil {
-		q.timer.Stop()
-	}
-	if len(q.waiters) == 0 {
-		return
-	}
-	q.timer = time.AfterFunc(d+time.Millisecond, func() {
-		h.mu.Lock()
-		h.kick(q)
-		h.mu.Unlock()
-	})
+	h.next(q)
 }
 
 // receive reads the hub's pub/sub connection. go-redis reconnects and
-// resubscribes after an error; the confirmations that follow wake every
+// resubscribes after an error; the confirmations that follow poke every
 // queue, since a release may have been missed meanwhile.
 func (h *hub) receive(ctx context.Context) {
 	defer h.loops.Done()
@@ -366,7 +451,7 @@ func (h *hub) wake(channel string, confirmed bool) {
 	if confirmed {
 		q.ready = true
 	}
-	h.kick(q)
+	h.poke(q)
 }
 
 // renewed moves the expiry timer: the holder renewed, so nothing frees the
@@ -378,8 +463,33 @@ func (h *hub) renewed(channel, ttl string) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if q := h.queues[keyOfChannel(channel)]; q != nil && !q.busy {
+	if q := h.queues[keyOfChannel(channel)]; q != nil && !q.busy && !q.poked && len(q.waiters) > 0 {
 		h.arm(q, time.Duration(ms)*time.Millisecond)
+	}
+}
+
+// subscribe subscribes to the queue's channel. The first try waits for Redis
+// to confirm the subscription, so that a release between the caller's try
+// and the subscription cannot be missed.
+func (h *hub) subscribe(q *queue) {
+	h.subMu.Lock()
+	err := h.ps.Subscribe(h.ctx, q.channel)
+	h.subMu.Unlock()
+	if err != nil {
+		// go-redis keeps the channel and subscribes again when it
+		// reconnects; until then the queue retries on its own.
+		h.markReady(q)
+		return
+	}
+	time.AfterFunc(confirmTimeout, func() { h.markReady(q) })
+}
+
+func (h *hub) markReady(q *queue) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !q.ready {
+		q.ready = true
+		h.poke(q)
 	}
 }
 
@@ -401,16 +511,14 @@ func (h *hub) sweep() {
 		h.mu.Lock()
 		for key, q := range h.queues {
 			if q.count == 0 && !q.busy && time.Since(q.idle) > idleQueue {
-				if q.timer != nil {
-					q.timer.Stop()
-				}
+				h.disarm(q)
 				delete(h.queues, key)
 				channels = append(channels, q.channel)
 			}
 		}
 		h.mu.Unlock()
 		if len(channels) > 0 {
-			_ = h.ps.Unsubscribe(context.Background(), channels...)
+			_ = h.ps.Unsubscribe(h.ctx, channels...)
 		}
 		h.subMu.Unlock()
 	}
@@ -443,19 +551,9 @@ func (h *hub) flush() {
 	h.dirty = map[string]int{}
 	h.mu.Unlock()
 
-	valid := (h.e.opts.MaxWait + 10*time.Second).Milliseconds()
-	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.bound)
 	defer cancel()
-	_, err := h.e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for key, n := range counts {
-			h.e.scripts.waiters.Run(ctx, p, []string{keysOf(key).waiters}, h.id, n, valid)
-		}
-		return nil
-	})
-	if err != nil {
-		if redis.HasErrorPrefix(err, "NOSCRIPT") {
-			_ = h.e.scripts.waiters.Load(ctx, h.e.rdb).Err()
-		}
+	if err := h.write(ctx, counts); err != nil {
 		// Write them again next time, unless newer counts came meanwhile.
 		h.mu.Lock()
 		for key, n := range counts {
@@ -477,15 +575,13 @@ func (h *hub) close() {
 	}
 	h.closed = true
 	for _, q := range h.queues {
-		if q.timer != nil {
-			q.timer.Stop()
-		}
+		h.disarm(q)
 	}
 	close(h.done)
 	h.mu.Unlock()
-	h.working.Wait()
-	// Closing the connection ends the blocked read; the context alone does not.
+	// Attempts in flight end at once: their context is the hub's.
 	h.cancel()
+	h.working.Wait()
 	_ = h.ps.Close()
 	h.loops.Wait()
 }

@@ -5,21 +5,30 @@
 -- ARGV[1] new token         ARGV[2] owner          ARGV[3] ttl_ms
 -- ARGV[4] re-entry token or ""                     ARGV[5] idempotency tag or ""
 -- ARGV[6] actor             ARGV[7] history cap    ARGV[8] retention_ms
--- ARGV[9] wake channel
+-- ARGV[9] wake channel      ARGV[10] mode: "grant", or "peek" to leave a
+--                            free key alone (the caller queues behind others)
+--
+-- A waiter sends the same new token with every try: finding it live means
+-- an earlier try of the same waiter was granted but its answer was lost.
 --
 -- Reply, one of:
 --   {"granted"|"reentered"|"idempotent", owner, token, fence, count, ttl_ms,
 --    acquired_at_ms, pttl_ms, now_ms}
 --   {"held", owner, pttl_ms}
---   {"lost"}
+--   {"lost"}      the re-entry token is not the live one
+--   {"mismatch"}  the idempotency tag is the live lease's, owner or ttl not
+--   {"free"}      peek only: nobody holds the key
 local lease, fencekey, hist, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
-local cap, retention, channel = ARGV[7], tonumber(ARGV[8]), ARGV[9]
+local cap, retention, channel, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms')
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl')
 if cur[2] then
   local pttl = redis.call('PTTL', lease)
+  if cur[2] == token then
+    return {'granted', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(clock())}
+  end
   if reentry ~= '' then
     if cur[2] ~= reentry then
       return {'lost'}
@@ -35,6 +44,9 @@ if cur[2] then
     return {'reentered', cur[1], cur[2], cur[3], count, ttl, cur[5], ttl, now_ms}
   end
   if idem ~= '' and cur[6] == idem then
+    if cur[1] ~= owner or cur[8] ~= ARGV[3] then
+      return {'mismatch'}
+    end
     return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(clock())}
   end
   return {'held', cur[1], pttl}
@@ -42,6 +54,9 @@ end
 
 if reentry ~= '' then
   return {'lost'}
+end
+if mode == 'peek' then
+  return {'free'}
 end
 
 record_lapse(hist, cap, retention)
@@ -53,7 +68,7 @@ local fence = int(math.max((tonumber(redis.call('GET', fencekey)) or 0) + 1, now
 redis.call('SET', fencekey, fence, 'PX', retention)
 
 redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', 1,
-  'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem)
+  'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem, 'ittl', ttl)
 redis.call('PEXPIRE', lease, ttl)
 record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
 return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms}
