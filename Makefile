@@ -1,6 +1,6 @@
 # lockd's everyday commands. `make test` is the one CI runs.
 
-.PHONY: run test check generate bench build
+.PHONY: run test check generate bench build lint-spec
 
 # Run lockd on the embedded in-process store (no Redis needed).
 run:
@@ -21,6 +21,14 @@ check:
 
 generate:
 	go generate ./...
+
+# api/openapi.yaml through two outside linters, Redocly (recommended rules)
+# and Spectral (spectral:oas): any error fails; warnings are printed.
+# Their npm packages are pinned in tools/js (scripts/install-deps installs them).
+lint-spec:
+	./scripts/install-deps
+	cd tools/js && REDOCLY_SUPPRESS_UPDATE_NOTICE=true npx --no-install redocly lint --config redocly.yaml --format stylish ../../api/openapi.yaml
+	cd tools/js && npx --no-install spectral lint --ruleset .spectral.yaml --fail-severity error ../../api/openapi.yaml
 
 # The performance figures: lockd beside a bare server, hand-off, engine ops.
 bench:

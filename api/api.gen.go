@@ -49,6 +49,39 @@ func (e EventType) Valid() bool {
 	}
 }
 
+// Defines values for HoldLeaseEventEvent.
+const (
+	HoldAcquired HoldLeaseEventEvent = "acquired"
+	HoldRenewed  HoldLeaseEventEvent = "renewed"
+)
+
+// Valid indicates whether the value is a known member of the HoldLeaseEventEvent enum.
+func (e HoldLeaseEventEvent) Valid() bool {
+	switch e {
+	case HoldAcquired:
+		return true
+	case HoldRenewed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HoldLostEventEvent.
+const (
+	Lost HoldLostEventEvent = "lost"
+)
+
+// Valid indicates whether the value is a known member of the HoldLostEventEvent enum.
+func (e HoldLostEventEvent) Valid() bool {
+	switch e {
+	case Lost:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackendUnavailable   ProblemCode = "backend_unavailable"
@@ -159,6 +192,30 @@ type History struct {
 	Key    string  `json:"key"`
 }
 
+// HoldEvent One event of a hold stream.
+type HoldEvent struct {
+	union json.RawMessage
+}
+
+// HoldLeaseEvent `acquired` (first) and `renewed`: the lease, token included.
+type HoldLeaseEvent struct {
+	Data  Lease               `json:"data"`
+	Event HoldLeaseEventEvent `json:"event"`
+}
+
+// HoldLeaseEventEvent defines model for HoldLeaseEvent.Event.
+type HoldLeaseEventEvent string
+
+// HoldLostEvent `lost` (last): why the lease ended; the client must stop the protected work.
+type HoldLostEvent struct {
+	// Data RFC 9457 problem details.
+	Data  Problem            `json:"data"`
+	Event HoldLostEventEvent `json:"event"`
+}
+
+// HoldLostEventEvent defines model for HoldLostEvent.Event.
+type HoldLostEventEvent string
+
 // Lease defines model for Lease.
 type Lease struct {
 	AcquiredAt time.Time `json:"acquired_at"`
@@ -265,8 +322,17 @@ type BadRequest = Problem
 // Conflict RFC 9457 problem details.
 type Conflict = Problem
 
+// FenceMismatch RFC 9457 problem details.
+type FenceMismatch = Problem
+
 // Forbidden RFC 9457 problem details.
 type Forbidden = Problem
+
+// MethodNotAllowed RFC 9457 problem details.
+type MethodNotAllowed = Problem
+
+// NoSuchEndpoint RFC 9457 problem details.
+type NoSuchEndpoint = Problem
 
 // NotFound RFC 9457 problem details.
 type NotFound = Problem
@@ -288,9 +354,13 @@ type UnsupportedMediaType = Problem
 
 // ListLocksParams defines parameters for ListLocks.
 type ListLocksParams struct {
-	// Prefix Only keys that start with this text.
+	// Prefix Only keys that start with this text (the key alphabet, may be empty).
 	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
-	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Limit Locks per page, at most.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
@@ -304,6 +374,7 @@ type AcquireLockParams struct {
 
 // GetLockHistoryParams defines parameters for GetLockHistory.
 type GetLockHistoryParams struct {
+	// Limit Events to return, at most.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
@@ -321,6 +392,93 @@ type ReleaseLockJSONRequestBody = ReleaseRequest
 
 // RenewLockJSONRequestBody defines body for RenewLock for application/json ContentType.
 type RenewLockJSONRequestBody = RenewRequest
+
+// AsHoldLeaseEvent returns the union data inside the HoldEvent as a HoldLeaseEvent
+func (t HoldEvent) AsHoldLeaseEvent() (HoldLeaseEvent, error) {
+	var body HoldLeaseEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHoldLeaseEvent overwrites any union data inside the HoldEvent as the provided HoldLeaseEvent
+func (t *HoldEvent) FromHoldLeaseEvent(v HoldLeaseEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHoldLeaseEvent performs a merge with any union data inside the HoldEvent, using the provided HoldLeaseEvent
+func (t *HoldEvent) MergeHoldLeaseEvent(v HoldLeaseEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsHoldLostEvent returns the union data inside the HoldEvent as a HoldLostEvent
+func (t HoldEvent) AsHoldLostEvent() (HoldLostEvent, error) {
+	var body HoldLostEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHoldLostEvent overwrites any union data inside the HoldEvent as the provided HoldLostEvent
+func (t *HoldEvent) FromHoldLostEvent(v HoldLostEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHoldLostEvent performs a merge with any union data inside the HoldEvent, using the provided HoldLostEvent
+func (t *HoldEvent) MergeHoldLostEvent(v HoldLostEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t HoldEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t HoldEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "acquired":
+		return t.AsHoldLeaseEvent()
+	case "lost":
+		return t.AsHoldLostEvent()
+	case "renewed":
+		return t.AsHoldLeaseEvent()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t HoldEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *HoldEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -398,10 +556,16 @@ type ClientInterface interface {
 
 	// Healthz The process is alive.
 	//
+	// Answers 200 while the process runs, whatever Redis does: a liveness
+	// probe. Never needs an API key.
+	//
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Readyz Redis answers.
+	//
+	// Answers 200 when Redis answers a PING within 2 s, else 503 with
+	// `Retry-After`: a readiness probe. Never needs an API key.
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -417,6 +581,9 @@ type ClientInterface interface {
 	ListLocks(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetLock State of a live lock (never the token).
+	//
+	// Who holds the key, since when, until when, how often it was renewed
+	// and how many requests wait for it. 404 when no lease is live.
 	//
 	// Corresponds with GET /v1/locks/{key} (the `GetLock` operationId).
 	GetLock(ctx context.Context, key Key, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -498,7 +665,19 @@ type ClientInterface interface {
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
 	// - `lost` — data: a problem body, when the lease was broken or could
-	//   not be renewed; the stream ends after it.
+	//   not be renewed, or the server shuts down; the stream ends after it.
+	//
+	// Lines starting with `:` are comments (keep-alives) and carry no
+	// event. The 200 schema describes the stream read as a list of
+	// events (`HoldEvent`), in order. On the wire:
+	//
+	// ```
+	// event: acquired
+	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	//
+	// event: renewed
+	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// ```
 	//
 	// When the client disconnects, the server releases the lease at once.
 	// If the wait fails the answer is the same problem+json as acquire, not
@@ -520,7 +699,19 @@ type ClientInterface interface {
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
 	// - `lost` — data: a problem body, when the lease was broken or could
-	//   not be renewed; the stream ends after it.
+	//   not be renewed, or the server shuts down; the stream ends after it.
+	//
+	// Lines starting with `:` are comments (keep-alives) and carry no
+	// event. The 200 schema describes the stream read as a list of
+	// events (`HoldEvent`), in order. On the wire:
+	//
+	// ```
+	// event: acquired
+	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	//
+	// event: renewed
+	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// ```
 	//
 	// When the client disconnects, the server releases the lease at once.
 	// If the wait fails the answer is the same problem+json as acquire, not
@@ -579,6 +770,9 @@ type ClientInterface interface {
 
 // Healthz The process is alive.
 //
+// Answers 200 while the process runs, whatever Redis does: a liveness
+// probe. Never needs an API key.
+//
 // Corresponds with GET /healthz (the `Healthz` operationId).
 func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHealthzRequest(c.Server)
@@ -593,6 +787,9 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 }
 
 // Readyz Redis answers.
+//
+// Answers 200 when Redis answers a PING within 2 s, else 503 with
+// `Retry-After`: a readiness probe. Never needs an API key.
 //
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -628,6 +825,9 @@ func (c *Client) ListLocks(ctx context.Context, params *ListLocksParams, reqEdit
 }
 
 // GetLock State of a live lock (never the token).
+//
+// Who holds the key, since when, until when, how often it was renewed
+// and how many requests wait for it. 404 when no lease is live.
 //
 // Corresponds with GET /v1/locks/{key} (the `GetLock` operationId).
 func (c *Client) GetLock(ctx context.Context, key Key, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -769,7 +969,19 @@ func (c *Client) GetLockHistory(ctx context.Context, key Key, params *GetLockHis
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
 //   - `lost` — data: a problem body, when the lease was broken or could
-//     not be renewed; the stream ends after it.
+//     not be renewed, or the server shuts down; the stream ends after it.
+//
+// Lines starting with `:` are comments (keep-alives) and carry no
+// event. The 200 schema describes the stream read as a list of
+// events (`HoldEvent`), in order. On the wire:
+//
+// ```
+// event: acquired
+// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+//
+// event: renewed
+// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// ```
 //
 // When the client disconnects, the server releases the lease at once.
 // If the wait fails the answer is the same problem+json as acquire, not
@@ -801,7 +1013,19 @@ func (c *Client) HoldLockWithBody(ctx context.Context, key Key, contentType stri
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
 //   - `lost` — data: a problem body, when the lease was broken or could
-//     not be renewed; the stream ends after it.
+//     not be renewed, or the server shuts down; the stream ends after it.
+//
+// Lines starting with `:` are comments (keep-alives) and carry no
+// event. The 200 schema describes the stream read as a list of
+// events (`HoldEvent`), in order. On the wire:
+//
+// ```
+// event: acquired
+// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+//
+// event: renewed
+// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// ```
 //
 // When the client disconnects, the server releases the lease at once.
 // If the wait fails the answer is the same problem+json as acquire, not
@@ -1430,12 +1654,18 @@ type ClientWithResponsesInterface interface {
 
 	// HealthzWithResponse The process is alive.
 	//
+	// Answers 200 while the process runs, whatever Redis does: a liveness
+	// probe. Never needs an API key.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
 
 	// ReadyzWithResponse Redis answers.
+	//
+	// Answers 200 when Redis answers a PING within 2 s, else 503 with
+	// `Retry-After`: a readiness probe. Never needs an API key.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1455,6 +1685,9 @@ type ClientWithResponsesInterface interface {
 	ListLocksWithResponse(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*ListLocksResponse, error)
 
 	// GetLockWithResponse State of a live lock (never the token).
+	//
+	// Who holds the key, since when, until when, how often it was renewed
+	// and how many requests wait for it. 404 when no lease is live.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1540,7 +1773,19 @@ type ClientWithResponsesInterface interface {
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
 	// - `lost` — data: a problem body, when the lease was broken or could
-	//   not be renewed; the stream ends after it.
+	//   not be renewed, or the server shuts down; the stream ends after it.
+	//
+	// Lines starting with `:` are comments (keep-alives) and carry no
+	// event. The 200 schema describes the stream read as a list of
+	// events (`HoldEvent`), in order. On the wire:
+	//
+	// ```
+	// event: acquired
+	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	//
+	// event: renewed
+	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// ```
 	//
 	// When the client disconnects, the server releases the lease at once.
 	// If the wait fails the answer is the same problem+json as acquire, not
@@ -1562,7 +1807,19 @@ type ClientWithResponsesInterface interface {
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
 	// - `lost` — data: a problem body, when the lease was broken or could
-	//   not be renewed; the stream ends after it.
+	//   not be renewed, or the server shuts down; the stream ends after it.
+	//
+	// Lines starting with `:` are comments (keep-alives) and carry no
+	// event. The 200 schema describes the stream read as a list of
+	// events (`HoldEvent`), in order. On the wire:
+	//
+	// ```
+	// event: acquired
+	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	//
+	// event: renewed
+	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// ```
 	//
 	// When the client disconnects, the server releases the lease at once.
 	// If the wait fails the answer is the same problem+json as acquire, not
@@ -1662,7 +1919,7 @@ func (r HealthzResponse) ContentType() string {
 
 // ReadyzResponse503Headers the declared response headers of an HTTP 503 response for Readyz
 type ReadyzResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type ReadyzResponse struct {
@@ -1717,12 +1974,17 @@ func (r ReadyzResponse) ContentType() string {
 
 // ListLocksResponse401Headers the declared response headers of an HTTP 401 response for ListLocks
 type ListLocksResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
+}
+
+// ListLocksResponse429Headers the declared response headers of an HTTP 429 response for ListLocks
+type ListLocksResponse429Headers struct {
+	RetryAfter int
 }
 
 // ListLocksResponse503Headers the declared response headers of an HTTP 503 response for ListLocks
 type ListLocksResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type ListLocksResponse struct {
@@ -1736,10 +1998,14 @@ type ListLocksResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListLocksResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListLocksResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListLocksResponse503Headers
 }
@@ -1762,6 +2028,11 @@ func (r ListLocksResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListLocksResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -1800,12 +2071,17 @@ func (r ListLocksResponse) ContentType() string {
 
 // GetLockResponse401Headers the declared response headers of an HTTP 401 response for GetLock
 type GetLockResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
+}
+
+// GetLockResponse429Headers the declared response headers of an HTTP 429 response for GetLock
+type GetLockResponse429Headers struct {
+	RetryAfter int
 }
 
 // GetLockResponse503Headers the declared response headers of an HTTP 503 response for GetLock
 type GetLockResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type GetLockResponse struct {
@@ -1821,10 +2097,14 @@ type GetLockResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetLockResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetLockResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetLockResponse503Headers
 }
@@ -1852,6 +2132,11 @@ func (r GetLockResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetLockResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetLockResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -1890,7 +2175,7 @@ func (r GetLockResponse) ContentType() string {
 
 // AcquireLockResponse401Headers the declared response headers of an HTTP 401 response for AcquireLock
 type AcquireLockResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 }
 
 // AcquireLockResponse409Headers the declared response headers of an HTTP 409 response for AcquireLock
@@ -1900,12 +2185,12 @@ type AcquireLockResponse409Headers struct {
 
 // AcquireLockResponse429Headers the declared response headers of an HTTP 429 response for AcquireLock
 type AcquireLockResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 // AcquireLockResponse503Headers the declared response headers of an HTTP 503 response for AcquireLock
 type AcquireLockResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type AcquireLockResponse struct {
@@ -2015,12 +2300,17 @@ func (r AcquireLockResponse) ContentType() string {
 
 // ForceReleaseLockResponse401Headers the declared response headers of an HTTP 401 response for ForceReleaseLock
 type ForceReleaseLockResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
+}
+
+// ForceReleaseLockResponse429Headers the declared response headers of an HTTP 429 response for ForceReleaseLock
+type ForceReleaseLockResponse429Headers struct {
+	RetryAfter int
 }
 
 // ForceReleaseLockResponse503Headers the declared response headers of an HTTP 503 response for ForceReleaseLock
 type ForceReleaseLockResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type ForceReleaseLockResponse struct {
@@ -2036,14 +2326,20 @@ type ForceReleaseLockResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *FenceMismatch
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ForceReleaseLockResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForceReleaseLockResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ForceReleaseLockResponse503Headers
 }
@@ -2073,6 +2369,11 @@ func (r ForceReleaseLockResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ForceReleaseLockResponse) GetApplicationproblemJSON409() *FenceMismatch {
+	return r.ApplicationproblemJSON409
+}
+
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ForceReleaseLockResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 	return r.ApplicationproblemJSON413
@@ -2081,6 +2382,11 @@ func (r ForceReleaseLockResponse) GetApplicationproblemJSON413() *PayloadTooLarg
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r ForceReleaseLockResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForceReleaseLockResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -2119,12 +2425,17 @@ func (r ForceReleaseLockResponse) ContentType() string {
 
 // GetLockHistoryResponse401Headers the declared response headers of an HTTP 401 response for GetLockHistory
 type GetLockHistoryResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
+}
+
+// GetLockHistoryResponse429Headers the declared response headers of an HTTP 429 response for GetLockHistory
+type GetLockHistoryResponse429Headers struct {
+	RetryAfter int
 }
 
 // GetLockHistoryResponse503Headers the declared response headers of an HTTP 503 response for GetLockHistory
 type GetLockHistoryResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type GetLockHistoryResponse struct {
@@ -2138,10 +2449,14 @@ type GetLockHistoryResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetLockHistoryResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetLockHistoryResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetLockHistoryResponse503Headers
 }
@@ -2164,6 +2479,11 @@ func (r GetLockHistoryResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r GetLockHistoryResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetLockHistoryResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -2202,7 +2522,7 @@ func (r GetLockHistoryResponse) ContentType() string {
 
 // HoldLockResponse401Headers the declared response headers of an HTTP 401 response for HoldLock
 type HoldLockResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 }
 
 // HoldLockResponse409Headers the declared response headers of an HTTP 409 response for HoldLock
@@ -2212,12 +2532,12 @@ type HoldLockResponse409Headers struct {
 
 // HoldLockResponse429Headers the declared response headers of an HTTP 429 response for HoldLock
 type HoldLockResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 // HoldLockResponse503Headers the declared response headers of an HTTP 503 response for HoldLock
 type HoldLockResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type HoldLockResponse struct {
@@ -2320,7 +2640,7 @@ func (r HoldLockResponse) ContentType() string {
 
 // ReleaseLockResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLock
 type ReleaseLockResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 }
 
 // ReleaseLockResponse409Headers the declared response headers of an HTTP 409 response for ReleaseLock
@@ -2328,9 +2648,14 @@ type ReleaseLockResponse409Headers struct {
 	RetryAfter *int
 }
 
+// ReleaseLockResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLock
+type ReleaseLockResponse429Headers struct {
+	RetryAfter int
+}
+
 // ReleaseLockResponse503Headers the declared response headers of an HTTP 503 response for ReleaseLock
 type ReleaseLockResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type ReleaseLockResponse struct {
@@ -2352,12 +2677,16 @@ type ReleaseLockResponse struct {
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ReleaseLockResponse401Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ReleaseLockResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseLockResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ReleaseLockResponse503Headers
 }
@@ -2402,6 +2731,11 @@ func (r ReleaseLockResponse) GetApplicationproblemJSON415() *UnsupportedMediaTyp
 	return r.ApplicationproblemJSON415
 }
 
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseLockResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ReleaseLockResponse) GetApplicationproblemJSON503() *Unavailable {
 	return r.ApplicationproblemJSON503
@@ -2438,7 +2772,7 @@ func (r ReleaseLockResponse) ContentType() string {
 
 // RenewLockResponse401Headers the declared response headers of an HTTP 401 response for RenewLock
 type RenewLockResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 }
 
 // RenewLockResponse409Headers the declared response headers of an HTTP 409 response for RenewLock
@@ -2446,9 +2780,14 @@ type RenewLockResponse409Headers struct {
 	RetryAfter *int
 }
 
+// RenewLockResponse429Headers the declared response headers of an HTTP 429 response for RenewLock
+type RenewLockResponse429Headers struct {
+	RetryAfter int
+}
+
 // RenewLockResponse503Headers the declared response headers of an HTTP 503 response for RenewLock
 type RenewLockResponse503Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type RenewLockResponse struct {
@@ -2470,12 +2809,16 @@ type RenewLockResponse struct {
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RenewLockResponse401Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *RenewLockResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewLockResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RenewLockResponse503Headers
 }
@@ -2520,6 +2863,11 @@ func (r RenewLockResponse) GetApplicationproblemJSON415() *UnsupportedMediaType 
 	return r.ApplicationproblemJSON415
 }
 
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewLockResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r RenewLockResponse) GetApplicationproblemJSON503() *Unavailable {
 	return r.ApplicationproblemJSON503
@@ -2556,6 +2904,9 @@ func (r RenewLockResponse) ContentType() string {
 
 // HealthzWithResponse The process is alive.
 //
+// Answers 200 while the process runs, whatever Redis does: a liveness
+// probe. Never needs an API key.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /healthz (the `Healthz` operationId).
@@ -2568,6 +2919,9 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 }
 
 // ReadyzWithResponse Redis answers.
+//
+// Answers 200 when Redis answers a PING within 2 s, else 503 with
+// `Retry-After`: a readiness probe. Never needs an API key.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2599,6 +2953,9 @@ func (c *ClientWithResponses) ListLocksWithResponse(ctx context.Context, params 
 }
 
 // GetLockWithResponse State of a live lock (never the token).
+//
+// Who holds the key, since when, until when, how often it was renewed
+// and how many requests wait for it. 404 when no lease is live.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2720,7 +3077,19 @@ func (c *ClientWithResponses) GetLockHistoryWithResponse(ctx context.Context, ke
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
 //   - `lost` — data: a problem body, when the lease was broken or could
-//     not be renewed; the stream ends after it.
+//     not be renewed, or the server shuts down; the stream ends after it.
+//
+// Lines starting with `:` are comments (keep-alives) and carry no
+// event. The 200 schema describes the stream read as a list of
+// events (`HoldEvent`), in order. On the wire:
+//
+// ```
+// event: acquired
+// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+//
+// event: renewed
+// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// ```
 //
 // When the client disconnects, the server releases the lease at once.
 // If the wait fails the answer is the same problem+json as acquire, not
@@ -2748,7 +3117,19 @@ func (c *ClientWithResponses) HoldLockWithBodyWithResponse(ctx context.Context, 
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
 //   - `lost` — data: a problem body, when the lease was broken or could
-//     not be renewed; the stream ends after it.
+//     not be renewed, or the server shuts down; the stream ends after it.
+//
+// Lines starting with `:` are comments (keep-alives) and carry no
+// event. The 200 schema describes the stream read as a list of
+// events (`HoldEvent`), in order. On the wire:
+//
+// ```
+// event: acquired
+// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+//
+// event: renewed
+// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// ```
 //
 // When the client disconnects, the server releases the lease at once.
 // If the wait fails the answer is the same problem+json as acquire, not
@@ -2895,10 +3276,10 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		var headers ReadyzResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -2948,6 +3329,13 @@ func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2962,20 +3350,30 @@ func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
 		var headers ListLocksResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListLocksResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListLocksResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3032,6 +3430,13 @@ func ParseGetLockResponse(rsp *http.Response) (*GetLockResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3046,20 +3451,30 @@ func ParseGetLockResponse(rsp *http.Response) (*GetLockResponse, error) {
 		var headers GetLockResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3151,10 +3566,10 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 		var headers AcquireLockResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 409:
@@ -3171,20 +3586,20 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 		var headers AcquireLockResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3241,6 +3656,13 @@ func ParseForceReleaseLockResponse(rsp *http.Response) (*ForceReleaseLockRespons
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest FenceMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3254,6 +3676,13 @@ func ParseForceReleaseLockResponse(rsp *http.Response) (*ForceReleaseLockRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -3269,20 +3698,30 @@ func ParseForceReleaseLockResponse(rsp *http.Response) (*ForceReleaseLockRespons
 		var headers ForceReleaseLockResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForceReleaseLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ForceReleaseLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3332,6 +3771,13 @@ func ParseGetLockHistoryResponse(rsp *http.Response) (*GetLockHistoryResponse, e
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3346,20 +3792,30 @@ func ParseGetLockHistoryResponse(rsp *http.Response) (*GetLockHistoryResponse, e
 		var headers GetLockHistoryResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetLockHistoryResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetLockHistoryResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3444,10 +3900,10 @@ func ParseHoldLockResponse(rsp *http.Response) (*HoldLockResponse, error) {
 		var headers HoldLockResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 409:
@@ -3464,20 +3920,20 @@ func ParseHoldLockResponse(rsp *http.Response) (*HoldLockResponse, error) {
 		var headers HoldLockResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers HoldLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3555,6 +4011,13 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3569,10 +4032,10 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 		var headers ReleaseLockResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 409:
@@ -3585,14 +4048,24 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReleaseLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3670,6 +4143,13 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3684,10 +4164,10 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 		var headers RenewLockResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 409:
@@ -3700,14 +4180,24 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RenewLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
 	}
@@ -4289,14 +4779,27 @@ type ConflictApplicationProblemPlusJSONResponse struct {
 	Headers ConflictResponseHeaders
 }
 
+type FenceMismatchApplicationProblemPlusJSONResponse Problem
+
 type ForbiddenApplicationProblemPlusJSONResponse Problem
+
+type MethodNotAllowedResponseHeaders struct {
+	Allow string
+}
+type MethodNotAllowedApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers MethodNotAllowedResponseHeaders
+}
+
+type NoSuchEndpointApplicationProblemPlusJSONResponse Problem
 
 type NotFoundApplicationProblemPlusJSONResponse Problem
 
 type PayloadTooLargeApplicationProblemPlusJSONResponse Problem
 
 type TooManyRequestsResponseHeaders struct {
-	RetryAfter *int
+	RetryAfter int
 }
 type TooManyRequestsApplicationProblemPlusJSONResponse struct {
 	Body Problem
@@ -4305,7 +4808,7 @@ type TooManyRequestsApplicationProblemPlusJSONResponse struct {
 }
 
 type UnauthorizedResponseHeaders struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 }
 type UnauthorizedApplicationProblemPlusJSONResponse struct {
 	Body Problem
@@ -4314,7 +4817,7 @@ type UnauthorizedApplicationProblemPlusJSONResponse struct {
 }
 
 type UnavailableResponseHeaders struct {
-	RetryAfter *int
+	RetryAfter int
 }
 type UnavailableApplicationProblemPlusJSONResponse struct {
 	Body Problem
@@ -4377,9 +4880,7 @@ func (response Readyz503ApplicationProblemPlusJSONResponse) VisitReadyzResponse(
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4434,9 +4935,7 @@ func (response ListLocks401ApplicationProblemPlusJSONResponse) VisitListLocksRes
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.WWWAuthenticate != nil {
-		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
-	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4458,6 +4957,23 @@ func (response ListLocks403ApplicationProblemPlusJSONResponse) VisitListLocksRes
 	return err
 }
 
+type ListLocks429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListLocks429ApplicationProblemPlusJSONResponse) VisitListLocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListLocks503ApplicationProblemPlusJSONResponse struct {
 	UnavailableApplicationProblemPlusJSONResponse
 }
@@ -4469,9 +4985,7 @@ func (response ListLocks503ApplicationProblemPlusJSONResponse) VisitListLocksRes
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4526,9 +5040,7 @@ func (response GetLock401ApplicationProblemPlusJSONResponse) VisitGetLockRespons
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.WWWAuthenticate != nil {
-		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
-	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4566,6 +5078,23 @@ func (response GetLock404ApplicationProblemPlusJSONResponse) VisitGetLockRespons
 	return err
 }
 
+type GetLock429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetLock429ApplicationProblemPlusJSONResponse) VisitGetLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetLock503ApplicationProblemPlusJSONResponse struct {
 	UnavailableApplicationProblemPlusJSONResponse
 }
@@ -4577,9 +5106,7 @@ func (response GetLock503ApplicationProblemPlusJSONResponse) VisitGetLockRespons
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4636,9 +5163,7 @@ func (response AcquireLock401ApplicationProblemPlusJSONResponse) VisitAcquireLoc
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.WWWAuthenticate != nil {
-		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
-	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4722,9 +5247,7 @@ func (response AcquireLock429ApplicationProblemPlusJSONResponse) VisitAcquireLoc
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4741,9 +5264,7 @@ func (response AcquireLock503ApplicationProblemPlusJSONResponse) VisitAcquireLoc
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4799,9 +5320,7 @@ func (response ForceReleaseLock401ApplicationProblemPlusJSONResponse) VisitForce
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.WWWAuthenticate != nil {
-		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
-	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4839,6 +5358,22 @@ func (response ForceReleaseLock404ApplicationProblemPlusJSONResponse) VisitForce
 	return err
 }
 
+type ForceReleaseLock409ApplicationProblemPlusJSONResponse struct {
+	FenceMismatchApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseLock409ApplicationProblemPlusJSONResponse) VisitForceReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForceReleaseLock413ApplicationProblemPlusJSONResponse struct {
 	PayloadTooLargeApplicationProblemPlusJSONResponse
 }
@@ -4871,6 +5406,23 @@ func (response ForceReleaseLock415ApplicationProblemPlusJSONResponse) VisitForce
 	return err
 }
 
+type ForceReleaseLock429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseLock429ApplicationProblemPlusJSONResponse) VisitForceReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForceReleaseLock503ApplicationProblemPlusJSONResponse struct {
 	UnavailableApplicationProblemPlusJSONResponse
 }
@@ -4882,9 +5434,7 @@ func (response ForceReleaseLock503ApplicationProblemPlusJSONResponse) VisitForce
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4940,9 +5490,7 @@ func (response GetLockHistory401ApplicationProblemPlusJSONResponse) VisitGetLock
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.WWWAuthenticate != nil {
-		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
-	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4964,6 +5512,23 @@ func (response GetLockHistory403ApplicationProblemPlusJSONResponse) VisitGetLock
 	return err
 }
 
+type GetLockHistory429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetLockHistory429ApplicationProblemPlusJSONResponse) VisitGetLockHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetLockHistory503ApplicationProblemPlusJSONResponse struct {
 	UnavailableApplicationProblemPlusJSONResponse
 }
@@ -4975,9 +5540,7 @@ func (response GetLockHistory503ApplicationProblemPlusJSONResponse) VisitGetLock
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5062,9 +5625,7 @@ func (response HoldLock401ApplicationProblemPlusJSONResponse) VisitHoldLockRespo
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.WWWAuthenticate != nil {
-		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
-	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5148,9 +5709,7 @@ func (response HoldLock429ApplicationProblemPlusJSONResponse) VisitHoldLockRespo
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5167,9 +5726,7 @@ func (response HoldLock503ApplicationProblemPlusJSONResponse) VisitHoldLockRespo
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5225,9 +5782,7 @@ func (response ReleaseLock401ApplicationProblemPlusJSONResponse) VisitReleaseLoc
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.WWWAuthenticate != nil {
-		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
-	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5316,6 +5871,23 @@ func (response ReleaseLock415ApplicationProblemPlusJSONResponse) VisitReleaseLoc
 	return err
 }
 
+type ReleaseLock429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLock429ApplicationProblemPlusJSONResponse) VisitReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReleaseLock503ApplicationProblemPlusJSONResponse struct {
 	UnavailableApplicationProblemPlusJSONResponse
 }
@@ -5327,9 +5899,7 @@ func (response ReleaseLock503ApplicationProblemPlusJSONResponse) VisitReleaseLoc
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5385,9 +5955,7 @@ func (response RenewLock401ApplicationProblemPlusJSONResponse) VisitRenewLockRes
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.WWWAuthenticate != nil {
-		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
-	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5476,6 +6044,23 @@ func (response RenewLock415ApplicationProblemPlusJSONResponse) VisitRenewLockRes
 	return err
 }
 
+type RenewLock429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLock429ApplicationProblemPlusJSONResponse) VisitRenewLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RenewLock503ApplicationProblemPlusJSONResponse struct {
 	UnavailableApplicationProblemPlusJSONResponse
 }
@@ -5487,9 +6072,7 @@ func (response RenewLock503ApplicationProblemPlusJSONResponse) VisitRenewLockRes
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err

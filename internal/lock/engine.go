@@ -574,10 +574,11 @@ func unavailable(err error) bool {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		// Replies from a Redis that cannot serve us right now: not ready,
-		// read-only, or refusing our credentials (a configuration fault
-		// the operator sees in the log, not a request's fault).
+		// read-only, out of memory (maxmemory with noeviction), or
+		// refusing our credentials (a configuration fault the operator
+		// sees in the log, not a request's fault).
 		msg := rerr.Error()
-		for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM"} {
+		for _, p := range []string{"LOADING", "READONLY", "OOM", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM"} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}

@@ -1,6 +1,7 @@
 // Package lockdtest starts an in-process lockd for tests: the real engine,
 // server and router on a real redis-server (internal/redistest), behind an
-// httptest server. It also holds the small helpers that tests of several
+// httptest server that checks every exchange against api/openapi.yaml
+// (ValidateSpec). It also holds the small helpers that tests of several
 // packages share.
 package lockdtest
 
@@ -67,7 +68,9 @@ func Start(tb testing.TB, opts Options) *Lockd {
 	if opts.Dashboard != nil {
 		dash = opts.Dashboard(engine, log)
 	}
-	ts := httptest.NewServer(srv.Handler(reg, dash))
+	// Every exchange is checked against api/openapi.yaml, so a test that
+	// makes the server drift from its contract fails.
+	ts := httptest.NewServer(ValidateSpec(srv.Handler(reg, dash), tb.Errorf))
 	tb.Cleanup(func() {
 		srv.Shutdown()
 		_ = engine.Close()

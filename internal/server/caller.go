@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
 )
 
@@ -64,16 +65,17 @@ func callerOf(ctx context.Context) caller {
 	return c
 }
 
-// requiredScope is what an API operation needs: reads need read, taking and
-// giving back leases need write, breaking another's lease needs admin.
-func requiredScope(r *http.Request) auth.Scope {
-	switch {
-	case r.Method == http.MethodGet:
+// requiredScope is what an operation needs: its x-lockd-scope in
+// openapi.yaml. An unknown one needs admin, so that a route added without
+// a scope is closed rather than open.
+func requiredScope(op api.Operation) auth.Scope {
+	switch op.Scope {
+	case "read":
 		return auth.Read
-	case strings.HasSuffix(r.URL.Path, "/force-release"):
-		return auth.Admin
-	default:
+	case "write":
 		return auth.Write
+	default:
+		return auth.Admin
 	}
 }
 
@@ -81,7 +83,8 @@ func requiredScope(r *http.Request) auth.Scope {
 // this lock key.
 func (s *Server) authorize(r *http.Request) error {
 	keys := s.cfg.Keys
-	if !keys.Enabled() || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+	op, _ := operationOf(r)
+	if !keys.Enabled() || op.Scope == "none" {
 		// Probes of load balancers and orchestrators carry no key.
 		return nil
 	}
@@ -93,7 +96,7 @@ func (s *Server) authorize(r *http.Request) error {
 		}
 		return &problemError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized", detail: detail}
 	}
-	if need := requiredScope(r); !c.key.Can(need) {
+	if need := requiredScope(op); !c.key.Can(need) {
 		return &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
 			detail: "API key " + c.name + " lacks the " + need.String() + " scope"}
 	}

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -19,11 +21,13 @@ func (s *Server) Healthz(ctx context.Context, _ api.HealthzRequestObject) (api.H
 	return api.Healthz200JSONResponse{Status: "ok"}, nil
 }
 
-// Readyz answers 200 when Redis answers a PING.
+// Readyz answers 200 when Redis takes a write: not when it only answers a
+// PING while read-only, out of memory or loading, since then every acquire
+// fails and a load balancer should route elsewhere.
 func (s *Server) Readyz(ctx context.Context, _ api.ReadyzRequestObject) (api.ReadyzResponseObject, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := s.engine.Ping(ctx); err != nil {
+	if err := s.engine.Ready(ctx); err != nil {
 		return nil, err
 	}
 	return api.Readyz200JSONResponse{Status: "ok"}, nil
@@ -153,6 +157,11 @@ func (s *Server) ForceReleaseLock(ctx context.Context, r api.ForceReleaseLockReq
 		}
 	}
 	b, err := s.engine.ForceReleaseFence(ctx, r.Key, fence, callerOf(ctx).name, reason)
+	if errors.Is(err, lock.ErrLeaseLost) {
+		// No token was sent: only the fence can have missed.
+		return nil, &problemError{status: http.StatusConflict, code: "lease_lost", title: "Lease lost",
+			detail: fmt.Sprintf("%s is held by another lease (not fence %d); nothing was broken", r.Key, fence)}
+	}
 	if err != nil {
 		return nil, err
 	}

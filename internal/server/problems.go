@@ -81,7 +81,8 @@ func problem(err error, key string) (api.Problem, http.Header) {
 		h.Set("Retry-After", "1")
 	case errors.Is(err, lock.ErrUnavailable):
 		p.Status, p.Code, p.Title = http.StatusServiceUnavailable, "backend_unavailable", "Backend unavailable"
-		p.Detail = ptr("Redis cannot be reached; nothing was granted or changed that Redis did not confirm")
+		p.Detail = ptr("Redis cannot be reached or cannot take writes now (read-only, out of memory, loading); " +
+			"nothing was granted or changed that Redis did not confirm")
 		h.Set("Retry-After", "1")
 	case errors.Is(err, lock.ErrClosed), errors.Is(err, errShuttingDown):
 		p.Status, p.Code, p.Title = http.StatusServiceUnavailable, "backend_unavailable", "Shutting down"

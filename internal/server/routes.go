@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -37,10 +38,13 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		writeProblem(w, api.Problem{Type: "/problems/not_found", Title: "Not found", Status: http.StatusNotFound,
 			Code: "not_found", Detail: ptr("no such endpoint: " + r.Method + " " + r.URL.Path)}, nil)
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		// RFC 9110 requires Allow on a 405: the methods the path has.
+		allow := allowed(r, req.URL.Path)
 		writeProblem(w, api.Problem{Type: "/problems/method_not_allowed", Title: "Method not allowed",
 			Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-			Detail: ptr(r.Method + " is not allowed on " + r.URL.Path)}, nil)
+			Detail: ptr(methodLabel(req.Method) + " is not allowed on " + req.URL.Path + "; use " + allow)},
+			http.Header{"Allow": {allow}})
 	})
 
 	var metricsHandler http.Handler = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
@@ -66,6 +70,17 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		ErrorHandlerFunc: paramError,
 	})
 	return r
+}
+
+// allowed lists the methods that router serves on path, for Allow.
+func allowed(router chi.Routes, path string) string {
+	var ms []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if router.Match(chi.NewRouteContext(), m, path) {
+			ms = append(ms, m)
+		}
+	}
+	return strings.Join(ms, ", ")
 }
 
 // accessLog writes one line per request: method, route, status, duration,

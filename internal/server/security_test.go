@@ -183,3 +183,67 @@ func TestHostCheck(t *testing.T) {
 		})
 	}
 }
+
+// F7, F18: a Redis that answers but cannot take writes (a read-only
+// replica, out of memory with noeviction) gives 503 backend_unavailable on
+// every granting operation, never 500, and /readyz says 503 until it can
+// write again.
+func TestRedisCannotWrite(t *testing.T) {
+	tests := []struct {
+		name         string
+		break_, mend [][]any
+	}{
+		{"read-only replica",
+			[][]any{{"replicaof", "127.0.0.1", "1"}},
+			[][]any{{"replicaof", "no", "one"}}},
+		{"out of memory",
+			[][]any{{"config", "set", "maxmemory-policy", "noeviction"}, {"config", "set", "maxmemory", "1"}},
+			[][]any{{"config", "set", "maxmemory", "0"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			rdb := f.redis.Client(t)
+			run := func(cmds [][]any) {
+				t.Helper()
+				for _, c := range cmds {
+					if err := rdb.Do(ctx, c...).Err(); err != nil {
+						t.Fatalf("%v: %v", c, err)
+					}
+				}
+			}
+			live := f.acquire(t, "cw:live", api.AcquireRequest{}) // scripts loaded, one lease
+			if res, body, _ := do(http.MethodGet, f.url+"/readyz", "", ""); res.StatusCode != 200 {
+				t.Fatalf("readyz before: %d %s", res.StatusCode, body)
+			}
+			run(tc.break_)
+			for _, c := range []struct{ name, path, body string }{
+				{"acquire", "/v1/locks/cw:new/acquire", `{}`},
+				{"re-entry", "/v1/locks/cw:live/acquire", `{"token":"` + live.Token + `"}`},
+				{"waiting acquire", "/v1/locks/cw:new2/acquire", `{"wait_ms":200}`},
+				{"hold", "/v1/locks/cw:new3/hold", `{}`},
+				{"readyz", "/readyz", ""},
+			} {
+				method := http.MethodPost
+				if c.body == "" {
+					method = http.MethodGet
+				}
+				res, body, err := do(method, f.url+c.path, "application/json", c.body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" {
+					t.Fatalf("%s: %d %s", c.name, res.StatusCode, body)
+				}
+				if p := problemOf(t, res, body); p.Code != "backend_unavailable" {
+					t.Fatalf("%s: %s", c.name, body)
+				}
+			}
+			run(tc.mend)
+			if res, body, _ := do(http.MethodGet, f.url+"/readyz", "", ""); res.StatusCode != 200 {
+				t.Fatalf("readyz after: %d %s", res.StatusCode, body)
+			}
+		})
+	}
+}

@@ -21,7 +21,8 @@ type Engine interface {
 	State(ctx context.Context, key string) (lock.State, error)
 	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
 	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
-	Ping(ctx context.Context) error
+	// Ready reports whether Redis can take writes now (/readyz).
+	Ready(ctx context.Context) error
 	Waiters() int
 }
 

@@ -233,6 +233,14 @@ func TestErrorCodes(t *testing.T) {
 			r, err := f.client.ForceReleaseLockWithResponse(ctx, "free", api.ForceReleaseRequest{})
 			return resp(r, err)
 		}, 404, "not_found", nil},
+		{"lease_lost on force-release with another fence", func() (*http.Response, []byte, error) {
+			r, err := f.client.ForceReleaseLockWithResponse(ctx, "busy", api.ForceReleaseRequest{Fence: ptr(held.Fence + 1)})
+			return resp(r, err)
+		}, 409, "lease_lost", func(t *testing.T, _ *http.Response, p api.Problem) {
+			if p.Detail == nil || !strings.Contains(*p.Detail, "not fence") || strings.Contains(*p.Detail, "token") {
+				t.Fatalf("detail = %v", p.Detail)
+			}
+		}},
 		{"not_found on get", func() (*http.Response, []byte, error) {
 			r, err := f.client.GetLockWithResponse(ctx, "free")
 			return resp(r, err)
@@ -256,7 +264,11 @@ func TestErrorCodes(t *testing.T) {
 		}, 415, "unsupported_media_type", nil},
 		{"method_not_allowed", func() (*http.Response, []byte, error) {
 			return do(http.MethodDelete, f.url+"/v1/locks/k", "", "")
-		}, 405, "method_not_allowed", nil},
+		}, 405, "method_not_allowed", func(t *testing.T, res *http.Response, _ api.Problem) {
+			if a := res.Header.Get("Allow"); a != "GET" {
+				t.Fatalf("Allow = %q, want GET", a)
+			}
+		}},
 		{"unknown route", func() (*http.Response, []byte, error) {
 			return do(http.MethodGet, f.url+"/v2/nothing", "", "")
 		}, 404, "not_found", nil},

@@ -50,14 +50,30 @@ func keyParam(r *http.Request) string {
 	return ""
 }
 
-// bodyTypes names the request body of each POST operation, by the last
-// path segment, so that bodies are checked against the generated types.
+// bodyTypes names the request body of each operation that takes one, by
+// operationId, so that bodies are checked against the generated types.
+// TestBodyTypes holds it to the operations of openapi.yaml.
 var bodyTypes = map[string]func() any{
-	"acquire":       func() any { return new(api.AcquireRequest) },
-	"hold":          func() any { return new(api.AcquireRequest) },
-	"renew":         func() any { return new(api.RenewRequest) },
-	"release":       func() any { return new(api.ReleaseRequest) },
-	"force-release": func() any { return new(api.ForceReleaseRequest) },
+	"acquireLock":      func() any { return new(api.AcquireRequest) },
+	"holdLock":         func() any { return new(api.AcquireRequest) },
+	"renewLock":        func() any { return new(api.RenewRequest) },
+	"releaseLock":      func() any { return new(api.ReleaseRequest) },
+	"forceReleaseLock": func() any { return new(api.ForceReleaseRequest) },
+}
+
+// operationOf is the contract's operation for the route that r matched
+// (its chi pattern), which carries the operation's policy. HEAD is served
+// as GET.
+func operationOf(r *http.Request) (api.Operation, bool) {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return api.Operation{}, false
+	}
+	m := r.Method
+	if m == http.MethodHead {
+		m = http.MethodGet
+	}
+	return api.OperationFor(m, rctx.RoutePattern())
 }
 
 // checkRequest checks what every operation shares before the generated
@@ -131,8 +147,8 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 				detail: fmt.Sprintf("the body must be JSON (Content-Type: application/json), not %q", ct)}
 		}
 	}
-	newBody, ok := bodyTypes[r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]]
-	if ok {
+	op, _ := operationOf(r)
+	if newBody, ok := bodyTypes[op.ID]; ok {
 		if err := decodeStrict(b, newBody()); err != nil {
 			return err
 		}

@@ -1,0 +1,67 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/lockd/lockd/api"
+)
+
+// The policy table read from openapi.yaml: every operation, its scope and
+// whether it takes a body. A scope changed in the document shows up here.
+func TestOperations(t *testing.T) {
+	want := map[string]api.Operation{
+		"acquireLock":      {Method: "POST", Path: "/v1/locks/{key}/acquire", Scope: "write", Body: true},
+		"renewLock":        {Method: "POST", Path: "/v1/locks/{key}/renew", Scope: "write", Body: true},
+		"releaseLock":      {Method: "POST", Path: "/v1/locks/{key}/release", Scope: "write", Body: true},
+		"forceReleaseLock": {Method: "POST", Path: "/v1/locks/{key}/force-release", Scope: "admin", Body: true},
+		"holdLock":         {Method: "POST", Path: "/v1/locks/{key}/hold", Scope: "write", Body: true},
+		"getLock":          {Method: "GET", Path: "/v1/locks/{key}", Scope: "read"},
+		"listLocks":        {Method: "GET", Path: "/v1/locks", Scope: "read"},
+		"getLockHistory":   {Method: "GET", Path: "/v1/locks/{key}/history", Scope: "read"},
+		"healthz":          {Method: "GET", Path: "/healthz", Scope: "none"},
+		"readyz":           {Method: "GET", Path: "/readyz", Scope: "none"},
+		"getMetrics":       {Method: "GET", Path: "/metrics", Scope: "read"},
+		"getOpenAPI":       {Method: "GET", Path: "/openapi.yaml", Scope: "none"},
+	}
+	ops := api.Operations()
+	if len(ops) != len(want) {
+		t.Errorf("%d operations, want %d: %+v", len(ops), len(want), ops)
+	}
+	for _, op := range ops {
+		w, ok := want[op.ID]
+		w.ID = op.ID
+		if !ok || op != w {
+			t.Errorf("operation %+v, want %+v", op, w)
+		}
+		if got, ok := api.OperationFor(op.Method, op.Path); !ok || got != op {
+			t.Errorf("OperationFor(%s, %s) = %+v, %v", op.Method, op.Path, got, ok)
+		}
+	}
+	if _, ok := api.OperationFor(http.MethodGet, "/v1/locks/{key}/acquire"); ok {
+		t.Error("OperationFor found an operation for a method the path does not have")
+	}
+}
+
+// Every route the generated code registers finds its operation by the
+// route pattern that chi reports, which is how the server looks it up.
+func TestGeneratedRoutesHaveOperations(t *testing.T) {
+	r := chi.NewRouter()
+	api.HandlerWithOptions(nil, api.ChiServerOptions{BaseRouter: r})
+	n := 0
+	err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		n++
+		if _, ok := api.OperationFor(method, route); !ok {
+			t.Errorf("route %s %s has no operation in openapi.yaml", method, route)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 10 {
+		t.Errorf("%d generated routes, want 10", n)
+	}
+}

@@ -1,0 +1,20 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// readyKey is written by Ready. It is outside every lock's key space
+// (lockd:{KEY}:…), so no listing or script ever sees it.
+const readyKey = "lockd:readyz"
+
+// Ready reports whether Redis can grant right now: it answers, and it
+// takes a write. A PING alone answers on a read-only replica, on a server
+// out of memory (maxmemory with noeviction) and, for some commands, while
+// loading, when every acquire fails; one small SET with a short expiry
+// fails in exactly those cases, with the same errors as an acquire
+// (ErrUnavailable). It costs one round trip.
+func (e *Engine) Ready(ctx context.Context) error {
+	return wrap("ready", e.rdb.Set(ctx, readyKey, "1", 10*time.Second).Err())
+}
