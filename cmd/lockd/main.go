@@ -61,6 +61,7 @@ const usage = `lockd — distributed locks and leases over HTTP, on Redis.
 Server:
   lockd serve [flags]           run the server (lockd serve -h for flags)
   lockd healthcheck [--url U]   exit 0 when the server's /healthz answers 200 (for containers)
+  lockd --version               print the version, commit and Go version
 
 Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVER, LOCKD_API_KEY):
   lockd run     [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] KEY -- COMMAND [ARGS...]
@@ -95,6 +96,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return healthcheck(ctx, rest, getenv, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
+		return nil
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionString())
 		return nil
 	}
 	if c, ok := clientCommands[cmd]; ok {
