@@ -2,11 +2,18 @@ package lock
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,8 +32,11 @@ const (
 	maxScanCount = 10_000
 )
 
-// cursor is the opaque list cursor: where SCAN stands, and the lock keys
-// that SCAN already returned but that did not fit on the previous page.
+// cursor is the list cursor: where SCAN stands, and the lock keys that
+// SCAN already returned but that did not fit on the previous page. Those
+// may lie outside the prefixes of the caller's API key (a listing broader
+// than its prefixes is filtered row by row after List), so the cursor is
+// handed out encrypted: it reveals nothing, and a forged one is refused.
 type cursor struct {
 	Scan    uint64   `json:"s"`
 	Pending []string `json:"p,omitempty"`
@@ -38,7 +48,7 @@ type cursor struct {
 // A page may be short, even empty, with a cursor: the walk stops after a
 // budget of keys so that one call stays fast whatever the keyspace.
 func (e *Engine) List(ctx context.Context, prefix string, limit int, after string) (Page, error) {
-	cur, err := decodeCursor(after)
+	cur, err := e.decodeCursor(ctx, after)
 	if err != nil {
 		return Page{}, err
 	}
@@ -98,7 +108,9 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int, after strin
 	}
 	page := Page{Locks: locks}
 	if cur.Scan != 0 || len(cur.Pending) > 0 {
-		page.NextCursor = encodeCursor(cur)
+		if page.NextCursor, err = e.encodeCursor(ctx, cur); err != nil {
+			return Page{}, err
+		}
 	}
 	return page, nil
 }
@@ -170,12 +182,80 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-func encodeCursor(c cursor) string {
-	b, _ := json.Marshal(c)
-	return base64.RawURLEncoding.EncodeToString(b)
+// cursorSecretKey holds the secret from which cursors' encryption key is
+// derived. It lives in Redis so that every replica on the same Redis
+// accepts the others' cursors with no configuration; whoever can read it
+// can read every lease anyway. It is outside every lock's key space.
+const cursorSecretKey = "lockd:cursor-secret"
+
+// cursorKeyTTL is how long a process uses the secret it read before it
+// reads it again: should Redis lose it (a restart without persistence, a
+// flush), replicas agree on the new one within this time.
+const cursorKeyTTL = time.Minute
+
+// cursorKeys caches each engine's cursor cipher, so that List reads the
+// secret once a minute rather than on every call.
+var cursorKeys = struct {
+	sync.Mutex
+	m map[*Engine]cursorKey
+}{m: map[*Engine]cursorKey{}}
+
+type cursorKey struct {
+	aead cipher.AEAD
+	at   time.Time
 }
 
-func decodeCursor(s string) (cursor, error) {
+// cursorAEAD is the cipher of cursors: AES-256-GCM under SHA-256 of the
+// shared secret. refresh reads the secret again, for a cursor that the
+// cached key does not open.
+func (e *Engine) cursorAEAD(ctx context.Context, refresh bool) (cipher.AEAD, error) {
+	cursorKeys.Lock()
+	k, ok := cursorKeys.m[e]
+	cursorKeys.Unlock()
+	if ok && !refresh && time.Since(k.at) < cursorKeyTTL {
+		return k.aead, nil
+	}
+	secret, err := e.rdb.Get(ctx, cursorSecretKey).Result()
+	if errors.Is(err, redis.Nil) {
+		// The first replica to list creates the secret; SETNX makes every
+		// other one read the same.
+		b := make([]byte, 32)
+		_, _ = rand.Read(b)
+		if err := e.rdb.SetNX(ctx, cursorSecretKey, base64.RawURLEncoding.EncodeToString(b), 0).Err(); err != nil {
+			return nil, wrap("list", err)
+		}
+		secret, err = e.rdb.Get(ctx, cursorSecretKey).Result()
+	}
+	if err != nil {
+		return nil, wrap("list", err)
+	}
+	sum := sha256.Sum256([]byte("lockd list cursor v1\x00" + secret))
+	block, err := aes.NewCipher(sum[:])
+	if err != nil {
+		return nil, fmt.Errorf("lock: cursor key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("lock: cursor key: %w", err)
+	}
+	cursorKeys.Lock()
+	cursorKeys.m[e] = cursorKey{aead: aead, at: time.Now()}
+	cursorKeys.Unlock()
+	return aead, nil
+}
+
+func (e *Engine) encodeCursor(ctx context.Context, c cursor) (string, error) {
+	aead, err := e.cursorAEAD(ctx, false)
+	if err != nil {
+		return "", err
+	}
+	plain, _ := json.Marshal(c)
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(plain)+aead.Overhead())
+	_, _ = rand.Read(nonce)
+	return base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, plain, nil)), nil
+}
+
+func (e *Engine) decodeCursor(ctx context.Context, s string) (cursor, error) {
 	var c cursor
 	if s == "" {
 		return c, nil
@@ -184,7 +264,24 @@ func decodeCursor(s string) (cursor, error) {
 	if err != nil {
 		return c, fmt.Errorf("%w: %w", ErrInvalidCursor, err)
 	}
-	if err := json.Unmarshal(b, &c); err != nil {
+	var plain []byte
+	for _, refresh := range []bool{false, true} {
+		aead, err := e.cursorAEAD(ctx, refresh)
+		if err != nil {
+			return c, err
+		}
+		if len(b) < aead.NonceSize() {
+			return c, fmt.Errorf("%w: too short", ErrInvalidCursor)
+		}
+		if plain, err = aead.Open(nil, b[:aead.NonceSize()], b[aead.NonceSize():], nil); err == nil {
+			break
+		}
+		if refresh {
+			// Not ours, altered, or made before Redis lost the secret.
+			return c, fmt.Errorf("%w: %w", ErrInvalidCursor, err)
+		}
+	}
+	if err := json.Unmarshal(plain, &c); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrInvalidCursor, err)
 	}
 	return c, nil

@@ -1,7 +1,10 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +12,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
@@ -245,5 +250,73 @@ func TestRedisCannotWrite(t *testing.T) {
 				t.Fatalf("readyz after: %d %s", res.StatusCode, body)
 			}
 		})
+	}
+}
+
+// F2: a listing cursor reveals nothing outside the caller's prefixes: it
+// is opaque (encrypted), replicas on the same Redis accept each other's,
+// and a forged one is refused.
+func TestListCursorRevealsNothing(t *testing.T) {
+	keys, err := auth.Parse([]byte(authYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := redistest.Start(t)
+	withKeys := func(c *server.Config) { c.Keys = keys }
+	a, b := newFixtureWith(t, rs, withKeys), newFixtureWith(t, rs, withKeys)
+	ctx := context.Background()
+	for i := range 30 {
+		if _, err := a.engine.Acquire(ctx, fmt.Sprintf("other:secret-%02d", i), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"deploy:a", "deploy:b", "deploy:c"} {
+		if _, err := a.engine.Acquire(ctx, k, lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const deployer = "prefix-key-0123456789"
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	for {
+		// Alternate replicas: each takes the other's cursor.
+		f := []*fixture{a, b}[pages%2]
+		url := f.url + "/v1/locks?limit=1"
+		if cursor != "" {
+			url += "&cursor=" + cursor
+		}
+		status, body, _ := call(t, http.MethodGet, url, deployer, "")
+		if status != 200 {
+			t.Fatalf("page %d: %d %s", pages, status, body)
+		}
+		var page api.LockList
+		if err := json.Unmarshal([]byte(body), &page); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range page.Locks {
+			if !strings.HasPrefix(l.Key, "deploy:") {
+				t.Fatalf("a foreign row: %s", l.Key)
+			}
+			seen[l.Key] = true
+		}
+		if page.NextCursor == nil || *page.NextCursor == "" {
+			break
+		}
+		cursor = *page.NextCursor
+		raw, _ := base64.RawURLEncoding.DecodeString(cursor)
+		if strings.Contains(cursor, "other") || bytes.Contains(raw, []byte("other:")) || bytes.Contains(raw, []byte("secret")) {
+			t.Fatalf("the cursor shows a foreign key: %s", raw)
+		}
+		if pages++; pages > 100 {
+			t.Fatal("no end of pages")
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("saw %v, want the 3 deploy: locks", seen)
+	}
+
+	forged := base64.RawURLEncoding.EncodeToString([]byte(`{"s":0,"p":["deploy:a","deploy:zz"]}`))
+	if status, body, _ := call(t, http.MethodGet, a.url+"/v1/locks?cursor="+forged, deployer, ""); status != 400 || !strings.Contains(body, `"field":"cursor"`) {
+		t.Fatalf("forged cursor: %d %s", status, body)
 	}
 }
