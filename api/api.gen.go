@@ -86,6 +86,7 @@ func (e HoldLostEventEvent) Valid() bool {
 const (
 	ProblemCodeBackendUnavailable   ProblemCode = "backend_unavailable"
 	ProblemCodeForbidden            ProblemCode = "forbidden"
+	ProblemCodeIdempotencyMismatch  ProblemCode = "idempotency_mismatch"
 	ProblemCodeInternal             ProblemCode = "internal"
 	ProblemCodeInvalidRequest       ProblemCode = "invalid_request"
 	ProblemCodeLeaseLost            ProblemCode = "lease_lost"
@@ -104,6 +105,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeBackendUnavailable:
 		return true
 	case ProblemCodeForbidden:
+		return true
+	case ProblemCodeIdempotencyMismatch:
 		return true
 	case ProblemCodeInternal:
 		return true
@@ -232,6 +235,11 @@ type Lease struct {
 
 	// Owner Example: worker-7
 	Owner string `json:"owner"`
+
+	// Replayed Present and true when an acquire replays an earlier grant of the
+	// same Idempotency-Key: another request got this lease first and is
+	// doing the work.
+	Replayed *bool `json:"replayed,omitempty"`
 
 	// Token The secret that renew, release and re-entry need. Only ever returned to the acquirer.
 	Token string `json:"token"`
@@ -367,8 +375,13 @@ type ListLocksParams struct {
 // AcquireLockParams defines parameters for AcquireLock.
 type AcquireLockParams struct {
 	// IdempotencyKey A retry of an acquire that already succeeded (same lock key, same
-	// idempotency key, same caller) answers 200 with the same lease
-	// while it is live, instead of 409.
+	// idempotency key, same caller) answers 200 at once with the same
+	// lease while it is live, instead of 409 — even when others wait
+	// for the key. The replay is marked (`Idempotent-Replayed: true`,
+	// `"replayed": true`): the first request still holds the lease and
+	// does the work, so a replay must not process again. A replay that
+	// asks for another `owner` or `ttl_ms` answers 409
+	// `idempotency_mismatch` and changes nothing.
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2173,6 +2186,11 @@ func (r GetLockResponse) ContentType() string {
 	return ""
 }
 
+// AcquireLockResponse200Headers the declared response headers of an HTTP 200 response for AcquireLock
+type AcquireLockResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
 // AcquireLockResponse401Headers the declared response headers of an HTTP 401 response for AcquireLock
 type AcquireLockResponse401Headers struct {
 	WWWAuthenticate string
@@ -2214,6 +2232,8 @@ type AcquireLockResponse struct {
 	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AcquireLockResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *AcquireLockResponse401Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -3562,6 +3582,16 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers AcquireLockResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 401:
 		var headers AcquireLockResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -5122,15 +5152,25 @@ type AcquireLockResponseObject interface {
 	VisitAcquireLockResponse(w http.ResponseWriter) error
 }
 
-type AcquireLock200JSONResponse Lease
+type AcquireLock200ResponseHeaders struct {
+	IdempotentReplayed *string
+}
+
+type AcquireLock200JSONResponse struct {
+	Body    Lease
+	Headers AcquireLock200ResponseHeaders
+}
 
 func (response AcquireLock200JSONResponse) VisitAcquireLockResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.IdempotentReplayed != nil {
+		w.Header().Set("Idempotent-Replayed", fmt.Sprint(*response.Headers.IdempotentReplayed))
+	}
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err

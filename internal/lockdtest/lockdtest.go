@@ -40,6 +40,9 @@ type Options struct {
 	Dashboard func(*lock.Engine, zerolog.Logger) server.Dashboard
 	// Redis is the server to use; nil starts a new one.
 	Redis *redistest.Server
+	// RedisAddr, when set, is where lockd dials Redis instead of Redis's
+	// own address: a fault-injecting proxy in front of it, say.
+	RedisAddr string
 }
 
 // Start runs lockd until the test ends. Its Redis client is configured as
@@ -51,7 +54,11 @@ func Start(tb testing.TB, opts Options) *Lockd {
 	if rs == nil {
 		rs = redistest.Start(tb)
 	}
-	ro := &redis.Options{Addr: rs.Addr}
+	addr := rs.Addr
+	if opts.RedisAddr != "" {
+		addr = opts.RedisAddr
+	}
+	ro := &redis.Options{Addr: addr}
 	lock.TuneClient(ro)
 	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 300*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 	rdb := redis.NewClient(ro)

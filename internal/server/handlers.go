@@ -82,7 +82,12 @@ func (s *Server) AcquireLock(ctx context.Context, r api.AcquireLockRequestObject
 	if err != nil {
 		return nil, err
 	}
-	return api.AcquireLock200JSONResponse(leaseOf(l)), nil
+	resp := api.AcquireLock200JSONResponse{Body: leaseOf(l)}
+	if l.Outcome == lock.Replayed {
+		// Another request got this lease first and does the work.
+		resp.Headers.IdempotentReplayed = ptr("true")
+	}
+	return resp, nil
 }
 
 // acquire calls the engine, counts the outcome and gives back a grant whose
@@ -235,10 +240,14 @@ func (s *Server) GetLockHistory(ctx context.Context, r api.GetLockHistoryRequest
 }
 
 func leaseOf(l lock.Lease) api.Lease {
-	return api.Lease{
+	out := api.Lease{
 		Key: l.Key, Owner: l.Owner, Token: l.Token, Fence: l.Fence, Count: l.Count,
 		TtlMs: l.TTL.Milliseconds(), AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt,
 	}
+	if l.Outcome == lock.Replayed {
+		out.Replayed = ptr(true)
+	}
+	return out
 }
 
 func stateOf(s lock.State) api.LockState {

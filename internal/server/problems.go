@@ -69,6 +69,9 @@ func problem(err error, key string) (api.Problem, http.Header) {
 	case errors.Is(err, lock.ErrLeaseLost):
 		p.Status, p.Code, p.Title = http.StatusConflict, "lease_lost", "Lease lost"
 		p.Detail = ptr("the token is not the live lease's token: stop the protected work")
+	case errors.Is(err, lock.ErrIdempotencyMismatch):
+		p.Status, p.Code, p.Title = http.StatusConflict, "idempotency_mismatch", "Idempotency key reused"
+		p.Detail = ptr("this Idempotency-Key belongs to a live lease acquired with another owner or ttl_ms; nothing was changed")
 	case errors.Is(err, lock.ErrNotFound):
 		p.Status, p.Code, p.Title = http.StatusNotFound, "not_found", "No live lease"
 		p.Detail = ptr(key + " has no live lease")
