@@ -133,8 +133,11 @@ func (c serveConfig) validate() error {
 	switch {
 	case c.defaultTTL < 100*time.Millisecond || c.maxTTL < c.defaultTTL:
 		return usageError("need 100ms <= --default-ttl (%v) <= --max-ttl (%v)", c.defaultTTL, c.maxTTL)
-	case c.maxWait < 0:
-		return usageError("--max-wait must not be negative")
+	case c.maxWait <= 0:
+		// 0 used to fall back to 60 s in the server while the write
+		// timeout followed 0: a waiter granted after 15 s never got its
+		// lease. Every request may say wait_ms 0 instead.
+		return usageError("--max-wait must be positive (it caps wait_ms; requests that do not want to wait send wait_ms 0)")
 	case c.maxHolds < 1:
 		return usageError("--max-holds must be at least 1")
 	case c.maxWaiters < 1 || c.maxWaitersPerKey < 1:
@@ -214,7 +217,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		_ = engine.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
-	httpSrv := newHTTPServer(srv.Handler(reg, dash), cfg.maxWait, httpTimeouts)
+	// The write timeout follows the longest wait the server really allows,
+	// so that a late grant is always delivered.
+	httpSrv := newHTTPServer(srv.Handler(reg, dash), srv.MaxWait(), httpTimeouts)
 	switch {
 	case cfg.keys.Enabled():
 		log.Info().Int("keys", cfg.keys.Len()).Msg("auth on: API keys required")

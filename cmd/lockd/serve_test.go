@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,12 +179,23 @@ func TestServeConfig(t *testing.T) {
 		{"password not echoed", []string{"--redis", "redis://user:hunter2@:bad"}, nil, exitUsage, "--redis"},
 		{"stray argument", []string{"extra"}, nil, exitUsage, "no arguments"},
 		{"unknown flag", []string{"--nope"}, nil, exitUsage, ""},
+		{"max-wait zero", []string{"--max-wait", "0"}, nil, exitUsage, "--max-wait"},
+		{"max-wait zero from env", nil, map[string]string{"LOCKD_MAX_WAIT": "0s"}, exitUsage, "--max-wait"},
+		{"max-wait negative", []string{"--max-wait", "-1s"}, nil, exitUsage, "--max-wait"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut lockdtest.Buffer
 			getenv := func(k string) string { return tc.env[k] }
-			err := run(context.Background(), append([]string{"lockd", "serve"}, tc.args...), getenv, &out, &errOut)
+			// A configuration that should be refused but is not would serve
+			// until the context ends; it then returns no error.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			args := append([]string{"lockd", "serve"}, tc.args...)
+			if !slices.Contains(tc.args, "--listen") && tc.env["LOCKD_LISTEN"] == "" {
+				args = append(args, "--listen", "127.0.0.1:0")
+			}
+			err := run(ctx, args, getenv, &out, &errOut)
 			var ee *exitError
 			if !errors.As(err, &ee) || ee.code != tc.code || !strings.Contains(ee.msg, tc.msg) {
 				t.Fatalf("err = %v, want exit %d mentioning %q", err, tc.code, tc.msg)

@@ -87,6 +87,10 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	}
 }
 
+// MaxWait is the longest wait_ms the server accepts, after defaults: the
+// HTTP server's write timeout must outlast it.
+func (s *Server) MaxWait() time.Duration { return s.cfg.MaxWait }
+
 // Shutdown ends the open hold streams, releasing their leases. Waiting
 // acquires are answered by closing the engine.
 func (s *Server) Shutdown() {
