@@ -32,6 +32,8 @@ type Lease struct {
 	err      error     // why the lease was lost
 	released bool
 	renewals int
+
+	replayed bool // set once, by newLease
 }
 
 func newLease(c *Client, l api.Lease, sent time.Time, watchdog bool) *Lease {
@@ -41,7 +43,8 @@ func newLease(c *Client, l api.Lease, sent time.Time, watchdog bool) *Lease {
 		ttl: time.Duration(l.TtlMs) * time.Millisecond,
 		ctx: ctx, cancel: cancel,
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
-		info: l,
+		info:     l,
+		replayed: l.Replayed != nil && *l.Replayed,
 		// The server set its expiry when the request arrived, after sent.
 		expires: sent.Add(time.Duration(l.TtlMs) * time.Millisecond),
 	}
@@ -65,6 +68,14 @@ func (l *Lease) Fence() int64 { return l.fence }
 
 // TTL is the lease's time to live.
 func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Replayed reports whether the server answered with an earlier grant of the
+// same Idempotency-Key instead of a new one. With the default random key
+// that grant is this Acquire's own (an attempt whose answer was lost); with
+// a key of your own, such as a webhook delivery ID, another request may be
+// holding the lease and doing the work: do not do it again (see
+// examples/webhook).
+func (l *Lease) Replayed() bool { return l.replayed }
 
 // Info is the server's latest answer about the lease (token included).
 func (l *Lease) Info() api.Lease {

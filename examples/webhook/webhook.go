@@ -7,9 +7,13 @@
 // lease but died or timed out before answering, the sender's retry gets the
 // same lease back instead of waiting out the TTL.
 //
-// Because such a retry shares the lease (same token, same fence), the lease
-// alone cannot tell it from a duplicate that arrives while the first is
-// still running. The Store settles it with the lease's fence: a claim
+// Such a retry gets the lease marked as a replay (Lease.Replayed, from the
+// server's Idempotent-Replayed header): another attempt may still hold it
+// and be processing the delivery, so the handler does not process it again.
+// It answers 409 with Retry-After and leaves the lease to its first holder:
+// if that attempt finishes, the next retry finds the delivery done; if it
+// died, its lease lapses and the next retry gets a fresh lease with a
+// higher fence. The Store settles the rest with the lease's fence: a claim
 // succeeds when the delivery has no claim yet or only one with a lower fence
 // (whose lease has ended), and Done only counts under the fence that
 // claimed. In SQL, a table keyed by delivery ID does this:
@@ -102,6 +106,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if lease.Replayed() {
+		// Another attempt got this lease first and may be processing the
+		// delivery: never process it twice; let the sender retry later.
+		lease.Abandon()
+		retryLater(w, http.StatusConflict, time.Second, "in progress")
+		return
+	}
 	fence := lease.Fence()
 	switch err := h.Store.Claim(r.Context(), id, fence); {
 	case errors.Is(err, ErrInProgress):
