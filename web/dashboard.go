@@ -19,7 +19,6 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/internal/lock"
-	"github.com/lockd/lockd/internal/server"
 )
 
 // Engine is what the dashboard needs from the lock engine.
@@ -174,9 +173,9 @@ func (d *Dashboard) listFragment(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request) (*listView, int) {
 	prefix, cursor := r.URL.Query().Get("prefix"), r.URL.Query().Get("cursor")
 	id := d.identify(r)
-	if prefix != "" && !server.ValidKey(prefix) {
+	if prefix != "" && !lock.ValidPrefix(prefix) {
 		v := newListView(lock.Page{}, prefix, "", d.now(), id.Admin)
-		v.Error = "A prefix is the start of a lock key: letters, digits and . _ : @ - (starting with a letter or digit), at most 200."
+		v.Error = "A prefix is the start of a lock key: at most 200 letters, digits and . _ : @ -."
 		return &v, http.StatusBadRequest
 	}
 	scan, filter, ok := listScope(id, prefix)
@@ -332,7 +331,7 @@ func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
 // key is the request's lock key; false means a 400 page was written.
 func (d *Dashboard) key(w http.ResponseWriter, r *http.Request) (string, bool) {
 	key := chi.URLParam(r, "key")
-	if !server.ValidKey(key) {
+	if !lock.ValidKey(key) {
 		d.problem(w, r, http.StatusBadRequest, "Not a lock key",
 			"A lock key is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
 		return "", false

@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -16,35 +15,15 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
 )
 
 // MaxBody is the largest request body accepted.
 const MaxBody = 64 << 10
 
-var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._:@-]{0,200}$`)
-
-// ValidKey reports whether s is a lock key: 1–200 of [A-Za-z0-9._:@-],
-// starting with a letter or digit. (A loop: it runs on every request, and
-// FuzzValidKey holds it to the regexp of the contract.)
-func ValidKey(s string) bool {
-	if len(s) == 0 || len(s) > 200 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case i > 0 && (c == '.' || c == '_' || c == ':' || c == '@' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // keyParam is the request's lock key if it is a valid one.
 func keyParam(r *http.Request) string {
-	if k := chi.URLParam(r, "key"); ValidKey(k) {
+	if k := chi.URLParam(r, "key"); lock.ValidKey(k) {
 		return k
 	}
 	return ""
@@ -82,7 +61,7 @@ func operationOf(r *http.Request) (api.Operation, bool) {
 // trailing data).
 func (s *Server) checkRequest(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if k, ok := routeKey(r); ok && !ValidKey(k) {
+		if k, ok := routeKey(r); ok && !lock.ValidKey(k) {
 			writeError(w, r, invalid("key", "key must be 1-200 characters of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit"))
 			return
 		}
@@ -310,7 +289,7 @@ func checkPrefix(v *string) (string, error) {
 	if v == nil {
 		return "", nil
 	}
-	if !prefixRE.MatchString(*v) {
+	if !lock.ValidPrefix(*v) {
 		return "", invalid("prefix", "prefix must be at most 200 characters of A-Z a-z 0-9 . _ : @ -")
 	}
 	return *v, nil
