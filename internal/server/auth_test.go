@@ -40,6 +40,8 @@ func authFixture(t *testing.T, metricsAuth bool) *fixture {
 	return newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
 		c.Keys = keys
 		c.MetricsAuth = metricsAuth
+		// These tests send many unknown keys from one address on purpose.
+		c.AuthFailBurst = 1000
 	})
 }
 

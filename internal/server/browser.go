@@ -49,14 +49,14 @@ func fromBrowser(r *http.Request) bool {
 // checkHost refuses requests whose Host header is not one this server
 // answers to, when Config.CheckHost is set. A DNS-rebinding page reaches
 // 127.0.0.1 under its own name, so its requests carry that name as Host.
-// The probes are exempt: they reveal nothing, and orchestrators call them
-// by IP address.
+// The open endpoints are exempt: they reveal nothing, and orchestrators
+// call the probes by IP address.
 func (s *Server) checkHost(next http.Handler) http.Handler {
 	if !s.cfg.CheckHost {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || s.hostAllowed(r.Host) {
+		if openPath(r.URL.Path) || s.hostAllowed(r.Host) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -64,6 +64,12 @@ func (s *Server) checkHost(next http.Handler) http.Handler {
 			field:  "Host",
 			detail: "this server does not answer to the Host name in this request; use localhost or 127.0.0.1, or add the name with --allowed-hosts"})
 	})
+}
+
+// openPath reports whether path is one of the endpoints that need no key
+// and reveal nothing about locks: the probes and the contract.
+func openPath(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/openapi.yaml"
 }
 
 // hostAllowed reports whether host (a Host header, with or without a port)

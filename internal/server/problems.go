@@ -24,6 +24,8 @@ type problemError struct {
 	title  string
 	detail string
 	field  string
+	// retryAfter is the Retry-After of a 429 or 503 in seconds; 0 means 1.
+	retryAfter int
 }
 
 func (e *problemError) Error() string { return e.detail }
@@ -58,7 +60,7 @@ func problem(err error, key string) (api.Problem, http.Header) {
 			h.Set("WWW-Authenticate", `Bearer realm="lockd"`)
 		}
 		if pe.status == http.StatusServiceUnavailable || pe.status == http.StatusTooManyRequests {
-			h.Set("Retry-After", "1")
+			h.Set("Retry-After", strconv.Itoa(max(1, pe.retryAfter)))
 		}
 	case errors.As(err, &held):
 		p.Status, p.Code, p.Title = http.StatusConflict, "lock_held", "Lock is held"

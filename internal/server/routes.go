@@ -32,6 +32,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		recoverer,
 		s.checkHost,
 		crossOrigin(),
+		s.limitAuthFailures,
 		s.identify,
 	)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -318,5 +319,44 @@ func TestListCursorRevealsNothing(t *testing.T) {
 	forged := base64.RawURLEncoding.EncodeToString([]byte(`{"s":0,"p":["deploy:a","deploy:zz"]}`))
 	if status, body, _ := call(t, http.MethodGet, a.url+"/v1/locks?cursor="+forged, deployer, ""); status != 400 || !strings.Contains(body, `"field":"cursor"`) {
 		t.Fatalf("forged cursor: %d %s", status, body)
+	}
+}
+
+// F12: refused keys are limited per client address: after the burst, every
+// request that presents a key, right or wrong, gets 429 with Retry-After,
+// so that guessing is slow; requests without a key are not affected.
+func TestAuthFailuresLimited(t *testing.T) {
+	keys, err := auth.Parse([]byte(authYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
+		c.Keys = keys
+		c.AuthFailBurst, c.AuthFailRefill = 3, time.Hour
+	})
+	const good = "read-key-0123456789"
+	tests := []struct {
+		name, path, key string
+		status          int
+	}{
+		{"good key first", "/v1/locks", good, 200},
+		{"guess 1", "/v1/locks", "guess-0000000000000001", 401},
+		{"guess 2", "/v1/locks/k", "guess-0000000000000002", 401},
+		{"guess 3", "/v1/locks", "guess-0000000000000003", 401},
+		{"guess 4 limited", "/v1/locks", "guess-0000000000000004", 429},
+		{"good key limited too", "/v1/locks", good, 429},
+		{"no key: plain 401", "/v1/locks", "", 401},
+		{"probe", "/healthz", "", 200},
+	}
+	for _, tc := range tests {
+		status, body, h := call(t, http.MethodGet, f.url+tc.path, tc.key, "")
+		if status != tc.status {
+			t.Fatalf("%s: %d, want %d: %s", tc.name, status, tc.status, body)
+		}
+		if status == 429 {
+			if ra, _ := strconv.Atoi(h.Get("Retry-After")); ra < 3000 || !strings.Contains(body, "too_many_requests") {
+				t.Fatalf("%s: Retry-After %q: %s", tc.name, h.Get("Retry-After"), body)
+			}
+		}
 	}
 }

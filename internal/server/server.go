@@ -43,6 +43,11 @@ type Config struct {
 	CheckHost bool
 	// AllowedHosts are the extra Host names accepted when CheckHost is set.
 	AllowedHosts []string
+	// AuthFailBurst refused API keys in a row are allowed per client
+	// address, then one more per AuthFailRefill; beyond, 429. Zero values
+	// mean 10 and 1 s.
+	AuthFailBurst  int
+	AuthFailRefill time.Duration
 }
 
 // DefaultConfig is the contract's defaults.
@@ -57,7 +62,9 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	holds   chan struct{} // one slot per open hold stream
-	closing chan struct{} // closed by Shutdown: ends hold streams
+	// authFails limits refused API keys per client address.
+	authFails *authLimiter
+	closing   chan struct{} // closed by Shutdown: ends hold streams
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -77,13 +84,20 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	if cfg.MaxHolds <= 0 {
 		cfg.MaxHolds = def.MaxHolds
 	}
+	if cfg.AuthFailBurst <= 0 {
+		cfg.AuthFailBurst = defaultAuthFailBurst
+	}
+	if cfg.AuthFailRefill <= 0 {
+		cfg.AuthFailRefill = defaultAuthFailRefill
+	}
 	return &Server{
-		engine:  engine,
-		log:     log,
-		cfg:     cfg,
-		metrics: newMetrics(reg, engine),
-		holds:   make(chan struct{}, cfg.MaxHolds),
-		closing: make(chan struct{}),
+		authFails: newAuthLimiter(cfg.AuthFailBurst, cfg.AuthFailRefill),
+		engine:    engine,
+		log:       log,
+		cfg:       cfg,
+		metrics:   newMetrics(reg, engine),
+		holds:     make(chan struct{}, cfg.MaxHolds),
+		closing:   make(chan struct{}),
 	}
 }
 
