@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/a-h/templ"
 	"github.com/go-chi/chi/v5"
@@ -72,9 +71,8 @@ func Anonymous(r *http.Request) Identity {
 
 // Page sizes and limits.
 const (
-	pageSize     = 50  // rows on one list page
-	historySize  = 50  // events on a detail page
-	maxReason    = 500 // runes, as the API's force-release reason
+	pageSize     = 50 // rows on one list page
+	historySize  = 50 // events on a detail page
 	maxFormBytes = 64 << 10
 )
 
@@ -293,14 +291,16 @@ func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
 			"This form does not say which lease to break. Nothing was changed: open the lock again and retry.")
 		return
 	}
+	// The API's rule (lock.CheckText): a reason is shown in history and
+	// printed by `lockd history`, so no control characters (F8).
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if utf8.RuneCountInString(reason) > maxReason {
-		st, held, err := d.state(r.Context(), key)
-		if err != nil {
-			d.fail(w, r, err)
+	if err := lock.CheckText(reason, lock.MaxReason); err != nil {
+		st, held, serr := d.state(r.Context(), key)
+		if serr != nil {
+			d.fail(w, r, serr)
 			return
 		}
-		v := newConfirmView(key, st, held, d.csrf.token(w, r), reason, "The reason is too long: at most 500 characters.")
+		v := newConfirmView(key, st, held, d.csrf.token(w, r), strings.ToValidUTF8(reason, "\uFFFD"), "The reason "+err.Error()+"; nothing was changed.")
 		d.render(w, r, http.StatusBadRequest, confirmPage(v))
 		return
 	}

@@ -211,3 +211,51 @@ func TestForceRelease_StaleFenceBreaksNothing(t *testing.T) {
 		t.Fatal("a form without a fence broke the lock")
 	}
 }
+
+// F8: the dashboard takes a reason only when the API would. A reason with
+// control or format characters would reach `lockd history` as forged rows
+// or terminal escapes; it is refused, and nothing is broken.
+func TestForceRelease_ReasonValidatedLikeTheAPI(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name, reason string
+		status       int
+		want         string // on the refused page
+	}{
+		{"escape sequence", "ok \x1b[31mRED\x1b[0m", http.StatusBadRequest, "U+001B"},
+		{"newline forges a row", "line1\nFAKE\tROW", http.StatusBadRequest, "U+000A"},
+		{"NUL", "a\x00b", http.StatusBadRequest, "U+0000"},
+		{"bidi override", "\u202eevil", http.StatusBadRequest, "U+202E"},
+		{"invalid UTF-8", "bad \xff", http.StatusBadRequest, "UTF-8"},
+		{"too long", strings.Repeat("r", 501), http.StatusBadRequest, "at most 500"},
+		{"printable, any script", "déployé — 部署 ✓", http.StatusOK, ""},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "fr:reason" + itoa(int64(i))
+			e.acquire(key, "worker", 30*time.Second)
+			token, fence := e.confirmForm(key)
+			p := e.post("/ui/locks/"+key+"/force-release", url.Values{"csrf": {token}, "fence": {fence}, "reason": {tc.reason}}, nil)
+			if p.status != tc.status {
+				t.Fatalf("status %d, want %d\n%s", p.status, tc.status, p.body)
+			}
+			_, held := e.held(key)
+			if tc.status != http.StatusOK {
+				if !held {
+					t.Fatal("the lease was broken despite the refused reason")
+				}
+				if g := text(p.doc.Find(`[data-testid="error"]`)); !strings.Contains(g, "reason") || !strings.Contains(g, tc.want) {
+					t.Errorf("error %q, want one about the reason mentioning %q", g, tc.want)
+				}
+				return
+			}
+			if held {
+				t.Fatal("still held after an accepted force-release")
+			}
+			evs, err := e.engine.History(context.Background(), key, 1)
+			if err != nil || len(evs) != 1 || evs[0].Reason != tc.reason {
+				t.Fatalf("history %+v, %v; want the reason %q", evs, err, tc.reason)
+			}
+		})
+	}
+}

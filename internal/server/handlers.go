@@ -152,7 +152,7 @@ func (s *Server) ForceReleaseLock(ctx context.Context, r api.ForceReleaseLockReq
 	reason, fence := "", int64(0)
 	if r.Body != nil && r.Body.Reason != nil {
 		reason = *r.Body.Reason
-		if err := checkText("reason", reason, 500); err != nil {
+		if err := checkText("reason", reason, lock.MaxReason); err != nil {
 			return nil, err
 		}
 	}

@@ -262,14 +262,10 @@ func checkToken(s string, required bool) error {
 }
 
 // checkText validates free text such as a reason or an idempotency key.
+// The rule is lock.CheckText, shared with the dashboard.
 func checkText(field, s string, maxLen int) error {
-	if len([]rune(s)) > maxLen {
-		return invalid(field, "%s must be at most %d characters, got %d", field, maxLen, len([]rune(s)))
-	}
-	for _, c := range s {
-		if !unicode.IsPrint(c) {
-			return invalid(field, "%s must be printable; it has %U", field, c)
-		}
+	if err := lock.CheckText(s, maxLen); err != nil {
+		return invalid(field, "%s %v", field, err)
 	}
 	return nil
 }
