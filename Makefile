@@ -1,6 +1,6 @@
 # lockd's everyday commands. `make test` is the one CI runs.
 
-.PHONY: run test check generate bench build lint-spec
+.PHONY: run test check generate bench build lint-spec screenshot
 
 # Run lockd on the embedded in-process store (no Redis needed).
 run:
@@ -29,6 +29,11 @@ lint-spec:
 	./scripts/install-deps
 	cd tools/js && REDOCLY_SUPPRESS_UPDATE_NOTICE=true npx --no-install redocly lint --config redocly.yaml --format stylish ../../api/openapi.yaml
 	cd tools/js && npx --no-install spectral lint --ruleset .spectral.yaml --fail-severity error ../../api/openapi.yaml
+
+# docs/dashboard.png, from the dashboard's browser test in headless Chromium.
+screenshot:
+	./scripts/install-deps
+	go test -count=1 -run '^TestBrowser_FindAndForceRelease$$' ./web -screenshot "$(CURDIR)/docs/dashboard.png"
 
 # The performance figures: lockd beside a bare server, hand-off, engine ops.
 bench:
