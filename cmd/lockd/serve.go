@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"golang.org/x/net/netutil"
 
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/embedded"
@@ -43,6 +44,7 @@ type serveConfig struct {
 	maxTTL           time.Duration
 	maxWait          time.Duration
 	maxHolds         int
+	maxConns         int
 	historyMax       int
 	historyRetention time.Duration
 	logFormat        string
@@ -70,6 +72,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.maxTTL, "max-ttl", env.dur("max-ttl", 24*time.Hour), "longest TTL a request may ask for")
 	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
 	fs.IntVar(&c.maxHolds, "max-holds", env.int("max-holds", 1000), "most /hold streams open at once")
+	fs.IntVar(&c.maxConns, "max-conns", env.int("max-conns", 16384), "most client connections open at once (beyond, new ones wait to be accepted); 0: no limit")
 	fs.IntVar(&c.historyMax, "history-max", env.int("history-max", 100), "events kept per key (at least)")
 	fs.DurationVar(&c.historyRetention, "history-retention", env.dur("history-retention", 24*time.Hour), "how long a key's history outlives its last event")
 	fs.StringVar(&c.logFormat, "log-format", env.str("log-format", "json"), "json or console")
@@ -138,6 +141,8 @@ func (c serveConfig) validate() error {
 		// timeout followed 0: a waiter granted after 15 s never got its
 		// lease. Every request may say wait_ms 0 instead.
 		return usageError("--max-wait must be positive (it caps wait_ms; requests that do not want to wait send wait_ms 0)")
+	case c.maxConns < 0:
+		return usageError("--max-conns must not be negative (0: no limit)")
 	case c.maxHolds < 1:
 		return usageError("--max-holds must be at least 1")
 	case c.maxWaiters < 1 || c.maxWaitersPerKey < 1:
@@ -216,6 +221,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		_ = engine.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+	if cfg.maxConns > 0 {
+		// Each connection costs memory and a file descriptor; without a
+		// cap, idle keep-alive connections alone exhaust them. Past the
+		// cap, new connections wait in the kernel's backlog until one
+		// closes (the idle timeout frees idle ones).
+		ln = netutil.LimitListener(ln, cfg.maxConns)
 	}
 	// The write timeout follows the longest wait the server really allows,
 	// so that a late grant is always delivered.

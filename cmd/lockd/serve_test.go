@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -182,6 +184,7 @@ func TestServeConfig(t *testing.T) {
 		{"max-wait zero", []string{"--max-wait", "0"}, nil, exitUsage, "--max-wait"},
 		{"max-wait zero from env", nil, map[string]string{"LOCKD_MAX_WAIT": "0s"}, exitUsage, "--max-wait"},
 		{"max-wait negative", []string{"--max-wait", "-1s"}, nil, exitUsage, "--max-wait"},
+		{"max-conns negative", []string{"--max-conns", "-1"}, nil, exitUsage, "--max-conns"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,5 +255,48 @@ func TestServeHostCheck(t *testing.T) {
 				t.Fatalf("Host %s: %d, want %d", tc.host, res.StatusCode, tc.want)
 			}
 		})
+	}
+}
+
+// F11: --max-conns caps the connections open at once: past it, a new
+// connection is not served until another one closes.
+func TestServeMaxConns(t *testing.T) {
+	const maxConns = 3
+	inst := startServe(t, nil, "--max-conns", fmt.Sprint(maxConns))
+	addr := strings.TrimPrefix(inst.url, "http://")
+	// ask sends a keep-alive request on c and reports whether it is
+	// answered within d.
+	ask := func(c net.Conn, d time.Duration) bool {
+		_ = c.SetDeadline(time.Now().Add(d))
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			return false
+		}
+		buf := make([]byte, 512)
+		n, _ := c.Read(buf)
+		return strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200")
+	}
+	var served []net.Conn
+	var waiting net.Conn
+	for range maxConns + 1 { // startServe's own client may hold one slot
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if !ask(c, 500*time.Millisecond) {
+			waiting = c
+			break
+		}
+		served = append(served, c)
+	}
+	if waiting == nil || len(served) == 0 || len(served) > maxConns {
+		t.Fatalf("%d connections served at once with --max-conns %d, and one waiting: %v", len(served), maxConns, waiting != nil)
+	}
+	// Closing one lets the waiting connection in; its request is answered.
+	served[0].Close()
+	_ = waiting.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	if n, _ := waiting.Read(buf); !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {
+		t.Fatalf("the waiting connection after a slot freed: %q", buf[:n])
 	}
 }
