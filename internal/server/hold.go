@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/lockd/lockd/api"
@@ -42,9 +44,18 @@ type holdStream struct {
 	actor string
 }
 
+// holdWriteTimeout bounds one event write: a client that takes no data
+// for this long is treated as gone, and its lease is released.
+const holdWriteTimeout = 10 * time.Second
+
 // VisitHoldLockResponse runs the stream until the client leaves, the lease
 // is lost or the server shuts down. The lease is released on the way out
 // unless it was lost.
+//
+// Renewal runs in its own goroutine, on its own schedule: a client that
+// reads slowly blocks only the writes, never a renewal, so it cannot lose
+// its lease by expiry. Renewals that the writer has not caught up with are
+// coalesced into the latest one.
 func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error {
 	defer func() { <-h.s.holds }()
 	rc := http.NewResponseController(w)
@@ -54,63 +65,116 @@ func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error {
 	w.WriteHeader(http.StatusOK)
 
 	key, l := h.lease.Key, h.lease
+	write := func(text string) error {
+		// A client that stops reading cannot pin this goroutine.
+		_ = rc.SetWriteDeadline(time.Now().Add(holdWriteTimeout))
+		if _, err := io.WriteString(w, text); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
 	send := func(event string, v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return err
 		}
-		// A client that stops reading cannot pin this goroutine.
-		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
-			return err
-		}
-		return rc.Flush()
+		return write(fmt.Sprintf("event: %s\ndata: %s\n\n", event, b))
 	}
+
+	renewCtx, cancelRenew := context.WithCancel(h.ctx)
+	renewed := make(chan lock.Lease, 1) // the latest renewal not yet sent
+	lost := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h.renew(renewCtx, renewed, lost)
+	}()
+	// stopRenewing waits for the renewer so that no renewal follows the
+	// release.
+	stopRenewing := func() {
+		cancelRenew()
+		wg.Wait()
+	}
+	defer stopRenewing()
 	release := func() {
+		stopRenewing()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 2*time.Second)
 		defer cancel()
 		_, _ = h.s.engine.Release(ctx, key, l.Token, h.actor)
 	}
-	lost := func(err error) error {
+	sendLost := func(err error) {
 		p, _ := problem(err, key)
 		_ = send("lost", p)
-		return nil
 	}
 
 	if err := send("acquired", leaseOf(l)); err != nil {
 		release()
 		return nil
 	}
-	tick := time.NewTicker(max(l.TTL/3, 30*time.Millisecond))
-	defer tick.Stop()
+	// A comment line now and then keeps proxies and clients from timing
+	// out a stream whose lease is renewed rarely (a long TTL).
+	heartbeat := time.NewTicker(h.s.cfg.HoldHeartbeat)
+	defer heartbeat.Stop()
 	for {
+		var err error
 		select {
 		case <-h.ctx.Done():
 			release()
 			return nil
 		case <-h.s.closing:
 			release()
-			return lost(errShuttingDown)
+			sendLost(errShuttingDown)
+			return nil
+		case e := <-lost:
+			stopRenewing()
+			sendLost(e)
+			return nil
+		case l = <-renewed:
+			err = send("renewed", leaseOf(l))
+		case <-heartbeat.C:
+			err = write(": heartbeat\n\n")
+		}
+		if err != nil {
+			// The client is gone or has not read for holdWriteTimeout.
+			release()
+			return nil
+		}
+	}
+}
+
+// renew renews the lease every ttl/3 until ctx ends, handing each renewed
+// lease to renewed (replacing one not yet taken) and a loss to lost.
+func (h *holdStream) renew(ctx context.Context, renewed chan lock.Lease, lost chan<- error) {
+	l := h.lease
+	tick := time.NewTicker(max(l.TTL/3, 30*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
 		case <-tick.C:
 		}
-		rctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
-		next, err := h.s.engine.Renew(rctx, key, l.Token, l.TTL, h.actor)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		next, err := h.s.engine.Renew(rctx, l.Key, l.Token, l.TTL, h.actor)
 		cancel()
 		switch {
 		case err == nil:
 			l = next
-			if err := send("renewed", leaseOf(l)); err != nil {
-				release()
-				return nil
+			select {
+			case <-renewed: // the writer is behind: only the latest counts
+			default:
 			}
+			renewed <- l
+		case ctx.Err() != nil:
+			return
 		case errors.Is(err, lock.ErrLeaseLost), errors.Is(err, lock.ErrNotFound):
-			return lost(err)
-		case h.ctx.Err() != nil:
-			release()
-			return nil
+			lost <- err
+			return
 		case time.Now().After(l.ExpiresAt):
 			// Redis stayed unreachable until the lease ran out.
-			return lost(err)
+			lost <- err
+			return
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -9,15 +10,21 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 )
@@ -358,5 +365,152 @@ func TestAuthFailuresLimited(t *testing.T) {
 				t.Fatalf("%s: Retry-After %q: %s", tc.name, h.Get("Retry-After"), body)
 			}
 		}
+	}
+}
+
+// stalledWriter is a client connection for a hold stream: once stall is
+// closed, every write blocks until its deadline, as on a full socket of a
+// client that does not read; once gone is closed, writes fail.
+type stalledWriter struct {
+	header      http.Header
+	stall, gone chan struct{}
+	mu          sync.Mutex
+	deadline    time.Time
+	written     strings.Builder
+}
+
+func newStalledWriter() *stalledWriter {
+	return &stalledWriter{header: http.Header{}, stall: make(chan struct{}), gone: make(chan struct{})}
+}
+
+func (w *stalledWriter) Header() http.Header { return w.header }
+func (w *stalledWriter) WriteHeader(int)     {}
+func (w *stalledWriter) Flush()              {}
+
+func (w *stalledWriter) SetWriteDeadline(t time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deadline = t
+	return nil
+}
+
+func (w *stalledWriter) Write(b []byte) (int, error) {
+	select {
+	case <-w.gone:
+		return 0, io.ErrClosedPipe
+	case <-w.stall:
+		w.mu.Lock()
+		d := w.deadline
+		w.mu.Unlock()
+		var timeout <-chan time.Time
+		if !d.IsZero() {
+			timeout = time.After(time.Until(d))
+		}
+		select {
+		case <-timeout:
+			return 0, os.ErrDeadlineExceeded
+		case <-w.gone:
+			return 0, io.ErrClosedPipe
+		}
+	default:
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.written.Write(b)
+}
+
+func (w *stalledWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.written.String()
+}
+
+// F10: a hold whose client does not read keeps its lease renewed: writes
+// block, renewals do not. When the client is gone the lease is released,
+// not left to expire.
+func TestHoldSlowReaderKeepsLease(t *testing.T) {
+	ld := lockdtest.Start(t, lockdtest.Options{})
+	h := ld.Server.Handler(prometheus.NewRegistry(), nil)
+	ctx := context.Background()
+	w := newStalledWriter()
+	req := httptest.NewRequest(http.MethodPost, "/v1/locks/slow:1/hold", strings.NewReader(`{"ttl_ms":900}`))
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(w, req)
+	}()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(w.String(), "event: acquired"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no acquired event: %q", w.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	first, err := ld.Engine.State(ctx, "slow:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(w.stall)
+	// Three TTLs with every write blocked: renewals go on.
+	for end := time.Now().Add(2700 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		st, err := ld.Engine.State(ctx, "slow:1")
+		if err != nil || st.Fence != first.Fence {
+			t.Fatalf("the lease of a slow reader: %+v %v", st, err)
+		}
+	}
+	close(w.gone)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hold did not end when its client went")
+	}
+	evs, err := ld.Engine.History(ctx, "slow:1", 100)
+	if err != nil || len(evs) == 0 || evs[0].Type != "released" {
+		t.Fatalf("history: %+v %v", evs, err)
+	}
+	for _, e := range evs {
+		if e.Type == "expired" {
+			t.Fatalf("the lease expired while held: %+v", evs)
+		}
+	}
+}
+
+// Item 3: a hold stream sends a comment line at least every HoldHeartbeat,
+// whatever the TTL.
+func TestHoldHeartbeat(t *testing.T) {
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) { c.HoldHeartbeat = 50 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/locks/beat:1/hold", strings.NewReader(`{"ttl_ms":60000}`))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	beats := 0
+	for timeout := time.After(5 * time.Second); beats < 3; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			if strings.HasPrefix(l, ":") {
+				beats++
+			}
+		case <-timeout:
+			t.Fatalf("%d heartbeats in 5 s", beats)
+		}
+	}
+	if d := server.DefaultConfig().HoldHeartbeat; d <= 0 || d > 15*time.Second {
+		t.Fatalf("default heartbeat %v, want at most 15 s", d)
 	}
 }

@@ -33,6 +33,9 @@ type Config struct {
 	MaxWait    time.Duration
 	// MaxHolds caps concurrent /hold streams.
 	MaxHolds int
+	// HoldHeartbeat is the interval of the hold stream's comment lines;
+	// zero means 10 s (the contract asks for at least one every 15 s).
+	HoldHeartbeat time.Duration
 	// Keys are the API keys; nil or empty turns auth off.
 	Keys *auth.Keyring
 	// MetricsAuth makes /metrics need a key with the read scope.
@@ -52,7 +55,8 @@ type Config struct {
 
 // DefaultConfig is the contract's defaults.
 func DefaultConfig() Config {
-	return Config{DefaultTTL: 30 * time.Second, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second, MaxHolds: 1000}
+	return Config{DefaultTTL: 30 * time.Second, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second, MaxHolds: 1000,
+		HoldHeartbeat: 10 * time.Second}
 }
 
 // Server implements the generated strict server interface on an Engine.
@@ -83,6 +87,9 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	}
 	if cfg.MaxHolds <= 0 {
 		cfg.MaxHolds = def.MaxHolds
+	}
+	if cfg.HoldHeartbeat <= 0 {
+		cfg.HoldHeartbeat = def.HoldHeartbeat
 	}
 	if cfg.AuthFailBurst <= 0 {
 		cfg.AuthFailBurst = defaultAuthFailBurst
