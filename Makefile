@@ -12,10 +12,12 @@ test:
 	./scripts/install-deps
 	go test -race -count=1 ./...
 
-# Formatting, vet and generated code that matches its sources.
+# Formatting, vet, staticcheck (pinned as a go tool) and generated code
+# that matches its sources.
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	go vet ./...
+	go tool staticcheck ./...
 	go generate ./...
 	git diff --exit-code -- api web
 

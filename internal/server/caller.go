@@ -21,11 +21,6 @@ type caller struct {
 	presented bool
 }
 
-// can reports whether the caller has scope s. Without auth everyone can.
-func (c caller) can(keys *auth.Keyring, s auth.Scope) bool {
-	return !keys.Enabled() || (c.key != nil && c.key.Can(s))
-}
-
 // mayTouch reports whether the caller may act on lock key lk.
 func (c caller) mayTouch(keys *auth.Keyring, lk string) bool {
 	return !keys.Enabled() || (c.key != nil && c.key.MayTouch(lk))
@@ -52,10 +47,6 @@ func (s *Server) identify(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
-
-// CallerName is the request's actor: an API-key name or an address. The
-// dashboard records it in history.
-func CallerName(ctx context.Context) string { return callerOf(ctx).name }
 
 func callerOf(ctx context.Context) caller {
 	c, _ := ctx.Value(callerKey{}).(caller)

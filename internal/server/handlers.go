@@ -263,8 +263,3 @@ func stateOf(s lock.State) api.LockState {
 func logOwner(ctx context.Context, owner string) {
 	zerolog.Ctx(ctx).UpdateContext(func(c zerolog.Context) zerolog.Context { return c.Str("owner", owner) })
 }
-
-// isClientGone reports whether err only says that the client went away.
-func isClientGone(ctx context.Context, err error) bool {
-	return ctx.Err() != nil && errors.Is(err, context.Canceled)
-}

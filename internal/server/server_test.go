@@ -503,7 +503,7 @@ func TestWaitOverHTTP(t *testing.T) {
 		}
 		got <- r
 	}()
-	waitUntil(t, func() bool { return f.engine.Waiters() == 1 })
+	lockdtest.Eventually(t, func() bool { return f.engine.Waiters() == 1 }, 5*time.Second, "the waiter registers")
 	time.Sleep(20 * time.Millisecond)
 	start := time.Now()
 	if _, err := f.client.ReleaseLockWithResponse(ctx, "q", api.ReleaseRequest{Token: h.Token}); err != nil {
@@ -523,27 +523,16 @@ func TestWaitOverHTTP(t *testing.T) {
 		defer close(done)
 		_, _ = f.client.AcquireLockWithResponse(cctx, "q2", nil, api.AcquireRequest{Owner: ptr("leaver"), WaitMs: ptr(int64(5000))})
 	}()
-	waitUntil(t, func() bool { return f.engine.Waiters() == 1 })
+	lockdtest.Eventually(t, func() bool { return f.engine.Waiters() == 1 }, 5*time.Second, "the waiter registers")
 	cancel()
 	<-done
-	waitUntil(t, func() bool { return f.engine.Waiters() == 0 })
+	lockdtest.Eventually(t, func() bool { return f.engine.Waiters() == 0 }, 5*time.Second, "the waiter leaves")
 	if _, err := f.client.ReleaseLockWithResponse(ctx, "q2", api.ReleaseRequest{Token: h2.Token}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
 	if st, err := f.engine.State(ctx, "q2"); err != lock.ErrNotFound {
 		t.Fatalf("the departed waiter holds q2: %+v %v", st, err)
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5 s")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -622,10 +611,10 @@ func TestHold(t *testing.T) {
 		}
 		cancel()
 		start := time.Now()
-		waitUntil(t, func() bool {
+		lockdtest.Eventually(t, func() bool {
 			_, err := f.engine.State(context.Background(), "hold:a")
 			return err == lock.ErrNotFound
-		})
+		}, 5*time.Second, "the hold's lease is released")
 		d := time.Since(start)
 		t.Logf("released %v after the client disconnected", d)
 		if d > 100*time.Millisecond {

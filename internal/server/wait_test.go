@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -33,7 +34,7 @@ func TestIdempotentReplayOverHTTP(t *testing.T) {
 	go func() {
 		_, _ = f.client.AcquireLockWithResponse(wctx, "replay:k", nil, api.AcquireRequest{Owner: ptr("other"), WaitMs: ptr(int64(10_000))})
 	}()
-	waitUntil(t, func() bool { return f.engine.Waiters() == 1 })
+	lockdtest.Eventually(t, func() bool { return f.engine.Waiters() == 1 }, 5*time.Second, "the waiter registers")
 
 	start := time.Now()
 	again, err := f.client.AcquireLockWithResponse(ctx, "replay:k", params, api.AcquireRequest{Owner: ptr("webhook"), TtlMs: ptr(int64(10_000)), WaitMs: ptr(int64(5_000))})
