@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"golang.org/x/net/netutil"
 
@@ -60,7 +60,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.SetOutput(stderr)
 	env := envDefaults{getenv: getenv}
 	fs.StringVar(&c.listen, "listen", env.str("listen", "127.0.0.1:8080"), "address to listen on")
-	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL (redis://[user:pass@]host:6379/0, rediss:// for TLS); empty: the embedded in-process store")
+	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL: redis://[user:pass@]host:6379/0 (rediss:// for TLS), redis-sentinel://host:26379[,host:port…]/MASTER[/DB], redis-cluster://host:7000[,host:port…]; empty: the embedded in-process store")
 	fs.StringVar(&c.authFile, "auth-file", env.str("auth-file", ""), "YAML file of API keys (see README); LOCKD_AUTH_YAML may hold the same YAML instead")
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
 	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
@@ -196,15 +196,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	rdb, closeStore, err := openRedis(cfg, log, reg)
+	topo, closeStore, err := openRedis(cfg, log, reg)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 
-	engine := lock.New(rdb, lock.Options{
+	engine := lock.New(topo.client, lock.Options{
 		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
 		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey,
+		Sentinel: topo.sentinel,
 	})
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
@@ -294,43 +295,54 @@ func newHTTPServer(h http.Handler, maxWait time.Duration, t timeouts) *http.Serv
 }
 
 // openRedis connects to --redis, or starts the embedded store without it.
-func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (redis.UniversalClient, func(), error) {
+func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (topology, func(), error) {
 	url := cfg.redisURL
 	stop := func() {}
 	if url == "" {
 		store, err := embedded.Start()
 		if err != nil {
-			return nil, nil, err
+			return topology{}, nil, err
 		}
 		url = "redis://" + store.Addr()
 		stop = store.Close
 		log.Warn().Msg("no --redis given: using the EMBEDDED in-process store. Locks are NOT shared with other " +
 			"lockd processes and are LOST when lockd stops. For real use: lockd serve --redis redis://host:6379/0")
 	}
-	opts, err := redis.ParseURL(url)
+	t, err := openTopology(url, cfg.redisUser, cfg.redisPassword)
 	if err != nil {
 		stop()
-		return nil, nil, usageError("--redis: %v", redactURL(err.Error(), url))
+		return topology{}, nil, usageError("--redis: %v", redactURL(err, url))
 	}
-	// Credentials may come from the environment instead of the URL, to keep
-	// them out of process listings.
-	if opts.Username == "" {
-		opts.Username = cfg.redisUser
-	}
-	if opts.Password == "" {
-		opts.Password = cfg.redisPassword
-	}
-	lock.TuneClient(opts)
-	rdb := redis.NewClient(opts)
-	rdb.AddHook(newRedisHook(reg))
-	log.Info().Str("redis", opts.Addr).Int("db", opts.DB).Bool("tls", opts.TLSConfig != nil).Msg("redis")
-	return rdb, func() { _ = rdb.Close(); stop() }, nil
+	t.client.AddHook(newRedisHook(reg))
+	log.Info().Str("topology", t.kind).Strs("redis", t.addrs).Bool("tls", t.tls).Msg("redis")
+	return t, func() { _ = t.client.Close(); stop() }, nil
 }
 
-// redactURL keeps a Redis password out of an error message.
-func redactURL(msg, url string) string {
-	if i := strings.Index(url, "@"); i > 0 {
-		return strings.ReplaceAll(msg, url[:i], "redis://<redacted>")
+// redactURL is the message of err, a --redis URL's parse error, with no
+// secret in it. url.Parse's own message quotes the whole URL (escaping " and
+// \\, so that a search for the raw password misses it), and its reason may
+// quote a piece of it (a password with a "/" reads as a port), so a URL
+// that does not parse gets a fixed description. For a URL that parses, any
+// password is masked in what go-redis says.
+func redactURL(err error, raw string) string {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		reason := "it is malformed"
+		switch msg := uerr.Err.Error(); {
+		case strings.Contains(msg, "invalid port"):
+			reason = "the port is not a number (a password with / : @ or other special characters must be percent-encoded)"
+		case strings.Contains(msg, "userinfo"):
+			reason = "the user or password has characters that must be percent-encoded"
+		case strings.Contains(msg, "host"):
+			reason = "the host is malformed"
+		}
+		return "not a valid URL (redis://[user:password@]host:port/db): " + reason
+	}
+	msg := err.Error()
+	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "<redacted>")
+		}
 	}
 	return msg
 }

@@ -6,12 +6,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TuneClient sets the client options the engine is built for:
+// The client settings the engine is built for:
 //
 //   - bounded dial, read, write and pool timeouts, so that a call answers
 //     ErrUnavailable within about 2 s when Redis is down, never hangs;
 //   - no retries: a retried acquire whose first attempt did reach Redis
-//     would find its own lease and call it held;
+//     would find its own lease and call it held, and a retried release or
+//     re-entry would count twice;
 //   - RESP2: lockd uses no RESP3 feature, and go-redis checks for RESP3
 //     push notifications before every command (about 3% of lockd's CPU);
 //   - no CLIENT SETINFO on connect (DisableIdentity): under latency a
@@ -19,11 +20,35 @@ import (
 //     more round trip per new connection;
 //   - context deadlines honoured, so the engine's one deadline per call
 //     (Options.CallTimeout) bounds pool wait, dial and round trip together.
+const (
+	dialTimeout = 700 * time.Millisecond
+	ioTimeout   = time.Second
+	poolTimeout = time.Second
+)
+
+// TuneClient sets the options of a client of one server.
 func TuneClient(opts *redis.Options) {
-	opts.DialTimeout = 700 * time.Millisecond
-	opts.ReadTimeout = time.Second
-	opts.WriteTimeout = time.Second
-	opts.PoolTimeout = time.Second
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = dialTimeout, ioTimeout, ioTimeout, poolTimeout
+	opts.MaxRetries = -1
+	opts.Protocol = 2
+	opts.DisableIdentity = true
+	opts.ContextTimeoutEnabled = true
+}
+
+// TuneFailover sets the options of a Sentinel (failover) client.
+func TuneFailover(opts *redis.FailoverOptions) {
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = dialTimeout, ioTimeout, ioTimeout, poolTimeout
+	opts.MaxRetries = -1
+	opts.Protocol = 2
+	opts.DisableIdentity = true
+	opts.ContextTimeoutEnabled = true
+}
+
+// TuneCluster sets the options of a Cluster client. MOVED and ASK
+// redirections are still followed (MaxRedirects): the script did not run
+// on the node that answered them.
+func TuneCluster(opts *redis.ClusterOptions) {
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = dialTimeout, ioTimeout, ioTimeout, poolTimeout
 	opts.MaxRetries = -1
 	opts.Protocol = 2
 	opts.DisableIdentity = true

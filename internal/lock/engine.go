@@ -32,6 +32,9 @@ type Options struct {
 	MaxWaitersPerKey int
 	// CallTimeout bounds each call to Redis as a whole (default 1.9 s).
 	CallTimeout time.Duration
+	// Sentinel, when Redis runs under Sentinel, names the sentinels, so
+	// that wake-ups follow a failover at once.
+	Sentinel *Sentinel
 }
 
 const (
@@ -46,7 +49,7 @@ const (
 // Engine grants, renews and releases leases on Redis. It is safe for
 // concurrent use; any number of engines (lockd replicas) may share a Redis.
 type Engine struct {
-	rdb     redis.UniversalClient
+	st      store
 	opts    Options
 	scripts scripts
 	hub     *hub
@@ -73,12 +76,13 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = defaultCall
 	}
-	e := &Engine{rdb: rdb, opts: opts, scripts: loadScripts()}
+	st := newRedisStore(rdb, opts.Sentinel)
+	e := &Engine{st: st, opts: opts, scripts: loadScripts(st.Sharded())}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	e.hub = newHub(hubConfig{
 		id:        hex.EncodeToString(id[:]),
-		ps:        rdb.Subscribe(context.Background()),
+		sub:       st.Subscribe(),
 		wakeOf:    func(key string) string { return keysOf(key).wake },
 		write:     e.writeWaiters,
 		bound:     opts.CallTimeout,
@@ -99,7 +103,7 @@ func (e *Engine) Close() error {
 func (e *Engine) Ping(ctx context.Context) error {
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	return wrap("ping", e.rdb.Ping(ctx).Err())
+	return wrap("ping", e.st.Ping(ctx))
 }
 
 // writeWaiters writes this process's waiter counts, one script per key in
@@ -107,14 +111,14 @@ func (e *Engine) Ping(ctx context.Context) error {
 // wait.
 func (e *Engine) writeWaiters(ctx context.Context, counts map[string]int) error {
 	valid := (e.opts.MaxWait + 10*time.Second).Milliseconds()
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	err := e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for key, n := range counts {
 			e.scripts.waiters.Run(ctx, p, []string{keysOf(key).waiters}, e.hub.id, n, valid)
 		}
 		return nil
 	})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		_ = e.scripts.waiters.Load(ctx, e.rdb).Err()
+		_ = e.st.Load(ctx, e.scripts.waiters)
 	}
 	return err
 }
@@ -243,10 +247,9 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
 		idem = hex.EncodeToString(sum[:])
 	}
-	v, err := e.scripts.acquire.Run(ctx, e.rdb,
-		[]string{k.lease, k.fence, k.hist, k.waiters},
+	v, err := e.st.Run(ctx, e.scripts.acquire, []string{k.lease, k.fence, k.hist, k.waiters},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
-		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode).Result()
+		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode)
 	if err != nil {
 		return Lease{}, wrap("acquire", err)
 	}
@@ -307,8 +310,8 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.scripts.renew.Run(ctx, e.rdb, []string{k.lease, k.hist, k.waiters},
-		token, ttlArg, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake).Result()
+	v, err := e.st.Run(ctx, e.scripts.renew, []string{k.lease, k.hist, k.waiters},
+		token, ttlArg, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
@@ -338,8 +341,8 @@ func (e *Engine) Release(ctx context.Context, key, token, actor string) (Release
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.scripts.release.Run(ctx, e.rdb, []string{k.lease, k.hist},
-		token, actor, e.opts.HistoryMax, k.wake).Result()
+	v, err := e.st.Run(ctx, e.scripts.release, []string{k.lease, k.hist},
+		token, actor, e.opts.HistoryMax, k.wake)
 	if err != nil {
 		return Released{}, wrap("release", err)
 	}
@@ -377,8 +380,8 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.scripts.forceRelease.Run(ctx, e.rdb, []string{k.lease, k.hist},
-		actor, reason, e.opts.HistoryMax, k.wake, fenceArg).Result()
+	v, err := e.st.Run(ctx, e.scripts.forceRelease, []string{k.lease, k.hist},
+		actor, reason, e.opts.HistoryMax, k.wake, fenceArg)
 	if err != nil {
 		return Broken{}, wrap("force-release", err)
 	}
@@ -426,7 +429,7 @@ func (e *Engine) State(ctx context.Context, key string) (State, error) {
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.scripts.state.Run(ctx, e.rdb, []string{k.lease, k.waiters}).Result()
+	v, err := e.st.Run(ctx, e.scripts.state, []string{k.lease, k.waiters})
 	if err != nil {
 		return State{}, wrap("state", err)
 	}
@@ -476,8 +479,8 @@ func (e *Engine) History(ctx context.Context, key string, limit int) ([]Event, e
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.scripts.history.Run(ctx, e.rdb, []string{k.lease, k.hist},
-		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds()).Result()
+	v, err := e.st.Run(ctx, e.scripts.history, []string{k.lease, k.hist},
+		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds())
 	if err != nil {
 		return nil, wrap("history", err)
 	}

@@ -38,7 +38,7 @@ const (
 // than its prefixes is filtered row by row after List), so the cursor is
 // handed out encrypted: it reveals nothing, and a forged one is refused.
 type cursor struct {
-	Scan    uint64   `json:"s"`
+	Scan    scanPos  `json:"w"`
 	Pending []string `json:"p,omitempty"`
 }
 
@@ -72,13 +72,12 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int, after strin
 	// while batches come back empty, so a rare prefix is found quickly.
 	// The scan budget keeps one request short with millions of keys: past
 	// it the page is returned short, with a cursor to go on.
-	first, count, scanned := after == "", int64(0), int64(0)
-	for (first || cur.Scan != 0) && len(keys) < limit && scanned < scanBudget {
-		first = false
+	count, scanned := int64(0), int64(0)
+	for !cur.Scan.Done && len(keys) < limit && scanned < scanBudget {
 		if need := int64(max(limit-len(keys), 10) * 3); count < need {
 			count = need
 		}
-		batch, next, err := e.rdb.Scan(ctx, cur.Scan, match, count).Result()
+		batch, next, err := e.st.Scan(ctx, cur.Scan, match, count)
 		if err != nil {
 			return Page{}, wrap("list", err)
 		}
@@ -107,7 +106,7 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int, after strin
 		return Page{}, err
 	}
 	page := Page{Locks: locks}
-	if cur.Scan != 0 || len(cur.Pending) > 0 {
+	if !cur.Scan.Done || len(cur.Pending) > 0 {
 		if page.NextCursor, err = e.encodeCursor(ctx, cur); err != nil {
 			return Page{}, err
 		}
@@ -123,7 +122,7 @@ func (e *Engine) states(ctx context.Context, keys []string) ([]State, error) {
 	}
 	run := func() ([]*redis.Cmd, error) {
 		cmds := make([]*redis.Cmd, len(keys))
-		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		err := e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, key := range keys {
 				k := keysOf(key)
 				cmds[i] = e.scripts.state.EvalSha(ctx, p, []string{k.lease, k.waiters})
@@ -134,7 +133,7 @@ func (e *Engine) states(ctx context.Context, keys []string) ([]State, error) {
 	}
 	cmds, err := run()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err := e.scripts.state.Load(ctx, e.rdb).Err(); err != nil {
+		if err := e.st.Load(ctx, e.scripts.state); err != nil {
 			return nil, wrap("list", err)
 		}
 		cmds, err = run()
@@ -215,16 +214,16 @@ func (e *Engine) cursorAEAD(ctx context.Context, refresh bool) (cipher.AEAD, err
 	if ok && !refresh && time.Since(k.at) < cursorKeyTTL {
 		return k.aead, nil
 	}
-	secret, err := e.rdb.Get(ctx, cursorSecretKey).Result()
+	secret, err := e.st.Cmd().Get(ctx, cursorSecretKey).Result()
 	if errors.Is(err, redis.Nil) {
 		// The first replica to list creates the secret; SETNX makes every
 		// other one read the same.
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
-		if err := e.rdb.SetNX(ctx, cursorSecretKey, base64.RawURLEncoding.EncodeToString(b), 0).Err(); err != nil {
+		if err := e.st.Cmd().SetNX(ctx, cursorSecretKey, base64.RawURLEncoding.EncodeToString(b), 0).Err(); err != nil {
 			return nil, wrap("list", err)
 		}
-		secret, err = e.rdb.Get(ctx, cursorSecretKey).Result()
+		secret, err = e.st.Cmd().Get(ctx, cursorSecretKey).Result()
 	}
 	if err != nil {
 		return nil, wrap("list", err)

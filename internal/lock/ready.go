@@ -16,5 +16,5 @@ const readyKey = "lockd:readyz"
 // fails in exactly those cases, with the same errors as an acquire
 // (ErrUnavailable). It costs one round trip.
 func (e *Engine) Ready(ctx context.Context) error {
-	return wrap("ready", e.rdb.Set(ctx, readyKey, "1", 10*time.Second).Err())
+	return wrap("ready", e.st.Cmd().Set(ctx, readyKey, "1", 10*time.Second).Err())
 }

@@ -3,6 +3,7 @@ package lock
 import (
 	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,10 +18,17 @@ type scripts struct {
 	acquire, renew, release, forceRelease, state, history, waiters *redis.Script
 }
 
-func loadScripts() scripts {
+// loadScripts reads the scripts. sharded makes them publish wake-ups with
+// SPUBLISH: on a Cluster a script may only publish on a channel of its own
+// slot, and only a sharded subscription on that slot's master hears it.
+func loadScripts(sharded bool) scripts {
 	lib := mustRead("lib")
 	s := func(name string) *redis.Script {
-		return redis.NewScript(lib + "\n" + mustRead(name))
+		src := lib + "\n" + mustRead(name)
+		if sharded {
+			src = strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")
+		}
+		return redis.NewScript(src)
 	}
 	return scripts{
 		acquire:      s("acquire"),
@@ -31,10 +39,6 @@ func loadScripts() scripts {
 		history:      s("history"),
 		waiters:      s("waiters"),
 	}
-}
-
-func (s scripts) all() []*redis.Script {
-	return []*redis.Script{s.acquire, s.renew, s.release, s.forceRelease, s.state, s.history, s.waiters}
 }
 
 func mustRead(name string) string {

@@ -3,13 +3,10 @@ package lock
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -50,7 +47,7 @@ type hub struct {
 
 	maxTotal, maxPerKey int // waiters allowed in this process, in all and per key
 
-	ps    *redis.PubSub
+	sub   subscription
 	subMu sync.Mutex // keeps SUBSCRIBE and UNSUBSCRIBE in order on the wire
 
 	mu     sync.Mutex
@@ -105,7 +102,7 @@ type watch struct {
 // hubConfig is what a hub needs from its engine.
 type hubConfig struct {
 	id     string                                                 // this process, in the waiters hash of each key
-	ps     *redis.PubSub                                          // the process's one subscription connection
+	sub    subscription                                           // the process's wake-up subscription
 	wakeOf func(key string) string                                // a key's wake-up channel
 	write  func(ctx context.Context, counts map[string]int) error // waiter counts to Redis
 	bound  time.Duration                                          // one attempt's deadline
@@ -122,7 +119,7 @@ func newHub(c hubConfig) *hub {
 		bound:     c.bound,
 		maxTotal:  c.maxTotal,
 		maxPerKey: c.maxPerKey,
-		ps:        c.ps,
+		sub:       c.sub,
 		queues:    map[string]*queue{},
 		dirty:     map[string]int{},
 		ctx:       ctx,
@@ -399,45 +396,39 @@ func (h *hub) attempt(q *queue, w *waiter) {
 	h.next(q)
 }
 
-// receive reads the hub's pub/sub connection. go-redis reconnects and
-// resubscribes after an error; the confirmations that follow poke every
-// queue, since a release may have been missed meanwhile.
+// receive reads the wake-up subscription. After a reconnect, a failover or
+// a slot migration every key may have missed a release: each queue is
+// re-checked, as after its own subscription's confirmation.
 func (h *hub) receive(ctx context.Context) {
 	defer h.loops.Done()
-	backoff := 50 * time.Millisecond
 	for {
-		msg, err := h.ps.ReceiveTimeout(ctx, 30*time.Second)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			var nerr net.Error
-			if errors.As(err, &nerr) && nerr.Timeout() {
-				// Quiet connection: a PING finds out whether it is dead.
-				_ = h.ps.Ping(ctx)
-				continue
-			}
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
+		var nt notice
+		select {
+		case <-ctx.Done():
+			return
+		case nt = <-h.sub.Notices():
 		}
-		backoff = 50 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				h.wake(m.Channel, true)
-			}
-		case *redis.Message:
-			if ttl, ok := strings.CutPrefix(m.Payload, "renewed:"); ok {
-				h.renewed(m.Channel, ttl)
+		switch nt.kind {
+		case noticeSubscribed:
+			h.wake(nt.channel, true)
+		case noticeReset:
+			h.wakeAll()
+		case noticeMessage:
+			if ttl, ok := strings.CutPrefix(nt.payload, "renewed:"); ok {
+				h.renewed(nt.channel, ttl)
 			} else {
-				h.wake(m.Channel, false)
+				h.wake(nt.channel, false)
 			}
 		}
+	}
+}
+
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, q := range h.queues {
+		q.ready = true
+		h.poke(q)
 	}
 }
 
@@ -473,7 +464,7 @@ func (h *hub) renewed(channel, ttl string) {
 // and the subscription cannot be missed.
 func (h *hub) subscribe(q *queue) {
 	h.subMu.Lock()
-	err := h.ps.Subscribe(h.ctx, q.channel)
+	err := h.sub.Subscribe(h.ctx, q.channel)
 	h.subMu.Unlock()
 	if err != nil {
 		// go-redis keeps the channel and subscribes again when it
@@ -518,7 +509,7 @@ func (h *hub) sweep() {
 		}
 		h.mu.Unlock()
 		if len(channels) > 0 {
-			_ = h.ps.Unsubscribe(h.ctx, channels...)
+			_ = h.sub.Unsubscribe(h.ctx, channels...)
 		}
 		h.subMu.Unlock()
 	}
@@ -582,6 +573,6 @@ func (h *hub) close() {
 	// Attempts in flight end at once: their context is the hub's.
 	h.cancel()
 	h.working.Wait()
-	_ = h.ps.Close()
+	_ = h.sub.Close()
 	h.loops.Wait()
 }

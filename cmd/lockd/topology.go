@@ -1,0 +1,147 @@
+package main
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock"
+)
+
+// topology is a parsed --redis URL: the client for its scheme and what the
+// engine needs to know about it.
+type topology struct {
+	kind     string // "redis", "sentinel" or "cluster"
+	client   redis.UniversalClient
+	sentinel *lock.Sentinel
+	addrs    []string
+	tls      bool
+}
+
+// multiURL is a redis-sentinel:// or redis-cluster:// URL:
+// scheme://[[user]:password@]host:port[,host:port…][/path].
+type multiURL struct {
+	user, password string
+	addrs          []string
+	path           []string
+	tls            bool
+}
+
+func parseMultiURL(raw, scheme string) (multiURL, error) {
+	var u multiURL
+	rest, ok := strings.CutPrefix(raw, scheme+"://")
+	if !ok {
+		rest, ok = strings.CutPrefix(raw, strings.Replace(scheme, "redis-", "rediss-", 1)+"://")
+		if !ok {
+			return u, fmt.Errorf("not a %s:// URL", scheme)
+		}
+		u.tls = true
+	}
+	hosts, path, _ := strings.Cut(rest, "/")
+	if i := strings.LastIndex(hosts, "@"); i >= 0 {
+		info := hosts[:i]
+		hosts = hosts[i+1:]
+		user, pass, hasPass := strings.Cut(info, ":")
+		var err error
+		if u.user, err = url.PathUnescape(user); err != nil {
+			return u, fmt.Errorf("user: %w", err)
+		}
+		if hasPass {
+			if u.password, err = url.PathUnescape(pass); err != nil {
+				return u, fmt.Errorf("password: %w", err)
+			}
+		}
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil || host == "" {
+			return u, fmt.Errorf("address %q: want host:port", h)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return u, fmt.Errorf("address %q: bad port", h)
+		}
+		u.addrs = append(u.addrs, h)
+	}
+	if path != "" {
+		u.path = strings.Split(path, "/")
+	}
+	return u, nil
+}
+
+// openTopology builds the client for a --redis URL. Sentinel and Cluster
+// URLs name several addresses; the credentials in the URL (or from the
+// environment) are those of the Redis servers.
+func openTopology(raw, user, password string) (topology, error) {
+	withCreds := func(u *multiURL) {
+		if u.user == "" {
+			u.user = user
+		}
+		if u.password == "" {
+			u.password = password
+		}
+	}
+	tlsConfig := func(on bool) *tls.Config {
+		if !on {
+			return nil
+		}
+		return &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	switch {
+	case strings.HasPrefix(raw, "redis-sentinel://"), strings.HasPrefix(raw, "rediss-sentinel://"):
+		u, err := parseMultiURL(raw, "redis-sentinel")
+		if err != nil {
+			return topology{}, err
+		}
+		withCreds(&u)
+		if len(u.path) == 0 || u.path[0] == "" {
+			return topology{}, fmt.Errorf("the master's name is missing: redis-sentinel://host:26379/MASTER")
+		}
+		db := 0
+		if len(u.path) > 1 && u.path[1] != "" {
+			if db, err = strconv.Atoi(u.path[1]); err != nil || db < 0 {
+				return topology{}, fmt.Errorf("database %q: want a number", u.path[1])
+			}
+		}
+		opts := &redis.FailoverOptions{
+			MasterName: u.path[0], SentinelAddrs: u.addrs,
+			Username: u.user, Password: u.password, DB: db, TLSConfig: tlsConfig(u.tls),
+		}
+		lock.TuneFailover(opts)
+		return topology{
+			kind: "sentinel", client: redis.NewFailoverClient(opts), addrs: u.addrs, tls: u.tls,
+			sentinel: &lock.Sentinel{Addrs: u.addrs, MasterName: u.path[0]},
+		}, nil
+	case strings.HasPrefix(raw, "redis-cluster://"), strings.HasPrefix(raw, "rediss-cluster://"):
+		u, err := parseMultiURL(raw, "redis-cluster")
+		if err != nil {
+			return topology{}, err
+		}
+		withCreds(&u)
+		if len(u.path) > 0 && u.path[0] != "" && u.path[0] != "0" {
+			return topology{}, fmt.Errorf("a cluster has only database 0")
+		}
+		opts := &redis.ClusterOptions{Addrs: u.addrs, Username: u.user, Password: u.password, TLSConfig: tlsConfig(u.tls)}
+		lock.TuneCluster(opts)
+		return topology{kind: "cluster", client: redis.NewClusterClient(opts), addrs: u.addrs, tls: u.tls}, nil
+	default:
+		opts, err := redis.ParseURL(raw)
+		if err != nil {
+			return topology{}, err
+		}
+		// Credentials may come from the environment instead of the URL, to
+		// keep them out of process listings.
+		if opts.Username == "" {
+			opts.Username = user
+		}
+		if opts.Password == "" {
+			opts.Password = password
+		}
+		lock.TuneClient(opts)
+		return topology{kind: "redis", client: redis.NewClient(opts), addrs: []string{opts.Addr}, tls: opts.TLSConfig != nil}, nil
+	}
+}

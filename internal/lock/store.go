@@ -1,0 +1,587 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// store is what the lock semantics (scripts, fences, history, waiting) need
+// from Redis: run a script on the node that owns a key, hear wake-ups from
+// every master, and walk every master's keys. redisStore implements it for
+// one server, Sentinel and Cluster; a quorum of independent masters would be
+// another implementation.
+type store interface {
+	// Run runs the script on the node that owns keys[0] (EVALSHA, EVAL on
+	// NOSCRIPT).
+	Run(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error)
+	// Pipelined sends fn's commands in as few round trips as the topology
+	// allows, each to the node that owns its first key.
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error
+	// Load loads the script on every node, after NOSCRIPT in a pipeline.
+	Load(ctx context.Context, s *redis.Script) error
+	// Scan runs one SCAN step at pos and says where the walk goes on. A
+	// walk visits every master in turn; pos.Node counts them.
+	Scan(ctx context.Context, pos scanPos, match string, count int64) ([]string, scanPos, error)
+	// Cmd runs plain commands, each on the node that owns its key.
+	Cmd() redis.Cmdable
+	// Subscribe opens this process's wake-up subscription.
+	Subscribe() subscription
+	// Sharded says whether wake-ups travel by sharded pub/sub (SPUBLISH).
+	Sharded() bool
+	Ping(ctx context.Context) error
+}
+
+// scanPos is where a walk over every master stands: the master (by its
+// place in the sorted list of masters, whose fingerprint is Topo) and
+// SCAN's cursor on it.
+type scanPos struct {
+	Node   int    `json:"n,omitempty"`
+	Cursor uint64 `json:"s,omitempty"`
+	Topo   string `json:"t,omitempty"`
+	Done   bool   `json:"d,omitempty"`
+}
+
+// Sentinel names the sentinels that watch a master, so that lockd can
+// follow failovers with its wake-up subscription.
+type Sentinel struct {
+	Addrs      []string
+	MasterName string
+	Username   string
+	Password   string
+}
+
+// redisStore is a store over one go-redis client: a *redis.Client (one
+// server, or Sentinel's failover client) or a *redis.ClusterClient.
+type redisStore struct {
+	rdb      redis.UniversalClient
+	cluster  *redis.ClusterClient // nil unless Cluster
+	sentinel *Sentinel            // nil unless Sentinel
+}
+
+func newRedisStore(rdb redis.UniversalClient, sentinel *Sentinel) *redisStore {
+	s := &redisStore{rdb: rdb, sentinel: sentinel}
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		s.cluster = c
+	}
+	return s
+}
+
+func (s *redisStore) Run(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
+	return sc.Run(ctx, s.rdb, keys, args...).Result()
+}
+
+func (s *redisStore) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {
+	_, err := s.rdb.Pipelined(ctx, fn)
+	return err
+}
+
+func (s *redisStore) Load(ctx context.Context, sc *redis.Script) error {
+	// A ClusterClient broadcasts SCRIPT LOAD to every shard.
+	return sc.Load(ctx, s.rdb).Err()
+}
+
+func (s *redisStore) Cmd() redis.Cmdable { return s.rdb }
+
+func (s *redisStore) Sharded() bool { return s.cluster != nil }
+
+func (s *redisStore) Ping(ctx context.Context) error {
+	if s.cluster != nil {
+		return s.cluster.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	}
+	return s.rdb.Ping(ctx).Err()
+}
+
+func (s *redisStore) Scan(ctx context.Context, pos scanPos, match string, count int64) ([]string, scanPos, error) {
+	if s.cluster == nil {
+		keys, next, err := s.rdb.Scan(ctx, pos.Cursor, match, count).Result()
+		return keys, scanPos{Cursor: next, Done: next == 0}, err
+	}
+	masters, topo, err := s.masters(ctx)
+	if err != nil {
+		return nil, pos, err
+	}
+	if pos.Topo != topo {
+		// The masters changed since the walk began: SCAN's guarantees hold
+		// per node, so the walk starts over on the new set.
+		pos = scanPos{Topo: topo}
+	}
+	if pos.Node >= len(masters) {
+		return nil, scanPos{Topo: topo, Done: true}, nil
+	}
+	keys, next, err := masters[pos.Node].Scan(ctx, pos.Cursor, match, count).Result()
+	if err != nil {
+		return nil, pos, err
+	}
+	pos.Cursor = next
+	if next == 0 {
+		pos.Node++
+	}
+	pos.Done = pos.Node >= len(masters)
+	return keys, pos, nil
+}
+
+// masters are the cluster's masters sorted by address, and a fingerprint
+// of that list.
+func (s *redisStore) masters(ctx context.Context) ([]*redis.Client, string, error) {
+	var mu sync.Mutex
+	byAddr := map[string]*redis.Client{}
+	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		byAddr[c.Options().Addr] = c
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	addrs := make([]string, 0, len(byAddr))
+	for a := range byAddr {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	out := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		out[i] = byAddr[a]
+	}
+	return out, strings.Join(addrs, ","), nil
+}
+
+func (s *redisStore) Subscribe() subscription {
+	if s.cluster != nil {
+		return newClusterSubscription(s.cluster)
+	}
+	return newNodeSubscription(s.rdb, s.sentinel)
+}
+
+// noticeKind says what a notice tells the hub.
+type noticeKind int
+
+const (
+	// noticeMessage: a message on a channel (released, expired, renewed:…).
+	noticeMessage noticeKind = iota
+	// noticeSubscribed: Redis confirmed a subscription to the channel;
+	// messages before it may have been missed.
+	noticeSubscribed
+	// noticeReset: the subscription moved (reconnect, failover, slot
+	// migration); any channel may have missed messages.
+	noticeReset
+)
+
+type notice struct {
+	kind    noticeKind
+	channel string
+	payload string
+}
+
+// subscription is a process's wake-up subscription, one channel per key
+// that has local waiters. It follows the topology by itself: after a move
+// it delivers noticeReset, and the hub re-checks every waiting key.
+type subscription interface {
+	Subscribe(ctx context.Context, channel string) error
+	Unsubscribe(ctx context.Context, channels ...string) error
+	Notices() <-chan notice
+	Close() error
+}
+
+// nodeSubscription is one pub/sub connection to one server. With Sentinel
+// it also watches which server is master and, when that changes, moves the
+// subscription there: go-redis reconnects a broken pub/sub connection to the
+// new master, but after a graceful failover the old connection stays open
+// on the old master, which is not demoted for seconds, and every wake-up
+// published on the new master meanwhile would be lost.
+type nodeSubscription struct {
+	rdb      redis.UniversalClient
+	sentinel *Sentinel
+	out      chan notice
+
+	mu     sync.Mutex
+	ps     *redis.PubSub
+	wanted map[string]bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newNodeSubscription(rdb redis.UniversalClient, sentinel *Sentinel) *nodeSubscription {
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &nodeSubscription{
+		rdb: rdb, sentinel: sentinel, out: make(chan notice, 256),
+		wanted: map[string]bool{}, ctx: ctx, cancel: cancel,
+	}
+	n.ps = rdb.Subscribe(ctx)
+	n.wg.Add(1)
+	go n.receive(n.ps)
+	if sentinel != nil {
+		n.wg.Add(1)
+		go n.watchMaster()
+	}
+	return n
+}
+
+func (n *nodeSubscription) Notices() <-chan notice { return n.out }
+
+func (n *nodeSubscription) Subscribe(ctx context.Context, channel string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.wanted[channel] = true
+	return n.ps.Subscribe(ctx, channel)
+}
+
+func (n *nodeSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, c := range channels {
+		delete(n.wanted, c)
+	}
+	return n.ps.Unsubscribe(ctx, channels...)
+}
+
+func (n *nodeSubscription) Close() error {
+	n.cancel()
+	n.mu.Lock()
+	err := n.ps.Close()
+	n.mu.Unlock()
+	n.wg.Wait()
+	return err
+}
+
+// receive pumps one PubSub's messages until it is closed. go-redis
+// reconnects and resubscribes after an error; the confirmations that follow
+// tell the hub to re-check those keys.
+func (n *nodeSubscription) receive(ps *redis.PubSub) {
+	defer n.wg.Done()
+	pump(n.ctx, ps, n.out)
+}
+
+// pump forwards a PubSub's messages as notices until ctx ends or the PubSub
+// is closed.
+func pump(ctx context.Context, ps *redis.PubSub, out chan<- notice) {
+	backoff := 50 * time.Millisecond
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			if isTimeout(err) {
+				// Quiet connection: a PING finds out whether it is dead.
+				_ = ps.Ping(ctx)
+				continue
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		var nt notice
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				nt = notice{kind: noticeSubscribed, channel: m.Channel}
+			case "sunsubscribe":
+				// Redis dropped a sharded subscription (its slot moved);
+				// the owner re-homes it.
+				nt = notice{kind: noticeReset, channel: m.Channel}
+			default:
+				continue
+			}
+		case *redis.Message:
+			nt = notice{kind: noticeMessage, channel: m.Channel, payload: m.Payload}
+		default:
+			continue
+		}
+		select {
+		case out <- nt:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchMaster asks the sentinels which server is master every
+// masterPoll, and moves the subscription when it changed.
+func (n *nodeSubscription) watchMaster() {
+	defer n.wg.Done()
+	t := time.NewTicker(masterPoll)
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		addr, err := n.masterAddr()
+		if err != nil || addr == "" {
+			continue
+		}
+		if last != "" && addr != last {
+			n.move()
+		}
+		last = addr
+	}
+}
+
+// masterPoll is how often lockd asks the sentinels for the master: a
+// wake-up published on a new master is heard at most this much later
+// (the PTTL timer stays as the fallback).
+const masterPoll = 250 * time.Millisecond
+
+func (n *nodeSubscription) masterAddr() (string, error) {
+	for _, a := range n.sentinel.Addrs {
+		sc := redis.NewSentinelClient(&redis.Options{
+			Addr: a, Username: n.sentinel.Username, Password: n.sentinel.Password,
+			DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1,
+		})
+		ctx, cancel := context.WithTimeout(n.ctx, 500*time.Millisecond)
+		addr, err := sc.GetMasterAddrByName(ctx, n.sentinel.MasterName).Result()
+		cancel()
+		_ = sc.Close()
+		if err == nil && len(addr) == 2 {
+			return addr[0] + ":" + addr[1], nil
+		}
+	}
+	return "", fmt.Errorf("lock: no sentinel answered for %s", n.sentinel.MasterName)
+}
+
+// move replaces the PubSub by a new one on the current master, subscribed
+// to every wanted channel, and tells the hub to re-check every key.
+func (n *nodeSubscription) move() {
+	n.mu.Lock()
+	old := n.ps
+	channels := make([]string, 0, len(n.wanted))
+	for c := range n.wanted {
+		channels = append(channels, c)
+	}
+	n.ps = n.rdb.Subscribe(n.ctx, channels...)
+	n.wg.Add(1)
+	go n.receive(n.ps)
+	n.mu.Unlock()
+	_ = old.Close()
+	select {
+	case n.out <- notice{kind: noticeReset}:
+	case <-n.ctx.Done():
+	}
+}
+
+// clusterSubscription keeps one sharded pub/sub connection per master and
+// each channel on the master that owns its slot. go-redis pins a PubSub to
+// one node and does not follow a slot that moves, so this type does: it
+// re-homes a channel when Redis drops it (sunsubscribe) and when the slot
+// map says its owner changed (checked every slotPoll).
+type clusterSubscription struct {
+	rdb *redis.ClusterClient
+	out chan notice
+
+	mu     sync.Mutex
+	byNode map[string]*redis.PubSub // master address → its PubSub
+	home   map[string]string        // channel → master address
+	moved  chan struct{}
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+const slotPoll = 500 * time.Millisecond
+
+func newClusterSubscription(rdb *redis.ClusterClient) *clusterSubscription {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &clusterSubscription{
+		rdb: rdb, out: make(chan notice, 256),
+		byNode: map[string]*redis.PubSub{}, home: map[string]string{},
+		moved: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
+	}
+	c.wg.Add(1)
+	go c.watch()
+	return c
+}
+
+func (c *clusterSubscription) Notices() <-chan notice { return c.out }
+
+func (c *clusterSubscription) Subscribe(ctx context.Context, channel string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.home[channel] = ""
+	return c.place(ctx, channel)
+}
+
+// place subscribes channel on its slot's master. Called with c.mu.
+func (c *clusterSubscription) place(ctx context.Context, channel string) error {
+	node, err := c.rdb.MasterForKey(ctx, channel)
+	if err != nil {
+		return err
+	}
+	addr := node.Options().Addr
+	if old := c.home[channel]; old != "" && old != addr {
+		if ps := c.byNode[old]; ps != nil {
+			_ = ps.SUnsubscribe(ctx, channel)
+		}
+	}
+	ps := c.byNode[addr]
+	if ps == nil {
+		// A plain client's PubSub stays on that node.
+		ps = node.Subscribe(c.ctx)
+		c.byNode[addr] = ps
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.pumpNode(ps)
+		}()
+	}
+	c.home[channel] = addr
+	return ps.SSubscribe(ctx, channel)
+}
+
+// pumpNode forwards one master's messages; a dropped channel is re-homed.
+func (c *clusterSubscription) pumpNode(ps *redis.PubSub) {
+	out := make(chan notice, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pump(c.ctx, ps, out)
+	}()
+	for {
+		select {
+		case nt := <-out:
+			if nt.kind == noticeReset {
+				c.kick()
+				continue
+			}
+			select {
+			case c.out <- nt:
+			case <-c.ctx.Done():
+				return
+			}
+		case <-done:
+			return
+		}
+	}
+}
+
+func (c *clusterSubscription) kick() {
+	select {
+	case c.moved <- struct{}{}:
+	default:
+	}
+}
+
+// watch re-homes channels whose slot moved, found by a fresh slot map
+// every slotPoll or at once after Redis dropped a subscription.
+func (c *clusterSubscription) watch() {
+	defer c.wg.Done()
+	t := time.NewTicker(slotPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		case <-c.moved:
+		}
+		c.rdb.ReloadState(c.ctx)
+		if c.rehome() {
+			select {
+			case c.out <- notice{kind: noticeReset}:
+			case <-c.ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// rehome moves every channel whose owner changed and drops PubSubs of
+// nodes that own none; it reports whether anything moved.
+func (c *clusterSubscription) rehome() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(c.ctx, time.Second)
+	defer cancel()
+	moved := false
+	for ch, addr := range c.home {
+		node, err := c.rdb.MasterForKey(ctx, ch)
+		if err != nil {
+			continue
+		}
+		if node.Options().Addr != addr {
+			if err := c.place(ctx, ch); err == nil {
+				moved = true
+			}
+		}
+	}
+	used := map[string]bool{}
+	for _, addr := range c.home {
+		used[addr] = true
+	}
+	for addr, ps := range c.byNode {
+		if !used[addr] {
+			_ = ps.Close()
+			delete(c.byNode, addr)
+		}
+	}
+	return moved
+}
+
+func (c *clusterSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	byNode := map[string][]string{}
+	for _, ch := range channels {
+		if addr := c.home[ch]; addr != "" {
+			byNode[addr] = append(byNode[addr], ch)
+		}
+		delete(c.home, ch)
+	}
+	var errs []error
+	for addr, chs := range byNode {
+		if ps := c.byNode[addr]; ps != nil {
+			// One SUNSUBSCRIBE per channel: channels of several slots in
+			// one command are refused (CROSSSLOT).
+			for _, ch := range chs {
+				errs = append(errs, ps.SUnsubscribe(ctx, ch))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *clusterSubscription) Close() error {
+	c.cancel()
+	c.mu.Lock()
+	pss := slices.Collect(func(yield func(*redis.PubSub) bool) {
+		for _, ps := range c.byNode {
+			if !yield(ps) {
+				return
+			}
+		}
+	})
+	c.byNode = map[string]*redis.PubSub{}
+	c.mu.Unlock()
+	for _, ps := range pss {
+		_ = ps.Close()
+	}
+	c.wg.Wait()
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var nerr net.Error
+	return errors.As(err, &nerr) && nerr.Timeout()
+}
