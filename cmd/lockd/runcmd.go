@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,7 +82,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 	defer signal.Stop(sigc)
 
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "LOCKD_KEY="+key, "LOCKD_FENCE="+strconv.FormatInt(l.Fence(), 10))
+	cmd.Env = append(childEnv(os.Environ()), "LOCKD_KEY="+key, "LOCKD_FENCE="+strconv.FormatInt(l.Fence(), 10))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// If COMMAND leaves children holding its output open, do not wait for
@@ -183,4 +184,21 @@ func exitStatus(ps *os.ProcessState) int {
 
 func trimLockd(err error) string {
 	return strings.TrimPrefix(err.Error(), "lockd: ")
+}
+
+// secretEnv are the variables that lockd run reads and COMMAND must not
+// inherit: COMMAND (a build script, a third-party tool) has no use for
+// lockd's credential, which may be an admin key, nor for a lease token.
+var secretEnv = []string{"LOCKD_API_KEY", "LOCKD_TOKEN"}
+
+// childEnv is env without secretEnv.
+func childEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(secretEnv, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

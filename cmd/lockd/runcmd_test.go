@@ -301,3 +301,20 @@ func TestRunForwardsSignals(t *testing.T) {
 		})
 	}
 }
+
+// F17: COMMAND does not inherit lockd's API key or a lease token.
+func TestRunHidesSecretsFromCommand(t *testing.T) {
+	ls := startCLIServer(t)
+	t.Setenv("LOCKD_API_KEY", "ci-key-0123456789abcdef")
+	t.Setenv("LOCKD_TOKEN", "a-token-from-elsewhere-0123456789")
+	t.Setenv("LOCKD_RUN_TEST_KEEP", "kept")
+	var out, errb lockdtest.Buffer
+	code := waitExit(t, lockdRun(ls, &out, &errb, "run:env", "--", "sh", "-c",
+		`echo "api=${LOCKD_API_KEY-unset} token=${LOCKD_TOKEN-unset} keep=${LOCKD_RUN_TEST_KEEP-unset} key=$LOCKD_KEY"`), 10*time.Second, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, &errb)
+	}
+	if got, want := strings.TrimSpace(out.String()), "api=unset token=unset keep=kept key=run:env"; got != want {
+		t.Fatalf("COMMAND saw %q, want %q", got, want)
+	}
+}
