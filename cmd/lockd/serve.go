@@ -51,6 +51,8 @@ type serveConfig struct {
 	logLevel         string
 	shutdownTimeout  time.Duration
 	allowedHosts     []string
+	replicaAcks      int
+	replicaAckWait   time.Duration
 }
 
 // parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
@@ -78,6 +80,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.logFormat, "log-format", env.str("log-format", "json"), "json or console")
 	fs.StringVar(&c.logLevel, "log-level", env.str("log-level", "info"), "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.dur("shutdown-timeout", 10*time.Second), "how long to drain requests on SIGTERM")
+	fs.IntVar(&c.replicaAcks, "replica-acks", env.int("replica-acks", 0), "answer a grant, renewal or release only after this many replicas of the key's master acknowledged it (Redis WAIT); a grant that misses them is undone and answered 503")
+	fs.DurationVar(&c.replicaAckWait, "replica-ack-timeout", env.dur("replica-ack-timeout", 50*time.Millisecond), "how long a write waits for --replica-acks")
 	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
 		"given, every request's Host is checked (with auth off on loopback it always is)")
 	if err := fs.Parse(args); err != nil {
@@ -153,6 +157,12 @@ func (c serveConfig) validate() error {
 		return usageError("--history-max must be at least 1")
 	case c.historyRetention < time.Minute:
 		return usageError("--history-retention must be at least 1m")
+	case c.replicaAcks < 0:
+		return usageError("--replica-acks must not be negative (0: do not wait for replicas)")
+	case c.replicaAcks > 0 && (c.replicaAckWait < time.Millisecond || c.replicaAckWait > 10*time.Second):
+		return usageError("--replica-ack-timeout must be between 1ms and 10s")
+	case c.replicaAcks > 0 && c.redisURL == "":
+		return usageError("--replica-acks needs --redis: the embedded store has no replicas")
 	case c.logFormat != "json" && c.logFormat != "console":
 		return usageError("--log-format must be json or console, not %q", c.logFormat)
 	}
@@ -205,7 +215,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	engine := lock.New(topo.client, lock.Options{
 		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
 		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey,
-		Sentinel: topo.sentinel,
+		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
 	})
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,12 @@ type Options struct {
 	MaxWaitersPerKey int
 	// CallTimeout bounds each call to Redis as a whole (default 1.9 s).
 	CallTimeout time.Duration
+	// ReplicaAcks, when above 0, answers a grant, renewal or release only
+	// after that many replicas of the key's master acknowledged it (Redis
+	// WAIT, at most ReplicaAckTimeout, default 50 ms). A grant that misses
+	// its acks is undone; every miss is ErrUnavailable.
+	ReplicaAcks       int
+	ReplicaAckTimeout time.Duration
 	// Sentinel, when Redis runs under Sentinel, names the sentinels, so
 	// that wake-ups follow a failover at once.
 	Sentinel *Sentinel
@@ -50,6 +57,8 @@ const (
 // concurrent use; any number of engines (lockd replicas) may share a Redis.
 type Engine struct {
 	st      store
+
+	missedAcks atomic.Int64
 	opts    Options
 	scripts scripts
 	hub     *hub
@@ -75,6 +84,9 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = defaultCall
+	}
+	if opts.ReplicaAckTimeout <= 0 {
+		opts.ReplicaAckTimeout = 50 * time.Millisecond
 	}
 	st := newRedisStore(rdb, opts.Sentinel)
 	e := &Engine{st: st, opts: opts, scripts: loadScripts(st.Sharded())}
@@ -247,10 +259,11 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
 		idem = hex.EncodeToString(sum[:])
 	}
-	v, err := e.st.Run(ctx, e.scripts.acquire, []string{k.lease, k.fence, k.hist, k.waiters},
+	v, err := e.write(ctx, e.scripts.acquire, []string{k.lease, k.fence, k.hist, k.waiters},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
 		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode)
-	if err != nil {
+	unacked := errors.Is(err, errNoAcks)
+	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
 	}
 	r, err := newReply(v)
@@ -258,7 +271,17 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		return Lease{}, err
 	}
 	switch status := r.str(0); status {
-	case "granted", "reentered", "idempotent":
+	case "granted", "reentered":
+		if unacked {
+			// A failover now could lose the grant while its holder works:
+			// give it back (one level of a re-entry) and say so.
+			_, _ = e.Release(context.WithoutCancel(ctx), key, r.str(2), req.Actor)
+			return Lease{}, wrap("acquire", errNoAcks)
+		}
+		l := leaseFrom(key, r)
+		l.Outcome = Outcome(status)
+		return l, r.err
+	case "idempotent":
 		outcome := Outcome(status)
 		if status == "idempotent" {
 			outcome = Replayed
@@ -278,6 +301,28 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		return Lease{}, fmt.Errorf("lock: acquire script said %q", status)
 	}
 }
+
+// errNoAcks is a write that fewer replicas acknowledged than asked for.
+var errNoAcks = fmt.Errorf("%w: too few replicas acknowledged the write", ErrUnavailable)
+
+// write runs a script that may write. With replica acks on, a write that
+// too few replicas acknowledged is an error: the reply comes back with it,
+// so that a grant can be undone.
+func (e *Engine) write(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
+	if e.opts.ReplicaAcks <= 0 {
+		return e.st.Run(ctx, s, keys, args...)
+	}
+	v, n, err := e.st.RunAcked(ctx, s, e.opts.ReplicaAcks, e.opts.ReplicaAckTimeout, keys, args...)
+	if err == nil && n < e.opts.ReplicaAcks {
+		e.missedAcks.Add(1)
+		return v, errNoAcks
+	}
+	return v, err
+}
+
+// MissedAcks counts writes that fewer replicas acknowledged than
+// Options.ReplicaAcks asked for.
+func (e *Engine) MissedAcks() int64 { return e.missedAcks.Load() }
 
 // bound gives one engine call its overall deadline, so that dialling,
 // waiting for a pooled connection and the round trip together answer
@@ -310,7 +355,7 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.st.Run(ctx, e.scripts.renew, []string{k.lease, k.hist, k.waiters},
+	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.hist, k.waiters},
 		token, ttlArg, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -341,7 +386,7 @@ func (e *Engine) Release(ctx context.Context, key, token, actor string) (Release
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.st.Run(ctx, e.scripts.release, []string{k.lease, k.hist},
+	v, err := e.write(ctx, e.scripts.release, []string{k.lease, k.hist},
 		token, actor, e.opts.HistoryMax, k.wake)
 	if err != nil {
 		return Released{}, wrap("release", err)
@@ -380,7 +425,7 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.st.Run(ctx, e.scripts.forceRelease, []string{k.lease, k.hist},
+	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist},
 		actor, reason, e.opts.HistoryMax, k.wake, fenceArg)
 	if err != nil {
 		return Broken{}, wrap("force-release", err)

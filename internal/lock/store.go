@@ -31,6 +31,9 @@ type store interface {
 	// Scan runs one SCAN step at pos and says where the walk goes on. A
 	// walk visits every master in turn; pos.Node counts them.
 	Scan(ctx context.Context, pos scanPos, match string, count int64) ([]string, scanPos, error)
+	// RunAcked is Run followed, on the same connection, by WAIT acks
+	// timeout: it also says how many replicas acknowledged the write.
+	RunAcked(ctx context.Context, s *redis.Script, acks int, timeout time.Duration, keys []string, args ...any) (any, int, error)
 	// Cmd runs plain commands, each on the node that owns its key.
 	Cmd() redis.Cmdable
 	// Subscribe opens this process's wake-up subscription.
@@ -77,6 +80,46 @@ func newRedisStore(rdb redis.UniversalClient, sentinel *Sentinel) *redisStore {
 
 func (s *redisStore) Run(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
 	return sc.Run(ctx, s.rdb, keys, args...).Result()
+}
+
+// RunAcked pipelines the script and WAIT on one connection of the key's
+// master: WAIT counts the replicas that acknowledged every write made on
+// its connection, so it must follow the script on that same connection.
+// Redis refuses WAIT inside a script.
+func (s *redisStore) RunAcked(ctx context.Context, sc *redis.Script, acks int, timeout time.Duration, keys []string, args ...any) (any, int, error) {
+	var c redis.Cmdable = s.rdb
+	if s.cluster != nil {
+		m, err := s.cluster.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		c = m
+	}
+	run := func(load bool) (any, int, error) {
+		var script, wait *redis.Cmd
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if load {
+				script = sc.Eval(ctx, p, keys, args...)
+			} else {
+				script = sc.EvalSha(ctx, p, keys, args...)
+			}
+			wait = p.Do(ctx, "wait", acks, timeout.Milliseconds())
+			return nil
+		})
+		if err := script.Err(); err != nil {
+			return nil, 0, err
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := wait.Int()
+		return script.Val(), n, err
+	}
+	v, n, err := run(false)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		v, n, err = run(true)
+	}
+	return v, n, err
 }
 
 func (s *redisStore) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {

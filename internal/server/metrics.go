@@ -44,6 +44,12 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 	}, func() float64 { return float64(e.Waiters()) })
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.outcomes, m.waitSeconds, waiters)
+		if a, ok := e.(interface{ MissedAcks() int64 }); ok {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "lockd_replica_acks_missed_total",
+				Help: "Writes that fewer replicas acknowledged than --replica-acks asks for (each answered 503).",
+			}, func() float64 { return float64(a.MissedAcks()) }))
+		}
 	}
 	return m
 }
