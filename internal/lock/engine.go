@@ -56,12 +56,12 @@ const (
 // Engine grants, renews and releases leases on Redis. It is safe for
 // concurrent use; any number of engines (lockd replicas) may share a Redis.
 type Engine struct {
-	st      store
+	st store
 
 	missedAcks atomic.Int64
-	opts    Options
-	scripts scripts
-	hub     *hub
+	opts       Options
+	scripts    scripts
+	hub        *hub
 }
 
 // New returns an engine on rdb and starts its waiter hub (one pub/sub
