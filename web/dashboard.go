@@ -14,6 +14,7 @@ import (
 
 	"github.com/a-h/templ"
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/hlog"
 
@@ -111,6 +112,9 @@ func (d *Dashboard) SetIdentify(f IdentifyFunc) { d.identify = f }
 // RequireLogin, every page but sign-in and the assets needs a session.
 func (d *Dashboard) Routes(r chi.Router) {
 	r.Group(func(r chi.Router) {
+		// Pages, fragments (re-fetched every 2 s) and assets compress well:
+		// the list of 20 locks and htmx go from 88 KiB to about a fifth.
+		r.Use(middleware.Compress(5, "text/html", "text/css", "text/javascript", "application/javascript", "image/svg+xml"))
 		r.Use(secureHeaders)
 		// Sec-Fetch-Site/Origin checks in front of the CSRF token: a second,
 		// independent refusal of cross-site posts.

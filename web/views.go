@@ -160,7 +160,7 @@ func newLockRow(s lock.State) lockRow {
 		Owner:     s.Owner,
 		Fence:     s.Fence,
 		Count:     s.Count,
-		TTL:       span(s.TTL),
+		TTL:       leaseSpan(s.TTL),
 		Left:      left(s.ExpiresAt, s.Remaining),
 		HeldFor:   heldFor(s.AcquiredAt, now),
 		Renewals:  s.Renewals,
@@ -193,7 +193,7 @@ func newDetailView(key string, st lock.State, held bool, events []lock.Event, no
 			At:     ago(e.At, now),
 			Owner:  e.Owner,
 			Fence:  e.Fence,
-			TTL:    span(e.TTL),
+			TTL:    leaseSpan(e.TTL),
 			Count:  e.Count,
 			Actor:  e.Actor,
 			Reason: e.Reason,
@@ -223,7 +223,7 @@ func brokenNotice(key string, b lock.Broken) *notice {
 }
 
 func left(at time.Time, remaining time.Duration) clock {
-	return clock{ISO: iso(at), Title: "expires " + absolute(at), Text: span(remaining) + " left", Mode: "left", MS: remaining.Milliseconds()}
+	return clock{ISO: iso(at), Title: "expires " + absolute(at), Text: leaseSpan(remaining) + " left", Mode: "left", MS: remaining.Milliseconds()}
 }
 
 func heldFor(since, now time.Time) clock {
@@ -238,6 +238,16 @@ func ago(at, now time.Time) clock {
 
 func iso(t time.Time) string      { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 func absolute(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") }
+
+// leaseSpan is a lease's TTL or time left: span, but under a second in
+// milliseconds, so that a 900 ms lease is neither "0 s" nor "expired".
+// app.js formats the same way.
+func leaseSpan(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%d ms", max(d, 0).Milliseconds())
+	}
+	return span(d)
+}
 
 // span is a duration for people: "12 s", "3 min 4 s", "2 h", "3 d 4 h".
 // app.js formats the same way.
