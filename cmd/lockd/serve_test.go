@@ -76,6 +76,27 @@ func startServe(t *testing.T, env map[string]string, args ...string) *instance {
 	return inst
 }
 
+// waitersOf is the lockd_waiters gauge of the lockd at url: how many
+// acquires wait in that process.
+func waitersOf(t *testing.T, url string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "lockd_waiters "); ok {
+			var n float64
+			_, _ = fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	t.Fatalf("no lockd_waiters in /metrics:\n%s", b)
+	return 0
+}
+
 func post(t *testing.T, url, body string) (int, map[string]any) {
 	t.Helper()
 	res, err := http.Post(url, "application/json", strings.NewReader(body))
@@ -122,7 +143,9 @@ func TestServeReplicasShareRedis(t *testing.T) {
 		_, l := post(t, b.url+"/v1/locks/shared/acquire", `{"owner":"b","wait_ms":5000}`)
 		got <- l
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// The release must come after b's waiter is queued, or b simply finds
+	// a free key and the cross-replica wake-up goes untested.
+	lockdtest.Eventually(t, func() bool { return waitersOf(t, b.url) == 1 }, 5*time.Second, "the waiter on b")
 	start := time.Now()
 	if status, _ := post(t, a.url+"/v1/locks/shared/release", `{"token":"`+l["token"].(string)+`"}`); status != 200 {
 		t.Fatalf("release: %d", status)
@@ -146,7 +169,7 @@ func TestServeShutdownAnswersWaits(t *testing.T) {
 		status, _ := post(t, inst.url+"/v1/locks/held/acquire", `{"wait_ms":30000}`)
 		answered <- status
 	}()
-	time.Sleep(100 * time.Millisecond)
+	lockdtest.Eventually(t, func() bool { return waitersOf(t, inst.url) == 1 }, 5*time.Second, "the waiting request")
 	start := time.Now()
 	inst.stop()
 	select {
