@@ -624,20 +624,20 @@ func TestAuth_PrefixLimitedKey(t *testing.T) {
 }
 
 func TestListScope(t *testing.T) {
-	id := Identity{Prefixes: []string{"ci:", "deploy:"}}
+	id := identity{Prefixes: []string{"ci:", "deploy:"}}
 	for _, tc := range []struct {
-		id           Identity
+		id           identity
 		prefix, scan string
 		filter, ok   bool
 	}{
-		{Identity{}, "", "", false, true},
-		{Identity{}, "x", "x", false, true},
+		{identity{}, "", "", false, true},
+		{identity{}, "x", "x", false, true},
 		{id, "", "", true, true},
 		{id, "ci:a", "ci:a", false, true},
 		{id, "c", "ci:", false, true},
 		{id, "d", "deploy:", false, true},
 		{id, "other", "", false, false},
-		{Identity{Prefixes: []string{"ci:"}}, "", "ci:", false, true},
+		{identity{Prefixes: []string{"ci:"}}, "", "ci:", false, true},
 	} {
 		scan, filter, ok := listScope(tc.id, tc.prefix)
 		if scan != tc.scan || filter != tc.filter || ok != tc.ok {

@@ -29,8 +29,8 @@ type Engine interface {
 	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
 }
 
-// Identity is who sends a dashboard request and what they may do.
-type Identity struct {
+// identity is who sends a dashboard request and what they may do.
+type identity struct {
 	// Actor is recorded in history when they force-release.
 	Actor string
 	// Admin may force-release; without it the buttons are hidden and the
@@ -42,7 +42,7 @@ type Identity struct {
 }
 
 // MayTouch reports whether the identity may see and act on lock key lk.
-func (i Identity) MayTouch(lk string) bool {
+func (i identity) MayTouch(lk string) bool {
 	if len(i.Prefixes) == 0 {
 		return true
 	}
@@ -54,20 +54,20 @@ func (i Identity) MayTouch(lk string) bool {
 	return false
 }
 
-// IdentifyFunc tells who sends r. RequireLogin supplies one from the
-// session cookie; another auth layer may supply its own with SetIdentify,
+// identifyFunc tells who sends r. RequireLogin supplies one from the
+// session cookie; another auth layer may supply its own with setIdentify,
 // in which case requests that must sign in first are its middleware's
 // business, before the dashboard sees them.
-type IdentifyFunc func(r *http.Request) Identity
+type identifyFunc func(r *http.Request) identity
 
-// Anonymous is the identity while auth is off: anyone may force-release,
+// anonymous is the identity while auth is off: anyone may force-release,
 // as with the rest of the API, recorded as "dashboard@<client address>".
-func Anonymous(r *http.Request) Identity {
+func anonymous(r *http.Request) identity {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	return Identity{Actor: "dashboard@" + host, Admin: true}
+	return identity{Actor: "dashboard@" + host, Admin: true}
 }
 
 // Page sizes and limits.
@@ -85,28 +85,28 @@ const listFragmentPath = "/ui/fragments/locks"
 type Dashboard struct {
 	engine   Engine
 	log      zerolog.Logger
-	identify IdentifyFunc
+	identify identifyFunc
 	csrf     csrf
 	sessions *sessions // nil: no sign-in (auth off)
 	pageSize int
 	now      func() time.Time
 }
 
-// NewDashboard returns the dashboard on engine, with auth off (Anonymous).
+// NewDashboard returns the dashboard on engine, with auth off (anonymous).
 func NewDashboard(engine Engine, log zerolog.Logger) *Dashboard {
 	return &Dashboard{
 		engine:   engine,
 		log:      log,
-		identify: Anonymous,
+		identify: anonymous,
 		csrf:     newCSRF(),
 		pageSize: pageSize,
 		now:      time.Now,
 	}
 }
 
-// SetIdentify replaces Anonymous with an auth layer's IdentifyFunc. Call it
+// setIdentify replaces anonymous with an auth layer's identifyFunc. Call it
 // before serving.
-func (d *Dashboard) SetIdentify(f IdentifyFunc) { d.identify = f }
+func (d *Dashboard) setIdentify(f identifyFunc) { d.identify = f }
 
 // Routes adds the dashboard's pages to r: the whole surface is here. With
 // RequireLogin, every page but sign-in and the assets needs a session.
@@ -206,7 +206,7 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request) (*listView,
 // the identity may see all of it; its one allowed prefix inside it; or the
 // prefix, filtered row by row, when several allowed prefixes are inside
 // it. ok is false when none is.
-func listScope(id Identity, prefix string) (scan string, filter, ok bool) {
+func listScope(id identity, prefix string) (scan string, filter, ok bool) {
 	if len(id.Prefixes) == 0 {
 		return prefix, false, true
 	}

@@ -130,7 +130,7 @@ func TestForceRelease_ReasonTooLong(t *testing.T) {
 func TestForceRelease_IdentityHook(t *testing.T) {
 	e := newEnv(t)
 	e.acquire("fr:auth", "w", 30*time.Second)
-	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "reader", Admin: false} })
+	e.dash.setIdentify(func(*http.Request) identity { return identity{Actor: "reader", Admin: false} })
 	if p := e.get("/"); p.doc.Find(`[data-testid="force-release-link"]`).Length() != 0 {
 		t.Error("list offers force-release to a non-admin")
 	}
@@ -141,9 +141,9 @@ func TestForceRelease_IdentityHook(t *testing.T) {
 		t.Errorf("confirm page for a non-admin: status %d", p.status)
 	}
 
-	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "alice", Admin: true} })
+	e.dash.setIdentify(func(*http.Request) identity { return identity{Actor: "alice", Admin: true} })
 	token, fence := e.confirmForm("fr:auth")
-	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "reader", Admin: false} })
+	e.dash.setIdentify(func(*http.Request) identity { return identity{Actor: "reader", Admin: false} })
 	if p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}, "fence": {fence}}, nil); p.status != http.StatusForbidden {
 		t.Errorf("post by a non-admin: status %d", p.status)
 	}
@@ -151,7 +151,7 @@ func TestForceRelease_IdentityHook(t *testing.T) {
 		t.Fatal("a non-admin broke the lock")
 	}
 
-	e.dash.SetIdentify(func(*http.Request) Identity { return Identity{Actor: "alice", Admin: true} })
+	e.dash.setIdentify(func(*http.Request) identity { return identity{Actor: "alice", Admin: true} })
 	p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}, "fence": {fence}}, nil)
 	if g := text(p.doc.Find(`[data-testid="event"]`).First().Find(`[data-testid="event-actor"]`)); g != "alice" {
 		t.Errorf("actor %q, want alice", g)

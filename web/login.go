@@ -42,7 +42,7 @@ type Login struct {
 // session remembers the key's name, and each request uses that key's scope
 // and prefixes as configured now. Read scope may look, admin scope may
 // force-release, and a key with prefixes sees only its locks. Call it
-// before Routes; it replaces any IdentifyFunc.
+// before Routes; it replaces any identifyFunc.
 func (d *Dashboard) RequireLogin(l Login) error {
 	if !l.Keys.Enabled() {
 		return errors.New("web: RequireLogin needs at least one API key")
@@ -81,15 +81,15 @@ func signedInFrom(ctx context.Context) *signedIn {
 // noKey is a prefix no lock key has (keys start with a letter or digit).
 const noKey = "\x00"
 
-// sessionIdentity is the IdentifyFunc with auth on: the signed-in key's
+// sessionIdentity is the identifyFunc with auth on: the signed-in key's
 // name, admin scope and prefixes. Without a session (which requireSession
 // does not let through) it may do and see nothing.
-func sessionIdentity(r *http.Request) Identity {
+func sessionIdentity(r *http.Request) identity {
 	s := signedInFrom(r.Context())
 	if s == nil {
-		return Identity{Actor: "anonymous", Prefixes: []string{noKey}}
+		return identity{Actor: "anonymous", Prefixes: []string{noKey}}
 	}
-	return Identity{Actor: s.key.Name, Admin: s.key.Can(auth.Admin), Prefixes: s.key.Prefixes}
+	return identity{Actor: s.key.Name, Admin: s.key.Can(auth.Admin), Prefixes: s.key.Prefixes}
 }
 
 // viewer is who the page header says is signed in; nil with auth off.
