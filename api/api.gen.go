@@ -84,6 +84,7 @@ func (e HoldLostEventEvent) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
+	ProblemCodeBackendRecovering    ProblemCode = "backend_recovering"
 	ProblemCodeBackendUnavailable   ProblemCode = "backend_unavailable"
 	ProblemCodeForbidden            ProblemCode = "forbidden"
 	ProblemCodeIdempotencyMismatch  ProblemCode = "idempotency_mismatch"
@@ -102,6 +103,8 @@ const (
 // Valid indicates whether the value is a known member of the ProblemCode enum.
 func (e ProblemCode) Valid() bool {
 	switch e {
+	case ProblemCodeBackendRecovering:
+		return true
 	case ProblemCodeBackendUnavailable:
 		return true
 	case ProblemCodeForbidden:

@@ -53,6 +53,7 @@ type serveConfig struct {
 	allowedHosts     []string
 	replicaAcks      int
 	replicaAckWait   time.Duration
+	quarantine       bool
 }
 
 // parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
@@ -82,6 +83,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.dur("shutdown-timeout", 10*time.Second), "how long to drain requests on SIGTERM")
 	fs.IntVar(&c.replicaAcks, "replica-acks", env.int("replica-acks", 0), "answer a grant, renewal or release only after this many replicas of the key's master acknowledged it (Redis WAIT); a grant that misses them is undone and answered 503")
 	fs.DurationVar(&c.replicaAckWait, "replica-ack-timeout", env.dur("replica-ack-timeout", 50*time.Millisecond), "how long a write waits for --replica-acks")
+	fs.BoolVar(&c.quarantine, "restart-quarantine", env.bool("restart-quarantine", true), "after Redis lost its data (restart without persistence, failover to an empty replica, flush), grant nothing until every lease it may have forgotten has expired")
 	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
 		"given, every request's Host is checked (with auth off on loopback it always is)")
 	if err := fs.Parse(args); err != nil {
@@ -216,6 +218,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
 		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey,
 		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
+		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL,
 	})
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,

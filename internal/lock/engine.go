@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,16 @@ type Options struct {
 	// its acks is undone; every miss is ErrUnavailable.
 	ReplicaAcks       int
 	ReplicaAckTimeout time.Duration
+	// NoQuarantine turns the restart quarantine off: after Redis lost its
+	// data, keys are granted again at once (see acquire.lua).
+	NoQuarantine bool
+	// MaxTTL caps the quarantine (default 24 h): no lease lives longer.
+	MaxTTL time.Duration
+	// EpochRefresh is how often this process reads, from the markers it
+	// knows, the longest TTL granted through other processes (default 5 s):
+	// should Redis lose its data, the quarantine lasts as long as the
+	// longest lease granted by any lockd up to this long before.
+	EpochRefresh time.Duration
 	// Sentinel, when Redis runs under Sentinel, names the sentinels, so
 	// that wake-ups follow a failover at once.
 	Sentinel *Sentinel
@@ -59,6 +70,10 @@ type Engine struct {
 	st store
 
 	missedAcks atomic.Int64
+	epochs     epochs
+	stop       chan struct{} // ends refreshEpochs
+	stopped    sync.WaitGroup
+	closeOnce  sync.Once
 	opts       Options
 	scripts    scripts
 	hub        *hub
@@ -85,6 +100,12 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = defaultCall
 	}
+	if opts.MaxTTL <= 0 {
+		opts.MaxTTL = 24 * time.Hour
+	}
+	if opts.EpochRefresh <= 0 {
+		opts.EpochRefresh = 5 * time.Second
+	}
 	if opts.ReplicaAckTimeout <= 0 {
 		opts.ReplicaAckTimeout = 50 * time.Millisecond
 	}
@@ -101,6 +122,12 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 		maxTotal:  opts.MaxWaiters,
 		maxPerKey: opts.MaxWaitersPerKey,
 	})
+	e.stop = make(chan struct{})
+	e.stopped.Add(1)
+	go func() {
+		defer e.stopped.Done()
+		e.refreshEpochs(e.stop)
+	}()
 	return e
 }
 
@@ -108,6 +135,8 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 // not close the Redis client, which the caller owns.
 func (e *Engine) Close() error {
 	e.hub.close()
+	e.closeOnce.Do(func() { close(e.stop) })
+	e.stopped.Wait()
 	return nil
 }
 
@@ -214,10 +243,10 @@ func (e *Engine) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 	return e.queue(ctx, key, req, token, seen, first)
 }
 
-// waitable says whether a failed try should wait: the key is held, or Redis
-// is away for a moment.
+// waitable says whether a failed try should wait: the key is held, Redis
+// is away for a moment, or the restart quarantine has not ended.
 func waitable(err error) bool {
-	return errors.Is(err, ErrHeld) || errors.Is(err, ErrUnavailable) || errors.Is(err, errFree)
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
 }
 
 // queue waits in the hub. Every try of one waiter uses the same token, so a
@@ -259,9 +288,19 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
 		idem = hex.EncodeToString(sum[:])
 	}
-	v, err := e.write(ctx, e.scripts.acquire, []string{k.lease, k.fence, k.hist, k.waiters},
+	marker := e.epochKey(key)
+	seen, quarantine := e.epochs.get(marker)
+	if e.opts.NoQuarantine {
+		seen = ""
+	}
+	newEpoch, err := newToken()
+	if err != nil {
+		return Lease{}, err
+	}
+	v, err := e.write(ctx, e.scripts.acquire, []string{k.lease, k.fence, k.hist, k.waiters, marker},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
-		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode)
+		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode,
+		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), newEpoch, e.epochs.ownLeft().Milliseconds())
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -280,7 +319,16 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		}
 		l := leaseFrom(key, r)
 		l.Outcome = Outcome(status)
+		if status == "granted" && r.len() > 10 {
+			e.epochs.saw(marker, r.str(9), r.ms(10))
+		}
+		e.epochs.lease(l)
 		return l, r.err
+	case "recovering":
+		e.epochs.saw(marker, r.str(1), 0)
+		left := r.ms(2)
+		e.epochs.recovering(left)
+		return Lease{}, &RecoveringError{Remaining: left}
 	case "idempotent":
 		outcome := Outcome(status)
 		if status == "idempotent" {
@@ -355,7 +403,7 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.hist, k.waiters},
+	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.hist, k.waiters, e.epochKey(key)},
 		token, ttlArg, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -368,6 +416,7 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 		return Lease{}, err
 	}
 	l := leaseFrom(key, r)
+	e.epochs.lease(l)
 	return l, r.err
 }
 

@@ -601,7 +601,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := newEngine(t, rdb)
-	mustAcquire(t, e, "down:k", lock.AcquireRequest{})
+	mustAcquire(t, e, "down:k", lock.AcquireRequest{TTL: 500 * time.Millisecond})
 	srv.Stop()
 	start := time.Now()
 	_, err := e.Acquire(context.Background(), "down:k2", lock.AcquireRequest{Owner: "o", TTL: time.Second})
@@ -611,6 +611,8 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("took %v to say unavailable", d)
 	}
+	// Redis came back empty: the restart quarantine (as long as the
+	// longest lease granted, 500 ms) ends by itself.
 	srv.Restart()
 	waitFor(t, func() bool {
 		_, err := e.Acquire(context.Background(), "down:k3", lock.AcquireRequest{Owner: "o", TTL: time.Second})

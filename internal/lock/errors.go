@@ -15,6 +15,10 @@ var (
 	ErrNotFound = errors.New("lock: no live lease")
 	// ErrUnavailable means Redis could not be reached or did not answer in time.
 	ErrUnavailable = errors.New("lock: backend unavailable")
+	// ErrRecovering means Redis lost its data and lockd grants nothing
+	// until every lease that could have been live then has expired. The
+	// error is a *RecoveringError.
+	ErrRecovering = errors.New("lock: recovering from a loss of Redis data")
 	// ErrClosed means the engine is shutting down.
 	ErrClosed = errors.New("lock: engine closed")
 	// ErrTooManyWaiters means the process already has as many waiting
@@ -41,3 +45,16 @@ func (e *HeldError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// RecoveringError says how long the restart quarantine still lasts.
+type RecoveringError struct {
+	Remaining time.Duration
+}
+
+// Error describes the quarantine.
+func (e *RecoveringError) Error() string {
+	return fmt.Sprintf("lock: Redis lost its data; no key is granted for %d ms more, until every lease it forgot has expired", e.Remaining.Milliseconds())
+}
+
+// Unwrap makes errors.Is(err, ErrRecovering) true.
+func (e *RecoveringError) Unwrap() error { return ErrRecovering }

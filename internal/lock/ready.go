@@ -14,7 +14,11 @@ const readyKey = "lockd:readyz"
 // out of memory (maxmemory with noeviction) and, for some commands, while
 // loading, when every acquire fails; one small SET with a short expiry
 // fails in exactly those cases, with the same errors as an acquire
-// (ErrUnavailable). It costs one round trip.
+// (ErrUnavailable). It costs one round trip. During the restart
+// quarantine it is a *RecoveringError.
 func (e *Engine) Ready(ctx context.Context) error {
+	if left := e.Recovering(); left > 0 {
+		return &RecoveringError{Remaining: left}
+	}
 	return wrap("ready", e.st.Cmd().Set(ctx, readyKey, "1", 10*time.Second).Err())
 }

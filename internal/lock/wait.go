@@ -381,8 +381,9 @@ func (h *hub) attempt(q *queue, w *waiter) {
 			q.waiters = append([]*waiter{w}, q.waiters...)
 		}
 		h.arm(q, held.Remaining)
-	case errors.Is(err, ErrUnavailable) && !w.abandoned && h.ctx.Err() == nil:
-		// Redis is away: keep the waiter at the head and try again soon.
+	case (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering)) && !w.abandoned && h.ctx.Err() == nil:
+		// Redis is away, or recovering from a loss of data: keep the
+		// waiter at the head and try again soon.
 		q.failed = err
 		w.inflight = false
 		q.waiters = append([]*waiter{w}, q.waiters...)

@@ -50,6 +50,7 @@ func problem(err error, key string) (api.Problem, http.Header) {
 	p := api.Problem{}
 	var pe *problemError
 	var held *lock.HeldError
+	var recovering *lock.RecoveringError
 	switch {
 	case errors.As(err, &pe):
 		p.Status, p.Code, p.Title, p.Detail = pe.status, pe.code, pe.title, ptr(pe.detail)
@@ -84,6 +85,10 @@ func problem(err error, key string) (api.Problem, http.Header) {
 		p.Status, p.Code, p.Title = http.StatusTooManyRequests, "too_many_requests", "Too many waiting requests"
 		p.Detail = ptr("this server already has as many requests waiting as it allows; retry later or with wait_ms 0")
 		h.Set("Retry-After", "1")
+	case errors.As(err, &recovering):
+		p.Status, p.Code, p.Title = http.StatusServiceUnavailable, "backend_recovering", "Recovering from a Redis data loss"
+		p.Detail = ptr(fmt.Sprintf("Redis lost its data; no key is granted for %d ms more, until every lease it may have forgotten has expired", recovering.Remaining.Milliseconds()))
+		h.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(recovering.Remaining.Seconds())))))
 	case errors.Is(err, lock.ErrUnavailable):
 		p.Status, p.Code, p.Title = http.StatusServiceUnavailable, "backend_unavailable", "Backend unavailable"
 		p.Detail = ptr("Redis cannot be reached or cannot take writes now (read-only, out of memory, loading); " +

@@ -1,12 +1,25 @@
 -- acquire: take a free lease, re-enter a live one, or report who holds it.
 --
 -- KEYS[1] lease hash   KEYS[2] fence counter   KEYS[3] history stream
--- KEYS[4] waiters hash
+-- KEYS[4] waiters hash KEYS[5] epoch marker (see below)
 -- ARGV[1] new token         ARGV[2] owner          ARGV[3] ttl_ms
 -- ARGV[4] re-entry token or ""                     ARGV[5] idempotency tag or ""
 -- ARGV[6] actor             ARGV[7] history cap    ARGV[8] retention_ms
 -- ARGV[9] wake channel      ARGV[10] mode: "grant", or "peek" to leave a
 --                            free key alone (the caller queues behind others)
+-- ARGV[11] the epoch id this lockd saw last in KEYS[5], or ""
+-- ARGV[12] quarantine_ms: how long a lease granted before a loss could
+--          still be live (the longest TTL granted through any lockd)
+-- ARGV[13] a new epoch id, used if the marker must be made
+-- ARGV[14] own_ms: how long the leases this lockd granted or renewed last
+--
+-- The epoch marker (a hash: id, until, maxttl; no TTL) says that Redis
+-- still has the data it had: it disappears only with everything else (a
+-- restart without persistence, a failover to an empty replica, a flush).
+-- A lockd that saw it before and finds it gone, or finds another id, knows
+-- leases may have been forgotten while their holders still work: no key is
+-- granted until every such lease has expired ("until"), shared by every
+-- lockd through the new marker.
 --
 -- A waiter sends the same new token with every try: finding it live means
 -- an earlier try of the same waiter was granted but its answer was lost.
@@ -18,6 +31,10 @@
 --   {"lost"}      the re-entry token is not the live one
 --   {"mismatch"}  the idempotency tag is the live lease's, owner or ttl not
 --   {"free"}      peek only: nobody holds the key
+--   {"recovering", epoch_id, ms_left}  quarantine after a loss of data
+--
+-- Grants end with the epoch id and its maxttl (the longest TTL granted or
+-- renewed under it), for the caller's cache.
 local lease, fencekey, hist, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
@@ -59,11 +76,35 @@ if mode == 'peek' then
   return {'free'}
 end
 
+local epoch, seen, qms = KEYS[5], ARGV[11], tonumber(ARGV[12])
+local ep = redis.call('HMGET', epoch, 'id', 'until', 'maxttl')
+local now_ms, now_us = clock()
+if not ep[1] then
+  local untl = 0
+  if seen ~= '' then
+    untl = now_ms + qms
+  end
+  ep = {ARGV[13], untl, 0}
+  redis.call('HSET', epoch, 'id', ep[1], 'until', untl, 'maxttl', 0)
+elseif seen ~= '' and ep[1] ~= seen and tonumber(ep[2]) < now_ms + tonumber(ARGV[14]) then
+  -- Another lockd made the marker anew, maybe without knowing of the
+  -- leases this one granted.
+  ep[2] = now_ms + tonumber(ARGV[14])
+  redis.call('HSET', epoch, 'until', ep[2])
+end
+if tonumber(ep[2]) > now_ms then
+  return {'recovering', ep[1], tonumber(ep[2]) - now_ms}
+end
+local maxttl = tonumber(ep[3]) or 0
+if ttl > maxttl then
+  maxttl = ttl
+  redis.call('HSET', epoch, 'maxttl', ttl)
+end
+
 record_lapse(hist, cap, retention)
 
 -- Fences never go backwards: the counter lapses with the history retention,
 -- so every fence is also floored at the Redis clock in microseconds.
-local now_ms, now_us = clock()
 local fence = int(math.max((tonumber(redis.call('GET', fencekey)) or 0) + 1, now_us))
 redis.call('SET', fencekey, fence, 'PX', retention)
 
@@ -71,4 +112,4 @@ redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count
   'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem, 'ittl', ttl)
 redis.call('PEXPIRE', lease, ttl)
 record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
-return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms}
+return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms, ep[1], maxttl}
