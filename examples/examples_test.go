@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,13 +9,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lockdtest"
+	"github.com/lockd/lockd/internal/server"
 )
 
 // binDir holds a lockd binary built from this tree, for run.sh.
@@ -283,5 +288,37 @@ func TestManualRenewal(t *testing.T) {
 				t.Errorf("unreachable: exit %d, want 4\n%s%s", code, &s.out, &s.err)
 			}
 		})
+	}
+}
+
+// F16: hold.sh sends the API key without putting it in any process's argv,
+// where ps would show it for as long as the hold lasts.
+func TestHoldShKeepsKeyOutOfArgv(t *testing.T) {
+	const apiKey = "hold-sh-key-0123456789abcdef"
+	keys, err := auth.Parse([]byte("keys:\n  - {name: holder, key: \"" + apiKey + "\", scopes: [write]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) { c.Keys = keys }})
+	ld := &lockd{url: srv.URL}
+	s := start(t, ld, []string{"LOCKD_API_KEY=" + apiKey, "TTL_MS=5000"}, "bash", "hold.sh", "ex:hold:argv", "sleep", "2")
+	s.waitOutput(t, "holding ex:hold:argv")
+	// Every process's argv, while curl holds the stream.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(apiKey)) {
+			// End that process (curl), or the script would hold on.
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("%s shows the API key: %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+		}
+	}
+	if len(procs) == 0 {
+		t.Fatal("no /proc to look at")
+	}
+	if code := s.wait(t); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, &s.out, &s.err)
 	}
 }

@@ -13,11 +13,16 @@ ttl_ms=${TTL_MS:-30000}
 wait_ms=${WAIT_MS:-10000}
 
 events=$(mktemp)
-auth=()
-[[ -n ${LOCKD_API_KEY:-} ]] && auth=(-H "Authorization: Bearer $LOCKD_API_KEY")
-curl -sS -N --fail-with-body -X POST "${auth[@]}" -H 'Content-Type: application/json' \
+# The API key reaches curl as a config line on its stdin (-K -), never in
+# its argv: ps shows every process's argv for as long as the hold lasts.
+auth_config=
+if [[ -n ${LOCKD_API_KEY:-} ]]; then
+  k=${LOCKD_API_KEY//\\/\\\\}   # curl config quoting: \ and \"
+  auth_config="header = \"Authorization: Bearer ${k//\"/\\\"}\""
+fi
+curl -sS -N --fail-with-body -K - -X POST -H 'Content-Type: application/json' \
   -d "{\"ttl_ms\": $ttl_ms, \"wait_ms\": $wait_ms}" \
-  "$server/v1/locks/$key/hold" >"$events" &
+  "$server/v1/locks/$key/hold" >"$events" <<<"$auth_config" &
 curl_pid=$!
 # However this script ends, closing the stream gives the lock back.
 trap 'kill $curl_pid 2>/dev/null; rm -f "$events"' EXIT
