@@ -1,6 +1,23 @@
 // Package redistest starts a real redis-server on a free loopback port for
 // tests, and stops it when the test ends. It fails the test, never skips it,
 // when redis-server is missing.
+//
+// It also forms the two replicated topologies lockd supports, from the same
+// redis-server binary (Sentinel is `redis-server conf --sentinel`):
+//
+//   - Sentinel: a master, one replica and three Sentinels (quorum 2),
+//     formed in about 2.5 s, with Failover, KillMaster and PauseReplica.
+//   - Cluster: three masters with one replica each, formed with
+//     `redis-cli --cluster create` in about 3.5 s, with Failover,
+//     KillMaster, MigrateSlot and PauseReplicaOf.
+//
+// Each topology is started by StartSentinel or StartCluster for one test, or
+// by NewSentinel or NewCluster from a TestMain to share it between a
+// package's tests (then Close it). The harness owns every process (no
+// --daemonize) and kills them at Close, or, on Linux, when the test binary
+// dies. Failover and KillMaster leave the topology whole again (one replica
+// per master, links up) so that the next test can rely on it; Ready checks
+// that. No node persists data: a killed node comes back empty and resyncs.
 package redistest
 
 import (
