@@ -305,12 +305,12 @@ func (n *nodeSubscription) Close() error {
 // tell the hub to re-check those keys.
 func (n *nodeSubscription) receive(ps *redis.PubSub) {
 	defer n.wg.Done()
-	pump(n.ctx, ps, n.out)
+	pump(n.ctx, ps, n.out, nil)
 }
 
 // pump forwards a PubSub's messages as notices until ctx ends or the PubSub
 // is closed.
-func pump(ctx context.Context, ps *redis.PubSub, out chan<- notice) {
+func pump(ctx context.Context, ps *redis.PubSub, out chan<- notice, broken func()) {
 	backoff := 50 * time.Millisecond
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
@@ -322,6 +322,9 @@ func pump(ctx context.Context, ps *redis.PubSub, out chan<- notice) {
 				// Quiet connection: a PING finds out whether it is dead.
 				_ = ps.Ping(ctx)
 				continue
+			}
+			if broken != nil {
+				broken()
 			}
 			select {
 			case <-time.After(backoff):
@@ -443,7 +446,10 @@ type clusterSubscription struct {
 	wg     sync.WaitGroup
 }
 
-const slotPoll = 500 * time.Millisecond
+const (
+	slotPoll  = 500 * time.Millisecond
+	slotHurry = 20 * time.Millisecond
+)
 
 func newClusterSubscription(rdb *redis.ClusterClient) *clusterSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -472,7 +478,11 @@ func (c *clusterSubscription) place(ctx context.Context, channel string) error {
 	if err != nil {
 		return err
 	}
-	addr := node.Options().Addr
+	return c.placeOn(ctx, channel, node.Options().Addr)
+}
+
+// placeOn subscribes channel on the node at addr. Called with c.mu.
+func (c *clusterSubscription) placeOn(ctx context.Context, channel, addr string) error {
 	if old := c.home[channel]; old != "" && old != addr {
 		if ps := c.byNode[old]; ps != nil {
 			_ = ps.SUnsubscribe(ctx, channel)
@@ -480,6 +490,10 @@ func (c *clusterSubscription) place(ctx context.Context, channel string) error {
 	}
 	ps := c.byNode[addr]
 	if ps == nil {
+		node, err := c.nodeAt(ctx, addr)
+		if err != nil {
+			return err
+		}
 		// A plain client's PubSub stays on that node.
 		ps = node.Subscribe(c.ctx)
 		c.byNode[addr] = ps
@@ -499,7 +513,9 @@ func (c *clusterSubscription) pumpNode(ps *redis.PubSub) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pump(c.ctx, ps, out)
+		// A broken connection may mean its master died: look for the
+		// new owners at once.
+		pump(c.ctx, ps, out, c.kick)
 	}()
 	for {
 		select {
@@ -527,44 +543,63 @@ func (c *clusterSubscription) kick() {
 }
 
 // watch re-homes channels whose slot moved, found by a fresh slot map
-// every slotPoll or at once after Redis dropped a subscription.
+// every slotPoll, or every slotHurry for a while after Redis dropped a
+// subscription: go-redis reloads the slot map in the background, so the
+// new owner shows a moment later.
 func (c *clusterSubscription) watch() {
 	defer c.wg.Done()
-	t := time.NewTicker(slotPoll)
+	t := time.NewTimer(slotPoll)
 	defer t.Stop()
+	var hurry time.Time
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
 		case <-c.moved:
+			hurry = time.Now().Add(2 * time.Second)
 		}
 		c.rdb.ReloadState(c.ctx)
-		if c.rehome() {
+		if c.rehome(time.Now().Before(hurry)) {
 			select {
 			case c.out <- notice{kind: noticeReset}:
 			case <-c.ctx.Done():
 				return
 			}
 		}
+		next := slotPoll
+		if time.Now().Before(hurry) {
+			next = slotHurry
+		}
+		t.Reset(next)
 	}
 }
 
 // rehome moves every channel whose owner changed and drops PubSubs of
-// nodes that own none; it reports whether anything moved.
-func (c *clusterSubscription) rehome() bool {
+// nodes that own none; it reports whether anything moved. fresh asks a
+// node for the slot map (CLUSTER SLOTS) rather than trust go-redis's copy,
+// which it reloads in the background at most every 200 ms.
+func (c *clusterSubscription) rehome(fresh bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(c.ctx, time.Second)
 	defer cancel()
+	var slots []redis.ClusterSlot
+	if fresh {
+		slots, _ = c.rdb.ClusterSlots(ctx).Result()
+	}
 	moved := false
 	for ch, addr := range c.home {
-		node, err := c.rdb.MasterForKey(ctx, ch)
-		if err != nil {
-			continue
+		owner := ownerIn(slots, slotOf(ch))
+		if owner == "" {
+			node, err := c.rdb.MasterForKey(ctx, ch)
+			if err != nil {
+				continue
+			}
+			owner = node.Options().Addr
 		}
-		if node.Options().Addr != addr {
-			if err := c.place(ctx, ch); err == nil {
+		if owner != addr {
+			if err := c.placeOn(ctx, ch, owner); err == nil {
 				moved = true
 			}
 		}
@@ -580,6 +615,34 @@ func (c *clusterSubscription) rehome() bool {
 		}
 	}
 	return moved
+}
+
+// nodeAt is go-redis's client of the node at addr.
+func (c *clusterSubscription) nodeAt(ctx context.Context, addr string) (*redis.Client, error) {
+	var found *redis.Client
+	var mu sync.Mutex
+	err := c.rdb.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		if n.Options().Addr == addr {
+			mu.Lock()
+			found = n
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err == nil && found == nil {
+		err = fmt.Errorf("lock: no cluster node at %s", addr)
+	}
+	return found, err
+}
+
+// ownerIn is the master of slot in a CLUSTER SLOTS reply, or "".
+func ownerIn(slots []redis.ClusterSlot, slot int) string {
+	for _, s := range slots {
+		if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
+			return s.Nodes[0].Addr
+		}
+	}
+	return ""
 }
 
 func (c *clusterSubscription) Unsubscribe(ctx context.Context, channels ...string) error {

@@ -1,0 +1,257 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+// The topology tests form a Sentinel and a Cluster once each (side by side)
+// and run their steps in order on them, as lockd replicas would see them.
+
+func sentinelEngine(t *testing.T, s *redistest.Sentinel, opts lock.Options) *lock.Engine {
+	t.Helper()
+	fo := &redis.FailoverOptions{MasterName: s.MasterName(), SentinelAddrs: s.SentinelAddrs()}
+	lock.TuneFailover(fo)
+	rdb := redis.NewFailoverClient(fo)
+	opts.Sentinel = &lock.Sentinel{Addrs: s.SentinelAddrs(), MasterName: s.MasterName()}
+	e := lock.New(rdb, opts)
+	t.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
+	return e
+}
+
+func clusterEngine(t *testing.T, c *redistest.Cluster, opts lock.Options) *lock.Engine {
+	t.Helper()
+	co := &redis.ClusterOptions{Addrs: c.Addrs()}
+	lock.TuneCluster(co)
+	rdb := redis.NewClusterClient(co)
+	e := lock.New(rdb, opts)
+	t.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
+	return e
+}
+
+// retry repeats op while Redis is unavailable (a failover in progress), for
+// up to 15 s.
+func retry[T any](t *testing.T, what string, op func() (T, error)) T {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		v, err := op()
+		if err == nil {
+			return v
+		}
+		if !errors.Is(err, lock.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// wakeAfter has holder take key, a waiter on waiterEng wait for it, runs
+// change (a failover, a migration) while it waits, then releases the key
+// and returns how long the waiter took to be granted after the release.
+func wakeAfter(t *testing.T, holder, waiter *lock.Engine, key string, change func()) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	l := retry(t, "hold", func() (lock.Lease, error) {
+		return holder.Acquire(ctx, key, lock.AcquireRequest{Owner: "holder", TTL: 30 * time.Second})
+	})
+	got := make(chan error, 1)
+	var grantedAt time.Time
+	go func() {
+		_, err := waiter.Acquire(ctx, key, lock.AcquireRequest{Owner: "waiter", TTL: 5 * time.Second, Wait: 25 * time.Second})
+		grantedAt = time.Now()
+		got <- err
+	}()
+	waitFor(t, func() bool { return waiter.Waiters() == 1 })
+	change()
+	released := retry(t, "release", func() (time.Time, error) {
+		_, err := holder.Release(ctx, key, l.Token, "holder")
+		return time.Now(), err
+	})
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not woken 5 s after the release (its holder's lease has 30 s)")
+	}
+	return grantedAt.Sub(released)
+}
+
+func TestOnSentinel(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	ctx := context.Background()
+	a := sentinelEngine(t, s, lock.Options{})
+	b := sentinelEngine(t, s, lock.Options{})
+
+	t.Run("lease cycle and wake-up", func(t *testing.T) {
+		l := mustAcquire(t, a, "s:k", lock.AcquireRequest{})
+		if _, err := a.Renew(ctx, "s:k", l.Token, 0, "t"); err != nil {
+			t.Fatal(err)
+		}
+		d := wakeAfter(t, a, b, "s:wake", func() {})
+		t.Logf("woken %v after a release on another replica", d)
+		if _, err := a.Release(ctx, "s:k", l.Token, "t"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("graceful failover", func(t *testing.T) {
+		d := wakeAfter(t, a, b, "s:graceful", func() {
+			took, err := s.Failover(ctx)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, s.Logs())
+			}
+			t.Logf("SENTINEL FAILOVER took %v", took)
+		})
+		t.Logf("woken %v after a release on the new master", d)
+	})
+	t.Run("kill -9 of the master", func(t *testing.T) {
+		d := wakeAfter(t, a, b, "s:killed", func() {
+			took, err := s.KillMaster(ctx)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, s.Logs())
+			}
+			t.Logf("replica promoted %v after the kill", took)
+		})
+		t.Logf("woken %v after a release on the new master", d)
+	})
+	t.Run("replica acks with a stopped replica", func(t *testing.T) {
+		acked := sentinelEngine(t, s, lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 2 * time.Second})
+		retry(t, "acquire with a live replica", func() (lock.Lease, error) {
+			return acked.Acquire(ctx, "s:acks", lock.AcquireRequest{TTL: time.Second})
+		})
+		short := sentinelEngine(t, s, lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 100 * time.Millisecond})
+		if err := s.PauseReplica(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = s.ResumeReplica() }()
+		if _, err := short.Acquire(ctx, "s:acks2", lock.AcquireRequest{TTL: 10 * time.Second}); !errors.Is(err, lock.ErrUnavailable) {
+			t.Fatalf("acquire with the replica stopped: %v", err)
+		}
+		if _, err := short.State(ctx, "s:acks2"); !errors.Is(err, lock.ErrNotFound) {
+			t.Fatalf("the unacknowledged grant stayed: %v", err)
+		}
+	})
+}
+
+func TestOnCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	a := clusterEngine(t, c, lock.Options{})
+	b := clusterEngine(t, c, lock.Options{})
+
+	t.Run("lease cycle, list across masters", func(t *testing.T) {
+		masters := map[string]bool{}
+		var leases []lock.Lease
+		for i := range 30 {
+			key := fmt.Sprintf("c:list:%02d", i)
+			leases = append(leases, mustAcquire(t, a, key, lock.AcquireRequest{}))
+			m, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+key+"}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			masters[m] = true
+		}
+		if len(masters) != 3 {
+			t.Fatalf("30 keys on %d masters", len(masters))
+		}
+		seen := map[string]int{}
+		cursor := ""
+		for {
+			page, err := b.List(ctx, "c:list:", 7, cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range page.Locks {
+				seen[s.Key]++
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				break
+			}
+		}
+		if len(seen) != 30 {
+			t.Fatalf("listed %d of 30 locks across 3 masters", len(seen))
+		}
+		for k, n := range seen {
+			if n != 1 {
+				t.Fatalf("%s listed %d times", k, n)
+			}
+		}
+		for _, l := range leases {
+			if _, err := a.Renew(ctx, l.Key, l.Token, 0, "t"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Release(ctx, l.Key, l.Token, "t"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := wakeAfter(t, a, b, "c:wake", func() {})
+		t.Logf("woken %v after a release on another replica (SPUBLISH)", d)
+	})
+	t.Run("failover of the key's master", func(t *testing.T) {
+		const key = "c:failover"
+		d := wakeAfter(t, a, b, key, func() {
+			m, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+key+"}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			took, err := c.Failover(ctx, m)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, c.Logs())
+			}
+			t.Logf("CLUSTER FAILOVER took %v", took)
+		})
+		t.Logf("woken %v after a release on the new master", d)
+	})
+	t.Run("slot migration", func(t *testing.T) {
+		const key = "c:migrate"
+		d := wakeAfter(t, a, b, key, func() {
+			slot := redistest.KeySlot("{" + key + "}")
+			from, err := c.MasterForSlot(ctx, slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var to string
+			for _, addr := range c.Addrs() {
+				if m, _ := c.MasterForSlot(ctx, redistest.KeySlot("{"+addr+"}")); m != "" && m != from {
+					to = m
+					break
+				}
+			}
+			if to == "" {
+				t.Fatal("no other master")
+			}
+			if err := c.MigrateSlot(ctx, slot, to); err != nil {
+				t.Fatalf("%v\n%s", err, c.Logs())
+			}
+			t.Logf("slot %d moved from %s to %s", slot, from, to)
+		})
+		t.Logf("woken %v after a release on the slot's new master", d)
+	})
+	t.Run("kill -9 of the key's master", func(t *testing.T) {
+		const key = "c:killed"
+		d := wakeAfter(t, a, b, key, func() {
+			m, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+key+"}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			took, err := c.KillMaster(ctx, m)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, c.Logs())
+			}
+			t.Logf("replica promoted %v after the kill", took)
+		})
+		t.Logf("woken %v after a release on the new master", d)
+	})
+}
