@@ -91,6 +91,7 @@ func (s *Server) start() {
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
 	s.cmd = exec.Command("redis-server", args...)
+	killWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		s.tb.Fatalf("start redis-server: %v", err)
 	}
