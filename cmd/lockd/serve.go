@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -45,6 +46,8 @@ type serveConfig struct {
 	maxWait          time.Duration
 	maxHolds         int
 	maxConns         int
+	keyMaxHolds      int
+	keyMaxWaiters    int
 	historyMax       int
 	historyRetention time.Duration
 	logFormat        string
@@ -76,6 +79,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
 	fs.IntVar(&c.maxHolds, "max-holds", env.int("max-holds", 1000), "most /hold streams open at once")
 	fs.IntVar(&c.maxConns, "max-conns", env.int("max-conns", 16384), "most client connections open at once (beyond, new ones wait to be accepted); 0: no limit")
+	fs.IntVar(&c.keyMaxHolds, "max-holds-per-api-key", env.int("max-holds-per-api-key", 0), "most /hold streams of one API key (auth file max_holds overrides); 0: half of --max-holds")
+	fs.IntVar(&c.keyMaxWaiters, "max-waiters-per-api-key", env.int("max-waiters-per-api-key", 0), "most waiting acquires of one API key (auth file max_waiters overrides); 0: half of --max-waiters")
 	fs.IntVar(&c.historyMax, "history-max", env.int("history-max", 100), "events kept per key (at least)")
 	fs.DurationVar(&c.historyRetention, "history-retention", env.dur("history-retention", 24*time.Hour), "how long a key's history outlives its last event")
 	fs.StringVar(&c.logFormat, "log-format", env.str("log-format", "json"), "json or console")
@@ -147,6 +152,8 @@ func (c serveConfig) validate() error {
 		// timeout followed 0: a waiter granted after 15 s never got its
 		// lease. Every request may say wait_ms 0 instead.
 		return usageError("--max-wait must be positive (it caps wait_ms; requests that do not want to wait send wait_ms 0)")
+	case c.keyMaxHolds < 0 || c.keyMaxWaiters < 0:
+		return usageError("--max-holds-per-api-key and --max-waiters-per-api-key must not be negative (0: half of the process-wide cap)")
 	case c.maxConns < 0:
 		return usageError("--max-conns must not be negative (0: no limit)")
 	case c.maxHolds < 1:
@@ -224,6 +231,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth,
 		CheckHost: cfg.checkHost(), AllowedHosts: cfg.allowedHosts,
+		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, max(1, cfg.maxWaiters/2)),
 	}, reg)
 
 	dash, err := dashboard(cfg, getenv, engine, log)

@@ -60,7 +60,10 @@ type Key struct {
 	Scope Scope
 	// Prefixes limits the lock keys it may touch; empty means every key.
 	Prefixes []string
-	hash     [sha256.Size]byte
+	// MaxHolds and MaxWaiters cap the key's open hold streams and waiting
+	// acquires; 0 means the server's default per key.
+	MaxHolds, MaxWaiters int
+	hash                 [sha256.Size]byte
 }
 
 // Can reports whether the key has scope s.
@@ -119,6 +122,9 @@ type file struct {
 		SHA256   string   `yaml:"sha256"`
 		Scopes   []string `yaml:"scopes"`
 		Prefixes []string `yaml:"prefixes"`
+		// MaxHolds and MaxWaiters override the server's quotas per key.
+		MaxHolds   int `yaml:"max_holds"`
+		MaxWaiters int `yaml:"max_waiters"`
 	} `yaml:"keys"`
 }
 
@@ -143,7 +149,10 @@ func Parse(data []byte) (*Keyring, error) {
 			return nil, fmt.Errorf("%s: the name is used twice", where)
 		}
 		names[e.Name] = true
-		k := Key{Name: e.Name, Prefixes: e.Prefixes}
+		if e.MaxHolds < 0 || e.MaxWaiters < 0 {
+			return nil, fmt.Errorf("%s: max_holds and max_waiters must not be negative (0: the server's default)", where)
+		}
+		k := Key{Name: e.Name, Prefixes: e.Prefixes, MaxHolds: e.MaxHolds, MaxWaiters: e.MaxWaiters}
 		switch {
 		case e.Key != "" && e.SHA256 != "":
 			return nil, fmt.Errorf("%s: give key or sha256, not both", where)

@@ -93,6 +93,13 @@ func (s *Server) AcquireLock(ctx context.Context, r api.AcquireLockRequestObject
 // acquire calls the engine, counts the outcome and gives back a grant whose
 // client has gone.
 func (s *Server) acquire(ctx context.Context, key string, req lock.AcquireRequest) (lock.Lease, error) {
+	if req.Wait > 0 {
+		release, err := s.take(ctx, quotaWaiters)
+		if err != nil {
+			return lock.Lease{}, err
+		}
+		defer release()
+	}
 	start := time.Now()
 	l, err := s.engine.Acquire(ctx, key, req)
 	if req.Wait > 0 {

@@ -21,18 +21,24 @@ func (s *Server) HoldLock(ctx context.Context, r api.HoldLockRequestObject) (api
 	if err != nil {
 		return nil, err
 	}
+	releaseQuota, err := s.take(ctx, quotaHolds)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case s.holds <- struct{}{}:
 	default:
+		releaseQuota()
 		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
 			title: "Too many holds", detail: fmt.Sprintf("this server already keeps %d hold streams open", cap(s.holds))}
 	}
 	l, err := s.acquire(ctx, r.Key, req)
 	if err != nil {
 		<-s.holds
+		releaseQuota()
 		return nil, err
 	}
-	return &holdStream{s: s, ctx: ctx, lease: l, actor: req.Actor}, nil
+	return &holdStream{s: s, ctx: ctx, lease: l, actor: req.Actor, releaseQuota: releaseQuota}, nil
 }
 
 // holdStream writes the hold's events; it implements the generated
@@ -42,6 +48,8 @@ type holdStream struct {
 	ctx   context.Context
 	lease lock.Lease
 	actor string
+	// releaseQuota gives back the API key's hold slot.
+	releaseQuota func()
 }
 
 // holdWriteTimeout bounds one event write: a client that takes no data
@@ -57,7 +65,10 @@ const holdWriteTimeout = 10 * time.Second
 // its lease by expiry. Renewals that the writer has not caught up with are
 // coalesced into the latest one.
 func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error {
-	defer func() { <-h.s.holds }()
+	defer func() {
+		<-h.s.holds
+		h.releaseQuota()
+	}()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")

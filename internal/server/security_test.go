@@ -514,3 +514,77 @@ func TestHoldHeartbeat(t *testing.T) {
 		t.Fatalf("default heartbeat %v, want at most 15 s", d)
 	}
 }
+
+// F9: one API key cannot take every hold or waiting slot: each has its
+// quota (max_holds, max_waiters in the auth file, or the server's default
+// per key), answered 429 beyond; other keys are unaffected.
+func TestQuotasPerAPIKey(t *testing.T) {
+	keys, err := auth.Parse([]byte(`
+keys:
+  - {name: ci, key: "ci-key-0123456789abcdef", scopes: [write], max_holds: 1, max_waiters: 1}
+  - {name: deploy, key: "deploy-key-0123456789", scopes: [write]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
+		c.Keys = keys
+		c.MaxHolds = 10
+	})
+	const ci, deploy = "ci-key-0123456789abcdef", "deploy-key-0123456789"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hold := func(key, lockKey string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/locks/"+lockKey+"/hold", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		return res
+	}
+	if res := hold(ci, "q:1"); res.StatusCode != 200 {
+		t.Fatalf("first ci hold: %d", res.StatusCode)
+	}
+	if res := hold(ci, "q:2"); res.StatusCode != 429 || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("second ci hold: %d, want 429", res.StatusCode)
+	}
+	if res := hold(deploy, "q:3"); res.StatusCode != 200 {
+		t.Fatalf("deploy hold while ci is at its quota: %d", res.StatusCode)
+	}
+
+	// Waiters: ci waits on a held key; its second wait is refused at once,
+	// deploy's wait goes on.
+	if _, err := f.engine.Acquire(context.Background(), "q:busy", lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan int, 1)
+	go func() {
+		status, _, _ := call(t, http.MethodPost, f.url+"/v1/locks/q:busy/acquire", ci, `{"wait_ms":5000}`)
+		waiting <- status
+	}()
+	for deadline := time.Now().Add(5 * time.Second); f.engine.Waiters() < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first ci waiter never waited")
+		}
+	}
+	status, body, h := call(t, http.MethodPost, f.url+"/v1/locks/q:busy/acquire", ci, `{"wait_ms":5000}`)
+	if status != 429 || h.Get("Retry-After") == "" || !strings.Contains(body, "too_many_requests") {
+		t.Fatalf("second ci waiter: %d %s", status, body)
+	}
+	if status, body, _ := call(t, http.MethodPost, f.url+"/v1/locks/q:busy/acquire", deploy, `{"wait_ms":100}`); status != 409 {
+		t.Fatalf("deploy waiter: %d %s, want 409 after its wait", status, body)
+	}
+	if status, _, _ := call(t, http.MethodPost, f.url+"/v1/locks/q:busy/acquire", ci, `{}`); status != 409 {
+		t.Fatalf("ci without waiting is not limited: %d", status)
+	}
+	if _, err := f.engine.ForceReleaseFence(context.Background(), "q:busy", 0, "t", ""); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-waiting; s != 200 {
+		t.Fatalf("the first ci waiter: %d", s)
+	}
+}

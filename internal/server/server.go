@@ -33,6 +33,12 @@ type Config struct {
 	MaxWait    time.Duration
 	// MaxHolds caps concurrent /hold streams.
 	MaxHolds int
+	// MaxHoldsPerAPIKey and MaxWaitersPerAPIKey cap the hold streams and
+	// waiting acquires of one API key (auth on), unless its entry in the
+	// auth file says otherwise (max_holds, max_waiters). Zero means half of
+	// MaxHolds, and 5000 (half of lockd serve's --max-waiters default).
+	MaxHoldsPerAPIKey   int
+	MaxWaitersPerAPIKey int
 	// HoldHeartbeat is the interval of the hold stream's comment lines;
 	// zero means 10 s (the contract asks for at least one every 15 s).
 	HoldHeartbeat time.Duration
@@ -66,6 +72,7 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	holds   chan struct{} // one slot per open hold stream
+	quotas  *quotas       // hold streams and waiters of each API key
 	// authFails limits refused API keys per client address.
 	authFails *authLimiter
 	closing   chan struct{} // closed by Shutdown: ends hold streams
@@ -88,6 +95,12 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	if cfg.MaxHolds <= 0 {
 		cfg.MaxHolds = def.MaxHolds
 	}
+	if cfg.MaxHoldsPerAPIKey <= 0 {
+		cfg.MaxHoldsPerAPIKey = max(1, cfg.MaxHolds/2)
+	}
+	if cfg.MaxWaitersPerAPIKey <= 0 {
+		cfg.MaxWaitersPerAPIKey = 5000
+	}
 	if cfg.HoldHeartbeat <= 0 {
 		cfg.HoldHeartbeat = def.HoldHeartbeat
 	}
@@ -99,6 +112,7 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	}
 	return &Server{
 		authFails: newAuthLimiter(cfg.AuthFailBurst, cfg.AuthFailRefill),
+		quotas:    newQuotas(),
 		engine:    engine,
 		log:       log,
 		cfg:       cfg,
