@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"golang.org/x/net/netutil"
 
@@ -319,20 +320,25 @@ func newHTTPServer(h http.Handler, maxWait time.Duration, t timeouts) *http.Serv
 func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (topology, func(), error) {
 	url := cfg.redisURL
 	stop := func() {}
+	var t topology
 	if url == "" {
 		store, err := embedded.Start()
 		if err != nil {
 			return topology{}, nil, err
 		}
-		url = "redis://" + store.Addr()
 		stop = store.Close
+		// No port: the client dials the store over in-memory pipes, so no
+		// other process can reach it (an open Redis would bypass API keys).
+		opts := &redis.Options{Addr: "embedded", Dialer: store.Dial}
+		lock.TuneClient(opts)
+		t = topology{kind: "embedded", client: redis.NewClient(opts), addrs: []string{"in-process"}}
 		log.Warn().Msg("no --redis given: using the EMBEDDED in-process store. Locks are NOT shared with other " +
 			"lockd processes and are LOST when lockd stops. For real use: lockd serve --redis redis://host:6379/0")
-	}
-	t, err := openTopology(url, cfg.redisUser, cfg.redisPassword)
-	if err != nil {
-		stop()
-		return topology{}, nil, usageError("--redis: %v", redactURL(err, url))
+	} else {
+		var err error
+		if t, err = openTopology(url, cfg.redisUser, cfg.redisPassword); err != nil {
+			return topology{}, nil, usageError("--redis: %v", redactURL(err, url))
+		}
 	}
 	t.client.AddHook(newRedisHook(reg))
 	log.Info().Str("topology", t.kind).Strs("redis", t.addrs).Bool("tls", t.tls).Msg("redis")

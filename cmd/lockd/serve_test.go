@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -326,5 +327,48 @@ func TestServeMaxConns(t *testing.T) {
 	buf := make([]byte, 512)
 	if n, _ := waiting.Read(buf); !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {
 		t.Fatalf("the waiting connection after a slot freed: %q", buf[:n])
+	}
+}
+
+// listeningTCP counts this process's listening TCP sockets (Linux /proc).
+func listeningTCP(t *testing.T) int {
+	t.Helper()
+	mine := map[string]bool{}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("this test reads /proc: %v", err)
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "socket:[") {
+			mine[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	n := 0
+	for _, table := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		b, _ := os.ReadFile(table)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 9 && f[3] == "0A" && mine[f[9]] { // 0A: LISTEN
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// F4: the embedded store listens on no port: only lockd's own HTTP
+// listener is added, so no local process can reach the store's tokens.
+func TestServeEmbeddedStoreHasNoPort(t *testing.T) {
+	before := listeningTCP(t)
+	inst := startServe(t, nil)
+	if got := listeningTCP(t) - before; got != 1 {
+		t.Fatalf("lockd serve with the embedded store added %d listening sockets, want 1 (HTTP)", got)
+	}
+	// And the store works: a lease, a waiter woken by its expiry.
+	if status, l := post(t, inst.url+"/v1/locks/emb:1/acquire", `{"ttl_ms":200}`); status != 200 || l["token"] == "" {
+		t.Fatalf("acquire: %d %v", status, l)
+	}
+	if status, _ := post(t, inst.url+"/v1/locks/emb:1/acquire", `{"wait_ms":3000}`); status != 200 {
+		t.Fatalf("waiter: %d", status)
 	}
 }
