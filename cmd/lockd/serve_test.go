@@ -372,3 +372,39 @@ func TestServeEmbeddedStoreHasNoPort(t *testing.T) {
 		t.Fatalf("waiter: %d", status)
 	}
 }
+
+// Item 3 of issue 9, through lockd serve's real router: keys with every
+// ':' percent-encoded work like the plain key, an encoded '/' is still no
+// key, and a JSON null body means {}.
+func TestServeAnyCorrectClient(t *testing.T) {
+	inst := startServe(t, nil)
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		want                     string // in the answer
+	}{
+		{"encoded key acquire", "POST", "/v1/locks/order%3Apay%3A1/acquire", `{"owner":"enc"}`, 200, `"key":"order:pay:1"`},
+		{"plain key sees it", "GET", "/v1/locks/order:pay:1", "", 200, `"owner":"enc"`},
+		{"mixed encoding", "GET", "/v1/locks/order:pay%3A1", "", 200, `"owner":"enc"`},
+		{"lower-case escapes", "GET", "/v1/locks/order%3apay%3a1/history", "", 200, `"type":"acquired"`},
+		{"encoded slash", "GET", "/v1/locks/order%2Fpay", "", 400, `"field":"key"`},
+		{"null body acquire", "POST", "/v1/locks/null:1/acquire", `null`, 200, `"count":1`},
+		{"null body force-release", "POST", "/v1/locks/null:1/force-release", ` null `, 200, `"released":true`},
+		{"null body renew", "POST", "/v1/locks/null:1/renew", `null`, 400, `"field":"token"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, inst.url+tc.path, strings.NewReader(tc.body))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status || !strings.Contains(string(b), tc.want) {
+				t.Fatalf("%d %s, want %d with %s", res.StatusCode, b, tc.status, tc.want)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog/hlog"
@@ -34,6 +35,9 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		crossOrigin(),
 		s.limitAuthFailures,
 		s.identify,
+		// HEAD is served wherever GET is (the probes, /metrics, the
+		// dashboard's pages): load balancers and uptime checkers use it.
+		middleware.GetHead,
 	)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, api.Problem{Type: "/problems/not_found", Title: "Not found", Status: http.StatusNotFound,

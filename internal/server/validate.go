@@ -8,9 +8,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -23,7 +25,7 @@ const MaxBody = 64 << 10
 
 // keyParam is the request's lock key if it is a valid one.
 func keyParam(r *http.Request) string {
-	if k := chi.URLParam(r, "key"); lock.ValidKey(k) {
+	if k, ok := routeKey(r); ok && lock.ValidKey(k) {
 		return k
 	}
 	return ""
@@ -86,7 +88,16 @@ func routeKey(r *http.Request) (string, bool) {
 	}
 	for i, k := range rctx.URLParams.Keys {
 		if k == "key" {
-			return rctx.URLParams.Values[i], true
+			// chi routes on the escaped path (RawPath) when the client
+			// escaped more than it must, as clients that encode every ':'
+			// do (order%3Apay%3A1); the generated code binds the key
+			// unescaped, so the checks here must see it unescaped too. An
+			// escape that does not decode is left as is: it is no key.
+			v := rctx.URLParams.Values[i]
+			if u, err := url.PathUnescape(v); err == nil {
+				v = u
+			}
+			return v, true
 		}
 	}
 	return "", false
@@ -126,6 +137,11 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 				detail: fmt.Sprintf("the body must be JSON (Content-Type: application/json), not %q", ct)}
 		}
 	}
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		// JSON null is "no body" to many clients' serialisers (a nil
+		// struct pointer): it means the same as {}.
+		b = []byte("{}")
+	}
 	op, _ := operationOf(r)
 	if newBody, ok := bodyTypes[op.ID]; ok {
 		if err := decodeStrict(b, newBody()); err != nil {
@@ -140,6 +156,10 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 func decodeStrict(b []byte, v any) error {
 	if t := bytes.TrimSpace(b); t[0] != '{' {
 		return invalid("body", "the body must be a JSON object")
+	}
+	if !utf8.Valid(b) {
+		// encoding/json would turn the bad bytes into U+FFFD silently.
+		return invalidUTF8(b)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -289,4 +309,18 @@ func checkPrefix(v *string) (string, error) {
 		return "", invalid("prefix", "prefix must be at most 200 characters of A-Z a-z 0-9 . _ : @ -")
 	}
 	return *v, nil
+}
+
+// invalidUTF8 names the field of the JSON object b whose value is not
+// valid UTF-8 (or "body" when a name is, or the object does not parse).
+func invalidUTF8(b []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err == nil {
+		for name, raw := range fields {
+			if !utf8.Valid(raw) && utf8.ValidString(name) {
+				return invalid(name, "%s must be valid UTF-8", name)
+			}
+		}
+	}
+	return invalid("body", "the body must be valid UTF-8")
 }
