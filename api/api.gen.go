@@ -136,6 +136,45 @@ func (e ProblemCode) Valid() bool {
 	}
 }
 
+// Defines values for ReadinessTopology.
+const (
+	Cluster  ReadinessTopology = "cluster"
+	Redis    ReadinessTopology = "redis"
+	Sentinel ReadinessTopology = "sentinel"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessTopology enum.
+func (e ReadinessTopology) Valid() bool {
+	switch e {
+	case Cluster:
+		return true
+	case Redis:
+		return true
+	case Sentinel:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RedisNodeRole.
+const (
+	Master  RedisNodeRole = "master"
+	Replica RedisNodeRole = "replica"
+)
+
+// Valid indicates whether the value is a known member of the RedisNodeRole enum.
+func (e RedisNodeRole) Valid() bool {
+	switch e {
+	case Master:
+		return true
+	case Replica:
+		return true
+	default:
+		return false
+	}
+}
+
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
 	// Owner Holder's label, shown on the dashboard. Default the caller's API-key name or address.
@@ -301,6 +340,34 @@ type Problem struct {
 
 // ProblemCode defines model for Problem.Code.
 type ProblemCode string
+
+// Readiness defines model for Readiness.
+type Readiness struct {
+	// Nodes The Redis servers lockd sees (for Sentinel the master and its replicas; for Cluster every node).
+	Nodes []RedisNode `json:"nodes"`
+
+	// Status Example: ok
+	Status string `json:"status"`
+
+	// Topology What `--redis` named.
+	Topology ReadinessTopology `json:"topology"`
+}
+
+// ReadinessTopology What `--redis` named.
+type ReadinessTopology string
+
+// RedisNode defines model for RedisNode.
+type RedisNode struct {
+	// Addr Example: 10.0.0.5:6379
+	Addr string        `json:"addr"`
+	Role RedisNodeRole `json:"role"`
+
+	// Up The node answered.
+	Up bool `json:"up"`
+}
+
+// RedisNodeRole defines model for RedisNode.Role.
+type RedisNodeRole string
 
 // ReleaseRequest defines model for ReleaseRequest.
 type ReleaseRequest struct {
@@ -578,10 +645,13 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// Readyz Redis answers.
+	// Readyz lockd can grant.
 	//
-	// Answers 200 when Redis answers a PING within 2 s, else 503 with
-	// `Retry-After`: a readiness probe. Never needs an API key.
+	// Answers 200 when every Redis master takes a write within 2 s (so not
+	// read-only, out of memory or loading) and no restart quarantine is on,
+	// with the topology and each node's role and reachability; else 503
+	// with `Retry-After` (`backend_recovering` during the quarantine): a
+	// readiness probe. Never needs an API key.
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -802,10 +872,13 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
-// Readyz Redis answers.
+// Readyz lockd can grant.
 //
-// Answers 200 when Redis answers a PING within 2 s, else 503 with
-// `Retry-After`: a readiness probe. Never needs an API key.
+// Answers 200 when every Redis master takes a write within 2 s (so not
+// read-only, out of memory or loading) and no restart quarantine is on,
+// with the topology and each node's role and reachability; else 503
+// with `Retry-After` (`backend_recovering` during the quarantine): a
+// readiness probe. Never needs an API key.
 //
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1678,10 +1751,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
 
-	// ReadyzWithResponse Redis answers.
+	// ReadyzWithResponse lockd can grant.
 	//
-	// Answers 200 when Redis answers a PING within 2 s, else 503 with
-	// `Retry-After`: a readiness probe. Never needs an API key.
+	// Answers 200 when every Redis master takes a write within 2 s (so not
+	// read-only, out of memory or loading) and no restart quarantine is on,
+	// with the topology and each node's role and reachability; else 503
+	// with `Retry-After` (`backend_recovering` during the quarantine): a
+	// readiness probe. Never needs an API key.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1942,7 +2018,7 @@ type ReadyzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Health
+	JSON200 *Readiness
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1950,7 +2026,7 @@ type ReadyzResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r ReadyzResponse) GetJSON200() *Health {
+func (r ReadyzResponse) GetJSON200() *Readiness {
 	return r.JSON200
 }
 
@@ -2941,10 +3017,13 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 	return ParseHealthzResponse(rsp)
 }
 
-// ReadyzWithResponse Redis answers.
+// ReadyzWithResponse lockd can grant.
 //
-// Answers 200 when Redis answers a PING within 2 s, else 503 with
-// `Retry-After`: a readiness probe. Never needs an API key.
+// Answers 200 when every Redis master takes a write within 2 s (so not
+// read-only, out of memory or loading) and no restart quarantine is on,
+// with the topology and each node's role and reachability; else 503
+// with `Retry-After` (`backend_recovering` during the quarantine): a
+// readiness probe. Never needs an API key.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3279,7 +3358,7 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Health
+		var dest Readiness
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -4243,7 +4322,7 @@ type ServerInterface interface {
 	// Healthz The process is alive.
 	// (GET /healthz)
 	Healthz(w http.ResponseWriter, r *http.Request)
-	// Readyz Redis answers.
+	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(w http.ResponseWriter, r *http.Request)
 	// ListLocks List live locks, paged.
@@ -4282,7 +4361,7 @@ func (_ Unimplemented) Healthz(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
-// Readyz Redis answers.
+// Readyz lockd can grant.
 // (GET /readyz)
 func (_ Unimplemented) Readyz(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -4888,7 +4967,7 @@ type ReadyzResponseObject interface {
 	VisitReadyzResponse(w http.ResponseWriter) error
 }
 
-type Readyz200JSONResponse Health
+type Readyz200JSONResponse Readiness
 
 func (response Readyz200JSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
 
@@ -6126,7 +6205,7 @@ type StrictServerInterface interface {
 	// Healthz The process is alive.
 	// (GET /healthz)
 	Healthz(ctx context.Context, request HealthzRequestObject) (HealthzResponseObject, error)
-	// Readyz Redis answers.
+	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(ctx context.Context, request ReadyzRequestObject) (ReadyzResponseObject, error)
 	// ListLocks List live locks, paged.

@@ -122,6 +122,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 		maxTotal:  opts.MaxWaiters,
 		maxPerKey: opts.MaxWaitersPerKey,
 	})
+	e.seedEpoch()
 	e.stop = make(chan struct{})
 	e.stopped.Add(1)
 	go func() {
@@ -338,6 +339,9 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		l.Outcome = outcome
 		return l, r.err
 	case "held":
+		if r.len() > 4 && r.str(3) != "" {
+			e.epochs.saw(marker, r.str(3), r.ms(4))
+		}
 		return Lease{}, &HeldError{Key: key, Owner: r.str(1), Remaining: r.ms(2)}
 	case "lost":
 		return Lease{}, ErrLeaseLost

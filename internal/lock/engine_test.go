@@ -31,7 +31,7 @@ var backends = []backend{
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
-		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		c := redis.NewClient(&redis.Options{Addr: "embedded", Dialer: s.Dial})
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}},

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -87,6 +88,29 @@ func (p *epochs) ownLeft() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return max(0, time.Until(p.own))
+}
+
+// seedEpoch reads the server's marker when the process starts, so that a
+// loss of data is noticed even if its first acquires come after it. (On a
+// Cluster, with a marker per slot, each is learnt from the first reply.)
+func (e *Engine) seedEpoch() {
+	if e.st.Sharded() || e.opts.NoQuarantine {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
+	defer cancel()
+	marker := e.epochKey("")
+	v, err := e.st.Cmd().HMGet(ctx, marker, "id", "maxttl").Result()
+	if err != nil || len(v) != 2 {
+		return
+	}
+	id, _ := v[0].(string)
+	ms, _ := v[1].(string)
+	if id == "" {
+		return
+	}
+	n, _ := strconv.ParseInt(ms, 10, 64)
+	e.epochs.saw(marker, id, time.Duration(n)*time.Millisecond)
 }
 
 // refreshEpochs keeps epochs.maxTTL up with the grants of other processes,

@@ -152,6 +152,7 @@ func TestRestartWithoutPersistenceNoOverlap(t *testing.T) {
 		}()
 	}
 	time.Sleep(time.Second)
+	restarted := time.Now()
 	srv.Restart()
 	time.Sleep(2500 * time.Millisecond)
 	close(stop)
@@ -162,6 +163,8 @@ func TestRestartWithoutPersistenceNoOverlap(t *testing.T) {
 		for i := 1; i < len(hs); i++ {
 			if hs[i].start.Before(hs[i-1].end.Add(-2 * time.Millisecond)) {
 				overlaps++
+				t.Logf("overlap: hold %v–%v, next granted at %v (restart at %v)",
+					hs[i-1].start.Sub(restarted), hs[i-1].end.Sub(restarted), hs[i].start.Sub(restarted), 0)
 			}
 		}
 	}

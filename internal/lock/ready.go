@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"time"
 )
 
 // readyKey is written by Ready. It is outside every lock's key space
@@ -20,5 +19,5 @@ func (e *Engine) Ready(ctx context.Context) error {
 	if left := e.Recovering(); left > 0 {
 		return &RecoveringError{Remaining: left}
 	}
-	return wrap("ready", e.st.Cmd().Set(ctx, readyKey, "1", 10*time.Second).Err())
+	return wrap("ready", e.st.Writable(ctx))
 }

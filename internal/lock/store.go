@@ -41,6 +41,10 @@ type store interface {
 	// Sharded says whether wake-ups travel by sharded pub/sub (SPUBLISH).
 	Sharded() bool
 	Ping(ctx context.Context) error
+	// Writable checks that every master takes a write.
+	Writable(ctx context.Context) error
+	// Topology reports the nodes and their roles.
+	Topology(ctx context.Context) Topology
 }
 
 // scanPos is where a walk over every master stands: the master (by its
@@ -391,20 +395,7 @@ func (n *nodeSubscription) watchMaster() {
 const masterPoll = 250 * time.Millisecond
 
 func (n *nodeSubscription) masterAddr() (string, error) {
-	for _, a := range n.sentinel.Addrs {
-		sc := redis.NewSentinelClient(&redis.Options{
-			Addr: a, Username: n.sentinel.Username, Password: n.sentinel.Password,
-			DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1,
-		})
-		ctx, cancel := context.WithTimeout(n.ctx, 500*time.Millisecond)
-		addr, err := sc.GetMasterAddrByName(ctx, n.sentinel.MasterName).Result()
-		cancel()
-		_ = sc.Close()
-		if err == nil && len(addr) == 2 {
-			return addr[0] + ":" + addr[1], nil
-		}
-	}
-	return "", fmt.Errorf("lock: no sentinel answered for %s", n.sentinel.MasterName)
+	return masterAddr(n.ctx, n.sentinel)
 }
 
 // move replaces the PubSub by a new one on the current master, subscribed

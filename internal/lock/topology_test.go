@@ -105,6 +105,17 @@ func TestOnSentinel(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("topology and readiness", func(t *testing.T) {
+		topo := a.Topology(ctx)
+		master, _ := s.MasterAddr(ctx)
+		if topo.Kind != "sentinel" || len(topo.Nodes) != 2 || topo.Nodes[0].Addr != master ||
+			topo.Nodes[0].Role != "master" || !topo.Nodes[0].Up || topo.Nodes[1].Role != "replica" || !topo.Nodes[1].Up {
+			t.Fatalf("topology %+v, master %s", topo, master)
+		}
+		if err := a.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("graceful failover", func(t *testing.T) {
 		d := wakeAfter(t, a, b, "s:graceful", func() {
 			took, err := s.Failover(ctx)
@@ -198,6 +209,24 @@ func TestOnCluster(t *testing.T) {
 		}
 		d := wakeAfter(t, a, b, "c:wake", func() {})
 		t.Logf("woken %v after a release on another replica (SPUBLISH)", d)
+	})
+	t.Run("topology and readiness", func(t *testing.T) {
+		topo := a.Topology(ctx)
+		masters := 0
+		for _, n := range topo.Nodes {
+			if !n.Up {
+				t.Fatalf("%s is down: %+v", n.Addr, topo)
+			}
+			if n.Role == "master" {
+				masters++
+			}
+		}
+		if topo.Kind != "cluster" || len(topo.Nodes) != 6 || masters != 3 {
+			t.Fatalf("topology %+v", topo)
+		}
+		if err := a.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
 	})
 	t.Run("failover of the key's master", func(t *testing.T) {
 		const key = "c:failover"

@@ -30,7 +30,17 @@ func (s *Server) Readyz(ctx context.Context, _ api.ReadyzRequestObject) (api.Rea
 	if err := s.engine.Ready(ctx); err != nil {
 		return nil, err
 	}
-	return api.Readyz200JSONResponse{Status: "ok"}, nil
+	out := api.Readyz200JSONResponse{Status: "ok", Topology: "redis", Nodes: []api.RedisNode{}}
+	if t, ok := s.engine.(interface {
+		Topology(context.Context) lock.Topology
+	}); ok {
+		topo := t.Topology(ctx)
+		out.Topology = api.ReadinessTopology(topo.Kind)
+		for _, n := range topo.Nodes {
+			out.Nodes = append(out.Nodes, api.RedisNode{Addr: n.Addr, Role: api.RedisNodeRole(n.Role), Up: n.Up})
+		}
+	}
+	return out, nil
 }
 
 // acquireRequest validates an acquire (or hold) body against the limits.

@@ -27,7 +27,7 @@
 -- Reply, one of:
 --   {"granted"|"reentered"|"idempotent", owner, token, fence, count, ttl_ms,
 --    acquired_at_ms, pttl_ms, now_ms}
---   {"held", owner, pttl_ms}
+--   {"held", owner, pttl_ms, epoch_id or "", maxttl}
 --   {"lost"}      the re-entry token is not the live one
 --   {"mismatch"}  the idempotency tag is the live lease's, owner or ttl not
 --   {"free"}      peek only: nobody holds the key
@@ -55,6 +55,9 @@ if cur[2] then
     redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms)
     redis.call('PEXPIRE', lease, ttl)
     record(hist, cap, retention + ttl, 'reentered', now_ms, cur[1], cur[3], ttl, count, actor, '', now_ms + ttl)
+    if ttl > (tonumber(redis.call('HGET', KEYS[5], 'maxttl')) or 0) then
+      redis.call('HSET', KEYS[5], 'maxttl', ttl)
+    end
     if redis.call('EXISTS', waiters) == 1 then
       redis.call('PUBLISH', channel, 'renewed:' .. ttl)
     end
@@ -66,7 +69,10 @@ if cur[2] then
     end
     return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(clock())}
   end
-  return {'held', cur[1], pttl}
+  -- A lockd that only ever meets held keys must know the epoch too, to
+  -- notice a loss later.
+  local ep = redis.call('HMGET', KEYS[5], 'id', 'maxttl')
+  return {'held', cur[1], pttl, ep[1] or '', tonumber(ep[2]) or 0}
 end
 
 if reentry ~= '' then
