@@ -551,7 +551,7 @@ func (c *clusterSubscription) watch() {
 			hurry = time.Now().Add(2 * time.Second)
 		}
 		c.rdb.ReloadState(c.ctx)
-		if c.rehome(time.Now().Before(hurry)) {
+		if c.rehome() {
 			select {
 			case c.out <- notice{kind: noticeReset}:
 			case <-c.ctx.Done():
@@ -567,18 +567,19 @@ func (c *clusterSubscription) watch() {
 }
 
 // rehome moves every channel whose owner changed and drops PubSubs of
-// nodes that own none; it reports whether anything moved. fresh asks a
-// node for the slot map (CLUSTER SLOTS) rather than trust go-redis's copy,
-// which it reloads in the background at most every 200 ms.
-func (c *clusterSubscription) rehome(fresh bool) bool {
+// nodes that own none; it reports whether anything moved. It asks the
+// nodes for the slot map (CLUSTER SLOTS) rather than trust go-redis's copy,
+// which go-redis reloads in the background, at most every 200 ms, from a
+// random node that may be the dead one.
+func (c *clusterSubscription) rehome() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.home) == 0 && len(c.byNode) == 0 {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, time.Second)
 	defer cancel()
-	var slots []redis.ClusterSlot
-	if fresh {
-		slots, _ = c.rdb.ClusterSlots(ctx).Result()
-	}
+	slots := c.freshSlots(ctx)
 	moved := false
 	for ch, addr := range c.home {
 		owner := ownerIn(slots, slotOf(ch))
@@ -606,6 +607,28 @@ func (c *clusterSubscription) rehome(fresh bool) bool {
 		}
 	}
 	return moved
+}
+
+// freshSlots asks the nodes, one after another, for the slot map, and
+// returns the first answer (nil if none answers).
+func (c *clusterSubscription) freshSlots(ctx context.Context) []redis.ClusterSlot {
+	var mu sync.Mutex
+	var nodes []*redis.Client
+	_ = c.rdb.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		mu.Lock()
+		nodes = append(nodes, n)
+		mu.Unlock()
+		return nil
+	})
+	for _, n := range nodes {
+		nctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		slots, err := n.ClusterSlots(nctx).Result()
+		cancel()
+		if err == nil && len(slots) > 0 {
+			return slots
+		}
+	}
+	return nil
 }
 
 // nodeAt is go-redis's client of the node at addr.
