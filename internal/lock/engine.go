@@ -679,7 +679,7 @@ func unavailable(err error) bool {
 		// refusing our credentials (a configuration fault the operator
 		// sees in the log, not a request's fault).
 		msg := rerr.Error()
-		for _, p := range []string{"LOADING", "READONLY", "OOM", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM"} {
+		for _, p := range []string{"LOADING", "READONLY", "OOM", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "BUSY", "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM"} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}

@@ -64,122 +64,128 @@ func mustAcquire(t *testing.T, e *lock.Engine, key string, req lock.AcquireReque
 func TestContract(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
-			ctx := context.Background()
-			e := newEngine(t, b.open(t))
-
-			l := mustAcquire(t, e, "c:1", lock.AcquireRequest{Owner: "w1", TTL: 5 * time.Second})
-			if l.Count != 1 || l.Fence <= 0 || len(l.Token) < 22 || l.Outcome != lock.Granted || l.Owner != "w1" {
-				t.Fatalf("fresh lease = %+v", l)
-			}
-			if d := l.ExpiresAt.Sub(l.AcquiredAt); d != 5*time.Second {
-				t.Fatalf("expires_at - acquired_at = %v, want 5s", d)
-			}
-
-			_, err := e.Acquire(ctx, "c:1", lock.AcquireRequest{Owner: "w2", TTL: time.Second})
-			var held *lock.HeldError
-			if !errors.As(err, &held) || held.Owner != "w1" || held.Remaining <= 0 || held.Remaining > 5*time.Second {
-				t.Fatalf("second acquire: %v (%+v)", err, held)
-			}
-
-			re := mustAcquire(t, e, "c:1", lock.AcquireRequest{Token: l.Token, TTL: 5 * time.Second})
-			if re.Count != 2 || re.Fence != l.Fence || re.Token != l.Token || re.Outcome != lock.Reentered {
-				t.Fatalf("re-entry = %+v", re)
-			}
-
-			rn, err := e.Renew(ctx, "c:1", l.Token, 7*time.Second, "a")
-			if err != nil || rn.TTL != 7*time.Second || rn.Fence != l.Fence || rn.Count != 2 {
-				t.Fatalf("renew = %+v, %v", rn, err)
-			}
-			if _, err := e.Renew(ctx, "c:1", "not-the-token", 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
-				t.Fatalf("renew with a wrong token: %v", err)
-			}
-			if _, err := e.Release(ctx, "c:1", "not-the-token", "a"); !errors.Is(err, lock.ErrLeaseLost) {
-				t.Fatalf("release with a wrong token: %v", err)
-			}
-
-			st, err := e.State(ctx, "c:1")
-			if err != nil || st.Count != 2 || st.Renewals != 1 || st.Owner != "w1" || st.Remaining <= 0 {
-				t.Fatalf("state = %+v, %v", st, err)
-			}
-
-			r1, err := e.Release(ctx, "c:1", l.Token, "a")
-			if err != nil || r1.Released || r1.Count != 1 {
-				t.Fatalf("first release = %+v, %v", r1, err)
-			}
-			r2, err := e.Release(ctx, "c:1", l.Token, "a")
-			if err != nil || !r2.Released || r2.Count != 0 {
-				t.Fatalf("second release = %+v, %v", r2, err)
-			}
-			if _, err := e.State(ctx, "c:1"); !errors.Is(err, lock.ErrNotFound) {
-				t.Fatalf("state after release: %v", err)
-			}
-			if _, err := e.Release(ctx, "c:1", l.Token, "a"); !errors.Is(err, lock.ErrNotFound) {
-				t.Fatalf("release after release: %v", err)
-			}
-			if _, err := e.Acquire(ctx, "c:1", lock.AcquireRequest{Owner: "x", TTL: time.Second, Token: l.Token}); !errors.Is(err, lock.ErrLeaseLost) {
-				t.Fatalf("re-entry with a released token: %v", err)
-			}
-
-			// Expiry frees the key, and the stale token cannot touch it.
-			short := mustAcquire(t, e, "c:2", lock.AcquireRequest{TTL: 150 * time.Millisecond})
-			time.Sleep(300 * time.Millisecond)
-			next := mustAcquire(t, e, "c:2", lock.AcquireRequest{Owner: "new"})
-			if next.Fence <= short.Fence {
-				t.Fatalf("fence after expiry %d <= %d", next.Fence, short.Fence)
-			}
-			if _, err := e.Renew(ctx, "c:2", short.Token, 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
-				t.Fatalf("renew with an expired token: %v", err)
-			}
-			if _, err := e.Release(ctx, "c:2", short.Token, "a"); !errors.Is(err, lock.ErrLeaseLost) {
-				t.Fatalf("release with an expired token: %v", err)
-			}
-			if _, err := e.Acquire(ctx, "c:2", lock.AcquireRequest{Owner: "x", TTL: time.Second, Token: short.Token}); !errors.Is(err, lock.ErrLeaseLost) {
-				t.Fatalf("re-entry with an expired token: %v", err)
-			}
-
-			evs, err := e.History(ctx, "c:2", 10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := eventTypes(evs); got != "acquired expired acquired" {
-				t.Fatalf("history of c:2 = %q", got)
-			}
-
-			b, err := e.ForceRelease(ctx, "c:2", "ops", "stuck")
-			if err != nil || b.Owner != "new" || b.Fence != next.Fence {
-				t.Fatalf("force-release = %+v, %v", b, err)
-			}
-			if _, err := e.ForceRelease(ctx, "c:2", "ops", ""); !errors.Is(err, lock.ErrNotFound) {
-				t.Fatalf("force-release of a free key: %v", err)
-			}
-			evs, _ = e.History(ctx, "c:2", 1)
-			if len(evs) != 1 || evs[0].Type != "force_released" || evs[0].Actor != "ops" || evs[0].Reason != "stuck" {
-				t.Fatalf("last event = %+v", evs)
-			}
-
-			// Waiting: a release wakes the waiter.
-			h := mustAcquire(t, e, "c:3", lock.AcquireRequest{Owner: "first"})
-			got := make(chan lock.Lease, 1)
-			go func() {
-				l, err := e.Acquire(ctx, "c:3", lock.AcquireRequest{Owner: "second", TTL: time.Second, Wait: 5 * time.Second})
-				if err != nil {
-					t.Errorf("waiter: %v", err)
-				}
-				got <- l
-			}()
-			waitFor(t, func() bool { return e.Waiters() == 1 })
-			if _, err := e.Release(ctx, "c:3", h.Token, "a"); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case l := <-got:
-				if l.Owner != "second" {
-					t.Fatalf("waiter got %+v", l)
-				}
-			case <-time.After(2 * time.Second):
-				t.Fatal("waiter was not woken by the release")
-			}
+			runContract(t, newEngine(t, b.open(t)))
 		})
+	}
+}
+
+// runContract checks the engine's core guarantees on e; the topology tests
+// run it on Sentinel and Cluster too.
+func runContract(t *testing.T, e *lock.Engine) {
+	t.Helper()
+	ctx := context.Background()
+
+	l := mustAcquire(t, e, "c:1", lock.AcquireRequest{Owner: "w1", TTL: 5 * time.Second})
+	if l.Count != 1 || l.Fence <= 0 || len(l.Token) < 22 || l.Outcome != lock.Granted || l.Owner != "w1" {
+		t.Fatalf("fresh lease = %+v", l)
+	}
+	if d := l.ExpiresAt.Sub(l.AcquiredAt); d != 5*time.Second {
+		t.Fatalf("expires_at - acquired_at = %v, want 5s", d)
+	}
+
+	_, err := e.Acquire(ctx, "c:1", lock.AcquireRequest{Owner: "w2", TTL: time.Second})
+	var held *lock.HeldError
+	if !errors.As(err, &held) || held.Owner != "w1" || held.Remaining <= 0 || held.Remaining > 5*time.Second {
+		t.Fatalf("second acquire: %v (%+v)", err, held)
+	}
+
+	re := mustAcquire(t, e, "c:1", lock.AcquireRequest{Token: l.Token, TTL: 5 * time.Second})
+	if re.Count != 2 || re.Fence != l.Fence || re.Token != l.Token || re.Outcome != lock.Reentered {
+		t.Fatalf("re-entry = %+v", re)
+	}
+
+	rn, err := e.Renew(ctx, "c:1", l.Token, 7*time.Second, "a")
+	if err != nil || rn.TTL != 7*time.Second || rn.Fence != l.Fence || rn.Count != 2 {
+		t.Fatalf("renew = %+v, %v", rn, err)
+	}
+	if _, err := e.Renew(ctx, "c:1", "not-the-token", 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("renew with a wrong token: %v", err)
+	}
+	if _, err := e.Release(ctx, "c:1", "not-the-token", "a"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("release with a wrong token: %v", err)
+	}
+
+	st, err := e.State(ctx, "c:1")
+	if err != nil || st.Count != 2 || st.Renewals != 1 || st.Owner != "w1" || st.Remaining <= 0 {
+		t.Fatalf("state = %+v, %v", st, err)
+	}
+
+	r1, err := e.Release(ctx, "c:1", l.Token, "a")
+	if err != nil || r1.Released || r1.Count != 1 {
+		t.Fatalf("first release = %+v, %v", r1, err)
+	}
+	r2, err := e.Release(ctx, "c:1", l.Token, "a")
+	if err != nil || !r2.Released || r2.Count != 0 {
+		t.Fatalf("second release = %+v, %v", r2, err)
+	}
+	if _, err := e.State(ctx, "c:1"); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("state after release: %v", err)
+	}
+	if _, err := e.Release(ctx, "c:1", l.Token, "a"); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("release after release: %v", err)
+	}
+	if _, err := e.Acquire(ctx, "c:1", lock.AcquireRequest{Owner: "x", TTL: time.Second, Token: l.Token}); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("re-entry with a released token: %v", err)
+	}
+
+	// Expiry frees the key, and the stale token cannot touch it.
+	short := mustAcquire(t, e, "c:2", lock.AcquireRequest{TTL: 150 * time.Millisecond})
+	time.Sleep(300 * time.Millisecond)
+	next := mustAcquire(t, e, "c:2", lock.AcquireRequest{Owner: "new"})
+	if next.Fence <= short.Fence {
+		t.Fatalf("fence after expiry %d <= %d", next.Fence, short.Fence)
+	}
+	if _, err := e.Renew(ctx, "c:2", short.Token, 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("renew with an expired token: %v", err)
+	}
+	if _, err := e.Release(ctx, "c:2", short.Token, "a"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("release with an expired token: %v", err)
+	}
+	if _, err := e.Acquire(ctx, "c:2", lock.AcquireRequest{Owner: "x", TTL: time.Second, Token: short.Token}); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("re-entry with an expired token: %v", err)
+	}
+
+	evs, err := e.History(ctx, "c:2", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := eventTypes(evs); got != "acquired expired acquired" {
+		t.Fatalf("history of c:2 = %q", got)
+	}
+
+	b, err := e.ForceRelease(ctx, "c:2", "ops", "stuck")
+	if err != nil || b.Owner != "new" || b.Fence != next.Fence {
+		t.Fatalf("force-release = %+v, %v", b, err)
+	}
+	if _, err := e.ForceRelease(ctx, "c:2", "ops", ""); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("force-release of a free key: %v", err)
+	}
+	evs, _ = e.History(ctx, "c:2", 1)
+	if len(evs) != 1 || evs[0].Type != "force_released" || evs[0].Actor != "ops" || evs[0].Reason != "stuck" {
+		t.Fatalf("last event = %+v", evs)
+	}
+
+	// Waiting: a release wakes the waiter.
+	h := mustAcquire(t, e, "c:3", lock.AcquireRequest{Owner: "first"})
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := e.Acquire(ctx, "c:3", lock.AcquireRequest{Owner: "second", TTL: time.Second, Wait: 5 * time.Second})
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- l
+	}()
+	waitFor(t, func() bool { return e.Waiters() == 1 })
+	if _, err := e.Release(ctx, "c:3", h.Token, "a"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l.Owner != "second" {
+			t.Fatalf("waiter got %+v", l)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("waiter was not woken by the release")
 	}
 }
 
@@ -474,15 +480,31 @@ func TestListPagesEveryKeyOnce(t *testing.T) {
 	}
 }
 
+// The history keeps its story: 500 renewals go to their own capped stream
+// and never push out the lifecycle events; the history itself is capped.
 func TestHistoryIsCapped(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	e := lock.New(rdb, lock.Options{HistoryMax: 20, Retention: time.Hour})
+	e := lock.New(rdb, lock.Options{HistoryMax: 20, RenewalsMax: 30, Retention: time.Hour})
 	t.Cleanup(func() { _ = e.Close() })
 	ctx := context.Background()
 	l := mustAcquire(t, e, "cap:k", lock.AcquireRequest{})
 	for range 500 {
 		if _, err := e.Renew(ctx, "cap:k", l.Token, 0, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := e.History(ctx, "cap:k", 100)
+	if err != nil || len(evs) != 1 || evs[0].Type != "acquired" {
+		t.Fatalf("history after 500 renewals: %+v, %v; want just acquired", evs, err)
+	}
+	rs, err := e.Renewals(ctx, "cap:k", 1000)
+	if err != nil || len(rs) < 30 || len(rs) > 300 || rs[0].Type != "renewed" || rs[0].Left <= 0 || rs[0].Left > 30*time.Second {
+		t.Fatalf("renewals: %d, newest %+v, %v; want about 30 with the time left", len(rs), rs[0], err)
+	}
+	for range 200 {
+		l = mustAcquire(t, e, "cap:k", lock.AcquireRequest{Token: l.Token})
+		if _, err := e.Release(ctx, "cap:k", l.Token, "t"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -496,7 +518,7 @@ func TestHistoryIsCapped(t *testing.T) {
 	if ttl <= time.Hour || ttl > time.Hour+10*time.Second || fttl <= 0 || fttl > time.Hour {
 		t.Fatalf("history TTL %v (want 1h + the 10 s lease), fence TTL %v (want within 1h)", ttl, fttl)
 	}
-	evs, _ := e.History(ctx, "unknown:key", 10)
+	evs, _ = e.History(ctx, "unknown:key", 10)
 	if len(evs) != 0 {
 		t.Fatalf("unknown key history: %v", evs)
 	}

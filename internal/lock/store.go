@@ -91,17 +91,41 @@ func (s *redisStore) Run(ctx context.Context, sc *redis.Script, keys []string, a
 // its connection, so it must follow the script on that same connection.
 // Redis refuses WAIT inside a script.
 func (s *redisStore) RunAcked(ctx context.Context, sc *redis.Script, acks int, timeout time.Duration, keys []string, args ...any) (any, int, error) {
-	var c redis.Cmdable = s.rdb
-	if s.cluster != nil {
-		m, err := s.cluster.MasterForKey(ctx, keys[0])
-		if err != nil {
+	if s.cluster == nil {
+		return runAcked(ctx, s.rdb, false, sc, acks, timeout, keys, args...)
+	}
+	// Outside go-redis's cluster routing, a MOVED or ASK (a failover or a
+	// slot migration that its slot map has not caught up with) is followed
+	// here, to the node it names.
+	node, err := s.cluster.MasterForKey(ctx, keys[0])
+	if err != nil {
+		return nil, 0, err
+	}
+	asking := false
+	for range 3 {
+		v, n, err := runAcked(ctx, node, asking, sc, acks, timeout, keys, args...)
+		addr, ask, redirected := redirect(err)
+		if !redirected {
+			return v, n, err
+		}
+		s.cluster.ReloadState(ctx)
+		if node, err = clusterNode(ctx, s.cluster, addr); err != nil {
 			return nil, 0, err
 		}
-		c = m
+		asking = ask
 	}
+	return nil, 0, fmt.Errorf("lock: too many redirections for %s", keys[0])
+}
+
+// runAcked pipelines the script and WAIT on one connection of c (after
+// ASKING when a migrating slot's target must take the command).
+func runAcked(ctx context.Context, c redis.Cmdable, asking bool, sc *redis.Script, acks int, timeout time.Duration, keys []string, args ...any) (any, int, error) {
 	run := func(load bool) (any, int, error) {
 		var script, wait *redis.Cmd
 		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if asking {
+				p.Do(ctx, "asking")
+			}
 			if load {
 				script = sc.Eval(ctx, p, keys, args...)
 			} else {
@@ -124,6 +148,41 @@ func (s *redisStore) RunAcked(ctx context.Context, sc *redis.Script, acks int, t
 		v, n, err = run(true)
 	}
 	return v, n, err
+}
+
+// redirect reads a MOVED or ASK error: the node to go to, and whether it
+// was ASK.
+func redirect(err error) (addr string, ask, ok bool) {
+	if err == nil {
+		return "", false, false
+	}
+	msg := err.Error()
+	for _, p := range []string{"MOVED ", "ASK "} {
+		if rest, found := strings.CutPrefix(msg, p); found {
+			if _, a, found := strings.Cut(rest, " "); found {
+				return a, p == "ASK ", true
+			}
+		}
+	}
+	return "", false, false
+}
+
+// clusterNode is go-redis's client of the cluster node at addr.
+func clusterNode(ctx context.Context, c *redis.ClusterClient, addr string) (*redis.Client, error) {
+	var found *redis.Client
+	var mu sync.Mutex
+	err := c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		if n.Options().Addr == addr {
+			mu.Lock()
+			found = n
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err == nil && found == nil {
+		err = fmt.Errorf("lock: no cluster node at %s", addr)
+	}
+	return found, err
 }
 
 func (s *redisStore) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {
@@ -633,20 +692,7 @@ func (c *clusterSubscription) freshSlots(ctx context.Context) []redis.ClusterSlo
 
 // nodeAt is go-redis's client of the node at addr.
 func (c *clusterSubscription) nodeAt(ctx context.Context, addr string) (*redis.Client, error) {
-	var found *redis.Client
-	var mu sync.Mutex
-	err := c.rdb.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
-		if n.Options().Addr == addr {
-			mu.Lock()
-			found = n
-			mu.Unlock()
-		}
-		return nil
-	})
-	if err == nil && found == nil {
-		err = fmt.Errorf("lock: no cluster node at %s", addr)
-	}
-	return found, err
+	return clusterNode(ctx, c.rdb, addr)
 }
 
 // ownerIn is the master of slot in a CLUSTER SLOTS reply, or "".

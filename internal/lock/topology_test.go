@@ -93,7 +93,11 @@ func TestOnSentinel(t *testing.T) {
 	ctx := context.Background()
 	a := sentinelEngine(t, s, lock.Options{})
 	b := sentinelEngine(t, s, lock.Options{})
+	// The holder in the failover steps waits for its replica, so that the
+	// failover cannot lose its lease (replication is asynchronous).
+	acked := sentinelEngine(t, s, lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 2 * time.Second})
 
+	t.Run("contract", func(t *testing.T) { runContract(t, a) })
 	t.Run("lease cycle and wake-up", func(t *testing.T) {
 		l := mustAcquire(t, a, "s:k", lock.AcquireRequest{})
 		if _, err := a.Renew(ctx, "s:k", l.Token, 0, "t"); err != nil {
@@ -117,7 +121,7 @@ func TestOnSentinel(t *testing.T) {
 		}
 	})
 	t.Run("graceful failover", func(t *testing.T) {
-		d := wakeAfter(t, a, b, "s:graceful", func() {
+		d := wakeAfter(t, acked, b, "s:graceful", func() {
 			took, err := s.Failover(ctx)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, s.Logs())
@@ -127,7 +131,7 @@ func TestOnSentinel(t *testing.T) {
 		t.Logf("woken %v after a release on the new master", d)
 	})
 	t.Run("kill -9 of the master", func(t *testing.T) {
-		d := wakeAfter(t, a, b, "s:killed", func() {
+		d := wakeAfter(t, acked, b, "s:killed", func() {
 			took, err := s.KillMaster(ctx)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, s.Logs())
@@ -137,7 +141,6 @@ func TestOnSentinel(t *testing.T) {
 		t.Logf("woken %v after a release on the new master", d)
 	})
 	t.Run("replica acks with a stopped replica", func(t *testing.T) {
-		acked := sentinelEngine(t, s, lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 2 * time.Second})
 		retry(t, "acquire with a live replica", func() (lock.Lease, error) {
 			return acked.Acquire(ctx, "s:acks", lock.AcquireRequest{TTL: time.Second})
 		})
@@ -161,7 +164,9 @@ func TestOnCluster(t *testing.T) {
 	ctx := context.Background()
 	a := clusterEngine(t, c, lock.Options{})
 	b := clusterEngine(t, c, lock.Options{})
+	acked := clusterEngine(t, c, lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 2 * time.Second})
 
+	t.Run("contract", func(t *testing.T) { runContract(t, a) })
 	t.Run("lease cycle, list across masters", func(t *testing.T) {
 		masters := map[string]bool{}
 		var leases []lock.Lease
@@ -230,7 +235,7 @@ func TestOnCluster(t *testing.T) {
 	})
 	t.Run("failover of the key's master", func(t *testing.T) {
 		const key = "c:failover"
-		d := wakeAfter(t, a, b, key, func() {
+		d := wakeAfter(t, acked, b, key, func() {
 			m, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+key+"}"))
 			if err != nil {
 				t.Fatal(err)
@@ -245,7 +250,7 @@ func TestOnCluster(t *testing.T) {
 	})
 	t.Run("slot migration", func(t *testing.T) {
 		const key = "c:migrate"
-		d := wakeAfter(t, a, b, key, func() {
+		d := wakeAfter(t, acked, b, key, func() {
 			slot := redistest.KeySlot("{" + key + "}")
 			from, err := c.MasterForSlot(ctx, slot)
 			if err != nil {
@@ -270,7 +275,7 @@ func TestOnCluster(t *testing.T) {
 	})
 	t.Run("kill -9 of the key's master", func(t *testing.T) {
 		const key = "c:killed"
-		d := wakeAfter(t, a, b, key, func() {
+		d := wakeAfter(t, acked, b, key, func() {
 			m, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+key+"}"))
 			if err != nil {
 				t.Fatal(err)
