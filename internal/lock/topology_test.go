@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,4 +290,151 @@ func TestOnCluster(t *testing.T) {
 		})
 		t.Logf("woken %v after a release on the new master", d)
 	})
+}
+
+// loadResult counts what contended clients saw.
+type loadResult struct {
+	grants, unavailable, timeouts, overlaps, regressions int64
+}
+
+// contend runs workers that take, briefly hold and release keys through the
+// engines, waiting for them, while during runs; it judges overlap by the
+// leases' own times (a hold ends at its release, or its expiry at the
+// latest) and fences by grant order.
+func contend(t *testing.T, engines []*lock.Engine, keys []string, during func()) loadResult {
+	t.Helper()
+	type hold struct {
+		start, end time.Time
+		fence      int64
+	}
+	var (
+		mu    sync.Mutex
+		holds = map[string][]hold{}
+		res   loadResult
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
+	)
+	ctx := context.Background()
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := engines[w%len(engines)]
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := keys[(w+i)%len(keys)]
+				l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: fmt.Sprint("w", w), TTL: 3 * time.Second, Wait: 2 * time.Second})
+				mu.Lock()
+				switch {
+				case err == nil:
+					res.grants++
+				case errors.Is(err, lock.ErrHeld):
+					res.timeouts++
+				case errors.Is(err, lock.ErrUnavailable):
+					res.unavailable++
+				default:
+					t.Errorf("acquire: %v", err)
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				time.Sleep(2 * time.Millisecond)
+				end := time.Now()
+				_, _ = e.Release(ctx, key, l.Token, "w")
+				if end.After(l.ExpiresAt) {
+					end = l.ExpiresAt
+				}
+				mu.Lock()
+				holds[key] = append(holds[key], hold{l.AcquiredAt, end, l.Fence})
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	during()
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	for _, hs := range holds {
+		slices.SortFunc(hs, func(a, b hold) int { return a.start.Compare(b.start) })
+		for i := 1; i < len(hs); i++ {
+			if hs[i].start.Before(hs[i-1].end.Add(-2 * time.Millisecond)) {
+				res.overlaps++
+			}
+			if hs[i].fence <= hs[i-1].fence {
+				res.regressions++
+			}
+		}
+	}
+	return res
+}
+
+// Contended waiters through two replicas while Sentinel fails over (with
+// replica acks): no overlap, fences rise, and work goes on.
+func TestSentinelFailoverUnderLoad(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	opts := lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Second}
+	engines := []*lock.Engine{sentinelEngine(t, s, opts), sentinelEngine(t, s, opts)}
+	ctx := context.Background()
+	for _, failover := range []struct {
+		name string
+		run  func(context.Context) (time.Duration, error)
+	}{{"graceful", s.Failover}, {"kill -9", s.KillMaster}} {
+		res := contend(t, engines, []string{"sl:a", "sl:b", "sl:c"}, func() {
+			took, err := failover.run(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", failover.name, err, s.Logs())
+			}
+			t.Logf("%s failover took %v", failover.name, took)
+		})
+		t.Logf("%s: %+v", failover.name, res)
+		if res.overlaps != 0 || res.regressions != 0 {
+			t.Fatalf("%s: %d overlapping holds, %d fence regressions", failover.name, res.overlaps, res.regressions)
+		}
+		if res.grants < 20 {
+			t.Fatalf("%s: only %d grants", failover.name, res.grants)
+		}
+	}
+}
+
+// Slots move while clients take and release keys in them: go-redis follows
+// MOVED and ASK, and nothing overlaps.
+func TestClusterSlotMigrationUnderLoad(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	engines := []*lock.Engine{clusterEngine(t, c, lock.Options{}), clusterEngine(t, c, lock.Options{})}
+	ctx := context.Background()
+	keys := []string{"mig:a", "mig:b", "mig:c"}
+	res := contend(t, engines, keys, func() {
+		for _, key := range keys {
+			slot := redistest.KeySlot("{" + key + "}")
+			from, err := c.MasterForSlot(ctx, slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, addr := range c.Addrs() {
+				to, _ := c.MasterForSlot(ctx, redistest.KeySlot("{"+addr+"}"))
+				if to != "" && to != from {
+					if err := c.MigrateSlot(ctx, slot, to); err != nil {
+						t.Fatalf("%v\n%s", err, c.Logs())
+					}
+					break
+				}
+			}
+		}
+	})
+	t.Logf("%+v", res)
+	if res.overlaps != 0 || res.regressions != 0 {
+		t.Fatalf("%d overlapping holds, %d fence regressions", res.overlaps, res.regressions)
+	}
+	if res.grants < 20 {
+		t.Fatalf("only %d grants", res.grants)
+	}
 }
