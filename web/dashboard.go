@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -335,6 +336,14 @@ func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
 // key is the request's lock key; false means a 400 page was written.
 func (d *Dashboard) key(w http.ResponseWriter, r *http.Request) (string, bool) {
 	key := chi.URLParam(r, "key")
+	// chi matches the escaped path (RawPath) when the browser escaped more
+	// than it must (order%3Apay%3A1), and the decoded Path otherwise: only
+	// the former needs unescaping, once, as the API does it.
+	if r.URL.RawPath != "" {
+		if u, err := url.PathUnescape(key); err == nil {
+			key = u
+		}
+	}
 	if !lock.ValidKey(key) {
 		d.problem(w, r, http.StatusBadRequest, "Not a lock key",
 			"A lock key is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")

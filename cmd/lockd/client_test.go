@@ -3,7 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,4 +227,98 @@ func TestCLIAuthExitCodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Keys with ':', '@' and '.' go through every client subcommand intact:
+// a proxy in front of the server records each path as sent, and the
+// server must find the lease under the decoded key. A key typed with a
+// '%' is taken literally (sent as %25), never decoded twice: it is no key.
+func TestCLIKeysThatNeedEscaping(t *testing.T) {
+	ls := startCLIServer(t)
+	target, err := url.Parse(ls.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var paths []string // escaped paths, as they reached the server
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.EscapedPath())
+		mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	env := map[string]string{"LOCKD_SERVER": proxy.URL}
+	ctx := context.Background()
+
+	for _, key := range []string{"order:pay:1", "svc@eu.web-1", "build.v2_x:main"} {
+		t.Run(key, func(t *testing.T) {
+			var lease api.Lease
+			mustJSON(t, env, &lease, "acquire", "--json", "--ttl", "1m", "--owner", "cli", key)
+			if lease.Key != key {
+				t.Fatalf("acquire answered key %q, want %q", lease.Key, key)
+			}
+			// The server holds the decoded key, whatever the path's escaping.
+			if st, err := ls.c.State(ctx, key); err != nil || st.Owner != "cli" {
+				t.Fatalf("server's state of %s = %+v, %v", key, st, err)
+			}
+			var st api.LockState
+			mustJSON(t, env, &st, "status", "--json", key)
+			if st.Key != key || st.Fence != lease.Fence {
+				t.Fatalf("status = %+v, want key %s fence %d", st, key, lease.Fence)
+			}
+			var list api.LockList
+			mustJSON(t, env, &list, "ls", "--json", "--prefix", key)
+			if len(list.Locks) != 1 || list.Locks[0].Key != key {
+				t.Fatalf("ls --prefix %s = %+v", key, list)
+			}
+			if code, _, stderr := cli(t, env, "renew", "--token", lease.Token, key); code != exitOK {
+				t.Fatalf("renew: exit %d: %s", code, stderr)
+			}
+			if code, out, stderr := cli(t, env, "release", "--token", lease.Token, key); code != exitOK || !strings.Contains(out, "released "+key) {
+				t.Fatalf("release: exit %d: %s%s", code, out, stderr)
+			}
+			mustJSON(t, env, &lease, "acquire", "--json", key)
+			var broken api.ForceReleaseResult
+			mustJSON(t, env, &broken, "force-release", "--json", "--reason", "test", key)
+			if broken.Key != key || broken.Fence != lease.Fence {
+				t.Fatalf("force-release = %+v, want key %s fence %d", broken, key, lease.Fence)
+			}
+			var h api.History
+			mustJSON(t, env, &h, "history", "--json", key)
+			if h.Key != key || len(h.Events) < 5 {
+				t.Fatalf("history of %s = %+v, want its 5 events", key, h)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			seen := 0
+			for _, p := range paths {
+				rest, ok := strings.CutPrefix(p, "/v1/locks/")
+				if !ok {
+					continue
+				}
+				seg, _, _ := strings.Cut(rest, "/")
+				if k, err := url.PathUnescape(seg); err == nil && k == key {
+					seen++
+				}
+			}
+			// acquire, status, renew, release, acquire, force-release, history.
+			if seen != 7 {
+				t.Fatalf("%d requests named %s in their path, want 7; paths: %q", seen, key, paths)
+			}
+		})
+	}
+
+	t.Run("percent typed literally", func(t *testing.T) {
+		code, _, stderr := cli(t, env, "acquire", "order%3Apay%3A1")
+		if code != exitUsage || !strings.Contains(stderr, "key") {
+			t.Fatalf("exit %d, want %d naming the key; stderr: %s", code, exitUsage, stderr)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if last := paths[len(paths)-1]; last != "/v1/locks/order%253Apay%253A1/acquire" {
+			t.Fatalf("sent %s, want the '%%' itself escaped", last)
+		}
+	})
 }

@@ -37,6 +37,10 @@ func TestValidateSpecCatchesDrift(t *testing.T) {
 		{"405 without Allow", "DELETE", "/v1/locks/k", "", 405, "application/problem+json", nil, problem(405, "method_not_allowed"), "Allow"},
 		{"405 with Allow", "DELETE", "/v1/locks/k", "", 405, "application/problem+json", http.Header{"Allow": {"GET"}}, problem(405, "method_not_allowed"), ""},
 		{"unknown /v1 path as text", "GET", "/v1/nope", "", 404, "text/plain", nil, "404 page not found", "problem+json"},
+		// A key with ':' sent percent-encoded, as generated clients send
+		// it: the contract's key pattern applies to the decoded key.
+		{"percent-encoded key", "POST", "/v1/locks/order%3Apay%3A1/acquire", `{}`, 200, "application/json", nil, lease, ""},
+		{"percent-encoded bad key", "POST", "/v1/locks/bad%20key/acquire", `{}`, 200, "application/json", nil, lease, "rejects"},
 		{"dashboard passes", "GET", "/ui/locks/k", "", 200, "text/html", nil, "<p>hi</p>", ""},
 		{"hold stream", "POST", "/v1/locks/k/hold", `{}`, 200, "text/event-stream", nil, "event: acquired\ndata: " + lease + "\n\n: keep-alive\n\n", ""},
 		{"hold event off schema", "POST", "/v1/locks/k/hold", `{}`, 200, "text/event-stream", nil, "event: acquired\ndata: {\"key\":\"k\"}\n\n", "does not match"},

@@ -90,12 +90,18 @@ func routeKey(r *http.Request) (string, bool) {
 		if k == "key" {
 			// chi routes on the escaped path (RawPath) when the client
 			// escaped more than it must, as clients that encode every ':'
-			// do (order%3Apay%3A1); the generated code binds the key
-			// unescaped, so the checks here must see it unescaped too. An
-			// escape that does not decode is left as is: it is no key.
+			// do (order%3Apay%3A1), and on the decoded Path otherwise. The
+			// generated code binds the key unescaped by the same rule
+			// (ValueIsUnescaped: RawPath == ""), so the checks here see the
+			// very key it binds: unescaping a decoded Path again would
+			// turn a literal "a%3Ab" (sent as a%253Ab, no key) into the
+			// key a:b. An escape that does not decode is left as is: it is
+			// no key.
 			v := rctx.URLParams.Values[i]
-			if u, err := url.PathUnescape(v); err == nil {
-				v = u
+			if r.URL.RawPath != "" {
+				if u, err := url.PathUnescape(v); err == nil {
+					v = u
+				}
 			}
 			return v, true
 		}
