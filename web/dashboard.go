@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // Engine is what the dashboard needs from the lock engine.
@@ -312,13 +313,15 @@ func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
 	broken, err := d.engine.ForceReleaseFence(r.Context(), key, fence, d.identify(r).Actor, reason)
 	var outcome *notice
 	status := http.StatusOK
+	// Two outcomes are news about the lock, shown on its page with what
+	// happened; their status comes from problem.Of like every error's.
 	switch {
 	case errors.Is(err, lock.ErrNotFound):
 		outcome = &notice{Text: key + " was not held any more (released or expired meanwhile); nothing was changed."}
-		status = http.StatusNotFound
+		status = problem.Of(err, key).Status
 	case errors.Is(err, lock.ErrLeaseLost):
 		outcome = &notice{Text: fmt.Sprintf("The lock changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by another lease now, shown below. Open Force-release again if that one is stuck too.", fence, key)}
-		status = http.StatusConflict
+		status = problem.Of(err, key).Status
 	case err != nil:
 		d.fail(w, r, err)
 		return
@@ -335,21 +338,27 @@ func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
 
 // key is the request's lock key; false means a 400 page was written.
 func (d *Dashboard) key(w http.ResponseWriter, r *http.Request) (string, bool) {
-	key := chi.URLParam(r, "key")
-	// chi matches the escaped path (RawPath) when the browser escaped more
-	// than it must (order%3Apay%3A1), and the decoded Path otherwise: only
-	// the former needs unescaping, once, as the API does it.
-	if r.URL.RawPath != "" {
-		if u, err := url.PathUnescape(key); err == nil {
-			key = u
-		}
-	}
+	key := routeKey(r)
 	if !lock.ValidKey(key) {
 		d.problem(w, r, http.StatusBadRequest, "Not a lock key",
 			"A lock key is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
 		return "", false
 	}
 	return key, true
+}
+
+// routeKey is the {key} of r's route, unescaped. chi matches the escaped
+// path (RawPath) when the browser escaped more than it must
+// (order%3Apay%3A1), and the decoded Path otherwise: only the former needs
+// unescaping, once, as the API does it.
+func routeKey(r *http.Request) string {
+	key := chi.URLParam(r, "key")
+	if r.URL.RawPath != "" {
+		if u, err := url.PathUnescape(key); err == nil {
+			key = u
+		}
+	}
+	return key
 }
 
 // mayTouch reports whether r may see lock key lk, writing a 403 page if not.
@@ -379,21 +388,21 @@ func (d *Dashboard) state(ctx context.Context, key string) (st lock.State, held 
 	return st, err == nil, err
 }
 
-// fail answers an engine error: the user sees what they can act on, and
-// only unexpected errors are logged, with their text kept off the page.
+// fail answers an engine error with problem.Of, the table the API's
+// problem+json comes from: the same status, title and detail on both. Only
+// unexpected errors are logged, with their text kept off the page.
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, lock.ErrInvalidCursor):
-		d.problem(w, r, http.StatusBadRequest, "Page link expired", "This page link is not valid any more. Start again from the first page.")
-	case errors.Is(err, lock.ErrUnavailable):
-		w.Header().Set("Retry-After", "1")
-		d.problem(w, r, http.StatusServiceUnavailable, "Redis unavailable", "lockd cannot reach Redis right now. Try again in a moment.")
-	case errors.Is(err, context.Canceled):
-		// The browser went away; nobody reads an answer.
-	default:
-		d.logger(r).Error().Err(err).Str("path", r.URL.Path).Msg("dashboard")
-		d.problem(w, r, http.StatusInternalServerError, "Internal error", "Something went wrong inside lockd; it has been logged.")
+	if errors.Is(err, context.Canceled) {
+		return // the browser went away; nobody reads an answer
 	}
+	p := problem.Of(err, routeKey(r))
+	if p.Internal {
+		d.logger(r).Error().Err(err).Str("path", r.URL.Path).Msg("dashboard")
+	}
+	if p.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	d.problem(w, r, p.Status, p.Title, p.Detail)
 }
 
 func (d *Dashboard) problem(w http.ResponseWriter, r *http.Request, status int, title, detail string) {

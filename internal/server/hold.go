@@ -115,7 +115,7 @@ func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error {
 		_, _ = h.s.engine.Release(ctx, key, l.Token, h.actor)
 	}
 	sendLost := func(err error) {
-		p, _ := problem(err, key)
+		p, _, _ := toAPI(err, key)
 		_ = send("lost", p)
 	}
 

@@ -1,0 +1,89 @@
+package problem_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
+)
+
+// known is an error that knows its answer, as the server's request checks
+// build them.
+type known struct{ p problem.Problem }
+
+func (k known) Error() string            { return "secret text of a known error" }
+func (k known) Problem() problem.Problem { return k.p }
+func wrapped(err error) error            { return fmt.Errorf("lock: acquire k: %w", err) }
+func held(owner string, d time.Duration) error {
+	return &lock.HeldError{Key: "k", Owner: owner, Remaining: d}
+}
+
+// Every error lockd can meet has one answer, whoever renders it.
+func TestOf(t *testing.T) {
+	tests := []struct {
+		name       string
+		err        error
+		status     int
+		code       api.ProblemCode
+		title      string
+		detail     string // in Detail
+		field      string
+		retryAfter int
+		internal   bool
+	}{
+		{"held", held("w7", 1500*time.Millisecond), 409, "lock_held", "Lock is held", "k is held by w7 for 1500 ms more", "", 2, false},
+		{"held briefly", held("w7", 10*time.Millisecond), 409, "lock_held", "Lock is held", "for 10 ms more", "", 1, false},
+		{"held, wrapped", wrapped(held("w8", 3*time.Second)), 409, "lock_held", "Lock is held", "held by w8", "", 3, false},
+		{"lease lost", wrapped(lock.ErrLeaseLost), 409, "lease_lost", "Lease lost", "stop the protected work", "", 0, false},
+		{"idempotency mismatch", lock.ErrIdempotencyMismatch, 409, "idempotency_mismatch", "Idempotency key reused", "nothing was changed", "", 0, false},
+		{"not found", wrapped(lock.ErrNotFound), 404, "not_found", "No live lease", "k has no live lease", "", 0, false},
+		{"invalid cursor", lock.ErrInvalidCursor, 400, "invalid_request", "Invalid request", "start again from the first page", "cursor", 0, false},
+		{"too many waiters", lock.ErrTooManyWaiters, 429, "too_many_requests", "Too many waiting requests", "retry later", "", 1, false},
+		{"recovering", wrapped(&lock.RecoveringError{Remaining: 4200 * time.Millisecond}), 503, "backend_recovering", "Recovering from a Redis data loss", "4200 ms more", "", 5, false},
+		{"unavailable", wrapped(lock.ErrUnavailable), 503, "backend_unavailable", "Backend unavailable", "Redis cannot be reached", "", 1, false},
+		{"engine closed", lock.ErrClosed, 503, "backend_unavailable", "Shutting down", "shutting down", "", 1, false},
+		{"server shutting down", problem.ErrShuttingDown, 503, "backend_unavailable", "Shutting down", "shutting down", "", 1, false},
+		{"known 400", known{problem.Problem{Status: 400, Code: "invalid_request", Title: "Invalid request", Detail: "owner is too long", Field: "owner"}},
+			400, "invalid_request", "Invalid request", "owner is too long", "owner", 0, false},
+		{"known 429 gets a Retry-After", wrapped(known{problem.Problem{Status: 429, Code: "too_many_requests", Title: "Too many holds", Detail: "quota"}}),
+			429, "too_many_requests", "Too many holds", "quota", "", 1, false},
+		{"known 503 keeps its own", known{problem.Problem{Status: 503, Code: "backend_unavailable", Title: "t", Detail: "d", RetryAfter: 7}},
+			503, "backend_unavailable", "t", "d", "", 7, false},
+		{"anything else", errors.New("ERR redis internals: dial 10.0.0.7:6379"), 500, "internal", "Internal error", "the server logged it", "", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := problem.Of(tc.err, "k")
+			if p.Status != tc.status || p.Code != tc.code || p.Title != tc.title || p.Field != tc.field ||
+				p.RetryAfter != tc.retryAfter || p.Internal != tc.internal {
+				t.Fatalf("Of = %+v\nwant status %d code %s title %q field %q retry-after %d internal %v",
+					p, tc.status, tc.code, tc.title, tc.field, tc.retryAfter, tc.internal)
+			}
+			if !strings.Contains(p.Detail, tc.detail) {
+				t.Fatalf("detail %q, want it to say %q", p.Detail, tc.detail)
+			}
+			// An error's own text never reaches the client: it may hold
+			// Redis addresses or internals.
+			if strings.Contains(p.Detail, "10.0.0.7") || strings.Contains(p.Detail, "secret text") {
+				t.Fatalf("detail %q shows the error's text", p.Detail)
+			}
+			if http.StatusText(p.Status) == "" {
+				t.Fatalf("status %d is not an HTTP status", p.Status)
+			}
+		})
+	}
+}
+
+// The holder is given for a held key, so both edges can show it.
+func TestOfHeldCarriesHolder(t *testing.T) {
+	p := problem.Of(held("deploy-bot", 2*time.Second), "k")
+	if p.Holder != "deploy-bot" || p.Remaining != 2*time.Second {
+		t.Fatalf("holder %q remaining %v", p.Holder, p.Remaining)
+	}
+}
