@@ -53,6 +53,17 @@ type Options struct {
 	// Sentinel, when Redis runs under Sentinel, names the sentinels, so
 	// that wake-ups follow a failover at once.
 	Sentinel *Sentinel
+	// RenewalsMax is how many renewals are kept per key, apart from the
+	// history (default 100).
+	RenewalsMax int
+	// EventsMax caps the shared event stream (GET /v1/events, webhooks),
+	// and on a Cluster each slot's outbox (default 100 000).
+	EventsMax int
+	// SweepInterval is how often the expiry sweeper runs (default 250 ms):
+	// a lapse is recorded at most about this long after it happened.
+	SweepInterval time.Duration
+	// NoSweep turns the expiry sweeper of this process off (tests).
+	NoSweep bool
 }
 
 const (
@@ -77,6 +88,10 @@ type Engine struct {
 	opts       Options
 	scripts    scripts
 	hub        *hub
+	feed       *feed // the event stream's readers in this process (events.go)
+	sweeper    sweeper
+	lapseMu    sync.Mutex
+	lapse      LapseFunc
 }
 
 // New returns an engine on rdb and starts its waiter hub (one pub/sub
@@ -109,6 +124,15 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.ReplicaAckTimeout <= 0 {
 		opts.ReplicaAckTimeout = 50 * time.Millisecond
 	}
+	if opts.RenewalsMax <= 0 {
+		opts.RenewalsMax = defaultRenewalsMax
+	}
+	if opts.EventsMax <= 0 {
+		opts.EventsMax = defaultEventsMax
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = defaultSweepInterval
+	}
 	st := newRedisStore(rdb, opts.Sentinel)
 	e := &Engine{st: st, opts: opts, scripts: loadScripts(st.Sharded())}
 	var id [8]byte
@@ -129,6 +153,14 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 		defer e.stopped.Done()
 		e.refreshEpochs(e.stop)
 	}()
+	e.feed = newFeed(e)
+	if !opts.NoSweep {
+		e.stopped.Add(1)
+		go func() {
+			defer e.stopped.Done()
+			e.sweepLoop(e.stop)
+		}()
+	}
 	return e
 }
 
@@ -136,6 +168,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 // not close the Redis client, which the caller owns.
 func (e *Engine) Close() error {
 	e.hub.close()
+	e.feed.close()
 	e.closeOnce.Do(func() { close(e.stop) })
 	e.stopped.Wait()
 	return nil
@@ -298,10 +331,11 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	if err != nil {
 		return Lease{}, err
 	}
-	v, err := e.write(ctx, e.scripts.acquire, []string{k.lease, k.fence, k.hist, k.waiters, marker},
+	b := e.bucket(key)
+	v, err := e.write(ctx, e.scripts.acquire, []string{k.lease, k.fence, k.hist, k.waiters, marker, b + "expiries", b + "events"},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
 		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode,
-		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), newEpoch, e.epochs.ownLeft().Milliseconds())
+		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), newEpoch, e.epochs.ownLeft().Milliseconds(), e.opts.EventsMax)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -318,6 +352,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 			_, _ = e.Release(context.WithoutCancel(ctx), key, r.str(2), req.Actor)
 			return Lease{}, wrap("acquire", errNoAcks)
 		}
+		e.noted(key)
 		l := leaseFrom(key, r)
 		l.Outcome = Outcome(status)
 		if status == "granted" && r.len() > 10 {
@@ -407,8 +442,8 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.hist, k.waiters, e.epochKey(key)},
-		token, ttlArg, actor, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake)
+	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.waiters, e.epochKey(key), e.bucket(key) + "expiries", k.hist},
+		token, ttlArg, actor, e.opts.RenewalsMax, e.opts.Retention.Milliseconds(), k.wake)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
@@ -431,6 +466,9 @@ type Released struct {
 	Released bool
 	// Count is the re-entry depth left.
 	Count int
+	// HeldFor is how long the lease was held, when Released (by this
+	// host's clock against Redis's: for metrics).
+	HeldFor time.Duration
 }
 
 // Release gives back one level of the lease; at count 0 the lease is deleted
@@ -439,8 +477,9 @@ func (e *Engine) Release(ctx context.Context, key, token, actor string) (Release
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.write(ctx, e.scripts.release, []string{k.lease, k.hist},
-		token, actor, e.opts.HistoryMax, k.wake)
+	b := e.bucket(key)
+	v, err := e.write(ctx, e.scripts.release, []string{k.lease, k.hist, b + "expiries", b + "events"},
+		token, actor, e.opts.HistoryMax, k.wake, e.opts.EventsMax)
 	if err != nil {
 		return Released{}, wrap("release", err)
 	}
@@ -451,14 +490,21 @@ func (e *Engine) Release(ctx context.Context, key, token, actor string) (Release
 	if err := statusErr(r); err != nil {
 		return Released{}, err
 	}
+	e.noted(key)
 	count := int(r.int(1))
-	return Released{Released: count == 0, Count: count}, r.err
+	out := Released{Released: count == 0, Count: count}
+	if out.Released && r.len() > 2 {
+		out.HeldFor = heldSince(r.int(2))
+	}
+	return out, r.err
 }
 
 // Broken describes a lease that ForceRelease broke.
 type Broken struct {
 	Owner string
 	Fence int64
+	// HeldFor is how long the broken lease had been held (for metrics).
+	HeldFor time.Duration
 }
 
 // ForceRelease deletes the lease whoever holds it, records actor and reason
@@ -478,8 +524,9 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist},
-		actor, reason, e.opts.HistoryMax, k.wake, fenceArg)
+	b := e.bucket(key)
+	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, b + "expiries", b + "events"},
+		actor, reason, e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax)
 	if err != nil {
 		return Broken{}, wrap("force-release", err)
 	}
@@ -490,7 +537,12 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 	if err := statusErr(r); err != nil {
 		return Broken{}, err
 	}
-	return Broken{Owner: r.str(1), Fence: r.int(2)}, r.err
+	e.noted(key)
+	out := Broken{Owner: r.str(1), Fence: r.int(2)}
+	if r.len() > 3 {
+		out.HeldFor = heldSince(r.int(3))
+	}
+	return out, r.err
 }
 
 func statusErr(r *reply) error {
@@ -520,6 +572,14 @@ type State struct {
 	Renewals   int64
 	// Waiters counts requests waiting on the key across every process.
 	Waiters int
+	// LeftAtRenewal is how much of the lease was left when it was last
+	// renewed (0 before the first renewal).
+	LeftAtRenewal time.Duration
+	// AtRisk says the holder may be about to lose the lease: its last
+	// renewal came with less than a third of the TTL left, or a third of
+	// the TTL is all that is left (a holder renewing at ttl/3, as lockd's
+	// clients do, renews with two thirds left).
+	AtRisk bool
 }
 
 // State returns the key's live lease, or ErrNotFound.
@@ -556,6 +616,10 @@ func stateFrom(key string, v any) (State, error) {
 		Waiters:    int(r.int(8)),
 		ExpiresAt:  r.time(9).Add(remaining),
 	}
+	if r.len() > 10 {
+		s.LeftAtRenewal = r.ms(10)
+	}
+	s.AtRisk = atRisk(s)
 	return s, r.err
 }
 
@@ -569,19 +633,38 @@ type Event struct {
 	Count  int
 	Actor  string
 	Reason string
+	// Left is, for a renewal, how much of the lease was left when it came.
+	Left time.Duration
 }
 
 // History returns up to limit events of the key, newest first. A lease that
 // lapsed since the last event is recorded as "expired" first.
 func (e *Engine) History(ctx context.Context, key string, limit int) ([]Event, error) {
+	return e.readHistory(ctx, key, limit, false)
+}
+
+// Renewals returns up to limit renewals of the key, newest first, each
+// with how much of the lease was left when it came (Event.Left). They are
+// kept apart from the history (Options.RenewalsMax of them), so that a
+// lease renewed every second never pushes its story out of the history.
+func (e *Engine) Renewals(ctx context.Context, key string, limit int) ([]Event, error) {
+	return e.readHistory(ctx, key, limit, true)
+}
+
+func (e *Engine) readHistory(ctx context.Context, key string, limit int, renewals bool) ([]Event, error) {
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.st.Run(ctx, e.scripts.history, []string{k.lease, k.hist},
-		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds())
+	b, read := e.bucket(key), k.hist
+	if renewals {
+		read = k.renewals
+	}
+	v, err := e.st.Run(ctx, e.scripts.history, []string{k.lease, k.hist, b + "expiries", b + "events", read},
+		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), e.opts.EventsMax)
 	if err != nil {
 		return nil, wrap("history", err)
 	}
+	e.noted(key) // it may have recorded a lapse
 	entries, ok := v.([]any)
 	if !ok {
 		return nil, fmt.Errorf("lock: history reply %T", v)
@@ -605,6 +688,7 @@ func (e *Engine) History(ctx context.Context, key string, limit int) ([]Event, e
 		ev.Fence = atoi(f["fence"])
 		ev.TTL = time.Duration(atoi(f["ttl_ms"])) * time.Millisecond
 		ev.Count = int(atoi(f["count"]))
+		ev.Left = time.Duration(atoi(f["left_ms"])) * time.Millisecond
 		events = append(events, ev)
 	}
 	return events, nil
@@ -618,7 +702,7 @@ func atoi(s string) int64 {
 // keys names the Redis keys of one lock. The {hash tag} puts them in one
 // Cluster slot so a script may touch them all.
 type keys struct {
-	lease, fence, hist, waiters, wake string
+	lease, fence, hist, renewals, waiters, wake string
 }
 
 const keyPrefix = "lockd:"
@@ -626,11 +710,12 @@ const keyPrefix = "lockd:"
 func keysOf(key string) keys {
 	base := keyPrefix + "{" + key + "}:"
 	return keys{
-		lease:   base + "lease",
-		fence:   base + "fence",
-		hist:    base + "hist",
-		waiters: base + "waiters",
-		wake:    base + "wake",
+		lease:    base + "lease",
+		fence:    base + "fence",
+		hist:     base + "hist",
+		renewals: base + "renewals",
+		waiters:  base + "waiters",
+		wake:     base + "wake",
 	}
 }
 

@@ -19,7 +19,10 @@ import (
 // Redis's own command counter does not move but for the INFO that reads it.
 func TestIdleWaitersCostRedisNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	e := newEngine(t, srv.Client(t))
+	// Without the expiry sweeper, whose cost is per master, not per waiter
+	// (TestSweeperIdleCost).
+	e := lock.New(srv.Client(t), lock.Options{NoSweep: true})
+	t.Cleanup(func() { _ = e.Close() })
 	admin := srv.Client(t)
 	const keys, waiters = 100, 10_000
 	for k := range keys {

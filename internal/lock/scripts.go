@@ -16,6 +16,11 @@ var scriptFS embed.FS
 // NOSCRIPT (redis.Script.Run).
 type scripts struct {
 	acquire, renew, release, forceRelease, state, history, waiters *redis.Script
+	// sweep records due lapses (expiry.go). On a Cluster it reads the
+	// slots of one node in one call, so it carries the flag that lets a
+	// script touch keys of several slots (Redis 7; only on a Cluster: the
+	// embedded store does not know script flags).
+	sweep *redis.Script
 }
 
 // loadScripts reads the scripts. sharded makes them publish wake-ups with
@@ -38,6 +43,7 @@ func loadScripts(sharded bool) scripts {
 		state:        s("state"),
 		history:      s("history"),
 		waiters:      s("waiters"),
+		sweep:        sweepScript(lib, sharded),
 	}
 }
 
@@ -47,4 +53,12 @@ func mustRead(name string) string {
 		panic(fmt.Sprintf("lock: embedded script %s: %v", name, err))
 	}
 	return string(b)
+}
+
+func sweepScript(lib string, sharded bool) *redis.Script {
+	src := lib + "\n" + mustRead("sweep")
+	if sharded {
+		src = "#!lua flags=allow-cross-slot-keys\n" + strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")
+	}
+	return redis.NewScript(src)
 }

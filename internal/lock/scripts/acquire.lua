@@ -2,6 +2,7 @@
 --
 -- KEYS[1] lease hash   KEYS[2] fence counter   KEYS[3] history stream
 -- KEYS[4] waiters hash KEYS[5] epoch marker (see below)
+-- KEYS[6] the bucket's expiry schedule  KEYS[7] the bucket's event stream
 -- ARGV[1] new token         ARGV[2] owner          ARGV[3] ttl_ms
 -- ARGV[4] re-entry token or ""                     ARGV[5] idempotency tag or ""
 -- ARGV[6] actor             ARGV[7] history cap    ARGV[8] retention_ms
@@ -12,6 +13,7 @@
 --          still be live (the longest TTL granted through any lockd)
 -- ARGV[13] a new epoch id, used if the marker must be made
 -- ARGV[14] own_ms: how long the leases this lockd granted or renewed last
+-- ARGV[15] the event stream's cap
 --
 -- The epoch marker (a hash: id, until, maxttl; no TTL) says that Redis
 -- still has the data it had: it disappears only with everything else (a
@@ -39,6 +41,8 @@ local lease, fencekey, hist, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
 local cap, retention, channel, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
+local sched = KEYS[6]
+ev = {stream = KEYS[7], cap = ARGV[15], key = lock_of(lease)}
 
 local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl')
 if cur[2] then
@@ -54,6 +58,7 @@ if cur[2] then
     local count = redis.call('HINCRBY', lease, 'count', 1)
     redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms)
     redis.call('PEXPIRE', lease, ttl)
+    schedule(sched, ev.key, now_ms + ttl)
     record(hist, cap, retention + ttl, 'reentered', now_ms, cur[1], cur[3], ttl, count, actor, '', now_ms + ttl)
     if ttl > (tonumber(redis.call('HGET', KEYS[5], 'maxttl')) or 0) then
       redis.call('HSET', KEYS[5], 'maxttl', ttl)
@@ -107,7 +112,7 @@ if ttl > maxttl then
   redis.call('HSET', epoch, 'maxttl', ttl)
 end
 
-record_lapse(hist, cap, retention)
+record_lapse(hist, cap, retention, sched, ev.key)
 
 -- Fences never go backwards: the counter lapses with the history retention,
 -- so every fence is also floored at the Redis clock in microseconds.
@@ -117,5 +122,6 @@ redis.call('SET', fencekey, fence, 'PX', retention)
 redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', 1,
   'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem, 'ittl', ttl)
 redis.call('PEXPIRE', lease, ttl)
+schedule(sched, ev.key, now_ms + ttl)
 record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
 return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms, ep[1], maxttl}

@@ -1,13 +1,17 @@
 -- history: the newest events of a key, recording a lapsed lease first.
 --
 -- KEYS[1] lease hash   KEYS[2] history stream
+-- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
+-- KEYS[5] the stream to read: the history, or the renewals stream
 -- ARGV[1] limit        ARGV[2] history cap   ARGV[3] retention_ms
+-- ARGV[4] the event stream's cap
 --
--- Reply: the XREVRANGE entries, newest first.
-local lease, hist = KEYS[1], KEYS[2]
+-- Reply: the XREVRANGE entries of KEYS[5], newest first.
+local lease, hist, sched = KEYS[1], KEYS[2], KEYS[3]
 local limit, cap, retention = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+ev = {stream = KEYS[4], cap = ARGV[4], key = lock_of(lease)}
 
 if redis.call('EXISTS', lease) == 0 then
-  record_lapse(hist, cap, retention)
+  record_lapse(hist, cap, retention, sched, ev.key)
 end
-return redis.call('XREVRANGE', hist, '+', '-', 'COUNT', limit)
+return redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', limit)

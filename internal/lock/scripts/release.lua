@@ -1,15 +1,17 @@
 -- release: give back one re-entry level; at zero delete the lease
--- (compare-and-delete) and wake waiters.
+-- (compare-and-delete), take it off the expiry schedule and wake waiters.
 --
 -- KEYS[1] lease hash   KEYS[2] history stream
+-- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- ARGV[1] token        ARGV[2] actor   ARGV[3] history cap
--- ARGV[4] wake channel
+-- ARGV[4] wake channel ARGV[5] the event stream's cap
 --
--- Reply: {"ok", count_left} | {"not_found"} | {"lost"}
-local lease, hist = KEYS[1], KEYS[2]
+-- Reply: {"ok", count_left, acquired_at_ms} | {"not_found"} | {"lost"}
+local lease, hist, sched = KEYS[1], KEYS[2], KEYS[3]
 local token, actor, cap, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+ev = {stream = KEYS[4], cap = ARGV[5], key = lock_of(lease)}
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'ttl_ms', 'count')
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'ttl_ms', 'count', 'acquired_at')
 if not cur[2] then
   return {'not_found'}
 end
@@ -26,9 +28,10 @@ if count > 0 then
 else
   count = 0
   redis.call('DEL', lease)
+  redis.call('ZREM', sched, ev.key)
   redis.call('PUBLISH', channel, 'released')
 end
 -- The history's TTL was set past this lease's end when it was granted or
 -- renewed: no PEXPIRE here.
 record(hist, cap, nil, 'released', now_ms, cur[1], cur[3], cur[4], count, actor, '', exp)
-return {'ok', count}
+return {'ok', count, cur[6]}

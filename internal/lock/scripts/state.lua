@@ -3,9 +3,11 @@
 -- KEYS[1] lease hash   KEYS[2] waiters hash
 --
 -- Reply: {owner, fence, count, ttl_ms, acquired_at_ms, renewed_at_ms,
---         renewals, pttl_ms, waiters, now_ms} | {}
+--         renewals, pttl_ms, waiters, now_ms, left_ms} | {}
+-- left_ms: how much of the lease was left at its last renewal ("" before
+-- the first).
 local lease, waiters = KEYS[1], KEYS[2]
-local cur = redis.call('HMGET', lease, 'owner', 'fence', 'count', 'ttl_ms', 'acquired_at', 'renewed_at', 'renewals')
+local cur = redis.call('HMGET', lease, 'owner', 'fence', 'count', 'ttl_ms', 'acquired_at', 'renewed_at', 'renewals', 'left_ms')
 if not cur[1] then
   return {}
 end
@@ -23,4 +25,4 @@ for i = 2, #w, 2 do
   end
 end
 return {cur[1], cur[2], tonumber(cur[3]), tonumber(cur[4]), cur[5], cur[6],
-  tonumber(cur[7]), pttl, n, int(now_ms)}
+  tonumber(cur[7]), pttl, n, int(now_ms), cur[8]}

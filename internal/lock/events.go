@@ -1,0 +1,334 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The event stream. Every lifecycle event (acquired, reentered, released,
+// expired, force_released; never a renewal, never a token) is also
+// appended to one shared, capped Redis stream by the script that records
+// it, in the same call: `lockd:events` (MAXLEN ~ Options.EventsMax). Its
+// entry IDs are the IDs of GET /v1/events (Last-Event-ID), and webhooks read
+// it through a consumer group (internal/webhook).
+//
+// On a Cluster a script may only write keys of its own slot, so it appends
+// to its slot's outbox (`lockd:{<slot tag>}:events`) instead, and the
+// sweeper that holds a master's sweeper lease (expiry.go) moves the
+// outboxes' events of that master into the shared stream
+// (`lockd:{events}:all`) every sweep: XADD there, then XDEL from the outbox.
+// A sweeper that dies between the two leaves the events in the outbox and
+// the next one moves them again: delivery is at least once, an event may
+// appear twice (with the same key, type, fence and at). Events of one key
+// stay in order; events of different slots reach the stream in the order
+// the sweeps find them, within a sweep (250 ms) of each other.
+
+// Change is one lifecycle event of the event stream.
+type Change struct {
+	// ID is the event's stream entry ID ("<ms>-<seq>"), increasing.
+	ID     string
+	Type   string
+	Key    string
+	At     time.Time
+	Owner  string
+	Fence  int64
+	TTL    time.Duration
+	Count  int
+	Actor  string
+	Reason string
+}
+
+// ErrBadEventID is a Last-Event-ID that is not a stream ID.
+var ErrBadEventID = errors.New("lock: not an event ID (<ms>-<seq>)")
+
+// ErrTooSlow ends a subscription whose reader fell too far behind; it may
+// subscribe again after the last event it read.
+var ErrTooSlow = errors.New("lock: event reader too slow")
+
+// EventStream is the Redis key of the shared event stream.
+func (e *Engine) EventStream() string {
+	if e.st.Sharded() {
+		return keyPrefix + "{events}:all"
+	}
+	return keyPrefix + "events"
+}
+
+// EventClient is the Redis client that reaches the event stream (for the
+// webhook outbox's consumer group).
+func (e *Engine) EventClient() redis.Cmdable { return e.st.Cmd() }
+
+// relay moves the outbox events one Cluster sweep returned ({bucket,
+// {id, fields}}, flat) into the shared stream.
+func (e *Engine) relay(ctx context.Context, v any) error {
+	l, _ := v.([]any)
+	if len(l) == 0 {
+		return nil
+	}
+	stream := e.EventStream()
+	done := map[string][]string{}
+	_, err := e.st.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := 0; i+1 < len(l); i += 2 {
+			bucket, _ := l[i].(string)
+			entry, _ := l[i+1].([]any)
+			if len(entry) != 2 {
+				continue
+			}
+			id, _ := entry[0].(string)
+			fields, _ := entry[1].([]any)
+			p.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: int64(e.opts.EventsMax), Approx: true, Values: fields})
+			done[bucket] = append(done[bucket], id)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = e.st.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for bucket, ids := range done {
+			p.XDel(ctx, bucket+"events", ids...)
+		}
+		return nil
+	})
+	return err
+}
+
+// ReadEvents returns up to count events after the event with ID after
+// ("" or "0": from the oldest kept), oldest first.
+func (e *Engine) ReadEvents(ctx context.Context, after string, count int) ([]Change, error) {
+	start := "-"
+	if after != "" && after != "0" {
+		if _, _, ok := parseStreamID(after); !ok {
+			return nil, ErrBadEventID
+		}
+		start = "(" + after
+	}
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
+	msgs, err := e.st.Cmd().XRangeN(ctx, e.EventStream(), start, "+", int64(count)).Result()
+	if err != nil {
+		return nil, wrap("events", err)
+	}
+	out := make([]Change, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, changeOf(m))
+	}
+	return out, nil
+}
+
+// lastEventID is the ID of the newest event, or "0-0".
+func (e *Engine) lastEventID(ctx context.Context) (string, error) {
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
+	msgs, err := e.st.Cmd().XRevRangeN(ctx, e.EventStream(), "+", "-", 1).Result()
+	if err != nil {
+		return "", wrap("events", err)
+	}
+	if len(msgs) == 0 {
+		return "0-0", nil
+	}
+	return msgs[0].ID, nil
+}
+
+func changeOf(m redis.XMessage) Change {
+	f := func(k string) string { s, _ := m.Values[k].(string); return s }
+	return Change{
+		ID: m.ID, Type: f("type"), Key: f("key"), Owner: f("owner"), Actor: f("actor"), Reason: f("reason"),
+		At:    time.UnixMilli(atoi(f("at"))).UTC(),
+		Fence: atoi(f("fence")), TTL: time.Duration(atoi(f("ttl_ms"))) * time.Millisecond, Count: int(atoi(f("count"))),
+	}
+}
+
+// idAfter reports whether stream ID a comes after b.
+func idAfter(a, b string) bool {
+	am, as, _ := parseStreamID(a)
+	bm, bs, _ := parseStreamID(b)
+	return am > bm || am == bm && as > bs
+}
+
+// feed tails the event stream for this process's subscribers: one
+// blocking XREAD at a time however many read, and none while nobody does.
+type feed struct {
+	e *Engine
+
+	mu      sync.Mutex
+	subs    map[*Subscription]struct{}
+	running bool
+	last    string // the newest ID the tail has read
+	closed  bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// subBuffer is how many events a subscriber may lag behind the tail before
+// it is dropped (ErrTooSlow).
+const subBuffer = 1024
+
+func newFeed(e *Engine) *feed {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &feed{e: e, subs: map[*Subscription]struct{}{}, ctx: ctx, cancel: cancel}
+}
+
+func (f *feed) close() {
+	f.mu.Lock()
+	f.closed = true
+	for s := range f.subs {
+		close(s.c)
+		delete(f.subs, s)
+	}
+	f.mu.Unlock()
+	f.cancel()
+	f.wg.Wait()
+}
+
+// Subscription reads the event stream from a point on; see Subscribe.
+type Subscription struct {
+	f       *feed
+	c       chan Change
+	last    string   // the last ID handed out; "" before the first live one
+	backlog []Change // read from the stream, not yet handed out
+	catchUp bool     // the stream may hold events after last not yet read
+	dropped bool
+}
+
+// Subscribe follows the event stream: the events after the one with ID
+// after (a Last-Event-ID, as long as the stream still holds it), or with
+// after "" those from now on. Close it when done.
+func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, error) {
+	if after != "" {
+		if _, _, ok := parseStreamID(after); !ok {
+			return nil, ErrBadEventID
+		}
+	}
+	f := e.feed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, ErrClosed
+	}
+	if !f.running {
+		last, err := e.lastEventID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		f.last, f.running = last, true
+		f.wg.Add(1)
+		go f.tail()
+	}
+	s := &Subscription{f: f, c: make(chan Change, subBuffer), last: after, catchUp: after != ""}
+	if after == "" {
+		// From now on: what the tail read so far is the past.
+		s.last = f.last
+	}
+	f.subs[s] = struct{}{}
+	return s, nil
+}
+
+// Next returns the next event, waiting for one until ctx ends.
+func (s *Subscription) Next(ctx context.Context) (Change, error) {
+	for {
+		if len(s.backlog) > 0 {
+			c := s.backlog[0]
+			s.backlog = s.backlog[1:]
+			s.last = c.ID
+			return c, nil
+		}
+		if s.catchUp {
+			const page = 500
+			got, err := s.f.e.ReadEvents(ctx, s.last, page)
+			if err != nil {
+				return Change{}, err
+			}
+			s.backlog, s.catchUp = got, len(got) == page
+			continue
+		}
+		select {
+		case c, ok := <-s.c:
+			if !ok {
+				if s.dropped {
+					return Change{}, ErrTooSlow
+				}
+				return Change{}, ErrClosed
+			}
+			if s.last != "" && !idAfter(c.ID, s.last) {
+				continue // already read from the stream while catching up
+			}
+			s.last = c.ID
+			return c, nil
+		case <-ctx.Done():
+			return Change{}, ctx.Err()
+		}
+	}
+}
+
+// Close ends the subscription.
+func (s *Subscription) Close() {
+	f := s.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.subs[s]; ok {
+		delete(f.subs, s)
+		close(s.c)
+	}
+}
+
+// tail reads the stream with blocking XREADs and hands every event to every
+// subscriber, until none is left.
+func (f *feed) tail() {
+	defer f.wg.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		f.mu.Lock()
+		if len(f.subs) == 0 || f.closed {
+			f.running = false
+			f.mu.Unlock()
+			return
+		}
+		last := f.last
+		f.mu.Unlock()
+		res, err := f.e.st.Cmd().XRead(f.ctx, &redis.XReadArgs{
+			Streams: []string{f.e.EventStream(), last}, Count: 500, Block: 2 * time.Second,
+		}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if f.ctx.Err() != nil {
+				f.mu.Lock()
+				f.running = false
+				f.mu.Unlock()
+				return
+			}
+			select {
+			case <-time.After(backoff):
+			case <-f.ctx.Done():
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		f.mu.Lock()
+		for _, st := range res {
+			for _, m := range st.Messages {
+				c := changeOf(m)
+				f.last = m.ID
+				for s := range f.subs {
+					select {
+					case s.c <- c:
+					default:
+						// Never block the tail on one slow reader.
+						s.dropped = true
+						close(s.c)
+						delete(f.subs, s)
+					}
+				}
+			}
+		}
+		f.mu.Unlock()
+	}
+}
