@@ -58,6 +58,7 @@ type serveConfig struct {
 	replicaAcks      int
 	replicaAckWait   time.Duration
 	quarantine       bool
+	redlock          string
 }
 
 // parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
@@ -89,6 +90,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.dur("shutdown-timeout", 10*time.Second), "how long to drain requests on SIGTERM")
 	fs.IntVar(&c.replicaAcks, "replica-acks", env.int("replica-acks", 0), "answer a grant, renewal or release only after this many replicas of the key's master acknowledged it (Redis WAIT); a grant that misses them is undone and answered 503")
 	fs.DurationVar(&c.replicaAckWait, "replica-ack-timeout", env.dur("replica-ack-timeout", 50*time.Millisecond), "how long a write waits for --replica-acks")
+	fs.StringVar(&c.redlock, "redlock", env.str("redlock", ""), "comma-separated redis:// or rediss:// URLs of an odd number (3 or more) of independent Redis masters: grant by majority (Redlock) instead of --redis")
 	fs.BoolVar(&c.quarantine, "restart-quarantine", env.bool("restart-quarantine", true), "after Redis lost its data (restart without persistence, failover to an empty replica, flush), grant nothing until every lease it may have forgotten has expired")
 	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
 		"given, every request's Host is checked (with auth off on loopback it always is)")
@@ -171,6 +173,10 @@ func (c serveConfig) validate() error {
 		return usageError("--replica-acks must not be negative (0: do not wait for replicas)")
 	case c.replicaAcks > 0 && (c.replicaAckWait < time.Millisecond || c.replicaAckWait > 10*time.Second):
 		return usageError("--replica-ack-timeout must be between 1ms and 10s")
+	case c.redlock != "" && c.redisURL != "":
+		return usageError("--redis and --redlock exclude each other: give one")
+	case c.redlock != "" && c.replicaAcks > 0:
+		return usageError("--replica-acks does not apply to --redlock's independent masters")
 	case c.replicaAcks > 0 && c.redisURL == "":
 		return usageError("--replica-acks needs --redis: the embedded store has no replicas")
 	case c.logFormat != "json" && c.logFormat != "console":
@@ -222,12 +228,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer closeStore()
 
-	engine := lock.New(topo.client, lock.Options{
+	opts := lock.Options{
 		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
 		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey,
 		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
 		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL,
-	})
+	}
+	var engine lockEngine
+	if len(topo.masters) > 0 {
+		if engine, err = lock.NewRedlock(topo.masters, opts); err != nil {
+			return usageError("--redlock: %v", err)
+		}
+	} else {
+		engine = lock.New(topo.client, opts)
+	}
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth,
@@ -321,7 +335,7 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 	url := cfg.redisURL
 	stop := func() {}
 	var t topology
-	if url == "" {
+	if url == "" && cfg.redlock == "" {
 		store, err := embedded.Start()
 		if err != nil {
 			return topology{}, nil, err
@@ -334,6 +348,21 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 		t = topology{kind: "embedded", client: redis.NewClient(opts), addrs: []string{"in-process"}}
 		log.Warn().Msg("no --redis given: using the EMBEDDED in-process store. Locks are NOT shared with other " +
 			"lockd processes and are LOST when lockd stops. For real use: lockd serve --redis redis://host:6379/0")
+	} else if cfg.redlock != "" {
+		var err error
+		if t, err = openRedlock(cfg.redlock, cfg.redisUser, cfg.redisPassword); err != nil {
+			return topology{}, nil, usageError("--redlock: %v", err)
+		}
+		hook := newRedisHook(reg)
+		for _, m := range t.masters {
+			m.AddHook(hook)
+		}
+		log.Info().Str("topology", t.kind).Strs("redis", t.addrs).Bool("tls", t.tls).Msg("redis")
+		return t, func() {
+			for _, m := range t.masters {
+				_ = m.Close()
+			}
+		}, nil
 	} else {
 		var err error
 		if t, err = openTopology(url, cfg.redisUser, cfg.redisPassword); err != nil {
@@ -447,7 +476,15 @@ func (e *envDefaults) bool(flag string, def bool) bool {
 // accept each other's, else with a random secret that ends sessions at
 // restart. The secret is read from the environment only (never a flag,
 // which ps would show) and never logged.
-func dashboard(cfg serveConfig, getenv func(string) string, engine *lock.Engine, log zerolog.Logger) (server.Dashboard, error) {
+// lockEngine is what lockd serves: one Redis topology (lock.Engine) or a
+// quorum of independent masters (lock.Redlock).
+type lockEngine interface {
+	server.Engine
+	web.Engine
+	Close() error
+}
+
+func dashboard(cfg serveConfig, getenv func(string) string, engine web.Engine, log zerolog.Logger) (server.Dashboard, error) {
 	d := web.NewDashboard(engine, log)
 	if !cfg.keys.Enabled() {
 		return d, nil

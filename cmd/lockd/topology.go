@@ -19,8 +19,40 @@ type topology struct {
 	kind     string // "redis", "sentinel" or "cluster"
 	client   redis.UniversalClient
 	sentinel *lock.Sentinel
+	masters  []*redis.Client // --redlock's independent masters
 	addrs    []string
 	tls      bool
+}
+
+// openRedlock opens a client for each of --redlock's URLs: one server each,
+// redis:// or rediss://, an odd number of at least three.
+func openRedlock(list, user, password string) (topology, error) {
+	t := topology{kind: "redlock"}
+	closeAll := func() {
+		for _, m := range t.masters {
+			_ = m.Close()
+		}
+	}
+	urls := strings.Split(list, ",")
+	if len(urls) < 3 || len(urls)%2 == 0 {
+		return t, fmt.Errorf("need an odd number of masters, at least 3, not %d", len(urls))
+	}
+	for _, raw := range urls {
+		raw = strings.TrimSpace(raw)
+		if !strings.HasPrefix(raw, "redis://") && !strings.HasPrefix(raw, "rediss://") {
+			closeAll()
+			return topology{}, fmt.Errorf("each master is a redis:// or rediss:// URL of one server")
+		}
+		one, err := openTopology(raw, user, password)
+		if err != nil {
+			closeAll()
+			return topology{}, fmt.Errorf("%s", redactURL(err, raw))
+		}
+		t.masters = append(t.masters, one.client.(*redis.Client))
+		t.addrs = append(t.addrs, one.addrs...)
+		t.tls = t.tls || one.tls
+	}
+	return t, nil
 }
 
 // multiURL is a redis-sentinel:// or redis-cluster:// URL:

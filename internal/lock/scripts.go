@@ -16,6 +16,8 @@ var scriptFS embed.FS
 // NOSCRIPT (redis.Script.Run).
 type scripts struct {
 	acquire, renew, release, forceRelease, state, history, waiters *redis.Script
+	// fence writes a Redlock majority's fence back (redlock.go).
+	fence *redis.Script
 	// sweep records due lapses (expiry.go). On a Cluster it reads the
 	// slots of one node in one call, so it carries the flag that lets a
 	// script touch keys of several slots (Redis 7; only on a Cluster: the
@@ -43,6 +45,7 @@ func loadScripts(sharded bool) scripts {
 		state:        s("state"),
 		history:      s("history"),
 		waiters:      s("waiters"),
+		fence:        s("fence"),
 		sweep:        sweepScript(lib, sharded),
 	}
 }

@@ -1,0 +1,752 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redlock grants leases on N independent Redis masters (no replication
+// between them): a grant needs a majority of them within the TTL, and is
+// undone on every master otherwise (the Redis distributed-lock page's
+// algorithm). Each master runs the same scripts as a single Redis, through
+// an Engine of its own; Redlock decides by quorum.
+//
+// Fences stay strictly increasing per key, also with one master down,
+// paused or restarted empty: after a majority granted, the largest fence
+// they returned, F, is written back to every master's fence counter, and F
+// is handed out only once a majority confirmed it. Any later grant needs a
+// majority too, which shares at least one master with that write-back, so
+// its largest fence is at least F+1. A master that restarted empty lost its
+// counter, but it refuses grants until every lease it may have held has
+// expired (the restart quarantine), and afterwards any majority it joins
+// holds a master that has the counter. (Every fence is also floored at the
+// masters' clocks in microseconds.) docs/safety.md has the argument.
+type Redlock struct {
+	nodes  []*Engine
+	quorum int
+	opts   Options
+	hub    *hub
+}
+
+// NewRedlock returns a quorum engine over clients, an odd number (at least
+// three) of independent masters, and starts its waiter hub.
+func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
+	if len(clients) < 3 || len(clients)%2 == 0 {
+		return nil, fmt.Errorf("lock: redlock needs an odd number of masters, at least 3, not %d", len(clients))
+	}
+	r := &Redlock{quorum: len(clients)/2 + 1}
+	subs := make([]subscription, len(clients))
+	for i, c := range clients {
+		r.nodes = append(r.nodes, New(c, opts))
+		subs[i] = newNodeSubscription(c, nil)
+	}
+	r.opts = r.nodes[0].opts // with the defaults
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	r.hub = newHub(hubConfig{
+		id:        hex.EncodeToString(id[:]),
+		sub:       newFanIn(subs),
+		wakeOf:    func(key string) string { return keysOf(key).wake },
+		write:     r.writeWaiters,
+		bound:     r.opts.CallTimeout,
+		maxTotal:  r.opts.MaxWaiters,
+		maxPerKey: r.opts.MaxWaitersPerKey,
+	})
+	return r, nil
+}
+
+// Close wakes every waiting caller with ErrClosed and stops the engines.
+func (r *Redlock) Close() error {
+	r.hub.close()
+	for _, n := range r.nodes {
+		_ = n.Close()
+	}
+	return nil
+}
+
+// Waiters is the number of callers now waiting in this process.
+func (r *Redlock) Waiters() int { return r.hub.waiting() }
+
+// perNode bounds one master's part of an operation: about 1 % of the TTL
+// (the Redis page's advice: small against the TTL), at least 10 ms, at most
+// the call timeout. A master that does not answer in time counts as a no.
+func (r *Redlock) perNode(ttl time.Duration) time.Duration {
+	return min(max(ttl/100, 10*time.Millisecond), r.opts.CallTimeout)
+}
+
+// each runs op on every master at once, each within d, and returns their
+// results in the masters' order. It returns as soon as every master
+// answered or a majority answered without error; the others' results are
+// then left zero with ErrUnavailable (their operation still runs to its
+// end: a paused master must not slow every call down).
+func each[T any](ctx context.Context, r *Redlock, d time.Duration, op func(context.Context, *Engine) (T, error)) ([]T, []error) {
+	return eachUntil(ctx, r, d, op, func(_ T, err error) bool { return err == nil })
+}
+
+// eachUntil is each with its own notion of a good answer: it returns once a
+// majority of answers are good.
+func eachUntil[T any](ctx context.Context, r *Redlock, d time.Duration, op func(context.Context, *Engine) (T, error), good func(T, error) bool) ([]T, []error) {
+	type result struct {
+		i   int
+		val T
+		err error
+	}
+	results := make(chan result, len(r.nodes))
+	for i, n := range r.nodes {
+		go func() {
+			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+			defer cancel()
+			v, err := op(nctx, n)
+			results <- result{i, v, err}
+		}()
+	}
+	vals := make([]T, len(r.nodes))
+	errs := make([]error, len(r.nodes))
+	for i := range errs {
+		errs[i] = errNoAnswer
+	}
+	goodN := 0
+	for range r.nodes {
+		res := <-results
+		vals[res.i], errs[res.i] = res.val, res.err
+		if good(res.val, res.err) {
+			goodN++
+		}
+		if goodN >= r.quorum {
+			break
+		}
+	}
+	return vals, errs
+}
+
+// errNoAnswer stands for a master whose answer was not waited for.
+var errNoAnswer = fmt.Errorf("%w: no answer yet", ErrUnavailable)
+
+// Acquire takes the key on a majority, re-enters it or waits for it, as
+// Engine.Acquire does on one Redis.
+func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
+	token, err := newToken()
+	if err != nil {
+		return Lease{}, err
+	}
+	if req.Wait <= 0 || req.Token != "" {
+		return r.try(ctx, key, req, token, grantFree)
+	}
+	seen := r.hub.watch(key)
+	mode := grantFree
+	if seen.queued {
+		if req.IdempotencyKey == "" {
+			return r.wait(ctx, key, req, token, seen, nil)
+		}
+		mode = peek
+	}
+	lease, err := r.try(ctx, key, req, token, mode)
+	if err == nil || !waitable(err) {
+		return lease, err
+	}
+	if errors.Is(err, errFree) {
+		err = nil
+	}
+	return r.wait(ctx, key, req, token, seen, err)
+}
+
+func (r *Redlock) wait(ctx context.Context, key string, req AcquireRequest, token string, seen watch, first error) (Lease, error) {
+	try := func(ctx context.Context) (Lease, error) { return r.try(ctx, key, req, token, grantFree) }
+	undo := func(l Lease) {
+		rctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+		defer cancel()
+		_, _ = r.Release(rctx, key, l.Token, req.Actor)
+	}
+	return r.hub.wait(ctx, key, time.Now().Add(req.Wait), try, undo, seen, first)
+}
+
+// try is one quorum attempt; see the type's comment.
+func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token, mode string) (Lease, error) {
+	start := time.Now()
+	// Every master's answer is awaited (each within the per-node bound), so
+	// that a failed attempt is undone exactly where it was granted and the
+	// fence is written back to every master that granted.
+	leases, errs := eachUntil(ctx, r, r.perNode(req.TTL), func(ctx context.Context, n *Engine) (Lease, error) {
+		return n.try(ctx, key, req, token, mode)
+	}, func(Lease, error) bool { return false })
+	var granted, reentered, replayed []Lease
+	var grantedOn, reenteredOn []int // which masters
+	var held []*HeldError
+	var lost, mismatch, free int
+	var recovering *RecoveringError
+	var failed error
+	for i, err := range errs {
+		var he *HeldError
+		var re *RecoveringError
+		switch {
+		case err == nil && leases[i].Outcome == Granted:
+			granted = append(granted, leases[i])
+			grantedOn = append(grantedOn, i)
+		case err == nil && leases[i].Outcome == Reentered:
+			reentered = append(reentered, leases[i])
+			reenteredOn = append(reenteredOn, i)
+		case err == nil && leases[i].Outcome == Replayed:
+			replayed = append(replayed, leases[i])
+		case errors.As(err, &he):
+			held = append(held, he)
+		case errors.Is(err, ErrLeaseLost):
+			lost++
+		case errors.Is(err, ErrIdempotencyMismatch):
+			mismatch++
+		case errors.Is(err, errFree):
+			free++
+		case errors.As(err, &re):
+			if recovering == nil || re.Remaining < recovering.Remaining {
+				recovering = re
+			}
+		default:
+			failed = err
+		}
+	}
+	switch {
+	case len(replayed) >= r.quorum:
+		// The replay stands; this attempt's own fresh grants go.
+		r.undo(key, token, req.Actor, grantedOn)
+		return newest(replayed), nil
+	case len(reentered) >= r.quorum:
+		return newest(reentered), nil
+	case len(granted) >= r.quorum:
+		l, err := r.confirm(ctx, key, req, token, start, granted)
+		if err != nil {
+			r.undo(key, token, req.Actor, grantedOn)
+			return Lease{}, err
+		}
+		return l, nil
+	}
+	// No majority: give back what some masters granted or re-entered.
+	r.undo(key, token, req.Actor, grantedOn)
+	r.undo(key, req.Token, req.Actor, reenteredOn)
+	switch {
+	case mismatch >= r.quorum:
+		return Lease{}, ErrIdempotencyMismatch
+	case lost >= r.quorum:
+		return Lease{}, ErrLeaseLost
+	case mode == peek && free+len(granted) >= r.quorum:
+		return Lease{}, errFree
+	case len(held) > 0 && len(held)+len(granted)+free+len(reentered) >= r.quorum:
+		return Lease{}, heldByQuorum(key, held, len(r.nodes)-len(held), r.quorum)
+	case recovering != nil:
+		return Lease{}, recovering
+	case failed != nil:
+		return Lease{}, wrap("acquire", fmt.Errorf("%w: no majority of the redlock masters answered: %w", ErrUnavailable, failed))
+	case len(held) > 0:
+		return Lease{}, heldByQuorum(key, held, len(r.nodes)-len(held), r.quorum)
+	default:
+		return Lease{}, fmt.Errorf("%w: no majority of the redlock masters granted %s", ErrUnavailable, key)
+	}
+}
+
+// heldByQuorum is the 409 for a key held on enough masters: it becomes free
+// when enough of them have let go, so the time left is that of the
+// (quorum − free)-th holder to expire.
+func heldByQuorum(key string, held []*HeldError, free, quorum int) *HeldError {
+	slices.SortFunc(held, func(a, b *HeldError) int { return int(a.Remaining - b.Remaining) })
+	i := min(max(quorum-free, 1), len(held)) - 1
+	owners := map[string]int{}
+	owner := held[i].Owner
+	for _, h := range held {
+		if owners[h.Owner]++; owners[h.Owner] > owners[owner] {
+			owner = h.Owner
+		}
+	}
+	return &HeldError{Key: key, Owner: owner, Remaining: held[i].Remaining}
+}
+
+// newest is the lease most masters agree on: the fence that most of them
+// report (after a grant's write-back, the majority's), the highest on a
+// tie.
+func newest(ls []Lease) Lease {
+	votes := map[int64]int{}
+	for _, l := range ls {
+		votes[l.Fence]++
+	}
+	best := ls[0]
+	for _, l := range ls[1:] {
+		if v, b := votes[l.Fence], votes[best.Fence]; v > b || (v == b && l.Fence > best.Fence) {
+			best = l
+		}
+	}
+	return best
+}
+
+// confirm checks that the grant is still valid and writes its fence back to
+// a majority before it is handed out.
+func (r *Redlock) confirm(ctx context.Context, key string, req AcquireRequest, token string, start time.Time, granted []Lease) (Lease, error) {
+	drift := req.TTL/100 + 2*time.Millisecond
+	validity := req.TTL - time.Since(start) - drift
+	if validity <= 0 {
+		return Lease{}, fmt.Errorf("%w: the majority of grants took longer than the TTL", ErrUnavailable)
+	}
+	l := granted[0]
+	for _, g := range granted[1:] {
+		if g.Fence > l.Fence {
+			l = g
+		}
+	}
+	k := keysOf(key)
+	_, errs := each(ctx, r, r.perNode(req.TTL), func(ctx context.Context, n *Engine) (any, error) {
+		ctx, cancel := n.bound(ctx)
+		defer cancel()
+		return n.st.Run(ctx, n.scripts.fence, []string{k.fence, k.lease},
+			strconv.FormatInt(l.Fence, 10), token, r.opts.Retention.Milliseconds())
+	})
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	if ok < r.quorum {
+		return Lease{}, fmt.Errorf("%w: the fence reached only %d of %d redlock masters", ErrUnavailable, ok, len(r.nodes))
+	}
+	l.ExpiresAt = start.Add(req.TTL - drift)
+	return l, nil
+}
+
+// undo gives back, on the masters numbered in on, the level that token
+// got there.
+func (r *Redlock) undo(key, token, actor string, on []int) {
+	if len(on) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, i := range on {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = r.nodes[i].Release(ctx, key, token, actor)
+		}()
+	}
+	wg.Wait()
+}
+
+// Renew extends the lease on every master; a majority must confirm.
+func (r *Redlock) Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error) {
+	leases, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Lease, error) {
+		return n.Renew(ctx, key, token, ttl, actor)
+	})
+	var ok []Lease
+	for i, err := range errs {
+		if err == nil {
+			ok = append(ok, leases[i])
+		}
+	}
+	if len(ok) >= r.quorum {
+		return newest(ok), nil
+	}
+	return Lease{}, r.lostOr(errs, "renew")
+}
+
+// Release gives back one level of the lease on every master; a majority
+// must confirm.
+func (r *Redlock) Release(ctx context.Context, key, token, actor string) (Released, error) {
+	rels, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Released, error) {
+		return n.Release(ctx, key, token, actor)
+	})
+	var ok []Released
+	for i, err := range errs {
+		if err == nil {
+			ok = append(ok, rels[i])
+		}
+	}
+	if len(ok) >= r.quorum {
+		slices.SortFunc(ok, func(a, b Released) int { return a.Count - b.Count })
+		return ok[len(ok)-r.quorum], nil
+	}
+	return Released{}, r.lostOr(errs, "release")
+}
+
+// lostOr is the error of a renew or release that no majority confirmed:
+// the lease is lost (or gone) on a majority, or the masters did not answer.
+func (r *Redlock) lostOr(errs []error, op string) error {
+	lost, notFound := 0, 0
+	var failed error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLeaseLost):
+			lost++
+		case errors.Is(err, ErrNotFound):
+			notFound++
+		default:
+			failed = err
+		}
+	}
+	switch {
+	case lost > 0 && lost+notFound >= r.quorum:
+		return ErrLeaseLost
+	case notFound >= r.quorum:
+		return ErrNotFound
+	case lost+notFound >= r.quorum:
+		return ErrLeaseLost
+	case failed != nil:
+		return fmt.Errorf("%w: %s: no majority of the redlock masters answered: %w", ErrUnavailable, op, failed)
+	default:
+		return fmt.Errorf("%w: %s: no majority of the redlock masters confirmed", ErrUnavailable, op)
+	}
+}
+
+// ForceReleaseFence breaks the lease (with this fence only, unless 0) on
+// every master; a majority must confirm.
+func (r *Redlock) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
+	bs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Broken, error) {
+		return n.ForceReleaseFence(ctx, key, fence, actor, reason)
+	})
+	var ok []Broken
+	for i, err := range errs {
+		if err == nil {
+			ok = append(ok, bs[i])
+		}
+	}
+	if len(ok) >= r.quorum {
+		best := ok[0]
+		for _, b := range ok[1:] {
+			if b.Fence > best.Fence {
+				best = b
+			}
+		}
+		return best, nil
+	}
+	return Broken{}, r.lostOr(errs, "force-release")
+}
+
+// State is the lease as a majority of masters has it: the newest holder,
+// with the time left until a majority no longer has it.
+func (r *Redlock) State(ctx context.Context, key string) (State, error) {
+	sts, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (State, error) {
+		return n.State(ctx, key)
+	})
+	var found []State
+	notFound := 0
+	var failed error
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			found = append(found, sts[i])
+		case errors.Is(err, ErrNotFound):
+			notFound++
+		default:
+			failed = err
+		}
+	}
+	if len(found) < r.quorum {
+		if failed != nil && notFound < r.quorum {
+			return State{}, fmt.Errorf("%w: state: %w", ErrUnavailable, failed)
+		}
+		return State{}, ErrNotFound
+	}
+	return mergeStates(found, r.quorum), nil
+}
+
+// mergeStates merges a majority's view of one lease: the newest holder's
+// fields; the time left until fewer than quorum masters hold it; the most
+// waiters any master counted.
+func mergeStates(found []State, quorum int) State {
+	best := found[0]
+	waiters := 0
+	for _, s := range found {
+		if s.Fence > best.Fence {
+			best = s
+		}
+		waiters = max(waiters, s.Waiters)
+	}
+	rem := make([]time.Duration, len(found))
+	for i, s := range found {
+		rem[i] = s.Remaining
+	}
+	slices.Sort(rem)
+	best.Remaining = rem[len(rem)-quorum]
+	best.ExpiresAt = time.Now().Add(best.Remaining)
+	best.Waiters = waiters
+	return best
+}
+
+// History reads the key's history from every master and returns the
+// fullest (each master records the events it took part in).
+func (r *Redlock) History(ctx context.Context, key string, limit int) ([]Event, error) {
+	hs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]Event, error) {
+		return n.History(ctx, key, limit)
+	})
+	return fullest(hs, errs, r.quorum, "history")
+}
+
+// Renewals reads the key's renewals as History does.
+func (r *Redlock) Renewals(ctx context.Context, key string, limit int) ([]Event, error) {
+	hs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]Event, error) {
+		return n.Renewals(ctx, key, limit)
+	})
+	return fullest(hs, errs, r.quorum, "renewals")
+}
+
+func fullest(hs [][]Event, errs []error, quorum int, op string) ([]Event, error) {
+	var best []Event
+	ok := 0
+	var failed error
+	for i, err := range errs {
+		if err != nil {
+			failed = err
+			continue
+		}
+		ok++
+		if len(hs[i]) > len(best) {
+			best = hs[i]
+		}
+	}
+	if ok < quorum {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, op, failed)
+	}
+	if best == nil {
+		best = []Event{}
+	}
+	return best, nil
+}
+
+// List walks the masters one after another and lists each key that a
+// majority holds, once: on the first master that has it.
+func (r *Redlock) List(ctx context.Context, prefix string, limit int, after string) (Page, error) {
+	first := r.nodes[0]
+	cur, err := first.decodeCursor(ctx, after)
+	if err != nil {
+		return Page{}, err
+	}
+	match := keyPrefix + "{" + escapeGlob(prefix) + "*}:lease"
+	type found struct {
+		key  string
+		node int
+	}
+	var cands []found
+	for _, p := range cur.Pending {
+		i, k, ok := strings.Cut(p, "/")
+		n, err := strconv.Atoi(i)
+		if !ok || err != nil || n < 0 || n >= len(r.nodes) || !strings.HasPrefix(k, prefix) {
+			return Page{}, fmt.Errorf("%w: pending key", ErrInvalidCursor)
+		}
+		cands = append(cands, found{k, n})
+	}
+	scanned := int64(0)
+	for !cur.Scan.Done && len(cands) < limit && scanned < scanBudget {
+		node := cur.Scan.Node
+		if node >= len(r.nodes) {
+			cur.Scan.Done = true
+			break
+		}
+		count := int64(max(limit-len(cands), 10) * 3)
+		batch, next, err := r.nodes[node].st.Scan(ctx, scanPos{Cursor: cur.Scan.Cursor}, match, count)
+		scanned += count
+		if err != nil {
+			// A master that does not answer is skipped: every key a
+			// majority holds is on another one too.
+			next = scanPos{Done: true}
+		}
+		slices.Sort(batch)
+		for _, rk := range batch {
+			if k := lockKeyOf(rk); k != "" {
+				cands = append(cands, found{k, node})
+			}
+		}
+		cur.Scan = scanPos{Node: node, Cursor: next.Cursor}
+		if next.Done {
+			cur.Scan = scanPos{Node: node + 1}
+		}
+		cur.Scan.Done = cur.Scan.Node >= len(r.nodes)
+	}
+	cur.Pending = nil
+	if len(cands) > limit {
+		for _, c := range cands[limit:] {
+			cur.Pending = append(cur.Pending, strconv.Itoa(c.node)+"/"+c.key)
+		}
+		cands = cands[:limit]
+	}
+	keys := make([]string, len(cands))
+	for i, c := range cands {
+		keys[i] = c.key
+	}
+	perNode, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]State, error) {
+		return n.states(ctx, keys)
+	})
+	live := make([]map[string]State, len(r.nodes))
+	for i := range r.nodes {
+		live[i] = map[string]State{}
+		if errs[i] == nil {
+			for _, s := range perNode[i] {
+				live[i][s.Key] = s
+			}
+		}
+	}
+	page := Page{Locks: []State{}}
+	seen := map[string]bool{}
+	for _, c := range cands {
+		if seen[c.key] {
+			continue
+		}
+		var found []State
+		earlier := false
+		for i := range r.nodes {
+			if s, ok := live[i][c.key]; ok {
+				found = append(found, s)
+				earlier = earlier || i < c.node
+			}
+		}
+		if len(found) < r.quorum || earlier {
+			continue
+		}
+		seen[c.key] = true
+		page.Locks = append(page.Locks, mergeStates(found, r.quorum))
+	}
+	if !cur.Scan.Done || len(cur.Pending) > 0 {
+		if page.NextCursor, err = first.encodeCursor(ctx, cur); err != nil {
+			return Page{}, err
+		}
+	}
+	return page, nil
+}
+
+// Ready reports whether a majority of masters can grant.
+func (r *Redlock) Ready(ctx context.Context) error {
+	_, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (struct{}, error) {
+		return struct{}{}, n.Ready(ctx)
+	})
+	ok := 0
+	var failed error
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		} else {
+			failed = err
+		}
+	}
+	if ok < r.quorum {
+		return fmt.Errorf("only %d of %d redlock masters can grant: %w", ok, len(r.nodes), failed)
+	}
+	return nil
+}
+
+// Topology reports every master and whether it answers.
+func (r *Redlock) Topology(ctx context.Context) Topology {
+	ts, _ := eachUntil(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Topology, error) {
+		return n.Topology(ctx), nil
+	}, func(Topology, error) bool { return false })
+	t := Topology{Kind: "redlock"}
+	for _, nt := range ts {
+		if len(nt.Nodes) > 0 {
+			t.Nodes = append(t.Nodes, nt.Nodes[0])
+		}
+	}
+	return t
+}
+
+// MissedAcks is always 0: replica acks do not apply to independent masters.
+func (r *Redlock) MissedAcks() int64 { return 0 }
+
+// Recovering is the longest restart quarantine a master is in.
+func (r *Redlock) Recovering() time.Duration {
+	var d time.Duration
+	for _, n := range r.nodes {
+		d = max(d, n.Recovering())
+	}
+	return d
+}
+
+// writeWaiters writes this process's waiter counts to every master.
+func (r *Redlock) writeWaiters(ctx context.Context, counts map[string]int) error {
+	_, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (struct{}, error) {
+		return struct{}{}, n.writeWaiters(ctx, counts)
+	})
+	return errors.Join(errs...)
+}
+
+// fanIn is one subscription over several masters' subscriptions: a wake-up
+// from any of them is a hint, and the quorum decides.
+type fanIn struct {
+	subs []subscription
+	out  chan notice
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newFanIn(subs []subscription) *fanIn {
+	f := &fanIn{subs: subs, out: make(chan notice, 256), stop: make(chan struct{})}
+	for _, s := range subs {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			for {
+				select {
+				case nt := <-s.Notices():
+					select {
+					case f.out <- nt:
+					case <-f.stop:
+						return
+					}
+				case <-f.stop:
+					return
+				}
+			}
+		}()
+	}
+	return f
+}
+
+func (f *fanIn) Notices() <-chan notice { return f.out }
+
+func (f *fanIn) Subscribe(ctx context.Context, channel string) error {
+	var errs []error
+	for _, s := range f.subs {
+		if err := s.Subscribe(ctx, channel); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == len(f.subs) {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+func (f *fanIn) Unsubscribe(ctx context.Context, channels ...string) error {
+	var errs []error
+	for _, s := range f.subs {
+		errs = append(errs, s.Unsubscribe(ctx, channels...))
+	}
+	return errors.Join(errs...)
+}
+
+func (f *fanIn) Close() error {
+	close(f.stop)
+	var errs []error
+	for _, s := range f.subs {
+		errs = append(errs, s.Close())
+	}
+	f.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Subscribe follows the event stream of the first master that answers:
+// every master records the events it took part in.
+func (r *Redlock) Subscribe(ctx context.Context, after string) (*Subscription, error) {
+	var errs []error
+	for _, n := range r.nodes {
+		s, err := n.Subscribe(ctx, after)
+		if err == nil {
+			return s, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}

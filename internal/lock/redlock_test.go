@@ -1,0 +1,224 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+// redlockOn starts n independent redis-servers and returns them with a
+// Redlock over them (lockd's client settings).
+func redlockOn(t *testing.T, servers []*redistest.Server, opts lock.Options) *lock.Redlock {
+	t.Helper()
+	clients := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		clients[i] = tunedClient(t, s)
+	}
+	r, err := lock.NewRedlock(clients, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func threeMasters(t *testing.T) []*redistest.Server {
+	return []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+}
+
+func TestRedlockNeedsAnOddMajority(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 4} {
+		if _, err := lock.NewRedlock(make([]*redis.Client, n), lock.Options{}); err == nil {
+			t.Errorf("%d masters accepted", n)
+		}
+	}
+}
+
+func TestRedlockContract(t *testing.T) {
+	runContract(t, redlockOn(t, threeMasters(t), lock.Options{}))
+}
+
+// Many goroutines through two lockd replicas while one master is paused:
+// never two holders, fences rise with every grant.
+func TestRedlockMutualExclusionWithAPausedMaster(t *testing.T) {
+	servers := threeMasters(t)
+	replicas := []*lock.Redlock{redlockOn(t, servers, lock.Options{}), redlockOn(t, servers, lock.Options{})}
+	servers[0].Pause()
+	defer servers[0].Resume()
+	keys := []string{"rl:a", "rl:b"}
+	inside := make([]sync.Mutex, len(keys))
+	var mu sync.Mutex
+	fences := map[string][]int64{}
+	var violations, grants int
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := replicas[g%2]
+			for i := range 8 {
+				k := (g + i) % len(keys)
+				l, err := r.Acquire(context.Background(), keys[k], lock.AcquireRequest{
+					Owner: fmt.Sprint("g", g), TTL: 5 * time.Second, Wait: 20 * time.Second,
+				})
+				if err != nil {
+					t.Errorf("acquire: %v", err)
+					return
+				}
+				if !inside[k].TryLock() {
+					mu.Lock()
+					violations++
+					mu.Unlock()
+					inside[k].Lock()
+				}
+				mu.Lock()
+				grants++
+				fences[keys[k]] = append(fences[keys[k]], l.Fence)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				inside[k].Unlock()
+				if _, err := r.Release(context.Background(), keys[k], l.Token, "t"); err != nil {
+					t.Errorf("release: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if violations != 0 {
+		t.Fatalf("%d times two holders were inside at once", violations)
+	}
+	for k, fs := range fences {
+		for i := 1; i < len(fs); i++ {
+			if fs[i] <= fs[i-1] {
+				t.Fatalf("%s: fence %d after %d", k, fs[i], fs[i-1])
+			}
+		}
+	}
+	t.Logf("%d grants with one of three masters paused", grants)
+}
+
+// With a majority of masters down nothing is granted, and the answer comes
+// within 2 s.
+func TestRedlockMajorityDown(t *testing.T) {
+	servers := threeMasters(t)
+	r := redlockOn(t, servers, lock.Options{})
+	servers[1].Stop()
+	servers[2].Stop()
+	start := time.Now()
+	_, err := r.Acquire(context.Background(), "rl:down", lock.AcquireRequest{Owner: "o", TTL: time.Second})
+	if !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("acquire with 2 of 3 masters down: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	if n, _ := servers[0].Client(t).Exists(context.Background(), "lockd:{rl:down}:lease").Result(); n != 0 {
+		t.Fatal("the one live master kept a lease that no majority granted")
+	}
+	if err := r.Ready(context.Background()); err == nil {
+		t.Fatal("ready without a majority")
+	}
+}
+
+// A master restarted empty: fences keep rising and no two holders exist.
+func TestRedlockMasterRestartedEmpty(t *testing.T) {
+	servers := threeMasters(t)
+	r := redlockOn(t, servers, lock.Options{})
+	ctx := context.Background()
+	first := mustAcquire(t, r, "rl:restart", lock.AcquireRequest{Owner: "first", TTL: time.Second})
+	servers[0].Restart()
+	// The key is still held on the two others: nobody else gets it.
+	if _, err := r.Acquire(ctx, "rl:restart", lock.AcquireRequest{Owner: "second", TTL: time.Second}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("second holder while the first holds on a majority: %v", err)
+	}
+	if _, err := r.Release(ctx, "rl:restart", first.Token, "first"); err != nil {
+		t.Fatal(err)
+	}
+	next := retry(t, "acquire after the restart", func() (lock.Lease, error) {
+		return r.Acquire(ctx, "rl:restart", lock.AcquireRequest{Owner: "second", TTL: time.Second})
+	})
+	if next.Fence <= first.Fence {
+		t.Fatalf("fence %d after %d", next.Fence, first.Fence)
+	}
+}
+
+// The counterexample of "fence = max over the quorum": master 1's counter is
+// far ahead; a grant on {1,2} hands out its fence; a later grant on {2,3}
+// must still hand out a higher one. The write-back round makes it so.
+func TestRedlockFenceCounterexample(t *testing.T) {
+	servers := threeMasters(t)
+	r := redlockOn(t, servers, lock.Options{})
+	ctx := context.Background()
+	const key = "rl:fence"
+	ahead := strconv.FormatInt(time.Now().Add(24*time.Hour).UnixMicro(), 10)
+	if err := servers[0].Client(t).Set(ctx, "lockd:{"+key+"}:fence", ahead, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	servers[2].Pause()
+	g1 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g1", TTL: time.Second})
+	servers[2].Resume()
+	if _, err := r.Release(ctx, key, g1.Token, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	servers[0].Pause()
+	defer servers[0].Resume()
+	// Master 3 ran g1's acquire when it resumed, after g1's release: that
+	// orphan lapses after its TTL, so g2 waits for it.
+	g2 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g2", TTL: time.Second, Wait: 5 * time.Second})
+	if g2.Fence <= g1.Fence {
+		t.Fatalf("grant on {2,3} got fence %d after %d from {1,2}", g2.Fence, g1.Fence)
+	}
+}
+
+// Waiting works as on one Redis: a release on one replica wakes a waiter on
+// another, FIFO within a replica.
+func TestRedlockWaiting(t *testing.T) {
+	servers := threeMasters(t)
+	a := redlockOn(t, servers, lock.Options{})
+	b := redlockOn(t, servers, lock.Options{})
+	ctx := context.Background()
+	h := mustAcquire(t, a, "rl:wait", lock.AcquireRequest{Owner: "h", TTL: 30 * time.Second})
+	order := make(chan string, 3)
+	for i := range 3 {
+		go func() {
+			l, err := b.Acquire(ctx, "rl:wait", lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: 5 * time.Second, Wait: 10 * time.Second})
+			if err != nil {
+				t.Error(err)
+				order <- ""
+				return
+			}
+			order <- l.Owner
+			_, _ = b.Release(ctx, "rl:wait", l.Token, "w")
+		}()
+		waitFor(t, func() bool { return b.Waiters() == i+1 })
+	}
+	released := time.Now()
+	if _, err := a.Release(ctx, "rl:wait", h.Token, "h"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 3 {
+		got = append(got, <-order)
+	}
+	t.Logf("3 waiters served in %v after the release", time.Since(released))
+	if !slices.Equal(got, []string{"w0", "w1", "w2"}) {
+		t.Fatalf("served in order %v", got)
+	}
+	st, err := a.List(ctx, "rl:", 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st
+}
