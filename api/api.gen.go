@@ -82,6 +82,60 @@ func (e HoldLostEventEvent) Valid() bool {
 	}
 }
 
+// Defines values for LockEventType.
+const (
+	LockEventAcquired      LockEventType = "acquired"
+	LockEventExpired       LockEventType = "expired"
+	LockEventForceReleased LockEventType = "force_released"
+	LockEventReentered     LockEventType = "reentered"
+	LockEventReleased      LockEventType = "released"
+)
+
+// Valid indicates whether the value is a known member of the LockEventType enum.
+func (e LockEventType) Valid() bool {
+	switch e {
+	case LockEventAcquired:
+		return true
+	case LockEventExpired:
+		return true
+	case LockEventForceReleased:
+		return true
+	case LockEventReentered:
+		return true
+	case LockEventReleased:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LockEventMessageEvent.
+const (
+	LockEventMessageAcquired      LockEventMessageEvent = "acquired"
+	LockEventMessageExpired       LockEventMessageEvent = "expired"
+	LockEventMessageForceReleased LockEventMessageEvent = "force_released"
+	LockEventMessageReentered     LockEventMessageEvent = "reentered"
+	LockEventMessageReleased      LockEventMessageEvent = "released"
+)
+
+// Valid indicates whether the value is a known member of the LockEventMessageEvent enum.
+func (e LockEventMessageEvent) Valid() bool {
+	switch e {
+	case LockEventMessageAcquired:
+		return true
+	case LockEventMessageExpired:
+		return true
+	case LockEventMessageForceReleased:
+		return true
+	case LockEventMessageReentered:
+		return true
+	case LockEventMessageReleased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackendRecovering    ProblemCode = "backend_recovering"
@@ -140,6 +194,7 @@ func (e ProblemCode) Valid() bool {
 const (
 	Cluster  ReadinessTopology = "cluster"
 	Redis    ReadinessTopology = "redis"
+	Redlock  ReadinessTopology = "redlock"
 	Sentinel ReadinessTopology = "sentinel"
 )
 
@@ -149,6 +204,8 @@ func (e ReadinessTopology) Valid() bool {
 	case Cluster:
 		return true
 	case Redis:
+		return true
+	case Redlock:
 		return true
 	case Sentinel:
 		return true
@@ -199,11 +256,14 @@ type Event struct {
 	Fence  int64     `json:"fence"`
 	Owner  string    `json:"owner"`
 	Reason string    `json:"reason"`
-	TtlMs  int64     `json:"ttl_ms"`
-	Type   EventType `json:"type"`
+
+	// RemainingMs `renewed` only: how much of the lease was left when the renewal came.
+	RemainingMs *int64    `json:"remaining_ms,omitempty"`
+	TtlMs       int64     `json:"ttl_ms"`
+	Type        EventType `json:"type"`
 }
 
-// EventType defines model for Event.Type.
+// EventType defines model for EventType.
 type EventType string
 
 // ForceReleaseRequest defines model for ForceReleaseRequest.
@@ -288,6 +348,39 @@ type Lease struct {
 	TtlMs int64  `json:"ttl_ms"`
 }
 
+// LockEvent One lifecycle event of the event stream (never a token).
+type LockEvent struct {
+	// Actor Who did it (API-key name or caller address); empty for `expired`.
+	Actor string `json:"actor"`
+
+	// At When it happened; for `expired`, when the lease lapsed.
+	At    time.Time `json:"at"`
+	Fence int64     `json:"fence"`
+
+	// Id The event ID, as in the `id:` line.
+	//
+	// Example: 1763812345678-0
+	Id     string        `json:"id"`
+	Key    string        `json:"key"`
+	Owner  string        `json:"owner"`
+	Reason string        `json:"reason"`
+	Type   LockEventType `json:"type"`
+}
+
+// LockEventType defines model for LockEvent.Type.
+type LockEventType string
+
+// LockEventMessage One message of the event stream.
+type LockEventMessage struct {
+	// Data One lifecycle event of the event stream (never a token).
+	Data  LockEvent             `json:"data"`
+	Event LockEventMessageEvent `json:"event"`
+	Id    string                `json:"id"`
+}
+
+// LockEventMessageEvent defines model for LockEventMessage.Event.
+type LockEventMessageEvent string
+
 // LockList defines model for LockList.
 type LockList struct {
 	Locks []LockState `json:"locks"`
@@ -298,7 +391,13 @@ type LockList struct {
 
 // LockState defines model for LockState.
 type LockState struct {
-	AcquiredAt  time.Time `json:"acquired_at"`
+	AcquiredAt time.Time `json:"acquired_at"`
+
+	// AtRisk The holder may be about to lose the lease: its last renewal came
+	// with less than a third of the TTL left, or less than a third is
+	// left now (a holder that renews every ttl/3 renews with two thirds
+	// left).
+	AtRisk      bool      `json:"at_risk"`
 	Count       int       `json:"count"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	Fence       int64     `json:"fence"`
@@ -430,6 +529,15 @@ type Unavailable = Problem
 // UnsupportedMediaType RFC 9457 problem details.
 type UnsupportedMediaType = Problem
 
+// StreamEventsParams defines parameters for StreamEvents.
+type StreamEventsParams struct {
+	// Prefix Only keys that start with this text (the key alphabet, may be empty).
+	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// LastEventID Resume after this event (an `id:` the stream sent).
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
 // ListLocksParams defines parameters for ListLocks.
 type ListLocksParams struct {
 	// Prefix Only keys that start with this text (the key alphabet, may be empty).
@@ -459,6 +567,9 @@ type AcquireLockParams struct {
 type GetLockHistoryParams struct {
 	// Limit Events to return, at most.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Type Only events of this type; `renewed` reads the renewals.
+	Type *EventType `form:"type,omitempty" json:"type,omitempty"`
 }
 
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
@@ -656,6 +767,30 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// StreamEvents Follow every lifecycle event, as server-sent events.
+	//
+	// A `text/event-stream` of the lifecycle events (`acquired`,
+	// `reentered`, `released`, `expired`, `force_released`; never a renewal,
+	// never a token) of every key that starts with `prefix` and that the
+	// API key may read, in the order lockd recorded them. Each event is
+	// `id:` (its ID), `event:` (its type) and `data:` (a `LockEvent`). A
+	// comment line (`: heartbeat`) comes at least every 15 s.
+	//
+	// After a disconnect, send the last ID you read as `Last-Event-ID`
+	// (browsers' EventSource does so by itself) to get every event after
+	// it, as long as the server still keeps it: the last `--events-max`
+	// events (default 100 000). On Redis Cluster an event may come twice
+	// (same key, type, fence and `at`; see docs/operations.md).
+	//
+	// ```
+	// id: 1763812345678-0
+	// event: expired
+	// data: {"id":"1763812345678-0","type":"expired","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+	// ```
+	//
+	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListLocks List live locks, paged.
 	//
 	// Walks Redis with `SCAN`, never `KEYS`. Every lock that stays live for
@@ -734,9 +869,15 @@ type ClientInterface interface {
 
 	// GetLockHistory Recent events of a key, newest first.
 	//
-	// An unknown key has an empty list, not an error. An `expired` event
-	// appears at the latest when the key is next acquired or its history is
-	// read after its lease lapsed.
+	// The key's lifecycle events (`acquired`, `reentered`, `released`,
+	// `expired`, `force_released`), at least the last 100 (`--history-max`)
+	// for `--history-retention` after the last one. Renewals are kept
+	// apart, so that they never push the story out: `?type=renewed` lists
+	// the last 100 renewals, each with `remaining_ms`, the lease's time left
+	// when it came. Another `type` lists only the lifecycle events of that
+	// type. An unknown key has an empty list, not an error. An `expired`
+	// event is recorded within about a second of the lapse (the expiry
+	// sweeper), with `at` the moment the lease lapsed.
 	//
 	// Corresponds with GET /v1/locks/{key}/history (the `GetLockHistory` operationId).
 	GetLockHistory(ctx context.Context, key Key, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -893,6 +1034,40 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 	return c.Client.Do(req)
 }
 
+// StreamEvents Follow every lifecycle event, as server-sent events.
+//
+// A `text/event-stream` of the lifecycle events (`acquired`,
+// `reentered`, `released`, `expired`, `force_released`; never a renewal,
+// never a token) of every key that starts with `prefix` and that the
+// API key may read, in the order lockd recorded them. Each event is
+// `id:` (its ID), `event:` (its type) and `data:` (a `LockEvent`). A
+// comment line (`: heartbeat`) comes at least every 15 s.
+//
+// After a disconnect, send the last ID you read as `Last-Event-ID`
+// (browsers' EventSource does so by itself) to get every event after
+// it, as long as the server still keeps it: the last `--events-max`
+// events (default 100 000). On Redis Cluster an event may come twice
+// (same key, type, fence and `at`; see docs/operations.md).
+//
+// ```
+// id: 1763812345678-0
+// event: expired
+// data: {"id":"1763812345678-0","type":"expired","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+// ```
+//
+// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListLocks List live locks, paged.
 //
 // Walks Redis with `SCAN`, never `KEYS`. Every lock that stays live for
@@ -1031,9 +1206,15 @@ func (c *Client) ForceReleaseLock(ctx context.Context, key Key, body ForceReleas
 
 // GetLockHistory Recent events of a key, newest first.
 //
-// An unknown key has an empty list, not an error. An `expired` event
-// appears at the latest when the key is next acquired or its history is
-// read after its lease lapsed.
+// The key's lifecycle events (`acquired`, `reentered`, `released`,
+// `expired`, `force_released`), at least the last 100 (`--history-max`)
+// for `--history-retention` after the last one. Renewals are kept
+// apart, so that they never push the story out: `?type=renewed` lists
+// the last 100 renewals, each with `remaining_ms`, the lease's time left
+// when it came. Another `type` lists only the lifecycle events of that
+// type. An unknown key has an empty list, not an error. An `expired`
+// event is recorded within about a second of the lapse (the expiry
+// sweeper), with `at` the moment the lease lapsed.
 //
 // Corresponds with GET /v1/locks/{key}/history (the `GetLockHistory` operationId).
 func (c *Client) GetLockHistory(ctx context.Context, key Key, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1269,6 +1450,75 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStreamEventsRequest constructs an http.Request for the StreamEvents method
+func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -1542,6 +1792,18 @@ func NewGetLockHistoryRequest(server string, key Key, params *GetLockHistoryPara
 
 		}
 
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -1764,6 +2026,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
+	// StreamEventsWithResponse Follow every lifecycle event, as server-sent events.
+	//
+	// A `text/event-stream` of the lifecycle events (`acquired`,
+	// `reentered`, `released`, `expired`, `force_released`; never a renewal,
+	// never a token) of every key that starts with `prefix` and that the
+	// API key may read, in the order lockd recorded them. Each event is
+	// `id:` (its ID), `event:` (its type) and `data:` (a `LockEvent`). A
+	// comment line (`: heartbeat`) comes at least every 15 s.
+	//
+	// After a disconnect, send the last ID you read as `Last-Event-ID`
+	// (browsers' EventSource does so by itself) to get every event after
+	// it, as long as the server still keeps it: the last `--events-max`
+	// events (default 100 000). On Redis Cluster an event may come twice
+	// (same key, type, fence and `at`; see docs/operations.md).
+	//
+	// ```
+	// id: 1763812345678-0
+	// event: expired
+	// data: {"id":"1763812345678-0","type":"expired","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+	// ```
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+	StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
 	// ListLocksWithResponse List live locks, paged.
 	//
 	// Walks Redis with `SCAN`, never `KEYS`. Every lock that stays live for
@@ -1846,9 +2134,15 @@ type ClientWithResponsesInterface interface {
 
 	// GetLockHistoryWithResponse Recent events of a key, newest first.
 	//
-	// An unknown key has an empty list, not an error. An `expired` event
-	// appears at the latest when the key is next acquired or its history is
-	// read after its lease lapsed.
+	// The key's lifecycle events (`acquired`, `reentered`, `released`,
+	// `expired`, `force_released`), at least the last 100 (`--history-max`)
+	// for `--history-retention` after the last one. Renewals are kept
+	// apart, so that they never push the story out: `?type=renewed` lists
+	// the last 100 renewals, each with `remaining_ms`, the lease's time left
+	// when it came. Another `type` lists only the lifecycle events of that
+	// type. An unknown key has an empty list, not an error. An `expired`
+	// event is recorded within about a second of the lapse (the expiry
+	// sweeper), with `at` the moment the lease lapsed.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2058,6 +2352,96 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StreamEventsResponse401Headers the declared response headers of an HTTP 401 response for StreamEvents
+type StreamEventsResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// StreamEventsResponse429Headers the declared response headers of an HTTP 429 response for StreamEvents
+type StreamEventsResponse429Headers struct {
+	RetryAfter int
+}
+
+// StreamEventsResponse503Headers the declared response headers of an HTTP 503 response for StreamEvents
+type StreamEventsResponse503Headers struct {
+	RetryAfter int
+}
+
+type StreamEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *StreamEventsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StreamEventsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *StreamEventsResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3036,6 +3420,38 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 	return ParseReadyzResponse(rsp)
 }
 
+// StreamEventsWithResponse Follow every lifecycle event, as server-sent events.
+//
+// A `text/event-stream` of the lifecycle events (`acquired`,
+// `reentered`, `released`, `expired`, `force_released`; never a renewal,
+// never a token) of every key that starts with `prefix` and that the
+// API key may read, in the order lockd recorded them. Each event is
+// `id:` (its ID), `event:` (its type) and `data:` (a `LockEvent`). A
+// comment line (`: heartbeat`) comes at least every 15 s.
+//
+// After a disconnect, send the last ID you read as `Last-Event-ID`
+// (browsers' EventSource does so by itself) to get every event after
+// it, as long as the server still keeps it: the last `--events-max`
+// events (default 100 000). On Redis Cluster an event may come twice
+// (same key, type, fence and `at`; see docs/operations.md).
+//
+// ```
+// id: 1763812345678-0
+// event: expired
+// data: {"id":"1763812345678-0","type":"expired","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+// ```
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error) {
+	rsp, err := c.StreamEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamEventsResponse(rsp)
+}
+
 // ListLocksWithResponse List live locks, paged.
 //
 // Walks Redis with `SCAN`, never `KEYS`. Every lock that stays live for
@@ -3154,9 +3570,15 @@ func (c *ClientWithResponses) ForceReleaseLockWithResponse(ctx context.Context, 
 
 // GetLockHistoryWithResponse Recent events of a key, newest first.
 //
-// An unknown key has an empty list, not an error. An `expired` event
-// appears at the latest when the key is next acquired or its history is
-// read after its lease lapsed.
+// The key's lifecycle events (`acquired`, `reentered`, `released`,
+// `expired`, `force_released`), at least the last 100 (`--history-max`)
+// for `--history-retention` after the last one. Renewals are kept
+// apart, so that they never push the story out: `?type=renewed` lists
+// the last 100 renewals, each with `remaining_ms`, the lease's time left
+// when it came. Another `type` lists only the lifecycle events of that
+// type. An unknown key has an empty list, not an error. An `expired`
+// event is recorded within about a second of the lapse (the expiry
+// sweeper), with `at` the moment the lease lapsed.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3376,6 +3798,93 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStreamEventsResponse parses an HTTP response from a StreamEventsWithResponse call
+func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers StreamEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers StreamEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers StreamEventsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -4325,6 +4834,9 @@ type ServerInterface interface {
 	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(w http.ResponseWriter, r *http.Request)
+	// StreamEvents Follow every lifecycle event, as server-sent events.
+	// (GET /v1/events)
+	StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams)
 	// ListLocks List live locks, paged.
 	// (GET /v1/locks)
 	ListLocks(w http.ResponseWriter, r *http.Request, params ListLocksParams)
@@ -4364,6 +4876,12 @@ func (_ Unimplemented) Healthz(w http.ResponseWriter, r *http.Request) {
 // Readyz lockd can grant.
 // (GET /readyz)
 func (_ Unimplemented) Readyz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// StreamEvents Follow every lifecycle event, as server-sent events.
+// (GET /v1/events)
+func (_ Unimplemented) StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -4443,6 +4961,60 @@ func (siw *ServerInterfaceWrapper) Readyz(w http.ResponseWriter, r *http.Request
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Readyz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// StreamEvents operation middleware
+func (siw *ServerInterfaceWrapper) StreamEvents(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params StreamEventsParams
+
+	// ------------- Optional query parameter "prefix" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "prefix", r.URL.Query(), &params.Prefix, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "prefix"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "prefix", Err: err})
+		}
+		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Last-Event-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
+			return
+		}
+
+		params.LastEventID = &LastEventID
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.StreamEvents(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4640,6 +5212,19 @@ func (siw *ServerInterfaceWrapper) GetLockHistory(w http.ResponseWriter, r *http
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", r.URL.Query(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "type"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "type", Err: err})
 		}
 		return
 	}
@@ -4871,6 +5456,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/locks/{key}/history", wrapper.GetLockHistory)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/events", wrapper.StreamEvents)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.Healthz)
 	})
 	r.Group(func(r chi.Router) {
@@ -4986,6 +5574,140 @@ type Readyz503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response Readyz503ApplicationProblemPlusJSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StreamEventsRequestObject struct {
+	Params StreamEventsParams
+}
+
+type StreamEventsResponseObject interface {
+	VisitStreamEventsResponse(w http.ResponseWriter) error
+}
+
+type StreamEvents200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response StreamEvents200TexteventStreamResponse) VisitStreamEventsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type StreamEvents400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response StreamEvents400ApplicationProblemPlusJSONResponse) VisitStreamEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StreamEvents401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response StreamEvents401ApplicationProblemPlusJSONResponse) VisitStreamEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StreamEvents403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response StreamEvents403ApplicationProblemPlusJSONResponse) VisitStreamEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StreamEvents429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response StreamEvents429ApplicationProblemPlusJSONResponse) VisitStreamEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StreamEvents503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response StreamEvents503ApplicationProblemPlusJSONResponse) VisitStreamEventsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -6208,6 +6930,9 @@ type StrictServerInterface interface {
 	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(ctx context.Context, request ReadyzRequestObject) (ReadyzResponseObject, error)
+	// StreamEvents Follow every lifecycle event, as server-sent events.
+	// (GET /v1/events)
+	StreamEvents(ctx context.Context, request StreamEventsRequestObject) (StreamEventsResponseObject, error)
 	// ListLocks List live locks, paged.
 	// (GET /v1/locks)
 	ListLocks(ctx context.Context, request ListLocksRequestObject) (ListLocksResponseObject, error)
@@ -6314,6 +7039,32 @@ func (sh *strictHandler) Readyz(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ReadyzResponseObject); ok {
 		if err := validResponse.VisitReadyzResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// StreamEvents operation middleware
+func (sh *strictHandler) StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams) {
+	var request StreamEventsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.StreamEvents(ctx, request.(StreamEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "StreamEvents")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(StreamEventsResponseObject); ok {
+		if err := validResponse.VisitStreamEventsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

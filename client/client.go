@@ -189,6 +189,20 @@ func (c *Client) History(ctx context.Context, key string, limit int) (api.Histor
 	return decode[api.History](ctx, resp, err)
 }
 
+// Renewals returns the key's last renewals (at most limit; 0: the
+// server's default), newest first, each with RemainingMs: how much of the
+// lease was left when it came. The history itself keeps only lifecycle
+// events.
+func (c *Client) Renewals(ctx context.Context, key string, limit int) (api.History, error) {
+	t := api.Renewed
+	p := &api.GetLockHistoryParams{Type: &t}
+	if limit > 0 {
+		p.Limit = &limit
+	}
+	resp, err := c.raw.GetLockHistory(ctx, key, p)
+	return decode[api.History](ctx, resp, err)
+}
+
 // lostIfNotFound: on renew and release, "no live lease" means the caller's
 // lease is gone, the same as a token that is not the live one.
 func lostIfNotFound(key string, err error) error {

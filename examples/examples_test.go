@@ -130,7 +130,7 @@ func (s *script) waitOutput(t *testing.T, want string) {
 // renewals counts the key's renewed events under one fence.
 func renewals(t *testing.T, ld *lockd, key string) (n int, fences map[int64]bool) {
 	t.Helper()
-	h, err := ld.c.History(context.Background(), key, 200)
+	h, err := ld.c.Renewals(context.Background(), key, 200)
 	if err != nil {
 		t.Fatal(err)
 	}

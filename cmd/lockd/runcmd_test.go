@@ -128,6 +128,12 @@ func TestRunKeepsLeaseAndReleasesAtExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs, err := ls.c.Renewals(context.Background(), key, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Events = append(h.Events, rs.Events...)
+	slices.SortFunc(h.Events, func(a, b api.Event) int { return b.At.Compare(a.At) })
 	var renewedAt []time.Time
 	var releasedAt, acquiredAt time.Time
 	for _, e := range slices.Backward(h.Events) {

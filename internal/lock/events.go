@@ -133,6 +133,10 @@ func (e *Engine) lastEventID(ctx context.Context) (string, error) {
 	return msgs[0].ID, nil
 }
 
+// ChangeOf reads one entry of the event stream (for readers of the stream
+// that use their own commands, such as the webhook outbox's consumer group).
+func ChangeOf(m redis.XMessage) Change { return changeOf(m) }
+
 func changeOf(m redis.XMessage) Change {
 	f := func(k string) string { s, _ := m.Values[k].(string); return s }
 	return Change{

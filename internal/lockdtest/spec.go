@@ -229,7 +229,8 @@ func (r *recorder) Flush() {
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // sseDecoder reads an event stream as the list of its complete events,
-// [{"event": …, "data": <the JSON of data>}], ignoring comment lines.
+// [{"id": …, "event": …, "data": <the JSON of data>}] (id when the stream
+// sends one), ignoring comment lines.
 func sseDecoder(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
 	events := []any{}
 	ev := map[string]any{}
@@ -245,6 +246,8 @@ func sseDecoder(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3
 			}
 		case strings.HasPrefix(line, ":"):
 			// A comment: keep-alive.
+		case strings.HasPrefix(line, "id:"):
+			ev["id"] = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
 		case strings.HasPrefix(line, "event:"):
 			ev["event"] = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
 		case strings.HasPrefix(line, "data:"):

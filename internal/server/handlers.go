@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -116,6 +117,7 @@ func (s *Server) acquire(ctx context.Context, key string, req lock.AcquireReques
 		s.metrics.waitSeconds.Observe(time.Since(start).Seconds())
 	}
 	s.metrics.acquire(l.Outcome, err)
+	s.contention.acquired(key, l.Outcome, err, time.Since(start), req.Wait > 0)
 	if err != nil {
 		return l, err
 	}
@@ -161,6 +163,7 @@ func (s *Server) ReleaseLock(ctx context.Context, r api.ReleaseLockRequestObject
 	if err != nil {
 		return nil, err
 	}
+	s.contention.ended(r.Key, "released", rel.HeldFor)
 	return api.ReleaseLock200JSONResponse{Key: r.Key, Released: rel.Released, Count: rel.Count}, nil
 }
 
@@ -187,6 +190,7 @@ func (s *Server) ForceReleaseLock(ctx context.Context, r api.ForceReleaseLockReq
 	if err != nil {
 		return nil, err
 	}
+	s.contention.ended(r.Key, "force_released", b.HeldFor)
 	logOwner(ctx, b.Owner)
 	return api.ForceReleaseLock200JSONResponse{Key: r.Key, Released: true, Owner: b.Owner, Fence: b.Fence}, nil
 }
@@ -242,7 +246,20 @@ func (s *Server) GetLockHistory(ctx context.Context, r api.GetLockHistoryRequest
 	if err != nil {
 		return nil, err
 	}
-	evs, err := s.engine.History(ctx, r.Key, limit)
+	var evs []lock.Event
+	switch t := r.Params.Type; {
+	case t == nil:
+		evs, err = s.engine.History(ctx, r.Key, limit)
+	case !t.Valid():
+		return nil, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released")
+	case *t == api.Renewed:
+		evs, err = s.engine.Renewals(ctx, r.Key, limit)
+	default:
+		// Every kept event, then only this type.
+		evs, err = s.engine.History(ctx, r.Key, maxHistoryRead)
+		evs = slices.DeleteFunc(evs, func(e lock.Event) bool { return e.Type != string(*t) })
+		evs = evs[:min(len(evs), limit)]
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +268,9 @@ func (s *Server) GetLockHistory(ctx context.Context, r api.GetLockHistoryRequest
 		out.Events[i] = api.Event{
 			Type: api.EventType(e.Type), At: e.At, Owner: e.Owner, Fence: e.Fence,
 			TtlMs: e.TTL.Milliseconds(), Count: e.Count, Actor: e.Actor, Reason: e.Reason,
+		}
+		if e.Type == string(api.Renewed) {
+			out.Events[i].RemainingMs = ptr(e.Left.Milliseconds())
 		}
 	}
 	return out, nil
@@ -272,7 +292,7 @@ func stateOf(s lock.State) api.LockState {
 		Key: s.Key, Owner: s.Owner, Fence: s.Fence, Count: s.Count,
 		TtlMs: s.TTL.Milliseconds(), RemainingMs: s.Remaining.Milliseconds(),
 		AcquiredAt: s.AcquiredAt, RenewedAt: s.RenewedAt, ExpiresAt: s.ExpiresAt,
-		Renewals: s.Renewals, Waiters: s.Waiters,
+		Renewals: s.Renewals, Waiters: s.Waiters, AtRisk: s.AtRisk,
 	}
 }
 

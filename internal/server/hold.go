@@ -112,7 +112,9 @@ func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error {
 		stopRenewing()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 2*time.Second)
 		defer cancel()
-		_, _ = h.s.engine.Release(ctx, key, l.Token, h.actor)
+		if rel, err := h.s.engine.Release(ctx, key, l.Token, h.actor); err == nil {
+			h.s.contention.ended(key, "released", rel.HeldFor)
+		}
 	}
 	sendLost := func(err error) {
 		p, _, _ := toAPI(err, key)

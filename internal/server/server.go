@@ -21,6 +21,9 @@ type Engine interface {
 	State(ctx context.Context, key string) (lock.State, error)
 	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
 	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
+	Renewals(ctx context.Context, key string, limit int) ([]lock.Event, error)
+	// Subscribe follows the event stream after the event with ID after ("": from now on).
+	Subscribe(ctx context.Context, after string) (*lock.Subscription, error)
 	// Ready reports whether Redis can take writes now (/readyz).
 	Ready(ctx context.Context) error
 	Waiters() int
@@ -42,6 +45,12 @@ type Config struct {
 	// HoldHeartbeat is the interval of the hold stream's comment lines;
 	// zero means 10 s (the contract asks for at least one every 15 s).
 	HoldHeartbeat time.Duration
+	// MaxEventStreams caps concurrent GET /v1/events streams (default
+	// 1000); beyond, 429. Their heartbeat is HoldHeartbeat's.
+	MaxEventStreams int
+	// Contention labels the contention metrics by key prefix; the zero
+	// value is one segment and at most 100 prefixes.
+	Contention ContentionConfig
 	// Keys are the API keys; nil or empty turns auth off.
 	Keys *auth.Keyring
 	// MetricsAuth makes /metrics need a key with the read scope.
@@ -76,6 +85,10 @@ type Server struct {
 	// authFails limits refused API keys per client address.
 	authFails *authLimiter
 	closing   chan struct{} // closed by Shutdown: ends hold streams
+	streams   chan struct{} // one slot per open event stream
+
+	// contention are the per-prefix wait, hold and acquire series.
+	contention *contention
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -104,13 +117,20 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	if cfg.HoldHeartbeat <= 0 {
 		cfg.HoldHeartbeat = def.HoldHeartbeat
 	}
+	if cfg.MaxEventStreams <= 0 {
+		cfg.MaxEventStreams = 1000
+	}
 	if cfg.AuthFailBurst <= 0 {
 		cfg.AuthFailBurst = defaultAuthFailBurst
 	}
 	if cfg.AuthFailRefill <= 0 {
 		cfg.AuthFailRefill = defaultAuthFailRefill
 	}
-	return &Server{
+	cont := newContention(reg, cfg.Contention)
+	if l, ok := engine.(interface{ OnLapse(lock.LapseFunc) }); ok {
+		l.OnLapse(cont.lapsed)
+	}
+	s := &Server{
 		authFails: newAuthLimiter(cfg.AuthFailBurst, cfg.AuthFailRefill),
 		quotas:    newQuotas(),
 		engine:    engine,
@@ -118,8 +138,11 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 		cfg:       cfg,
 		metrics:   newMetrics(reg, engine),
 		holds:     make(chan struct{}, cfg.MaxHolds),
+		streams:   make(chan struct{}, cfg.MaxEventStreams),
 		closing:   make(chan struct{}),
 	}
+	s.contention = cont
+	return s
 }
 
 // MaxWait is the longest wait_ms the server accepts, after defaults: the

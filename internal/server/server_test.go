@@ -127,8 +127,15 @@ func TestLeaseLifecycle(t *testing.T) {
 	for _, e := range hist.JSON200.Events {
 		types = append(types, string(e.Type))
 	}
-	if got := strings.Join(types, " "); got != "released released renewed reentered acquired" {
+	// Renewals are kept apart, with the time the lease had left.
+	if got := strings.Join(types, " "); got != "released released reentered acquired" {
 		t.Fatalf("history newest first = %q", got)
+	}
+	renewed := api.Renewed
+	rs, err := f.client.GetLockHistoryWithResponse(ctx, "order:pay:1", &api.GetLockHistoryParams{Type: &renewed})
+	if err != nil || rs.JSON200 == nil || len(rs.JSON200.Events) != 1 || rs.JSON200.Events[0].Type != api.Renewed ||
+		rs.JSON200.Events[0].RemainingMs == nil || *rs.JSON200.Events[0].RemainingMs <= 0 {
+		t.Fatalf("renewals: %v %s", err, rs.Body)
 	}
 	if e := hist.JSON200.Events[0]; e.Actor != "127.0.0.1" || e.Owner != "worker-7" || e.Fence != l.Fence {
 		t.Fatalf("event = %+v", e)
@@ -639,7 +646,7 @@ func TestHold(t *testing.T) {
 		if ev := next(t, events); ev.event != "acquired" {
 			t.Fatalf("%+v", ev)
 		}
-		if _, err := f.engine.ForceRelease(context.Background(), "hold:b", "ops", "test"); err != nil {
+		if _, err := f.engine.ForceReleaseFence(context.Background(), "hold:b", 0, "ops", "test"); err != nil {
 			t.Fatal(err)
 		}
 		for {

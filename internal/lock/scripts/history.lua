@@ -13,5 +13,6 @@ ev = {stream = KEYS[4], cap = ARGV[4], key = lock_of(lease)}
 
 if redis.call('EXISTS', lease) == 0 then
   record_lapse(hist, cap, retention, sched, ev.key)
+  redis.call('ZREM', sched, ev.key)
 end
 return redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', limit)

@@ -63,8 +63,11 @@ local function schedule(sched, key, exp)
 end
 
 -- record_lapse adds an "expired" event when the last event left a lease
--- live that no longer exists, and takes the key off the schedule. The
--- caller checks that the lease is gone. It runs in the same atomic script
+-- live that no longer exists. The caller checks that the lease is gone,
+-- and takes the key off the schedule afterwards (or schedules its new
+-- lease): with maxmemory reached, Redis refuses a script whose first write
+-- may grow memory (XADD, HSET) but not one that first shrank it (ZREM), so
+-- an acquire must not start with a ZREM. It runs in the same atomic script
 -- as every other write of the key, and the event it adds has no exp: the
 -- same lapse is recorded once, whether the sweeper, an acquire or a read
 -- of the history notices it first, on whichever lockd.
@@ -74,7 +77,6 @@ end
 -- at} when it recorded one, else nil.
 local function record_lapse(hist, cap, retention, sched, key)
   local at = tonumber(redis.call('ZSCORE', sched, key))
-  redis.call('ZREM', sched, key)
   local last = redis.call('XREVRANGE', hist, '+', '-', 'COUNT', 1)
   if not last[1] then
     return nil

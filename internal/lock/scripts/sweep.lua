@@ -91,6 +91,7 @@ local function sweep_bucket(b)
       if pttl == -2 then
         ev = {stream = b .. 'events', cap = evcap, key = key}
         local r = record_lapse('lockd:{' .. key .. '}:hist', cap, retention, sched, key)
+        redis.call('ZREM', sched, key)
         if r then
           -- Waiters wake now rather than at their PTTL timer.
           redis.call('PUBLISH', 'lockd:{' .. key .. '}:wake', 'expired')

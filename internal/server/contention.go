@@ -1,0 +1,143 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockd/lockd/internal/lock"
+)
+
+// ContentionConfig bounds the key-prefix label of the contention metrics:
+// a key never becomes a label (millions of series), its first segments do,
+// and only so many of them.
+type ContentionConfig struct {
+	// PrefixDepth is how many ':'-separated segments of a key make its
+	// label (default 1: "order:pay:12" is "order:").
+	PrefixDepth int
+	// MaxPrefixes is how many labels there may be (default 100); keys of
+	// any further prefix are counted under "other".
+	MaxPrefixes int
+}
+
+// otherPrefix labels the keys of prefixes beyond MaxPrefixes.
+const otherPrefix = "other"
+
+// contention are the per-prefix series: wait time, hold time and grants
+// by outcome, and how late lapses were noticed.
+type contention struct {
+	labels      *prefixLabels
+	wait        *prometheus.HistogramVec
+	hold        *prometheus.HistogramVec
+	grants      *prometheus.CounterVec
+	expiryDelay prometheus.Histogram
+}
+
+func newContention(reg prometheus.Registerer, cfg ContentionConfig) *contention {
+	if cfg.PrefixDepth <= 0 {
+		cfg.PrefixDepth = 1
+	}
+	if cfg.MaxPrefixes <= 0 {
+		cfg.MaxPrefixes = 100
+	}
+	c := &contention{
+		labels: &prefixLabels{depth: cfg.PrefixDepth, max: cfg.MaxPrefixes, seen: map[string]bool{}},
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lockd_lock_wait_seconds", Help: "Time acquires with wait_ms > 0 waited, by key prefix and outcome.",
+			Buckets: []float64{.001, .005, .025, .1, .25, 1, 2.5, 10, 30, 60},
+		}, []string{"prefix", "outcome"}),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lockd_lock_hold_seconds", Help: "How long leases were held, by key prefix and how they ended (released, force_released, expired).",
+			Buckets: []float64{.01, .1, .5, 1, 5, 30, 60, 300, 1800, 3600, 21600, 86400},
+		}, []string{"prefix", "end"}),
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_lock_acquires_total", Help: "Acquires by key prefix and outcome: granted, reentered, replayed, held, lease_lost, unavailable, error.",
+		}, []string{"prefix", "outcome"}),
+		expiryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "lockd_expiry_notice_delay_seconds", Help: "How long after a lease lapsed this process's sweeper recorded it as expired.",
+			Buckets: []float64{.01, .05, .1, .2, .3, .5, .75, 1, 2, 5},
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(c.wait, c.hold, c.grants, c.expiryDelay)
+	}
+	return c
+}
+
+// acquired counts one acquire of key and, when it waited, its wait.
+func (c *contention) acquired(key string, o lock.Outcome, err error, waited time.Duration, wanted bool) {
+	p := c.labels.of(key)
+	outcome := outcomeLabel(o, err)
+	c.grants.WithLabelValues(p, outcome).Inc()
+	if wanted {
+		c.wait.WithLabelValues(p, outcome).Observe(waited.Seconds())
+	}
+}
+
+// ended observes how long a lease of key was held.
+func (c *contention) ended(key, end string, held time.Duration) {
+	if held > 0 {
+		c.hold.WithLabelValues(c.labels.of(key), end).Observe(held.Seconds())
+	}
+}
+
+// lapsed is the engine's LapseFunc.
+func (c *contention) lapsed(key string, lapsed, noticed time.Time, held time.Duration) {
+	c.expiryDelay.Observe(max(0, noticed.Sub(lapsed)).Seconds())
+	c.ended(key, "expired", held)
+}
+
+func outcomeLabel(o lock.Outcome, err error) string {
+	switch {
+	case err == nil:
+		return string(o)
+	case errors.Is(err, lock.ErrHeld):
+		return "held"
+	case errors.Is(err, lock.ErrLeaseLost):
+		return "lease_lost"
+	case errors.Is(err, lock.ErrUnavailable), errors.Is(err, lock.ErrRecovering):
+		return "unavailable"
+	default:
+		return "error"
+	}
+}
+
+// prefixLabels hands out the label of a key: its first depth segments,
+// while fewer than max labels exist; "other" after.
+type prefixLabels struct {
+	depth, max int
+	mu         sync.Mutex
+	seen       map[string]bool
+}
+
+func (p *prefixLabels) of(key string) string {
+	pre := keyPrefixOf(key, p.depth)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen[pre] {
+		return pre
+	}
+	if len(p.seen) < p.max {
+		p.seen[pre] = true
+		return pre
+	}
+	return otherPrefix
+}
+
+// keyPrefixOf is key's first depth ':'-separated segments, with the ':'
+// that follows them ("order:pay:1", 1 → "order:"); a key with no more
+// segments than that is its own prefix.
+func keyPrefixOf(key string, depth int) string {
+	i := 0
+	for range depth {
+		j := strings.IndexByte(key[i:], ':')
+		if j < 0 {
+			return key
+		}
+		i += j + 1
+	}
+	return key[:i]
+}

@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
+)
+
+// maxHistoryRead is how many events a typed history read looks through:
+// every event a key keeps with the default --history-max, and then some.
+const maxHistoryRead = 1000
+
+// StreamEvents follows the event stream: the lifecycle events of the keys
+// under prefix that the caller may read, as server-sent events.
+func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObject) (api.StreamEventsResponseObject, error) {
+	prefix, err := checkPrefix(r.Params.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	c := callerOf(ctx)
+	filter, err := listScope(c, s.cfg.Keys, prefix)
+	if err != nil {
+		return nil, err
+	}
+	after := ""
+	if r.Params.LastEventID != nil {
+		after = strings.TrimSpace(*r.Params.LastEventID)
+		if !validEventID(after) {
+			return nil, invalid("Last-Event-ID", "Last-Event-ID must be an id the stream sent: <ms>-<seq>, e.g. 1763812345678-0")
+		}
+	}
+	select {
+	case s.streams <- struct{}{}:
+	default:
+		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
+			title: "Too many event streams", detail: fmt.Sprintf("this server already keeps %d event streams open", cap(s.streams))}
+	}
+	sub, err := s.engine.Subscribe(ctx, after)
+	if err != nil {
+		<-s.streams
+		return nil, err
+	}
+	keep := func(key string) bool {
+		return strings.HasPrefix(key, prefix) && (!filter || c.mayTouch(s.cfg.Keys, key))
+	}
+	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep}, nil
+}
+
+// validEventID: "<ms>-<seq>", digits only, as Redis stream IDs are.
+func validEventID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	digits := func(p string) bool {
+		if p == "" || len(p) > 20 {
+			return false
+		}
+		for i := 0; i < len(p); i++ {
+			if p[i] < '0' || p[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	return ok && digits(ms) && digits(seq)
+}
+
+// eventStream writes the events; it implements the generated response
+// interface so that it can stream and flush.
+type eventStream struct {
+	s    *Server
+	ctx  context.Context
+	sub  *lock.Subscription
+	keep func(key string) bool
+}
+
+// LockEventOf is an event as the stream and webhooks send it: never a token.
+func LockEventOf(c lock.Change) api.LockEvent {
+	return api.LockEvent{
+		Id: c.ID, Type: api.LockEventType(c.Type), Key: c.Key, At: c.At,
+		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
+	}
+}
+
+// VisitStreamEventsResponse runs the stream until the client leaves, the
+// server shuts down or the client reads too slowly (then the stream ends,
+// and the client resumes with Last-Event-ID).
+func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
+	defer func() {
+		es.sub.Close()
+		<-es.s.streams
+	}()
+	ctx, cancel := context.WithCancel(es.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-es.s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(text string) error {
+		// A client that stops reading cannot pin this goroutine.
+		_ = rc.SetWriteDeadline(time.Now().Add(holdWriteTimeout))
+		if _, err := io.WriteString(w, text); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if err := write(": lockd events\n\n"); err != nil {
+		return nil
+	}
+	beat := es.s.cfg.HoldHeartbeat
+	last := time.Now()
+	for {
+		wait, cancelWait := context.WithDeadline(ctx, last.Add(beat))
+		c, err := es.sub.Next(wait)
+		cancelWait()
+		switch {
+		case err == nil:
+			if !es.keep(c.Key) {
+				continue
+			}
+			b, _ := json.Marshal(LockEventOf(c))
+			if err := write(fmt.Sprintf("id: %s\nevent: %s\ndata: %s\n\n", c.ID, c.Type, b)); err != nil {
+				return nil
+			}
+			last = time.Now()
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, context.DeadlineExceeded):
+			if err := write(": heartbeat\n\n"); err != nil {
+				return nil
+			}
+			last = time.Now()
+		case errors.Is(err, lock.ErrUnavailable):
+			// Redis is away for a moment: keep the stream, try again.
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				return nil
+			}
+		default:
+			// Too slow, or the engine closed: end the stream; the client
+			// reconnects with Last-Event-ID.
+			return nil
+		}
+	}
+}
