@@ -25,6 +25,7 @@ import (
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/internal/webhook"
 	"github.com/lockd/lockd/web"
 )
 
@@ -59,6 +60,13 @@ type serveConfig struct {
 	replicaAckWait   time.Duration
 	quarantine       bool
 	redlock          string
+
+	// Events, webhooks and contention metrics.
+	eventsMax          int
+	webhooksFile       string
+	webhooks           []webhook.Hook
+	metricsPrefixDepth int
+	metricsMaxPrefixes int
 }
 
 // parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
@@ -92,6 +100,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.replicaAckWait, "replica-ack-timeout", env.dur("replica-ack-timeout", 50*time.Millisecond), "how long a write waits for --replica-acks")
 	fs.StringVar(&c.redlock, "redlock", env.str("redlock", ""), "comma-separated redis:// or rediss:// URLs of an odd number (3 or more) of independent Redis masters: grant by majority (Redlock) instead of --redis")
 	fs.BoolVar(&c.quarantine, "restart-quarantine", env.bool("restart-quarantine", true), "after Redis lost its data (restart without persistence, failover to an empty replica, flush), grant nothing until every lease it may have forgotten has expired")
+	fs.IntVar(&c.eventsMax, "events-max", env.int("events-max", 100_000), "lifecycle events kept in the shared event stream (GET /v1/events resume, webhook backlog)")
+	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes); see docs/operations.md")
+	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
+	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
 	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
 		"given, every request's Host is checked (with auth off on loopback it always is)")
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +130,15 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, err
 	}
 	c.keys = keys
+	if c.webhooksFile != "" {
+		b, err := os.ReadFile(c.webhooksFile)
+		if err != nil {
+			return c, usageError("--webhooks-file: %v", err)
+		}
+		if c.webhooks, err = webhook.Parse(b); err != nil {
+			return c, usageError("--webhooks-file %s: %v", c.webhooksFile, err)
+		}
+	}
 	return c, c.validate()
 }
 
@@ -179,6 +200,10 @@ func (c serveConfig) validate() error {
 		return usageError("--replica-acks does not apply to --redlock's independent masters")
 	case c.replicaAcks > 0 && c.redisURL == "":
 		return usageError("--replica-acks needs --redis: the embedded store has no replicas")
+	case c.eventsMax < 100:
+		return usageError("--events-max must be at least 100")
+	case c.metricsPrefixDepth < 1 || c.metricsMaxPrefixes < 1:
+		return usageError("--metrics-prefix-depth and --metrics-max-prefixes must be at least 1")
 	case c.logFormat != "json" && c.logFormat != "console":
 		return usageError("--log-format must be json or console, not %q", c.logFormat)
 	}
@@ -232,7 +257,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
 		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey,
 		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
-		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL,
+		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL, EventsMax: cfg.eventsMax,
 	}
 	var engine lockEngine
 	if len(topo.masters) > 0 {
@@ -247,7 +272,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth,
 		CheckHost: cfg.checkHost(), AllowedHosts: cfg.allowedHosts,
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, max(1, cfg.maxWaiters/2)),
+		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
 	}, reg)
+	stopHooks := startWebhooks(cfg, engine, log, reg)
+	defer stopHooks()
 
 	dash, err := dashboard(cfg, getenv, engine, log)
 	if err != nil {

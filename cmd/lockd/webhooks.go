@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/lockd/lockd/internal/webhook"
+)
+
+// eventSource is an engine whose event stream webhooks can read.
+type eventSource interface {
+	EventClient() redis.Cmdable
+	EventStream() string
+}
+
+// startWebhooks delivers the event stream to --webhooks-file's endpoints
+// until the returned function is called. Every replica runs a dispatcher;
+// the consumer groups in Redis make each event one replica's to deliver.
+func startWebhooks(cfg serveConfig, engine any, log zerolog.Logger, reg prometheus.Registerer) func() {
+	if len(cfg.webhooks) == 0 {
+		return func() {}
+	}
+	src, ok := engine.(eventSource)
+	if !ok {
+		log.Warn().Msg("--webhooks-file is not supported with --redlock: no webhook is delivered")
+		return func() {}
+	}
+	host, _ := os.Hostname()
+	d := webhook.New(src.EventClient(), src.EventStream(), cfg.webhooks, webhook.Options{
+		Consumer: fmt.Sprintf("%s-%d", host, os.Getpid()),
+		// The error names the endpoint and what went wrong, never its
+		// secret or URL (which may carry credentials).
+		OnError: func(hook string, err error) { log.Warn().Str("webhook", hook).Err(err).Msg("webhook delivery") },
+	}, reg)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.Run(ctx)
+	}()
+	names := make([]string, len(cfg.webhooks))
+	for i, h := range cfg.webhooks {
+		names[i] = h.Name
+	}
+	log.Info().Strs("webhooks", names).Msg("delivering events to webhooks")
+	return func() { cancel(); wg.Wait() }
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Bad webhook files and metrics flags are usage errors that say what is
+// wrong, never showing a webhook's secret.
+func TestServeWebhooksAndMetricsFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good.yaml", "webhooks:\n  - url: https://ops.example.com/hook\n    secret: very-secret-0123456789\n    events: [expired, force_released]\n")
+	short := file("short.yaml", "webhooks:\n  - url: https://ops.example.com/hook\n    secret: tiny\n")
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string // "" : accepted
+	}{
+		{[]string{"--webhooks-file", good}, nil, ""},
+		{nil, map[string]string{"LOCKD_WEBHOOKS_FILE": good, "LOCKD_METRICS_PREFIX_DEPTH": "2"}, ""},
+		{[]string{"--webhooks-file", short}, nil, "secret must be at least 16"},
+		{[]string{"--webhooks-file", filepath.Join(dir, "missing.yaml")}, nil, "--webhooks-file"},
+		{[]string{"--metrics-prefix-depth", "0"}, nil, "--metrics-prefix-depth"},
+		{[]string{"--metrics-max-prefixes", "0"}, nil, "--metrics-max-prefixes"},
+		{[]string{"--events-max", "10"}, nil, "--events-max"},
+	} {
+		c, err := parseServe(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v %v: %v", tc.args, tc.env, err)
+		case tc.want == "" && len(c.webhooks) != 1:
+			t.Errorf("%v %v: %d webhooks", tc.args, tc.env, len(c.webhooks))
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		case err != nil && strings.Contains(err.Error(), "tiny"):
+			t.Errorf("the error shows the secret: %v", err)
+		}
+	}
+}
