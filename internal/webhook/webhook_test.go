@@ -85,8 +85,8 @@ type receiver struct {
 	hang   time.Duration
 
 	mu        sync.Mutex
-	attempts  map[string]int       // event ID → attempts
-	delivered map[string]int       // event ID → 2xx answers
+	attempts  map[string]int // event ID → attempts
+	delivered map[string]int // event ID → 2xx answers
 	events    map[string]map[string]any
 	latency   []time.Duration // event's at → its 2xx
 	badSig    int
