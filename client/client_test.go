@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/internal/lockdtest"
 )
 
 func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
@@ -206,9 +207,21 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// count503 counts the 503 answers its client receives.
+type count503 struct{ n atomic.Int64 }
+
+func (c *count503) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
+		c.n.Add(1)
+	}
+	return resp, err
+}
+
 func TestAcquireRetriesWhileRedisIsDown(t *testing.T) {
 	ld := startLockd(t)
-	c := newClient(t, ld.URL, client.WithRetry(10*time.Second))
+	seen := &count503{}
+	c := newClient(t, ld.URL, client.WithRetry(10*time.Second), client.WithHTTPClient(&http.Client{Transport: seen}))
 	ctx := context.Background()
 
 	ld.redis.Stop()
@@ -222,14 +235,18 @@ func TestAcquireRetriesWhileRedisIsDown(t *testing.T) {
 		l, err := c.Acquire(ctx, uniqueKey(t), client.AcquireOptions{TTL: 2 * time.Second})
 		done <- result{l, err}
 	}()
-	time.Sleep(300 * time.Millisecond) // let it meet a few 503s
+	// The retry path must run: wait until Acquire has been answered 503
+	// twice (a first try and a retry) before Redis comes back.
+	lockdtest.Eventually(t, func() bool { return seen.n.Load() >= 2 }, 5*time.Second, "two 503s while Redis is down")
+	down := time.Since(start)
 	ld.redis.Restart()
 	select {
 	case r := <-done:
 		if r.err != nil {
 			t.Fatalf("acquire after Redis came back: %v", r.err)
 		}
-		t.Logf("acquire succeeded %v after it started (Redis down for the first ~300 ms)", time.Since(start).Round(time.Millisecond))
+		t.Logf("acquire succeeded %v after it started, after %d 503s (Redis down for the first %v)",
+			time.Since(start).Round(time.Millisecond), seen.n.Load(), down.Round(time.Millisecond))
 		_ = r.l.Release(ctx)
 	case <-time.After(8 * time.Second):
 		t.Fatal("acquire did not succeed after Redis came back")

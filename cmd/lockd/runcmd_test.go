@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -246,12 +249,38 @@ func TestRunRetriesWhileRedisIsDown(t *testing.T) {
 	ls := startCLIServer(t)
 	ls.redis.Stop()
 	var out, errb lockdtest.Buffer
-	done := lockdRun(ls, &out, &errb, "--retry", "20s", "run:retry", "--", "sh", "-c", "echo fence=$LOCKD_FENCE")
-	time.Sleep(300 * time.Millisecond) // a few 503s
+	// --wait 0s: a waiting acquire is kept open by the server while Redis
+	// is down, so only an acquire that does not wait meets the 503s that
+	// --retry is about.
+	done := lockdRun(ls, &out, &errb, "--retry", "20s", "--wait", "0s", "run:retry", "--", "sh", "-c", "echo fence=$LOCKD_FENCE")
+	// The retry path must run: wait until the server has answered two
+	// 503s (a first try and a retry) before Redis comes back.
+	lockdtest.Eventually(t, func() bool { return answered503(t, ls.url) >= 2 }, 5*time.Second, "two 503s while Redis is down")
 	ls.redis.Restart()
 	if code := waitExit(t, done, 15*time.Second, &errb); code != 0 || !strings.Contains(out.String(), "fence=") {
 		t.Fatalf("exit %d, out %q; stderr:\n%s", code, &out, &errb)
 	}
+}
+
+// answered503 is how many 503s the lockd at url has answered, from its
+// lockd_http_requests_total series.
+func answered503(t *testing.T, url string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	total := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "lockd_http_requests_total{") && strings.Contains(line, `status="503"`) {
+			var n float64
+			_, _ = fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &n)
+			total += n
+		}
+	}
+	return total
 }
 
 // Signals to lockd run reach the command; this needs a real lockd process.

@@ -499,7 +499,7 @@ func (e *Engine) Release(ctx context.Context, key, token, actor string) (Release
 	return out, r.err
 }
 
-// Broken describes a lease that ForceRelease broke.
+// Broken describes a lease that ForceReleaseFence broke.
 type Broken struct {
 	Owner string
 	Fence int64
@@ -507,15 +507,10 @@ type Broken struct {
 	HeldFor time.Duration
 }
 
-// ForceRelease deletes the lease whoever holds it, records actor and reason
-// in history and wakes waiters.
-func (e *Engine) ForceRelease(ctx context.Context, key, actor, reason string) (Broken, error) {
-	return e.ForceReleaseFence(ctx, key, 0, actor, reason)
-}
-
-// ForceReleaseFence is ForceRelease of the lease with this fence only (0:
-// any); another lease is ErrLeaseLost. A person who confirmed breaking one
-// holder's lease does not break the next holder's.
+// ForceReleaseFence deletes the lease with this fence (0: whoever holds
+// the key), records actor and reason in history and wakes waiters. Another
+// lease is ErrLeaseLost: a person who confirmed breaking one holder's lease
+// does not break the next holder's.
 func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
 	k := keysOf(key)
 	fenceArg := ""
