@@ -5,5 +5,8 @@
 //   - hold.sh: the same with plain curl on the /hold event stream;
 //   - renew.py: Python 3, standard library only, renewing by hand;
 //   - renew.mjs: Node 18+, built-in fetch, renewing by hand;
-//   - webhook/: a Go webhook handler that processes each delivery once.
+//   - webhook/: a Go webhook handler that processes each delivery once;
+//   - webhook-receiver/ and webhook_receiver.py: endpoints for lockd's own
+//     webhooks (--webhooks-file) in Go and Python that verify the
+//     Lockd-Signature and deduplicate by Lockd-Event-Id.
 package examples
