@@ -23,7 +23,7 @@ import (
 // missing: the tests need a real Redis and fail rather than skip.
 var errNoRedis = errors.New("redis-server is not on PATH; the tests need a real Redis. " +
 	"Install it with `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis`, " +
-	"or run `make test`, which installs it when it can.")
+	"or run `make test`, which installs it when it can")
 
 // formTimeout bounds the forming of a topology by a constructor, which has
 // no context of its own. Formation takes 2–4 s when the machine is quiet.
@@ -95,9 +95,6 @@ func (n *node) start(ctx context.Context, args []string) error {
 		}
 	}
 }
-
-// running reports whether the process is up (possibly paused).
-func (n *node) running() bool { return n.cmd != nil }
 
 // live reports whether the process is up and answering: the harness's own
 // checks skip the others, which could not reply.
