@@ -141,22 +141,23 @@ func (s *redisStore) Writable(ctx context.Context) error {
 	if s.cluster == nil {
 		return s.rdb.Set(ctx, readyKey, "1", 10*time.Second).Err()
 	}
-	slots, err := s.cluster.ClusterSlots(ctx).Result()
+	shards, err := s.cluster.ClusterShards(ctx).Result()
 	if err != nil {
 		return err
 	}
-	if len(slots) == 0 {
+	owners := slotOwners(shards)
+	if len(owners) == 0 {
 		return errors.New("lock: the cluster serves no slots")
 	}
 	seen := map[string]bool{}
-	for _, r := range slots {
-		if len(r.Nodes) == 0 || seen[r.Nodes[0].Addr] {
+	for _, o := range owners {
+		if seen[o.addr] {
 			continue
 		}
-		seen[r.Nodes[0].Addr] = true
-		key := keyPrefix + "{" + slotTags()[r.Start] + "}:readyz"
+		seen[o.addr] = true
+		key := keyPrefix + "{" + slotTags()[o.start] + "}:readyz"
 		if err := s.cluster.Set(ctx, key, "1", 10*time.Second).Err(); err != nil {
-			return fmt.Errorf("master %s: %w", r.Nodes[0].Addr, err)
+			return fmt.Errorf("master %s: %w", o.addr, err)
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -629,7 +630,8 @@ func (c *clusterSubscription) watch() {
 // nodes that own none; it reports whether anything moved. It asks the
 // nodes for the slot map (CLUSTER SLOTS) rather than trust go-redis's copy,
 // which go-redis reloads in the background, at most every 200 ms, from a
-// random node that may be the dead one.
+// random node that may be the dead one. (CLUSTER SHARDS: Redis 7, as
+// SPUBLISH is.)
 func (c *clusterSubscription) rehome() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -668,9 +670,35 @@ func (c *clusterSubscription) rehome() bool {
 	return moved
 }
 
+// slotOwner is one range of slots and the address of its master.
+type slotOwner struct {
+	start, end int
+	addr       string
+}
+
+// slotOwners reads CLUSTER SHARDS: every slot range and its master.
+func slotOwners(shards []redis.ClusterShard) []slotOwner {
+	var out []slotOwner
+	for _, sh := range shards {
+		addr := ""
+		for _, n := range sh.Nodes {
+			if n.Role == "master" && n.Health != "fail" {
+				addr = net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			}
+		}
+		if addr == "" {
+			continue
+		}
+		for _, r := range sh.Slots {
+			out = append(out, slotOwner{int(r.Start), int(r.End), addr})
+		}
+	}
+	return out
+}
+
 // freshSlots asks the nodes, one after another, for the slot map, and
 // returns the first answer (nil if none answers).
-func (c *clusterSubscription) freshSlots(ctx context.Context) []redis.ClusterSlot {
+func (c *clusterSubscription) freshSlots(ctx context.Context) []slotOwner {
 	var mu sync.Mutex
 	var nodes []*redis.Client
 	_ = c.rdb.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
@@ -681,10 +709,10 @@ func (c *clusterSubscription) freshSlots(ctx context.Context) []redis.ClusterSlo
 	})
 	for _, n := range nodes {
 		nctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		slots, err := n.ClusterSlots(nctx).Result()
+		shards, err := n.ClusterShards(nctx).Result()
 		cancel()
-		if err == nil && len(slots) > 0 {
-			return slots
+		if owners := slotOwners(shards); err == nil && len(owners) > 0 {
+			return owners
 		}
 	}
 	return nil
@@ -695,11 +723,11 @@ func (c *clusterSubscription) nodeAt(ctx context.Context, addr string) (*redis.C
 	return clusterNode(ctx, c.rdb, addr)
 }
 
-// ownerIn is the master of slot in a CLUSTER SLOTS reply, or "".
-func ownerIn(slots []redis.ClusterSlot, slot int) string {
-	for _, s := range slots {
-		if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr
+// ownerIn is the master of slot, or "".
+func ownerIn(owners []slotOwner, slot int) string {
+	for _, o := range owners {
+		if o.start <= slot && slot <= o.end {
+			return o.addr
 		}
 	}
 	return ""
