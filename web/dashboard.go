@@ -28,6 +28,8 @@ type Engine interface {
 	State(ctx context.Context, key string) (lock.State, error)
 	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
 	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
+	Renewals(ctx context.Context, key string, limit int) ([]lock.Event, error)
+	Subscribe(ctx context.Context, after string) (*lock.Subscription, error)
 	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
 }
 
@@ -137,6 +139,7 @@ func (d *Dashboard) Routes(r chi.Router) {
 			r.Get("/ui/locks/{key}", d.detail)
 			r.Get(listFragmentPath+"/{key}", d.detailFragment)
 			r.Get("/ui/locks/{key}/force-release", d.confirm)
+			r.Get(eventsPath, d.events)
 			r.Method(http.MethodPost, "/ui/locks/{key}/force-release", cop.Handler(http.HandlerFunc(d.forceRelease)))
 		})
 	})
@@ -258,7 +261,14 @@ func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request) (detailVi
 		d.fail(w, r, err)
 		return detailView{}, false
 	}
-	return newDetailView(key, st, held, events, d.now(), d.identify(r).Admin), true
+	renewals, err := d.engine.Renewals(r.Context(), key, rhythmSize)
+	if err != nil {
+		d.fail(w, r, err)
+		return detailView{}, false
+	}
+	v := newDetailView(key, st, held, events, d.now(), d.identify(r).Admin)
+	v.Rhythm = newRhythm(renewals)
+	return v, true
 }
 
 func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {

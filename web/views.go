@@ -38,6 +38,8 @@ type lockRow struct {
 	Waiters     int
 	DetailURL   string
 	ForceURL    string
+	// AtRisk: the last renewal came late, or the lease is running out.
+	AtRisk bool
 }
 
 // listView is the list page.
@@ -82,6 +84,8 @@ type detailView struct {
 	PollURL  string
 	CanForce bool
 	Notice   *notice
+	// Rhythm is the renewal chart; nil before the lease's second renewal.
+	Rhythm *rhythm
 }
 
 // confirmView is the force-release confirmation form.
@@ -166,6 +170,7 @@ func newLockRow(s lock.State) lockRow {
 		Renewals:  s.Renewals,
 		Renewed:   s.Renewals > 0,
 		Waiters:   s.Waiters,
+		AtRisk:    s.AtRisk,
 		DetailURL: detailURL(s.Key),
 		ForceURL:  forceURL(s.Key),
 	}

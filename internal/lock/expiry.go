@@ -278,7 +278,7 @@ func (e *Engine) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
 	if e.sweeper.targets != nil && time.Since(e.sweeper.at) < targetsTTL {
 		return e.sweeper.targets, nil
 	}
-	slots, err := rs.cluster.ClusterSlots(ctx).Result()
+	shards, err := rs.cluster.ClusterShards(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -296,12 +296,9 @@ func (e *Engine) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
 	byAddr := map[string][]string{}
 	owner := map[string]string{}
 	tags := slotTags()
-	for _, s := range slots {
-		if len(s.Nodes) == 0 {
-			continue
-		}
-		addr := s.Nodes[0].Addr
-		for slot := s.Start; slot <= s.End; slot++ {
+	for _, s := range slotOwners(shards) {
+		addr := s.addr
+		for slot := s.start; slot <= s.end; slot++ {
 			b := keyPrefix + "{" + tags[slot] + "}:"
 			byAddr[addr] = append(byAddr[addr], b)
 			owner[b] = addr

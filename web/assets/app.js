@@ -58,7 +58,19 @@
     for (var i = 0; i < notes.length; i++) notes[i].hidden = !failed;
   }
 
+  // Live updates: the page's [data-live] element names its event stream;
+  // each change there makes htmx re-fetch the table or the detail
+  // (hx-trigger "lockdchange from:body"). EventSource reconnects by itself,
+  // sending the last event's id, so nothing is missed across a blip.
+  function live() {
+    var el = document.querySelector("[data-live]");
+    if (!el || !window.EventSource || !window.htmx) return;
+    var es = new EventSource(el.getAttribute("data-live"));
+    es.addEventListener("change", function () { window.htmx.trigger(document.body, "lockdchange"); });
+  }
+
   document.addEventListener("DOMContentLoaded", tick);
+  document.addEventListener("DOMContentLoaded", live);
   document.addEventListener("htmx:afterSettle", function () { tick(); refreshFailed(false); });
   document.addEventListener("htmx:responseError", function () { refreshFailed(true); });
   document.addEventListener("htmx:sendError", function () { refreshFailed(true); });

@@ -1,0 +1,111 @@
+package web
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/internal/lockdtest"
+)
+
+// A holder that renewed late is marked at risk on the list and the detail
+// page, and the detail page charts its renewals against the TTL, the late
+// ones apart.
+func TestAtRiskAndRenewalRhythm(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	l := e.acquire("rhythm:a", "worker-1", 900*time.Millisecond)
+	e.acquire("rhythm:b", "worker-2", time.Minute)
+	for range 3 { // on time: with two thirds left
+		if _, err := e.engine.Renew(ctx, "rhythm:a", l.Token, 0, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Late: with under a third left.
+	lockdtest.Eventually(t, func() bool {
+		st, ok := e.held("rhythm:a")
+		return ok && st.Remaining < 250*time.Millisecond
+	}, 2*time.Second, "the lease running low")
+	if _, err := e.engine.Renew(ctx, "rhythm:a", l.Token, 0, "t"); err != nil {
+		t.Fatal(err)
+	}
+
+	list := e.get("/")
+	r := rows(list.doc)
+	if !r["rhythm:a"].Is(".at-risk") || r["rhythm:a"].Find(`[data-testid="at-risk"]`).Length() != 1 {
+		t.Errorf("late renewer not marked: %s", outer(r["rhythm:a"]))
+	}
+	if r["rhythm:b"].Is(".at-risk") {
+		t.Errorf("healthy holder marked at risk: %s", outer(r["rhythm:b"]))
+	}
+
+	p := e.get("/ui/locks/rhythm:a")
+	if p.doc.Find(`[data-testid="state"] [data-testid="at-risk"]`).Length() != 1 {
+		t.Error("detail page: no at-risk mark")
+	}
+	svg := p.doc.Find(`svg[data-testid="rhythm"]`)
+	if svg.Find("rect").Length() != 4 || svg.Find("rect.late").Length() != 1 || svg.Find("line.risk").Length() != 1 {
+		t.Errorf("rhythm chart: %s", outer(svg))
+	}
+	if s := text(p.doc.Find(`[data-testid="rhythm-summary"]`)); !strings.Contains(s, "4 renewals") || !strings.Contains(s, "1 came with under a third left") {
+		t.Errorf("rhythm summary %q", s)
+	}
+	if g := strings.Join(eventTypes(p.doc), ","); g != "acquired" {
+		t.Errorf("history %s: renewals must not push the lifecycle out", g)
+	}
+}
+
+// The live pages follow /ui/events: a change of a key under the page's
+// prefix arrives as a "change" event; keys outside it do not.
+func TestLiveEvents(t *testing.T) {
+	e := newEnv(t)
+	p := e.get("/?prefix=live:")
+	src, ok := p.doc.Find("[data-live]").Attr("data-live")
+	if !ok || src != "/ui/events?prefix=live%3A" {
+		t.Fatalf("data-live = %q", src)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+src, nil)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// The stream is open once its first comment arrives.
+	for l := range lines {
+		if strings.HasPrefix(l, ": lockd") {
+			break
+		}
+	}
+	e.acquire("other:x", "w", time.Minute)
+	e.acquire("live:x", "w", time.Minute)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case l := <-lines:
+			if strings.HasPrefix(l, "data: ") {
+				if want := `data: {"key":"live:x","type":"acquired"}`; l != want {
+					t.Fatalf("first change %s, want %s", l, want)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("no change event in 5 s")
+		}
+	}
+}
