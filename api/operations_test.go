@@ -25,6 +25,7 @@ func TestOperations(t *testing.T) {
 		"readyz":           {Method: "GET", Path: "/readyz", Scope: "none"},
 		"getMetrics":       {Method: "GET", Path: "/metrics", Scope: "read"},
 		"getOpenAPI":       {Method: "GET", Path: "/openapi.yaml", Scope: "none"},
+		"streamEvents":     {Method: "GET", Path: "/v1/events", Scope: "read"},
 	}
 	ops := api.Operations()
 	if len(ops) != len(want) {
@@ -61,7 +62,7 @@ func TestGeneratedRoutesHaveOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 10 {
-		t.Errorf("%d generated routes, want 10", n)
+	if n != 11 {
+		t.Errorf("%d generated routes, want 11", n)
 	}
 }
