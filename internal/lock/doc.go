@@ -14,10 +14,23 @@
 // Waiting is push, not poll: release and force-release PUBLISH on the key's
 // channel; a timer at the holder's PTTL covers expiry. Waiters of one key in
 // one process queue in a local FIFO and only its head retries, so a release
-// costs each process one retry, not one per waiter.
+// costs each process one retry, not one per waiter. One function (hub.next)
+// decides when a queue tries, so a queue with waiters always has a try in
+// flight, a timer pending or a subscription about to be confirmed.
+//
+// The lock semantics talk to Redis through a small store interface (store.go):
+// one implementation covers one server, Sentinel and Cluster, with wake-up
+// subscriptions that follow failovers and slot moves (subscribe.go). Redlock
+// (redlock.go) runs an Engine per independent master and decides by
+// majority, writing fences back so that they stay strictly increasing. The
+// restart quarantine (epoch.go) keeps a Redis that lost its data from
+// granting keys whose forgotten leases may still be held.
 //
 // Caveats. A lease is only as safe as its TTL: a holder that pauses (GC,
 // swap, a stopped VM) past its TTL loses the lease without noticing, which is
-// what fences are for. A single Redis without persistence forgets every lease
-// when it restarts. Timestamps come from the Redis clock.
+// what fences are for. Redis replicates asynchronously: a failover can lose
+// a grant its replica never saw (Options.ReplicaAcks narrows that window).
+// The quarantine needs a lockd that saw the marker before the loss: if every
+// lockd restarts together with an empty Redis, none can tell. Timestamps come
+// from the Redis clock.
 package lock
