@@ -1,0 +1,97 @@
+package lock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+// BenchmarkRedisCostPerOp measures what each operation costs Redis: the
+// commands its script runs inside Redis and the µs of Redis CPU, from INFO
+// commandstats (reset before each operation kind), so that a script change
+// is judged by its Redis-side cost too. Run with -benchtime Nx.
+func BenchmarkRedisCostPerOp(b *testing.B) {
+	srv := redistest.Start(b)
+	opts := &redis.Options{Addr: srv.Addr}
+	lock.TuneClient(opts)
+	rdb := redis.NewClient(opts)
+	admin := srv.Client(b)
+	e := lock.New(rdb, lock.Options{})
+	b.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
+	ctx := context.Background()
+
+	n := b.N
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "cost:" + strconv.Itoa(i)
+	}
+	leases := make([]lock.Lease, n)
+	measure := func(name string, op func(i int) error) {
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			if err := op(i); err != nil {
+				b.Fatalf("%s: %v", name, err)
+			}
+		}
+		calls, usec, evals := redisCost(b, admin)
+		b.ReportMetric(float64(calls)/float64(n), name+"-redis-cmds/op")
+		b.ReportMetric(float64(usec)/float64(n), name+"-redis-µs/op")
+		b.ReportMetric(float64(evals)/float64(n), name+"-round-trips/op")
+	}
+	b.ResetTimer()
+	measure("acquire", func(i int) (err error) {
+		leases[i], err = e.Acquire(ctx, keys[i], lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+		return err
+	})
+	measure("renew", func(i int) error {
+		_, err := e.Renew(ctx, keys[i], leases[i].Token, 0, "b")
+		return err
+	})
+	measure("release", func(i int) error {
+		_, err := e.Release(ctx, keys[i], leases[i].Token, "b")
+		return err
+	})
+}
+
+// redisCost sums INFO commandstats: the commands Redis ran inside the
+// scripts, the µs of the EVAL/EVALSHA calls (their inner commands
+// included), and the EVAL/EVALSHA calls themselves (the round trips). The
+// measurement's own INFO and CONFIG calls are left out.
+func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64) {
+	b.Helper()
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		cmd := strings.TrimPrefix(name, "cmdstat_")
+		if cmd == "info" || strings.HasPrefix(cmd, "config") {
+			continue
+		}
+		f := map[string]float64{}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f[k], _ = strconv.ParseFloat(v, 64)
+		}
+		if cmd == "evalsha" || cmd == "eval" {
+			evals += int64(f["calls"])
+			usec += int64(f["usec"])
+		} else {
+			inner += int64(f["calls"])
+		}
+	}
+	return inner, usec, evals
+}
