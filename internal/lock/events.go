@@ -209,6 +209,12 @@ func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, er
 			return nil, ErrBadEventID
 		}
 	}
+	// "From now on" is the stream's end now, not where the tail has got
+	// to: a tail that lags would hand a new reader events of the past.
+	now, err := e.lastEventID(ctx)
+	if err != nil {
+		return nil, err
+	}
 	f := e.feed
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -216,18 +222,13 @@ func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, er
 		return nil, ErrClosed
 	}
 	if !f.running {
-		last, err := e.lastEventID(ctx)
-		if err != nil {
-			return nil, err
-		}
-		f.last, f.running = last, true
+		f.last, f.running = now, true
 		f.wg.Add(1)
 		go f.tail()
 	}
 	s := &Subscription{f: f, c: make(chan Change, subBuffer), last: after, catchUp: after != ""}
 	if after == "" {
-		// From now on: what the tail read so far is the past.
-		s.last = f.last
+		s.last = now
 	}
 	f.subs[s] = struct{}{}
 	return s, nil
