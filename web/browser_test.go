@@ -84,13 +84,13 @@ func TestBrowser_FindAndForceRelease(t *testing.T) {
 		}
 	}
 	row := `tr[data-key="deploy:prod"]`
-	must("open /", chromedp.Do(ctx, chromedp.Navigate(e.ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(row))))
-	owner, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+` [data-testid="owner"]`)))
+	must("open /", doStable(ctx, chromedp.Navigate(e.ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(row))))
+	owner, err := runStable(ctx, chromedp.Text(chromedp.CSS(row+` [data-testid="owner"]`)))
 	must("owner", err)
 	if owner != "ci-runner-7" {
 		t.Fatalf("owner %q, want ci-runner-7", owner)
 	}
-	htmx, err := chromedp.Run(ctx, chromedp.Evaluate[string](`typeof window.htmx`))
+	htmx, err := runStable(ctx, chromedp.Evaluate[string](`typeof window.htmx`))
 	must("htmx", err)
 	if htmx != "object" {
 		t.Fatalf("htmx did not load under the CSP: typeof htmx = %q", htmx)
@@ -99,7 +99,7 @@ func TestBrowser_FindAndForceRelease(t *testing.T) {
 	// The TTL counts down in the page, without a reload.
 	ttl := func() int {
 		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+` [data-testid="left"] time`)))
+		s, err := runStable(ctx, chromedp.Text(chromedp.CSS(row+` [data-testid="left"] time`)))
 		must("TTL", err)
 		m := secondsLeft.FindStringSubmatch(s)
 		if m == nil {
@@ -119,9 +119,9 @@ func TestBrowser_FindAndForceRelease(t *testing.T) {
 
 	// A lock taken after the page loaded shows up by itself (htmx refresh).
 	apiAcquire(t, e.ts.URL, "cache:warmup", "job-runner", 45*time.Second)
-	must("refresh", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-key="cache:warmup"]`))))
+	must("refresh", doStable(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-key="cache:warmup"]`))))
 
-	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	shot, err := runStable(ctx, chromedp.CaptureScreenshot())
 	must("screenshot", err)
 	if len(shot) == 0 {
 		t.Fatal("empty screenshot")
@@ -133,56 +133,56 @@ func TestBrowser_FindAndForceRelease(t *testing.T) {
 	}
 
 	// Force-release through the row's button, then by keyboard on the form.
-	must("open confirm", chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(row+` [data-testid="force-release-link"]`)),
+	must("open confirm", doStable(ctx, chromedp.Click(chromedp.CSS(row+` [data-testid="force-release-link"]`))))
+	must("fill in the reason", doStable(ctx,
 		chromedp.WaitVisible(chromedp.CSS(`#reason`)),
 		chromedp.Focus(chromedp.CSS(`#reason`)),
 		chromedp.SendKeys(chromedp.CSS(`#reason`), "stuck after deploy"),
 		chromedp.KeyEvent(kb.Tab),
 	))
-	focused, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.dataset.testid || ""`))
+	focused, err := runStable(ctx, chromedp.Evaluate[string](`document.activeElement.dataset.testid || ""`))
 	must("focus", err)
 	if focused != "confirm-force-release" {
 		t.Fatalf("Tab from the reason field focused %q, want the Force-release button", focused)
 	}
-	must("submit", chromedp.Do(ctx,
+	must("submit", doStable(ctx,
 		chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="notice"]`)),
 	))
-	notice, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-testid="notice"]`)))
+	notice, err := runStable(ctx, chromedp.Text(chromedp.CSS(`[data-testid="notice"]`)))
 	must("notice", err)
 	if !strings.Contains(notice, "ci-runner-7") {
 		t.Errorf("outcome %q does not name the owner", notice)
 	}
-	newest, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-testid="event"] [data-testid="event-type"]`)))
+	newest, err := runStable(ctx, chromedp.Text(chromedp.CSS(`[data-testid="event"] [data-testid="event-type"]`)))
 	must("history", err)
 	if newest != "force_released" {
 		t.Fatalf("newest event %q, want force_released", newest)
 	}
-	reason, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-testid="event"] [data-testid="event-reason"]`)))
+	reason, err := runStable(ctx, chromedp.Text(chromedp.CSS(`[data-testid="event"] [data-testid="event-reason"]`)))
 	must("reason", err)
 	if reason != "stuck after deploy" {
 		t.Errorf("reason %q", reason)
 	}
 
 	// Back on the list the row is gone; the others are still there.
-	must("back to list", chromedp.Do(ctx,
+	must("back to list", doStable(ctx,
 		chromedp.Click(chromedp.CSS(`[data-testid="all-locks"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-key="order:pay:12345"]`)),
 	))
-	gone, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('tr[data-key="deploy:prod"]') === null`))
+	gone, err := runStable(ctx, chromedp.Evaluate[bool](`document.querySelector('tr[data-key="deploy:prod"]') === null`))
 	must("row gone", err)
 	if !gone {
 		t.Error("deploy:prod is still listed after force-release")
 	}
 
 	// At phone width nothing scrolls sideways.
-	must("phone", chromedp.Do(ctx,
+	must("phone", doStable(ctx,
 		chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile),
 		chromedp.Navigate(e.ts.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-key="order:pay:12345"]`)),
 	))
-	fits, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
+	fits, err := runStable(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
 	must("phone width", err)
 	if !fits {
 		t.Error("the list scrolls sideways at 390 px")
@@ -240,5 +240,35 @@ func newBrowser(t *testing.T, chrome string, expected func(msg string) bool) (co
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(errs)
+	}
+}
+
+// staleNode says that the page replaced a node between chromedp finding it
+// and using it: the dashboard swaps parts of its pages when events arrive.
+func staleNode(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "node with given id") || strings.Contains(err.Error(), "No node with given id"))
+}
+
+// runStable is chromedp.Run, run again (up to five times) while the node it
+// found was replaced before it was used.
+func runStable[T any](ctx context.Context, a chromedp.Action[T]) (T, error) {
+	for i := 0; ; i++ {
+		v, err := chromedp.Run(ctx, a)
+		if !staleNode(err) || i == 4 {
+			return v, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// doStable is chromedp.Do, run again as runStable is. The steps must be
+// safe to repeat from the start.
+func doStable(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) error {
+	for i := 0; ; i++ {
+		err := chromedp.Do(ctx, steps...)
+		if !staleNode(err) || i == 4 {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

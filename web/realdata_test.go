@@ -84,7 +84,7 @@ func TestBrowser_RowActionsInViewportWithLongOwners(t *testing.T) {
 	for _, width := range []int64{1280, 1440, 1920} {
 		t.Run(fmt.Sprint(width), func(t *testing.T) {
 			ctx, consoleErrors := newBrowser(t, chrome, nil)
-			if err := chromedp.Do(ctx,
+			if err := doStable(ctx,
 				chromedp.EmulateViewport(width, 900),
 				chromedp.Navigate(e.ts.URL+"/"),
 				chromedp.WaitVisible(chromedp.CSS(`tr[data-key="deploy:prod"]`)),
@@ -104,7 +104,7 @@ func TestBrowser_RowActionsInViewportWithLongOwners(t *testing.T) {
 					const sc = document.querySelector('.scroll');
 					return {Right: r.right, Width: window.innerWidth, Hit: hit === a || a.contains(hit), ScrollX: sc.scrollLeft > 0};
 				})()`, key)
-				got, err := chromedp.Run(ctx, chromedp.Evaluate[box](js))
+				got, err := runStable(ctx, chromedp.Evaluate[box](js))
 				if err != nil {
 					t.Fatal(err)
 				}
