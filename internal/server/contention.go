@@ -34,6 +34,10 @@ type contention struct {
 	hold        *prometheus.HistogramVec
 	grants      *prometheus.CounterVec
 	expiryDelay prometheus.Histogram
+	// heldSoFar is observed at each renewal: how long the lease has been
+	// held until then. A lock held too long shows here while it is held,
+	// not only once it ends.
+	heldSoFar *prometheus.HistogramVec
 }
 
 func newContention(reg prometheus.Registerer, cfg ContentionConfig) *contention {
@@ -56,13 +60,17 @@ func newContention(reg prometheus.Registerer, cfg ContentionConfig) *contention 
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_lock_acquires_total", Help: "Acquires by key prefix and outcome: granted, reentered, replayed, held, lease_lost, unavailable, error.",
 		}, []string{"prefix", "outcome"}),
+		heldSoFar: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lockd_lock_held_at_renewal_seconds", Help: "How long leases had been held when they were renewed, by key prefix: a lease renewed long after its grant is a lock held for that long now.",
+			Buckets: []float64{1, 10, 60, 300, 1800, 3600, 21600, 86400},
+		}, []string{"prefix"}),
 		expiryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "lockd_expiry_notice_delay_seconds", Help: "How long after a lease lapsed this process's sweeper recorded it as expired.",
 			Buckets: []float64{.01, .05, .1, .2, .3, .5, .75, 1, 2, 5},
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(c.wait, c.hold, c.grants, c.expiryDelay)
+		reg.MustRegister(c.wait, c.hold, c.grants, c.expiryDelay, c.heldSoFar)
 	}
 	return c
 }
@@ -81,6 +89,13 @@ func (c *contention) acquired(key string, o lock.Outcome, err error, waited time
 func (c *contention) ended(key, end string, held time.Duration) {
 	if held > 0 {
 		c.hold.WithLabelValues(c.labels.of(key), end).Observe(held.Seconds())
+	}
+}
+
+// renewed observes how long a lease of key has been held at a renewal.
+func (c *contention) renewed(key string, acquiredAt time.Time) {
+	if !acquiredAt.IsZero() {
+		c.heldSoFar.WithLabelValues(c.labels.of(key)).Observe(max(0, time.Since(acquiredAt)).Seconds())
 	}
 }
 

@@ -147,6 +147,7 @@ func (s *Server) RenewLock(ctx context.Context, r api.RenewLockRequestObject) (a
 	if err != nil {
 		return nil, err
 	}
+	s.contention.renewed(r.Key, l.AcquiredAt)
 	logOwner(ctx, l.Owner)
 	return api.RenewLock200JSONResponse(leaseOf(l)), nil
 }

@@ -174,6 +174,7 @@ func (h *holdStream) renew(ctx context.Context, renewed chan lock.Lease, lost ch
 		switch {
 		case err == nil:
 			l = next
+			h.s.contention.renewed(l.Key, l.AcquiredAt)
 			select {
 			case <-renewed: // the writer is behind: only the latest counts
 			default:
