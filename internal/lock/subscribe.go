@@ -229,6 +229,11 @@ type clusterSubscription struct {
 	mu     sync.Mutex
 	byNode map[string]*redis.PubSub // master address → its PubSub
 	home   map[string]string        // channel → master address
+	// placed holds the channels whose SSUBSCRIBE Redis has not confirmed
+	// yet, and since when: a node that does not own the slot yet (a
+	// replica being promoted) answers MOVED instead, and the channel must
+	// be placed again.
+	placed map[string]time.Time
 	moved  chan struct{}
 
 	ctx    context.Context
@@ -239,13 +244,16 @@ type clusterSubscription struct {
 const (
 	slotPoll  = 500 * time.Millisecond
 	slotHurry = 20 * time.Millisecond
+	// unconfirmedAfter is how long a placed channel may wait for Redis's
+	// confirmation before it is placed again.
+	unconfirmedAfter = 200 * time.Millisecond
 )
 
 func newClusterSubscription(rdb *redis.ClusterClient) *clusterSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &clusterSubscription{
 		rdb: rdb, out: make(chan notice, 256),
-		byNode: map[string]*redis.PubSub{}, home: map[string]string{},
+		byNode: map[string]*redis.PubSub{}, home: map[string]string{}, placed: map[string]time.Time{},
 		moved: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
 	}
 	c.wg.Add(1)
@@ -294,6 +302,7 @@ func (c *clusterSubscription) placeOn(ctx context.Context, channel, addr string)
 		}()
 	}
 	c.home[channel] = addr
+	c.placed[channel] = time.Now()
 	return ps.SSubscribe(ctx, channel)
 }
 
@@ -314,6 +323,11 @@ func (c *clusterSubscription) pumpNode(ps *redis.PubSub) {
 				c.kick()
 				continue
 			}
+			if nt.kind == noticeSubscribed {
+				c.mu.Lock()
+				delete(c.placed, nt.channel)
+				c.mu.Unlock()
+			}
 			select {
 			case c.out <- nt:
 			case <-c.ctx.Done():
@@ -323,6 +337,12 @@ func (c *clusterSubscription) pumpNode(ps *redis.PubSub) {
 			return
 		}
 	}
+}
+
+func (c *clusterSubscription) unconfirmed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.placed) > 0
 }
 
 func (c *clusterSubscription) kick() {
@@ -358,7 +378,7 @@ func (c *clusterSubscription) watch() {
 			}
 		}
 		next := slotPoll
-		if time.Now().Before(hurry) {
+		if time.Now().Before(hurry) || c.unconfirmed() {
 			next = slotHurry
 		}
 		t.Reset(next)
@@ -390,7 +410,8 @@ func (c *clusterSubscription) rehome() bool {
 			}
 			owner = node.Options().Addr
 		}
-		if owner != addr {
+		since, unconfirmed := c.placed[ch]
+		if owner != addr || (unconfirmed && time.Since(since) > unconfirmedAfter) {
 			if err := c.placeOn(ctx, ch, owner); err == nil {
 				moved = true
 			}
@@ -455,6 +476,7 @@ func (c *clusterSubscription) Unsubscribe(ctx context.Context, channels ...strin
 			byNode[addr] = append(byNode[addr], ch)
 		}
 		delete(c.home, ch)
+		delete(c.placed, ch)
 	}
 	var errs []error
 	for addr, chs := range byNode {
