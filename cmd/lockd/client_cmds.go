@@ -160,9 +160,10 @@ func lsCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 }
 
 func historyCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cf := newClientFlags("history", "[--limit N] [--json] KEY", getenv, stderr)
+	cf := newClientFlags("history", "[--limit N] [--renewals] [--json] KEY", getenv, stderr)
 	cf.jsonFlag()
 	limit := cf.fs.Int("limit", cf.env.int("limit", 50), "most events to show, newest first (1-1000)")
+	renewals := cf.fs.Bool("renewals", cf.env.bool("renewals", false), "show the lease's renewals (kept apart from its lifecycle) instead")
 	pos, err := cf.parse(args, "KEY")
 	if err != nil {
 		return err
@@ -171,7 +172,11 @@ func historyCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	h, err := c.History(ctx, pos[0], *limit)
+	history := c.History
+	if *renewals {
+		history = c.Renewals
+	}
+	h, err := history(ctx, pos[0], *limit)
 	if err != nil {
 		return failed(err)
 	}

@@ -165,6 +165,11 @@ func TestCLIJSON(t *testing.T) {
 	if len(h.Events) != 1 || h.Events[0].Type != api.Acquired {
 		t.Errorf("history --json = %+v", h)
 	}
+	var rn api.History
+	mustJSON(t, env, &rn, "history", "--renewals", "--json", "cli:j")
+	if len(rn.Events) != 1 || rn.Events[0].Type != api.Renewed {
+		t.Errorf("history --renewals --json = %+v", rn)
+	}
 	var fr api.ForceReleaseResult
 	mustJSON(t, env, &fr, "force-release", "--json", "--reason", "test", "cli:j")
 	if !fr.Released || fr.Fence != lease.Fence {
