@@ -158,6 +158,32 @@ func TestOnSentinel(t *testing.T) {
 			t.Fatalf("the unacknowledged grant stayed: %v", err)
 		}
 	})
+	// Contended waiters through two replicas while Sentinel fails over
+	// (with replica acks): no overlap, fences rise, and work goes on.
+	t.Run("failovers under load", func(t *testing.T) {
+		opts := lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Second}
+		engines := []*lock.Engine{sentinelEngine(t, s, opts), sentinelEngine(t, s, opts)}
+		ctx := context.Background()
+		for _, failover := range []struct {
+			name string
+			run  func(context.Context) (time.Duration, error)
+		}{{"graceful", s.Failover}, {"kill -9", s.KillMaster}} {
+			res := contend(t, engines, []string{"sl:a", "sl:b", "sl:c"}, func() {
+				took, err := failover.run(ctx)
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", failover.name, err, s.Logs())
+				}
+				t.Logf("%s failover took %v", failover.name, took)
+			})
+			t.Logf("%s: %+v", failover.name, res)
+			if res.overlaps != 0 || res.regressions != 0 {
+				t.Fatalf("%s: %d overlapping holds, %d fence regressions", failover.name, res.overlaps, res.regressions)
+			}
+			if res.grants < 20 {
+				t.Fatalf("%s: only %d grants", failover.name, res.grants)
+			}
+		}
+	})
 }
 
 func TestOnCluster(t *testing.T) {
@@ -290,6 +316,38 @@ func TestOnCluster(t *testing.T) {
 		})
 		t.Logf("woken %v after a release on the new master", d)
 	})
+	// Slots move while clients take and release keys in them: go-redis
+	// follows MOVED and ASK, and nothing overlaps.
+	t.Run("slot migrations under load", func(t *testing.T) {
+		engines := []*lock.Engine{clusterEngine(t, c, lock.Options{}), clusterEngine(t, c, lock.Options{})}
+		ctx := context.Background()
+		keys := []string{"mig:a", "mig:b", "mig:c"}
+		res := contend(t, engines, keys, func() {
+			for _, key := range keys {
+				slot := redistest.KeySlot("{" + key + "}")
+				from, err := c.MasterForSlot(ctx, slot)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, addr := range c.Addrs() {
+					to, _ := c.MasterForSlot(ctx, redistest.KeySlot("{"+addr+"}"))
+					if to != "" && to != from {
+						if err := c.MigrateSlot(ctx, slot, to); err != nil {
+							t.Fatalf("%v\n%s", err, c.Logs())
+						}
+						break
+					}
+				}
+			}
+		})
+		t.Logf("%+v", res)
+		if res.overlaps != 0 || res.regressions != 0 {
+			t.Fatalf("%d overlapping holds, %d fence regressions", res.overlaps, res.regressions)
+		}
+		if res.grants < 20 {
+			t.Fatalf("only %d grants", res.grants)
+		}
+	})
 }
 
 // loadResult counts what contended clients saw.
@@ -373,68 +431,4 @@ func contend(t *testing.T, engines []*lock.Engine, keys []string, during func())
 		}
 	}
 	return res
-}
-
-// Contended waiters through two replicas while Sentinel fails over (with
-// replica acks): no overlap, fences rise, and work goes on.
-func TestSentinelFailoverUnderLoad(t *testing.T) {
-	t.Parallel()
-	s := redistest.StartSentinel(t)
-	opts := lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Second}
-	engines := []*lock.Engine{sentinelEngine(t, s, opts), sentinelEngine(t, s, opts)}
-	ctx := context.Background()
-	for _, failover := range []struct {
-		name string
-		run  func(context.Context) (time.Duration, error)
-	}{{"graceful", s.Failover}, {"kill -9", s.KillMaster}} {
-		res := contend(t, engines, []string{"sl:a", "sl:b", "sl:c"}, func() {
-			took, err := failover.run(ctx)
-			if err != nil {
-				t.Fatalf("%s: %v\n%s", failover.name, err, s.Logs())
-			}
-			t.Logf("%s failover took %v", failover.name, took)
-		})
-		t.Logf("%s: %+v", failover.name, res)
-		if res.overlaps != 0 || res.regressions != 0 {
-			t.Fatalf("%s: %d overlapping holds, %d fence regressions", failover.name, res.overlaps, res.regressions)
-		}
-		if res.grants < 20 {
-			t.Fatalf("%s: only %d grants", failover.name, res.grants)
-		}
-	}
-}
-
-// Slots move while clients take and release keys in them: go-redis follows
-// MOVED and ASK, and nothing overlaps.
-func TestClusterSlotMigrationUnderLoad(t *testing.T) {
-	t.Parallel()
-	c := redistest.StartCluster(t)
-	engines := []*lock.Engine{clusterEngine(t, c, lock.Options{}), clusterEngine(t, c, lock.Options{})}
-	ctx := context.Background()
-	keys := []string{"mig:a", "mig:b", "mig:c"}
-	res := contend(t, engines, keys, func() {
-		for _, key := range keys {
-			slot := redistest.KeySlot("{" + key + "}")
-			from, err := c.MasterForSlot(ctx, slot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, addr := range c.Addrs() {
-				to, _ := c.MasterForSlot(ctx, redistest.KeySlot("{"+addr+"}"))
-				if to != "" && to != from {
-					if err := c.MigrateSlot(ctx, slot, to); err != nil {
-						t.Fatalf("%v\n%s", err, c.Logs())
-					}
-					break
-				}
-			}
-		}
-	})
-	t.Logf("%+v", res)
-	if res.overlaps != 0 || res.regressions != 0 {
-		t.Fatalf("%d overlapping holds, %d fence regressions", res.overlaps, res.regressions)
-	}
-	if res.grants < 20 {
-		t.Fatalf("only %d grants", res.grants)
-	}
 }
