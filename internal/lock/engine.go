@@ -224,6 +224,11 @@ type AcquireRequest struct {
 	IdempotencyKey string
 	// Actor is who asks (an API-key name or an address), for history.
 	Actor string
+	// Mode is Exclusive (the default, "") or Shared for a lock. A
+	// semaphore's grants are permits whatever Mode says.
+	Mode Mode
+	// Limit is a semaphore's limit (1 … MaxLimit); locks ignore it.
+	Limit int
 }
 
 // Lease is one grant of a key. Token is the holder's secret.
@@ -237,6 +242,10 @@ type Lease struct {
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
 	Outcome    Outcome
+	// Mode is Exclusive, Shared or (a semaphore's) Permit.
+	Mode Mode
+	// Limit is a semaphore's limit; 0 for a lock.
+	Limit int
 }
 
 // Acquire takes the key, re-enters it (req.Token) or, with req.Wait > 0,
@@ -565,8 +574,20 @@ type State struct {
 	RenewedAt  time.Time
 	ExpiresAt  time.Time
 	Renewals   int64
-	// Waiters counts requests waiting on the key across every process.
+	// Waiters counts requests waiting on the key across every process:
+	// len(Queue).
 	Waiters int
+	// Mode is the mode the key is held in: Exclusive, Shared or Permit.
+	Mode Mode
+	// Limit is a semaphore's limit; 0 for a lock.
+	Limit int
+	// Holders are the live grants, oldest first; the fields above (Owner,
+	// Fence, Count, TTL, times) describe the newest. An exclusive lock has
+	// one.
+	Holders []Holder
+	// Queue is the requests waiting for the key, in the order they will
+	// be granted.
+	Queue []Queued
 	// LeftAtRenewal is how much of the lease was left when it was last
 	// renewed (0 before the first renewal).
 	LeftAtRenewal time.Duration

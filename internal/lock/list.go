@@ -48,6 +48,16 @@ type cursor struct {
 // A page may be short, even empty, with a cursor: the walk stops after a
 // budget of keys so that one call stays fast whatever the keyspace.
 func (e *Engine) List(ctx context.Context, prefix string, limit int, after string) (Page, error) {
+	return e.list(ctx, prefix, limit, after)
+}
+
+// ListSemaphores lists live semaphores as List lists locks; each State's
+// Key is the engine key (SemaphoreKey).
+func (e *Engine) ListSemaphores(ctx context.Context, prefix string, limit int, after string) (Page, error) {
+	return e.list(ctx, semPrefix+prefix, limit, after)
+}
+
+func (e *Engine) list(ctx context.Context, prefix string, limit int, after string) (Page, error) {
 	cur, err := e.decodeCursor(ctx, after)
 	if err != nil {
 		return Page{}, err
@@ -91,7 +101,7 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int, after strin
 		// SCAN's batch order is arbitrary; sort it so that a page reads well.
 		slices.Sort(batch)
 		for _, rk := range batch {
-			if k := lockKeyOf(rk); k != "" {
+			if k := lockKeyOf(rk); listed(k, prefix) {
 				add(k)
 			}
 		}
@@ -153,6 +163,17 @@ func (e *Engine) states(ctx context.Context, keys []string) ([]State, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// listed says whether a listing of prefix shows key: a listing of locks
+// leaves semaphores out (with no prefix, SCAN matches both).
+func listed(key, prefix string) bool {
+	if key == "" {
+		return false
+	}
+	_, sem := SplitKey(key)
+	_, semList := SplitKey(prefix)
+	return sem == semList
 }
 
 // lockKeyOf is the lock key of a lease's Redis key.

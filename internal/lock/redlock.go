@@ -135,6 +135,9 @@ var errNoAnswer = fmt.Errorf("%w: no answer yet", ErrUnavailable)
 // Acquire takes the key on a majority, re-enters it or waits for it, as
 // Engine.Acquire does on one Redis.
 func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
+	if _, sem := SplitKey(key); sem || req.Mode == Shared {
+		return Lease{}, fmt.Errorf("%w: shared holds and semaphores need one Redis, Sentinel or Cluster, not Redlock", ErrUnsupported)
+	}
 	token, err := newToken()
 	if err != nil {
 		return Lease{}, err
@@ -518,6 +521,11 @@ func fullest(hs [][]Event, errs []error, quorum int, op string) ([]Event, error)
 	return best, nil
 }
 
+// ListSemaphores lists nothing: Redlock grants no permits.
+func (r *Redlock) ListSemaphores(ctx context.Context, prefix string, limit int, after string) (Page, error) {
+	return Page{Locks: []State{}}, nil
+}
+
 // List walks the masters one after another and lists each key that a
 // majority holds, once: on the first master that has it.
 func (r *Redlock) List(ctx context.Context, prefix string, limit int, after string) (Page, error) {
@@ -557,7 +565,7 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 		}
 		slices.Sort(batch)
 		for _, rk := range batch {
-			if k := lockKeyOf(rk); k != "" {
+			if k := lockKeyOf(rk); listed(k, prefix) {
 				cands = append(cands, found{k, node})
 			}
 		}
