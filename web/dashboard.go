@@ -27,6 +27,9 @@ import (
 type Engine interface {
 	State(ctx context.Context, key string) (lock.State, error)
 	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
+	// ListSemaphores lists semaphores as List lists locks; each State's
+	// Key is the engine key (lock.SemaphoreKey).
+	ListSemaphores(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
 	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
 	Renewals(ctx context.Context, key string, limit int) ([]lock.Event, error)
 	Subscribe(ctx context.Context, after string) (*lock.Subscription, error)
@@ -82,8 +85,13 @@ const (
 )
 
 // listFragmentPath is the list table that htmx re-fetches; a key's detail
-// fragment is below it (detailFragmentPath).
-const listFragmentPath = "/ui/fragments/locks"
+// fragment is below it (detailFragmentPath). The semaphores' pages are
+// under semaphoresPath, their fragments under semFragmentPath.
+const (
+	listFragmentPath = "/ui/fragments/locks"
+	semaphoresPath   = "/ui/semaphores"
+	semFragmentPath  = "/ui/fragments/semaphores"
+)
 
 // Dashboard serves the web pages.
 type Dashboard struct {
@@ -134,13 +142,17 @@ func (d *Dashboard) Routes(r chi.Router) {
 		}
 		r.Group(func(r chi.Router) {
 			r.Use(d.requireSession)
-			r.Get("/", d.list)
-			r.Get(listFragmentPath, d.listFragment)
-			r.Get("/ui/locks/{key}", d.detail)
-			r.Get(listFragmentPath+"/{key}", d.detailFragment)
-			r.Get("/ui/locks/{key}/force-release", d.confirm)
+			// Locks and semaphores: the same pages on each kind of key.
+			for _, k := range []kind{locks, semaphores} {
+				base := k.base()
+				r.Get(k.listPath(), d.list(k))
+				r.Get(k.fragmentPath(), d.listFragment(k))
+				r.Get(base+"/{key}", d.detail(k))
+				r.Get(k.fragmentPath()+"/{key}", d.detailFragment(k))
+				r.Get(base+"/{key}/force-release", d.confirm(k))
+				r.Method(http.MethodPost, base+"/{key}/force-release", cop.Handler(d.forceRelease(k)))
+			}
 			r.Get(eventsPath, d.events)
-			r.Method(http.MethodPost, "/ui/locks/{key}/force-release", cop.Handler(http.HandlerFunc(d.forceRelease)))
 		})
 	})
 }
@@ -160,39 +172,64 @@ func secureHeaders(next http.Handler) http.Handler {
 	})
 }
 
-func (d *Dashboard) list(w http.ResponseWriter, r *http.Request) {
-	v, status := d.listView(w, r)
-	if v == nil {
-		return
+func (d *Dashboard) list(k kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, status := d.listView(w, r, k)
+		if v == nil {
+			return
+		}
+		if k.sem {
+			d.render(w, r, status, semListPage(*v))
+			return
+		}
+		d.render(w, r, status, listPage(*v))
 	}
-	d.render(w, r, status, listPage(*v))
 }
 
-func (d *Dashboard) listFragment(w http.ResponseWriter, r *http.Request) {
-	v, status := d.listView(w, r)
-	if v == nil {
-		return
+func (d *Dashboard) listFragment(k kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, status := d.listView(w, r, k)
+		if v == nil {
+			return
+		}
+		if k.sem {
+			d.render(w, r, status, semTable(*v))
+			return
+		}
+		d.render(w, r, status, lockTable(*v))
 	}
-	d.render(w, r, status, lockTable(*v))
 }
 
-// listView reads one page of locks; nil means an error page was written.
-func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request) (*listView, int) {
+// listView reads one page of locks or semaphores; nil means an error page
+// was written. A key's prefixes apply to lock keys and semaphore names
+// alike.
+func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*listView, int) {
 	prefix, cursor := r.URL.Query().Get("prefix"), r.URL.Query().Get("cursor")
 	id := d.identify(r)
+	empty := func() *listView {
+		v := newPageView(k, lock.Page{}, prefix, "", d.now(), id.Admin)
+		return &v
+	}
 	if prefix != "" && !lock.ValidPrefix(prefix) {
-		v := newListView(lock.Page{}, prefix, "", d.now(), id.Admin)
-		v.Error = "A prefix is the start of a lock key: at most 200 letters, digits and . _ : @ -."
-		return &v, http.StatusBadRequest
+		v := empty()
+		v.Error = "A prefix is the start of a " + k.noun() + " name: at most 200 letters, digits and . _ : @ -."
+		if !k.sem {
+			v.Error = "A prefix is the start of a lock key: at most 200 letters, digits and . _ : @ -."
+		}
+		return v, http.StatusBadRequest
 	}
 	scan, filter, ok := listScope(id, prefix)
 	if !ok {
-		v := newListView(lock.Page{}, prefix, "", d.now(), id.Admin)
+		v := empty()
 		v.Error = "Your key may only see keys starting with " + strings.Join(id.Prefixes, ", ") + "."
 		v.Limited = id.Prefixes
-		return &v, http.StatusForbidden
+		return v, http.StatusForbidden
 	}
-	page, err := d.engine.List(r.Context(), scan, d.pageSize, cursor)
+	list := d.engine.List
+	if k.sem {
+		list = d.engine.ListSemaphores
+	}
+	page, err := list(r.Context(), scan, d.pageSize, cursor)
 	if err != nil {
 		d.fail(w, r, err)
 		return nil, 0
@@ -200,9 +237,17 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request) (*listView,
 	if filter {
 		// A page may come out short, even empty, with a next page: the
 		// pager still leads on.
-		page.Locks = slices.DeleteFunc(page.Locks, func(s lock.State) bool { return !id.MayTouch(s.Key) })
+		page.Locks = slices.DeleteFunc(page.Locks, func(s lock.State) bool {
+			name, _ := lock.SplitKey(s.Key)
+			return !id.MayTouch(name)
+		})
 	}
-	v := newListView(page, prefix, cursor, d.now(), id.Admin)
+	var v listView
+	if k.sem {
+		v = newSemListView(page, prefix, cursor, d.now(), id.Admin)
+	} else {
+		v = newListView(page, prefix, cursor, d.now(), id.Admin)
+	}
 	v.Limited = id.Prefixes
 	return &v, http.StatusOK
 }
@@ -234,23 +279,28 @@ func listScope(id identity, prefix string) (scan string, filter, ok bool) {
 	}
 }
 
-func (d *Dashboard) detail(w http.ResponseWriter, r *http.Request) {
-	if v, ok := d.detailView(w, r); ok {
-		d.render(w, r, http.StatusOK, detailPage(v))
+func (d *Dashboard) detail(k kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v, ok := d.detailView(w, r, k); ok {
+			d.render(w, r, http.StatusOK, detailPage(v))
+		}
 	}
 }
 
-func (d *Dashboard) detailFragment(w http.ResponseWriter, r *http.Request) {
-	if v, ok := d.detailView(w, r); ok {
-		d.render(w, r, http.StatusOK, detailBody(v))
+func (d *Dashboard) detailFragment(k kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v, ok := d.detailView(w, r, k); ok {
+			d.render(w, r, http.StatusOK, detailBody(v))
+		}
 	}
 }
 
-func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request) (detailView, bool) {
-	key, ok := d.key(w, r)
-	if !ok || !d.mayTouch(w, r, key) {
+func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request, k kind) (detailView, bool) {
+	name, ok := d.key(w, r, k)
+	if !ok || !d.mayTouch(w, r, k, name) {
 		return detailView{}, false
 	}
+	key := k.engineKey(name)
 	st, held, err := d.state(r.Context(), key)
 	if err != nil {
 		d.fail(w, r, err)
@@ -266,90 +316,151 @@ func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request) (detailVi
 		d.fail(w, r, err)
 		return detailView{}, false
 	}
-	v := newDetailView(key, st, held, events, d.now(), d.identify(r).Admin)
-	v.Rhythm = newRhythm(renewals)
+	v := newKindDetailView(k, name, st, held, events, d.now(), d.identify(r).Admin)
+	// The renewals of several holders interleave: the chart is of one
+	// lease's rhythm, so only a lock's single holder has one.
+	if v.Single {
+		v.Rhythm = newRhythm(renewals)
+	}
 	return v, true
 }
 
-func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
-	key, ok := d.key(w, r)
-	if !ok || !d.mayTouch(w, r, key) || !d.admin(w, r) {
-		return
+// targetOf reads which holders a confirmation or force-release is for:
+// fence=N (one holder), all=1 (every holder) or neither. ok is false for
+// anything else, with a 400 page written.
+func (d *Dashboard) targetOf(w http.ResponseWriter, r *http.Request, fence, all string) (target, bool) {
+	var t target
+	bad := func() (target, bool) {
+		d.badTarget(w, r)
+		return target{}, false
 	}
-	st, held, err := d.state(r.Context(), key)
-	if err != nil {
-		d.fail(w, r, err)
-		return
+	switch all {
+	case "":
+	case "1":
+		t.All = true
+	default:
+		return bad()
 	}
-	d.render(w, r, http.StatusOK, confirmPage(newConfirmView(key, st, held, d.csrf.token(w, r), "", "")))
+	if fence != "" {
+		n, err := strconv.ParseInt(fence, 10, 64)
+		if err != nil || n <= 0 || t.All {
+			return bad()
+		}
+		t.Fence = n
+	}
+	return t, true
 }
 
-func (d *Dashboard) forceRelease(w http.ResponseWriter, r *http.Request) {
-	key, ok := d.key(w, r)
-	if !ok || !d.mayTouch(w, r, key) || !d.admin(w, r) {
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil {
-		d.problem(w, r, http.StatusBadRequest, "Bad form", "The form could not be read; nothing was changed.")
-		return
-	}
-	if !d.csrf.valid(r) {
-		d.problem(w, r, http.StatusForbidden, "Form expired",
-			"This form's security token is missing or no longer valid (lockd may have restarted). Nothing was changed: open the lock again and retry.")
-		return
-	}
-	// The fence of the lease the person saw and confirmed: if the lock has
-	// changed hands since, the new holder's lease is not broken.
-	fence, err := strconv.ParseInt(r.PostFormValue("fence"), 10, 64)
-	if err != nil || fence <= 0 {
-		d.problem(w, r, http.StatusBadRequest, "Bad form",
-			"This form does not say which lease to break. Nothing was changed: open the lock again and retry.")
-		return
-	}
-	// The API's rule (lock.CheckText): a reason is shown in history and
-	// printed by `lockd history`, so no control characters (F8).
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if err := lock.CheckText(reason, lock.MaxReason); err != nil {
-		st, held, serr := d.state(r.Context(), key)
-		if serr != nil {
-			d.fail(w, r, serr)
+// badTarget answers a form or link that names no holder to break.
+func (d *Dashboard) badTarget(w http.ResponseWriter, r *http.Request) {
+	d.problem(w, r, http.StatusBadRequest, "Bad form",
+		"This form does not say which lease to break. Nothing was changed: open the lock again and retry.")
+}
+
+func (d *Dashboard) confirm(k kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name, ok := d.key(w, r, k)
+		if !ok || !d.mayTouch(w, r, k, name) || !d.admin(w, r) {
 			return
 		}
-		v := newConfirmView(key, st, held, d.csrf.token(w, r), strings.ToValidUTF8(reason, "\uFFFD"), "The reason "+err.Error()+"; nothing was changed.")
-		d.render(w, r, http.StatusBadRequest, confirmPage(v))
-		return
+		q := r.URL.Query()
+		t, ok := d.targetOf(w, r, q.Get("fence"), q.Get("all"))
+		if !ok {
+			return
+		}
+		st, held, err := d.state(r.Context(), k.engineKey(name))
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		d.render(w, r, http.StatusOK, confirmPage(newConfirmView(k, name, st, held, t, d.csrf.token(w, r), "", "")))
 	}
-	broken, err := d.engine.ForceReleaseFence(r.Context(), key, fence, d.identify(r).Actor, reason)
-	var outcome *notice
-	status := http.StatusOK
-	// Two outcomes are news about the lock, shown on its page with what
-	// happened; their status comes from problem.Of like every error's.
-	switch {
-	case errors.Is(err, lock.ErrNotFound):
-		outcome = &notice{Text: key + " was not held any more (released or expired meanwhile); nothing was changed."}
-		status = problem.Of(err, key).Status
-	case errors.Is(err, lock.ErrLeaseLost):
-		outcome = &notice{Text: fmt.Sprintf("The lock changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by another lease now, shown below. Open Force-release again if that one is stuck too.", fence, key)}
-		status = problem.Of(err, key).Status
-	case err != nil:
-		d.fail(w, r, err)
-		return
-	default:
-		outcome = brokenNotice(key, broken)
-	}
-	v, ok := d.detailView(w, r)
-	if !ok {
-		return
-	}
-	v.Notice = outcome
-	d.render(w, r, status, detailPage(v))
 }
 
-// key is the request's lock key; false means a 400 page was written.
-func (d *Dashboard) key(w http.ResponseWriter, r *http.Request) (string, bool) {
+func (d *Dashboard) forceRelease(k kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name, ok := d.key(w, r, k)
+		if !ok || !d.mayTouch(w, r, k, name) || !d.admin(w, r) {
+			return
+		}
+		key := k.engineKey(name)
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		if err := r.ParseForm(); err != nil {
+			d.problem(w, r, http.StatusBadRequest, "Bad form", "The form could not be read; nothing was changed.")
+			return
+		}
+		if !d.csrf.valid(r) {
+			d.problem(w, r, http.StatusForbidden, "Form expired",
+				"This form's security token is missing or no longer valid (lockd may have restarted). Nothing was changed: open the "+k.noun()+" again and retry.")
+			return
+		}
+		// The fence of the lease the person saw and confirmed: if the key
+		// has changed hands since, the new holder's lease is not broken.
+		// Only all=1, a separate button that says so, breaks every holder,
+		// whoever they are by then.
+		t, ok := d.targetOf(w, r, r.PostFormValue("fence"), r.PostFormValue("all"))
+		if !ok {
+			return
+		}
+		if !t.All && t.Fence == 0 {
+			d.badTarget(w, r)
+			return
+		}
+		// The API's rule (lock.CheckText): a reason is shown in history and
+		// printed by `lockd history`, so no control characters (F8).
+		reason := strings.TrimSpace(r.PostFormValue("reason"))
+		if err := lock.CheckText(reason, lock.MaxReason); err != nil {
+			st, held, serr := d.state(r.Context(), key)
+			if serr != nil {
+				d.fail(w, r, serr)
+				return
+			}
+			v := newConfirmView(k, name, st, held, t, d.csrf.token(w, r), strings.ToValidUTF8(reason, "\uFFFD"), "The reason "+err.Error()+"; nothing was changed.")
+			d.render(w, r, http.StatusBadRequest, confirmPage(v))
+			return
+		}
+		broken, err := d.engine.ForceReleaseFence(r.Context(), key, t.Fence, d.identify(r).Actor, reason)
+		var outcome *notice
+		status := http.StatusOK
+		// Two outcomes are news about the key, shown on its page with what
+		// happened; their status comes from problem.Of like every error's.
+		switch {
+		case errors.Is(err, lock.ErrNotFound):
+			outcome = &notice{Text: name + " was not held any more (released or expired meanwhile); nothing was changed."}
+			status = problem.Of(err, name).Status
+		case errors.Is(err, lock.ErrLeaseLost):
+			outcome = &notice{Text: fmt.Sprintf("The %s changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by other leases now, shown below. Open Force-release again if one of those is stuck too.", k.noun(), t.Fence, name)}
+			if !k.sem {
+				outcome.Text = fmt.Sprintf("The lock changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by another lease now, shown below. Open Force-release again if that one is stuck too.", t.Fence, name)
+			}
+			status = problem.Of(err, name).Status
+		case err != nil:
+			d.fail(w, r, err)
+			return
+		case t.All:
+			outcome = brokenAllNotice(k, name)
+		default:
+			outcome = brokenNotice(name, broken)
+		}
+		v, ok := d.detailView(w, r, k)
+		if !ok {
+			return
+		}
+		v.Notice = outcome
+		d.render(w, r, status, detailPage(v))
+	}
+}
+
+// key is the request's lock key or semaphore name; false means a 400 page
+// was written.
+func (d *Dashboard) key(w http.ResponseWriter, r *http.Request, k kind) (string, bool) {
 	key := routeKey(r)
 	if !lock.ValidKey(key) {
+		if k.sem {
+			d.problem(w, r, http.StatusBadRequest, "Not a semaphore name",
+				"A semaphore name is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
+			return "", false
+		}
 		d.problem(w, r, http.StatusBadRequest, "Not a lock key",
 			"A lock key is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
 		return "", false
@@ -371,12 +482,13 @@ func routeKey(r *http.Request) string {
 	return key
 }
 
-// mayTouch reports whether r may see lock key lk, writing a 403 page if not.
-func (d *Dashboard) mayTouch(w http.ResponseWriter, r *http.Request, lk string) bool {
-	if d.identify(r).MayTouch(lk) {
+// mayTouch reports whether r may see the lock key or semaphore name, writing
+// a 403 page if not.
+func (d *Dashboard) mayTouch(w http.ResponseWriter, r *http.Request, k kind, name string) bool {
+	if d.identify(r).MayTouch(name) {
 		return true
 	}
-	d.problem(w, r, http.StatusForbidden, "Not allowed", "Your API key may not see this lock: it is outside the key's prefixes.")
+	d.problem(w, r, http.StatusForbidden, "Not allowed", "Your API key may not see this "+k.noun()+": it is outside the key's prefixes.")
 	return false
 }
 

@@ -38,12 +38,22 @@ func eventsURL(prefix string) string {
 // liveStreams counts open dashboard streams (one process, all dashboards).
 var liveStreams = make(chan struct{}, maxLiveStreams)
 
-// events streams "change" events (key and type only) of the keys under
-// ?prefix= that the signed-in key may see.
+// events streams "change" events (key and type only) of the lock keys
+// under ?prefix= that the signed-in key may see; with ?kind=semaphores, of
+// the semaphores whose names start with it.
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	prefix := r.URL.Query().Get("prefix")
 	if !lock.ValidPrefix(prefix) {
 		d.problem(w, r, http.StatusBadRequest, "Bad prefix", "A prefix is the start of a lock key.")
+		return
+	}
+	var sem bool
+	switch r.URL.Query().Get("kind") {
+	case "", "locks":
+	case "semaphores":
+		sem = true
+	default:
+		d.problem(w, r, http.StatusBadRequest, "Bad kind", "kind is locks (the default) or semaphores.")
 		return
 	}
 	select {
@@ -86,7 +96,8 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		switch {
 		case err == nil:
-			if !strings.HasPrefix(c.Key, prefix) || !id.MayTouch(c.Key) {
+			name, isSem := lock.SplitKey(c.Key)
+			if isSem != sem || !strings.HasPrefix(name, prefix) || !id.MayTouch(name) {
 				continue
 			}
 			b, _ := json.Marshal(map[string]string{"key": c.Key, "type": c.Type})

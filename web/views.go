@@ -1,8 +1,10 @@
 package web
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/lockd/lockd/internal/lock"
@@ -40,12 +42,54 @@ type lockRow struct {
 	ForceURL    string
 	// AtRisk: the last renewal came late, or the lease is running out.
 	AtRisk bool
+	// Mode is "exclusive" or "shared".
+	Mode string
+	// Holders counts the live grants; the fields above describe the newest.
+	Holders int
 }
 
-// listView is the list page.
+// holderRow is one holder of a key: a lock's exclusive holder, one of its
+// shared holders, or a semaphore's permit. Never its token.
+type holderRow struct {
+	Owner   string
+	Mode    string
+	Fence   int64
+	Count   int
+	TTL     string
+	Left    clock // until expiry
+	HeldFor clock // since acquisition
+	// ForceURL confirms breaking this holder only (by its fence).
+	ForceURL string
+}
+
+// queuedRow is one waiting request, in grant order.
+type queuedRow struct {
+	Position int // 1 is granted next
+	Owner    string
+	Mode     string
+	Since    clock // when it began to wait
+}
+
+// semRow is one live semaphore on the list.
+type semRow struct {
+	Name    string
+	Used    int // permits held: len(Holders)
+	Limit   int // 0 when the engine did not say
+	Waiting int
+	// Soonest is when the first permit expires (Expires false: none held).
+	Expires   bool
+	Soonest   clock
+	DetailURL string
+	ForceURL  string
+}
+
+// listView is a list page: of locks (Rows) or semaphores (Sems).
 type listView struct {
+	Noun     string // "lock" or "semaphore"
+	Action   string // the list page, the filter form's action
 	Prefix   string
 	Rows     []lockRow
+	Sems     []semRow
 	Updated  clock
 	SelfURL  string // this page, for the no-JS refresh link
 	PollURL  string // the table fragment htmx re-fetches
@@ -74,25 +118,60 @@ type notice struct {
 	Text string
 }
 
-// detailView is the detail page of one key, held or not.
+// detailView is the detail page of one lock or semaphore, held or not.
 type detailView struct {
-	Key      string
-	Held     bool
-	Lock     lockRow
-	Events   []eventRow
-	Updated  clock
-	PollURL  string
-	CanForce bool
-	Notice   *notice
+	Key       string // the lock key or the semaphore name
+	Noun      string // "lock" or "semaphore"
+	ListURL   string
+	ListLabel string
+	Held      bool
+	// Single: a lock with one holder, whose lease the state shows whole
+	// (Lock). Otherwise the state sums up and Holders has the details.
+	Single bool
+	Lock   lockRow
+	Mode   string
+	Limit  int // a semaphore's limit; 0 for a lock or when unknown
+	// Holders are the live grants, oldest first; Queue the waiting
+	// requests in grant order.
+	Holders []holderRow
+	Queue   []queuedRow
+	// ForceAllURL confirms breaking every holder.
+	ForceAllURL string
+	Events      []eventRow
+	Updated     clock
+	PollURL     string
+	LiveURL     string // the event stream of this key
+	CanForce    bool
+	Notice      *notice
 	// Rhythm is the renewal chart; nil before the lease's second renewal.
 	Rhythm *rhythm
+}
+
+// target is what a force-release breaks: the holder with Fence, or
+// every holder (All). Neither: the only holder, or a choice among several.
+type target struct {
+	Fence int64
+	All   bool
 }
 
 // confirmView is the force-release confirmation form.
 type confirmView struct {
 	Key       string
+	Noun      string
+	ListURL   string
+	ListLabel string
 	Held      bool
-	Lock      lockRow
+	// All breaks every holder (Targets); otherwise Targets is the one
+	// holder with Fence.
+	All     bool
+	Fence   int64
+	Targets []holderRow
+	// Choose: several holders and none chosen; the page links to each
+	// holder's form and to AllURL instead of showing a form.
+	Choose bool
+	AllURL string
+	// Gone is the fence asked for when no holder has it any more.
+	Gone      int64
 	CSRF      string
 	Reason    string
 	Error     string
@@ -114,10 +193,8 @@ type problemView struct {
 	Detail string
 }
 
-func detailURL(key string) string { return "/ui/locks/" + url.PathEscape(key) }
-func forceURL(key string) string  { return detailURL(key) + "/force-release" }
-
-func detailFragmentPath(key string) string { return listFragmentPath + "/" + url.PathEscape(key) }
+func detailURL(key string) string { return locks.detailURL(key) }
+func forceURL(key string) string  { return locks.forceURL(key) }
 
 // listURL is the list page (or its fragment, on base) for a prefix and cursor.
 func listURL(base, prefix, cursor string) string {
@@ -135,24 +212,129 @@ func listURL(base, prefix, cursor string) string {
 }
 
 func newListView(page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
-	v := listView{
-		Prefix:   prefix,
-		Rows:     make([]lockRow, 0, len(page.Locks)),
-		Updated:  ago(now, now),
-		SelfURL:  listURL("/", prefix, cursor),
-		PollURL:  listURL(listFragmentPath, prefix, cursor),
-		CanForce: canForce,
-	}
+	v := newPageView(locks, page, prefix, cursor, now, canForce)
+	v.Rows = make([]lockRow, 0, len(page.Locks))
 	for _, s := range page.Locks {
 		v.Rows = append(v.Rows, newLockRow(s))
 	}
-	if cursor != "" {
-		v.FirstURL = listURL("/", prefix, "")
-	}
-	if page.NextCursor != "" {
-		v.NextURL = listURL("/", prefix, page.NextCursor)
+	return v
+}
+
+// newSemListView is the semaphores page; each State's Key is the engine
+// key (lock.SemaphoreKey).
+func newSemListView(page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
+	v := newPageView(semaphores, page, prefix, cursor, now, canForce)
+	v.Sems = make([]semRow, 0, len(page.Locks))
+	for _, s := range page.Locks {
+		v.Sems = append(v.Sems, newSemRow(s))
 	}
 	return v
+}
+
+// newPageView is what the lock and semaphore lists share: filter, paging
+// and refresh.
+func newPageView(k kind, page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
+	base := k.listPath()
+	v := listView{
+		Noun:     k.noun(),
+		Action:   base,
+		Prefix:   prefix,
+		Updated:  ago(now, now),
+		SelfURL:  listURL(base, prefix, cursor),
+		PollURL:  listURL(k.fragmentPath(), prefix, cursor),
+		CanForce: canForce,
+	}
+	if cursor != "" {
+		v.FirstURL = listURL(base, prefix, "")
+	}
+	if page.NextCursor != "" {
+		v.NextURL = listURL(base, prefix, page.NextCursor)
+	}
+	return v
+}
+
+func newSemRow(s lock.State) semRow {
+	name, _ := lock.SplitKey(s.Key)
+	hs := holdersOf(s, lock.Permit)
+	r := semRow{
+		Name:      name,
+		Used:      len(hs),
+		Limit:     s.Limit,
+		Waiting:   max(s.Waiters, len(s.Queue)),
+		DetailURL: semaphores.detailURL(name),
+		ForceURL:  semaphores.forceURL(name),
+	}
+	if len(hs) > 0 {
+		soonest := slices.MinFunc(hs, func(a, b lock.Holder) int { return cmp.Compare(a.Remaining, b.Remaining) })
+		r.Expires, r.Soonest = true, left(soonest.ExpiresAt, soonest.Remaining)
+	}
+	return r
+}
+
+// holdersOf is s's holders. An engine that does not list them (one
+// exclusive holder, described by s's own fields) gets a list of one.
+func holdersOf(s lock.State, mode lock.Mode) []lock.Holder {
+	if len(s.Holders) > 0 {
+		return slices.Clone(s.Holders)
+	}
+	if s.Fence == 0 && s.Owner == "" {
+		return nil
+	}
+	return []lock.Holder{{
+		Owner: s.Owner, Mode: cmp.Or(s.Mode, mode), Fence: s.Fence, Count: s.Count, TTL: s.TTL,
+		AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining,
+	}}
+}
+
+// modeOf is how s is held, for people: "exclusive", "shared" or "permit".
+func modeOf(s lock.State, def lock.Mode) string {
+	return string(cmp.Or(s.Mode, def))
+}
+
+func newHolderRows(k kind, name string, s lock.State, def lock.Mode) []holderRow {
+	hs := holdersOf(s, def)
+	rows := make([]holderRow, 0, len(hs))
+	for _, h := range hs {
+		// Redis's clock at the read, as in newLockRow.
+		now := h.ExpiresAt.Add(-h.Remaining)
+		rows = append(rows, holderRow{
+			Owner:    h.Owner,
+			Mode:     string(cmp.Or(h.Mode, def)),
+			Fence:    h.Fence,
+			Count:    h.Count,
+			TTL:      leaseSpan(h.TTL),
+			Left:     left(h.ExpiresAt, h.Remaining),
+			HeldFor:  heldFor(h.AcquiredAt, now),
+			ForceURL: k.holderForceURL(name, h.Fence),
+		})
+	}
+	return rows
+}
+
+// newQueuedRows is s's queue; now is this host's clock, used only when
+// s has no lease to read Redis's clock from.
+func newQueuedRows(s lock.State, def lock.Mode, now time.Time) []queuedRow {
+	if !s.ExpiresAt.IsZero() {
+		now = s.ExpiresAt.Add(-s.Remaining)
+	}
+	rows := make([]queuedRow, 0, len(s.Queue))
+	for i, q := range s.Queue {
+		rows = append(rows, queuedRow{
+			Position: i + 1,
+			Owner:    q.Owner,
+			Mode:     string(cmp.Or(q.Mode, def)),
+			Since:    ago(q.WaitingSince, now),
+		})
+	}
+	return rows
+}
+
+// defaultMode is the mode of k's grants when the engine does not say.
+func (k kind) defaultMode() lock.Mode {
+	if k.sem {
+		return lock.Permit
+	}
+	return lock.Exclusive
 }
 
 func newLockRow(s lock.State) lockRow {
@@ -169,10 +351,12 @@ func newLockRow(s lock.State) lockRow {
 		HeldFor:   heldFor(s.AcquiredAt, now),
 		Renewals:  s.Renewals,
 		Renewed:   s.Renewals > 0,
-		Waiters:   s.Waiters,
+		Waiters:   max(s.Waiters, len(s.Queue)),
 		AtRisk:    s.AtRisk,
 		DetailURL: detailURL(s.Key),
 		ForceURL:  forceURL(s.Key),
+		Mode:      modeOf(s, lock.Exclusive),
+		Holders:   len(holdersOf(s, lock.Exclusive)),
 	}
 	if r.Renewed {
 		r.LastRenewal = ago(s.RenewedAt, now)
@@ -181,16 +365,35 @@ func newLockRow(s lock.State) lockRow {
 }
 
 func newDetailView(key string, st lock.State, held bool, events []lock.Event, now time.Time, canForce bool) detailView {
+	return newKindDetailView(locks, key, st, held, events, now, canForce)
+}
+
+// newKindDetailView is the detail page of the lock or semaphore name;
+// st.Key is its engine key.
+func newKindDetailView(k kind, name string, st lock.State, held bool, events []lock.Event, now time.Time, canForce bool) detailView {
+	def := k.defaultMode()
 	v := detailView{
-		Key:      key,
-		Held:     held,
-		Events:   make([]eventRow, 0, len(events)),
-		Updated:  ago(now, now),
-		PollURL:  detailFragmentPath(key),
-		CanForce: canForce,
+		Key:         name,
+		Noun:        k.noun(),
+		ListURL:     k.listPath(),
+		ListLabel:   k.listLabel(),
+		Held:        held,
+		Mode:        modeOf(st, def),
+		Limit:       st.Limit,
+		Holders:     []holderRow{},
+		Queue:       newQueuedRows(st, def, now),
+		ForceAllURL: k.allForceURL(name),
+		Events:      make([]eventRow, 0, len(events)),
+		Updated:     ago(now, now),
+		PollURL:     k.detailFragmentPath(name),
+		LiveURL:     k.eventsURL(name),
+		CanForce:    canForce,
 	}
 	if held {
 		v.Lock = newLockRow(st)
+		v.Lock.Key, v.Lock.DetailURL, v.Lock.ForceURL = name, k.detailURL(name), k.forceURL(name)
+		v.Holders = newHolderRows(k, name, st, def)
+		v.Single = !k.sem && len(v.Holders) == 1
 	}
 	for _, e := range events {
 		v.Events = append(v.Events, eventRow{
@@ -207,24 +410,53 @@ func newDetailView(key string, st lock.State, held bool, events []lock.Event, no
 	return v
 }
 
-func newConfirmView(key string, st lock.State, held bool, token, reason, problem string) confirmView {
+func newConfirmView(k kind, name string, st lock.State, held bool, t target, token, reason, problem string) confirmView {
 	v := confirmView{
-		Key:       key,
+		Key:       name,
+		Noun:      k.noun(),
+		ListURL:   k.listPath(),
+		ListLabel: k.listLabel(),
 		Held:      held,
 		CSRF:      token,
 		Reason:    reason,
 		Error:     problem,
-		ActionURL: forceURL(key),
-		DetailURL: detailURL(key),
+		ActionURL: k.forceURL(name),
+		DetailURL: k.detailURL(name),
+		AllURL:    k.allForceURL(name),
 	}
-	if held {
-		v.Lock = newLockRow(st)
+	if !held {
+		return v
+	}
+	holders := newHolderRows(k, name, st, k.defaultMode())
+	switch {
+	case t.All:
+		v.All, v.Targets = true, holders
+	case t.Fence != 0:
+		i := slices.IndexFunc(holders, func(h holderRow) bool { return h.Fence == t.Fence })
+		if i < 0 {
+			v.Gone = t.Fence
+			v.Targets = holders
+			break
+		}
+		v.Fence, v.Targets = t.Fence, holders[i:i+1]
+	case len(holders) == 1:
+		v.Fence, v.Targets = holders[0].Fence, holders
+	default:
+		v.Choose, v.Targets = true, holders
 	}
 	return v
 }
 
 func brokenNotice(key string, b lock.Broken) *notice {
 	return &notice{OK: true, Text: fmt.Sprintf("Force-released %s: the lease of %s (fence %d) is broken and its waiters were woken.", key, b.Owner, b.Fence)}
+}
+
+func brokenAllNotice(k kind, name string) *notice {
+	what := "every holder's lease is broken"
+	if k.sem {
+		what = "every permit is released"
+	}
+	return &notice{OK: true, Text: fmt.Sprintf("Force-released %s: %s and its waiters were woken.", name, what)}
 }
 
 func left(at time.Time, remaining time.Duration) clock {
