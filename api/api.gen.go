@@ -49,6 +49,27 @@ func (e EventType) Valid() bool {
 	}
 }
 
+// Defines values for GrantMode.
+const (
+	GrantModeExclusive GrantMode = "exclusive"
+	GrantModePermit    GrantMode = "permit"
+	GrantModeShared    GrantMode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the GrantMode enum.
+func (e GrantMode) Valid() bool {
+	switch e {
+	case GrantModeExclusive:
+		return true
+	case GrantModePermit:
+		return true
+	case GrantModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HoldLeaseEventEvent.
 const (
 	HoldAcquired HoldLeaseEventEvent = "acquired"
@@ -76,6 +97,24 @@ const (
 func (e HoldLostEventEvent) Valid() bool {
 	switch e {
 	case Lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LockEventKind.
+const (
+	LockEventKindLock      LockEventKind = "lock"
+	LockEventKindSemaphore LockEventKind = "semaphore"
+)
+
+// Valid indicates whether the value is a known member of the LockEventKind enum.
+func (e LockEventKind) Valid() bool {
+	switch e {
+	case LockEventKindLock:
+		return true
+	case LockEventKindSemaphore:
 		return true
 	default:
 		return false
@@ -136,6 +175,24 @@ func (e LockEventMessageEvent) Valid() bool {
 	}
 }
 
+// Defines values for LockMode.
+const (
+	LockModeExclusive LockMode = "exclusive"
+	LockModeShared    LockMode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the LockMode enum.
+func (e LockMode) Valid() bool {
+	switch e {
+	case LockModeExclusive:
+		return true
+	case LockModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackendRecovering    ProblemCode = "backend_recovering"
@@ -145,12 +202,15 @@ const (
 	ProblemCodeInternal             ProblemCode = "internal"
 	ProblemCodeInvalidRequest       ProblemCode = "invalid_request"
 	ProblemCodeLeaseLost            ProblemCode = "lease_lost"
+	ProblemCodeLimitMismatch        ProblemCode = "limit_mismatch"
 	ProblemCodeLockHeld             ProblemCode = "lock_held"
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
+	ProblemCodeNoPermits            ProblemCode = "no_permits"
 	ProblemCodeNotFound             ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge      ProblemCode = "payload_too_large"
 	ProblemCodeTooManyRequests      ProblemCode = "too_many_requests"
 	ProblemCodeUnauthorized         ProblemCode = "unauthorized"
+	ProblemCodeUnsupported          ProblemCode = "unsupported"
 	ProblemCodeUnsupportedMediaType ProblemCode = "unsupported_media_type"
 )
 
@@ -171,9 +231,13 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeLeaseLost:
 		return true
+	case ProblemCodeLimitMismatch:
+		return true
 	case ProblemCodeLockHeld:
 		return true
 	case ProblemCodeMethodNotAllowed:
+		return true
+	case ProblemCodeNoPermits:
 		return true
 	case ProblemCodeNotFound:
 		return true
@@ -182,6 +246,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeTooManyRequests:
 		return true
 	case ProblemCodeUnauthorized:
+		return true
+	case ProblemCodeUnsupported:
 		return true
 	case ProblemCodeUnsupportedMediaType:
 		return true
@@ -234,6 +300,10 @@ func (e RedisNodeRole) Valid() bool {
 
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
+	// Mode How to hold a lock: `exclusive` (the default) alone, or `shared`
+	// with any number of other shared holders.
+	Mode *LockMode `json:"mode,omitempty"`
+
 	// Owner Holder's label, shown on the dashboard. Default the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
 
@@ -268,14 +338,16 @@ type EventType string
 
 // ForceReleaseRequest defines model for ForceReleaseRequest.
 type ForceReleaseRequest struct {
-	// Fence Break the lease only if it has this fence; another lease answers
-	// 409 `lease_lost`. A person who looked at one holder and confirmed
-	// does not break the next holder's lease.
+	// Fence Break only the holder with this fence; when no holder has it,
+	// 409 `lease_lost` and nothing is broken. A person who looked at
+	// one holder and confirmed does not break the next holder's
+	// lease. Without `fence`, every holder of the key is broken (all
+	// shared holders, every permit of a semaphore).
 	Fence  *int64  `json:"fence,omitempty"`
 	Reason *string `json:"reason,omitempty"`
 }
 
-// ForceReleaseResult defines model for ForceReleaseResult.
+// ForceReleaseResult What was broken; when several holders were, one of them.
 type ForceReleaseResult struct {
 	Fence int64  `json:"fence"`
 	Key   string `json:"key"`
@@ -284,6 +356,9 @@ type ForceReleaseResult struct {
 	Owner    string `json:"owner"`
 	Released bool   `json:"released"`
 }
+
+// GrantMode How a grant holds its key; `permit` is a semaphore's.
+type GrantMode string
 
 // Health defines model for Health.
 type Health struct {
@@ -321,6 +396,22 @@ type HoldLostEvent struct {
 // HoldLostEventEvent defines model for HoldLostEvent.Event.
 type HoldLostEventEvent string
 
+// Holder One live grant of a key (never its token).
+type Holder struct {
+	AcquiredAt time.Time `json:"acquired_at"`
+
+	// Count Re-entry depth.
+	Count     int       `json:"count"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Fence     int64     `json:"fence"`
+
+	// Mode How a grant holds its key; `permit` is a semaphore's.
+	Mode        GrantMode `json:"mode"`
+	Owner       string    `json:"owner"`
+	RemainingMs int64     `json:"remaining_ms"`
+	TtlMs       int64     `json:"ttl_ms"`
+}
+
 // Lease defines model for Lease.
 type Lease struct {
 	AcquiredAt time.Time `json:"acquired_at"`
@@ -332,8 +423,16 @@ type Lease struct {
 	// Fence Strictly increasing per key for every new grant; kept by re-entry and renewal.
 	Fence int64 `json:"fence"`
 
-	// Key Example: order:pay:12345
+	// Key The lock key or semaphore name.
+	//
+	// Example: order:pay:12345
 	Key string `json:"key"`
+
+	// Limit The semaphore's limit (semaphores only).
+	Limit *int `json:"limit,omitempty"`
+
+	// Mode How a grant holds its key; `permit` is a semaphore's.
+	Mode GrantMode `json:"mode"`
 
 	// Owner Example: worker-7
 	Owner string `json:"owner"`
@@ -348,7 +447,7 @@ type Lease struct {
 	TtlMs int64  `json:"ttl_ms"`
 }
 
-// LockEvent One lifecycle event of the event stream (never a token).
+// LockEvent One lifecycle event of the event stream or a webhook (never a token).
 type LockEvent struct {
 	// Actor Who did it (API-key name or caller address); empty for `expired`.
 	Actor string `json:"actor"`
@@ -360,19 +459,27 @@ type LockEvent struct {
 	// Id The event ID, as in the `id:` line.
 	//
 	// Example: 1763812345678-0
-	Id     string        `json:"id"`
-	Key    string        `json:"key"`
+	Id string `json:"id"`
+
+	// Key The lock key or semaphore name.
+	Key string `json:"key"`
+
+	// Kind Whether `key` names a lock or a semaphore: a lock and a semaphore may have the same name.
+	Kind   LockEventKind `json:"kind"`
 	Owner  string        `json:"owner"`
 	Reason string        `json:"reason"`
 	Type   LockEventType `json:"type"`
 }
+
+// LockEventKind Whether `key` names a lock or a semaphore: a lock and a semaphore may have the same name.
+type LockEventKind string
 
 // LockEventType defines model for LockEvent.Type.
 type LockEventType string
 
 // LockEventMessage One message of the event stream.
 type LockEventMessage struct {
-	// Data One lifecycle event of the event stream (never a token).
+	// Data One lifecycle event of the event stream or a webhook (never a token).
 	Data  LockEvent             `json:"data"`
 	Event LockEventMessageEvent `json:"event"`
 	Id    string                `json:"id"`
@@ -389,7 +496,13 @@ type LockList struct {
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
-// LockState defines model for LockState.
+// LockMode How to hold a lock: `exclusive` (the default) alone, or `shared`
+// with any number of other shared holders.
+type LockMode string
+
+// LockState The state of a live lock or semaphore. The top-level owner, fence,
+// count and times describe the newest holder; `holders` lists them
+// all.
 type LockState struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 
@@ -397,18 +510,32 @@ type LockState struct {
 	// with less than a third of the TTL left, or less than a third is
 	// left now (a holder that renews every ttl/3 renews with two thirds
 	// left).
-	AtRisk      bool      `json:"at_risk"`
-	Count       int       `json:"count"`
-	ExpiresAt   time.Time `json:"expires_at"`
-	Fence       int64     `json:"fence"`
-	Key         string    `json:"key"`
-	Owner       string    `json:"owner"`
+	AtRisk    bool      `json:"at_risk"`
+	Count     int       `json:"count"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Fence     int64     `json:"fence"`
+
+	// Holders The live grants, oldest first (one for an exclusive lock).
+	Holders []Holder `json:"holders"`
+
+	// Key The lock key or semaphore name.
+	Key string `json:"key"`
+
+	// Limit The semaphore's limit (semaphores only); `holders` has at most this many entries.
+	Limit *int `json:"limit,omitempty"`
+
+	// Mode How a grant holds its key; `permit` is a semaphore's.
+	Mode  GrantMode `json:"mode"`
+	Owner string    `json:"owner"`
+
+	// Queue The waiting requests, in the order they will be granted, across every replica.
+	Queue       []Queued  `json:"queue"`
 	RemainingMs int64     `json:"remaining_ms"`
 	Renewals    int64     `json:"renewals"`
 	RenewedAt   time.Time `json:"renewed_at"`
 	TtlMs       int64     `json:"ttl_ms"`
 
-	// Waiters Requests now waiting on the key, across every lockd replica.
+	// Waiters Requests now waiting on the key, across every lockd replica (the length of `queue`).
 	Waiters int `json:"waiters"`
 }
 
@@ -420,11 +547,11 @@ type Problem struct {
 	// Field The request field that is wrong (invalid_request).
 	Field *string `json:"field,omitempty"`
 
-	// Holder The current holder's owner (lock_held).
+	// Holder The current holder's owner (lock_held; no_permits, the permit that ends first).
 	Holder *string `json:"holder,omitempty"`
 	Key    *string `json:"key,omitempty"`
 
-	// RemainingMs How long the current lease has left (lock_held).
+	// RemainingMs How long the current lease has left (lock_held; no_permits, the permit that ends first).
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 
 	// Status Example: 409
@@ -439,6 +566,14 @@ type Problem struct {
 
 // ProblemCode defines model for Problem.Code.
 type ProblemCode string
+
+// Queued One request waiting for a key (never a token).
+type Queued struct {
+	// Mode How a grant holds its key; `permit` is a semaphore's.
+	Mode         GrantMode `json:"mode"`
+	Owner        string    `json:"owner"`
+	WaitingSince time.Time `json:"waiting_since"`
+}
 
 // Readiness defines model for Readiness.
 type Readiness struct {
@@ -490,8 +625,56 @@ type RenewRequest struct {
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 }
 
+// SemaphoreAcquireRequest defines model for SemaphoreAcquireRequest.
+type SemaphoreAcquireRequest struct {
+	// Limit The most permits held at once. Required. The first holder sets
+	// it; while permits are held, another limit answers 409
+	// `limit_mismatch`.
+	Limit int `json:"limit"`
+
+	// Owner Holder's label, shown on the dashboard. Default the caller's API-key name or address.
+	Owner *string `json:"owner,omitempty"`
+
+	// Token Re-entry. The live permit's token.
+	Token *string `json:"token,omitempty"`
+
+	// TtlMs The permit's TTL. Default 30000; at most the server's --max-ttl (default 24 h).
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// WaitMs How long to wait for a free permit. Default 0 (try once); at most --max-wait (default 60 s).
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
+// SemaphoreList defines model for SemaphoreList.
+type SemaphoreList struct {
+	// NextCursor Absent on the last page.
+	NextCursor *string     `json:"next_cursor,omitempty"`
+	Semaphores []LockState `json:"semaphores"`
+}
+
+// Cursor defines model for Cursor.
+type Cursor = string
+
+// HistoryLimit defines model for HistoryLimit.
+type HistoryLimit = int
+
+// HistoryType defines model for HistoryType.
+type HistoryType = EventType
+
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // Key defines model for Key.
 type Key = string
+
+// PageLimit defines model for PageLimit.
+type PageLimit = int
+
+// Prefix defines model for Prefix.
+type Prefix = string
+
+// SemaphoreKey defines model for SemaphoreKey.
+type SemaphoreKey = string
 
 // BadRequest RFC 9457 problem details.
 type BadRequest = Problem
@@ -531,7 +714,8 @@ type UnsupportedMediaType = Problem
 
 // StreamEventsParams defines parameters for StreamEvents.
 type StreamEventsParams struct {
-	// Prefix Only keys that start with this text (the key alphabet, may be empty).
+	// Prefix Only the locks and semaphores whose key or name starts with this
+	// text (the key alphabet, may be empty).
 	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
 
 	// LastEventID Resume after this event (an `id:` the stream sent).
@@ -541,18 +725,18 @@ type StreamEventsParams struct {
 // ListLocksParams defines parameters for ListLocks.
 type ListLocksParams struct {
 	// Prefix Only keys that start with this text (the key alphabet, may be empty).
-	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+	Prefix *Prefix `form:"prefix,omitempty" json:"prefix,omitempty"`
 
-	// Limit Locks per page, at most.
-	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+	// Limit Entries per page, at most.
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page.
-	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // AcquireLockParams defines parameters for AcquireLock.
 type AcquireLockParams struct {
-	// IdempotencyKey A retry of an acquire that already succeeded (same lock key, same
+	// IdempotencyKey A retry of an acquire that already succeeded (same key, same
 	// idempotency key, same caller) answers 200 at once with the same
 	// lease while it is live, instead of 409 — even when others wait
 	// for the key. The replay is marked (`Idempotent-Replayed: true`,
@@ -560,16 +744,50 @@ type AcquireLockParams struct {
 	// does the work, so a replay must not process again. A replay that
 	// asks for another `owner` or `ttl_ms` answers 409
 	// `idempotency_mismatch` and changes nothing.
-	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // GetLockHistoryParams defines parameters for GetLockHistory.
 type GetLockHistoryParams struct {
 	// Limit Events to return, at most.
-	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+	Limit *HistoryLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Type Only events of this type; `renewed` reads the renewals.
-	Type *EventType `form:"type,omitempty" json:"type,omitempty"`
+	Type *HistoryType `form:"type,omitempty" json:"type,omitempty"`
+}
+
+// ListSemaphoresParams defines parameters for ListSemaphores.
+type ListSemaphoresParams struct {
+	// Prefix Only keys that start with this text (the key alphabet, may be empty).
+	Prefix *Prefix `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Limit Entries per page, at most.
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// AcquireSemaphoreParams defines parameters for AcquireSemaphore.
+type AcquireSemaphoreParams struct {
+	// IdempotencyKey A retry of an acquire that already succeeded (same key, same
+	// idempotency key, same caller) answers 200 at once with the same
+	// lease while it is live, instead of 409 — even when others wait
+	// for the key. The replay is marked (`Idempotent-Replayed: true`,
+	// `"replayed": true`): the first request still holds the lease and
+	// does the work, so a replay must not process again. A replay that
+	// asks for another `owner` or `ttl_ms` answers 409
+	// `idempotency_mismatch` and changes nothing.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// GetSemaphoreHistoryParams defines parameters for GetSemaphoreHistory.
+type GetSemaphoreHistoryParams struct {
+	// Limit Events to return, at most.
+	Limit *HistoryLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Type Only events of this type; `renewed` reads the renewals.
+	Type *HistoryType `form:"type,omitempty" json:"type,omitempty"`
 }
 
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
@@ -586,6 +804,21 @@ type ReleaseLockJSONRequestBody = ReleaseRequest
 
 // RenewLockJSONRequestBody defines body for RenewLock for application/json ContentType.
 type RenewLockJSONRequestBody = RenewRequest
+
+// AcquireSemaphoreJSONRequestBody defines body for AcquireSemaphore for application/json ContentType.
+type AcquireSemaphoreJSONRequestBody = SemaphoreAcquireRequest
+
+// ForceReleaseSemaphoreJSONRequestBody defines body for ForceReleaseSemaphore for application/json ContentType.
+type ForceReleaseSemaphoreJSONRequestBody = ForceReleaseRequest
+
+// HoldSemaphoreJSONRequestBody defines body for HoldSemaphore for application/json ContentType.
+type HoldSemaphoreJSONRequestBody = SemaphoreAcquireRequest
+
+// ReleaseSemaphoreJSONRequestBody defines body for ReleaseSemaphore for application/json ContentType.
+type ReleaseSemaphoreJSONRequestBody = ReleaseRequest
+
+// RenewSemaphoreJSONRequestBody defines body for RenewSemaphore for application/json ContentType.
+type RenewSemaphoreJSONRequestBody = RenewRequest
 
 // AsHoldLeaseEvent returns the union data inside the HoldEvent as a HoldLeaseEvent
 func (t HoldEvent) AsHoldLeaseEvent() (HoldLeaseEvent, error) {
@@ -771,10 +1004,12 @@ type ClientInterface interface {
 	//
 	// A `text/event-stream` of the lifecycle events (`acquired`,
 	// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-	// never a token) of every key that starts with `prefix` and that the
-	// API key may read, in the order lockd recorded them. Each event is
-	// `id:` (its ID), `event:` (its type) and `data:` (a `LockEvent`). A
-	// comment line (`: heartbeat`) comes at least every 15 s.
+	// never a token) of every lock and semaphore whose key or name starts
+	// with `prefix` and that the API key may read, in the order lockd
+	// recorded them. Each event is `id:` (its ID), `event:` (its type) and
+	// `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
+	// semaphore, which may share a name). A comment line (`: heartbeat`)
+	// comes at least every 15 s.
 	//
 	// After a disconnect, send the last ID you read as `Last-Event-ID`
 	// (browsers' EventSource does so by itself) to get every event after
@@ -785,7 +1020,7 @@ type ClientInterface interface {
 	// ```
 	// id: 1763812345678-0
 	// event: expired
-	// data: {"id":"1763812345678-0","type":"expired","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+	// data: {"id":"1763812345678-0","type":"expired","kind":"lock","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
 	// ```
 	//
 	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
@@ -804,7 +1039,11 @@ type ClientInterface interface {
 	// GetLock State of a live lock (never the token).
 	//
 	// Who holds the key, since when, until when, how often it was renewed
-	// and how many requests wait for it. 404 when no lease is live.
+	// and who waits for it: `mode`, `holders` (every holder, oldest first;
+	// the top-level owner, fence and times describe the newest) and
+	// `queue` (the waiting requests in the order they will be granted,
+	// each with its owner, mode and `waiting_since`; `waiters` is its
+	// length). Never a token. 404 when no lease is live.
 	//
 	// Corresponds with GET /v1/locks/{key} (the `GetLock` operationId).
 	GetLock(ctx context.Context, key Key, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -822,6 +1061,13 @@ type ClientInterface interface {
 	// With `token`, re-enters the live lease: count+1, TTL reset, same token
 	// and fence. A token that is not the live lease's token answers 409
 	// `lease_lost`, never a silent fresh grant.
+	//
+	// `mode` is `exclusive` (the default: one holder at a time) or `shared`
+	// (any number of shared holders together, none while an exclusive
+	// holder holds the key). Waiting requests are granted in the order
+	// they began to wait, across every replica; a shared request that
+	// arrives while an exclusive one waits queues behind it. A server in
+	// Redlock mode refuses `shared` with 400 `unsupported`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -842,6 +1088,13 @@ type ClientInterface interface {
 	// and fence. A token that is not the live lease's token answers 409
 	// `lease_lost`, never a silent fresh grant.
 	//
+	// `mode` is `exclusive` (the default: one holder at a time) or `shared`
+	// (any number of shared holders together, none while an exclusive
+	// holder holds the key). Waiting requests are granted in the order
+	// they began to wait, across every replica; a shared request that
+	// arrives while an exclusive one waits queues behind it. A server in
+	// Redlock mode refuses `shared` with 400 `unsupported`.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -849,8 +1102,10 @@ type ClientInterface interface {
 
 	// ForceReleaseLockWithBody Break a lease, whoever holds it.
 	//
-	// Needs the admin scope when auth is on. Recorded in the key's history
-	// with the actor and the reason; waiters are woken as for a release.
+	// Needs the admin scope when auth is on. Without `fence`, breaks every
+	// holder of the key (all shared holders); with `fence`, only the
+	// holder with that fence. Recorded in the key's history with the
+	// actor and the reason; waiters are woken as for a release.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -859,8 +1114,10 @@ type ClientInterface interface {
 
 	// ForceReleaseLock Break a lease, whoever holds it.
 	//
-	// Needs the admin scope when auth is on. Recorded in the key's history
-	// with the actor and the reason; waiters are woken as for a release.
+	// Needs the admin scope when auth is on. Without `fence`, breaks every
+	// holder of the key (all shared holders); with `fence`, only the
+	// holder with that fence. Recorded in the key's history with the
+	// actor and the reason; waiters are woken as for a release.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -900,10 +1157,10 @@ type ClientInterface interface {
 	//
 	// ```
 	// event: acquired
-	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 	//
 	// event: renewed
-	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 	// ```
 	//
 	// When the client disconnects, the server releases the lease at once.
@@ -934,10 +1191,10 @@ type ClientInterface interface {
 	//
 	// ```
 	// event: acquired
-	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 	//
 	// event: renewed
-	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 	// ```
 	//
 	// When the client disconnects, the server releases the lease at once.
@@ -993,6 +1250,167 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 	RenewLock(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSemaphores List live semaphores, paged.
+	//
+	// As `GET /v1/locks`, for the semaphores with at least one permit
+	// held (each with `limit` and its holders). Locks are not listed here,
+	// nor semaphores under `/v1/locks`. Here `limit` is the page size;
+	// each semaphore's own limit is in its state.
+	//
+	// Corresponds with GET /v1/semaphores (the `ListSemaphores` operationId).
+	ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSemaphore State of a live semaphore (never a token).
+	//
+	// The semaphore's `limit`, its `holders` (one per permit, oldest
+	// first) and its `queue` (the waiting requests in the order they will
+	// be granted). The top-level owner, fence and times describe the
+	// newest permit. 404 when no permit is held.
+	//
+	// Corresponds with GET /v1/semaphores/{key} (the `GetSemaphore` operationId).
+	GetSemaphore(ctx context.Context, key SemaphoreKey, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireSemaphoreWithBody Take a permit of a semaphore, or re-enter one, optionally waiting.
+	//
+	// As a lock's acquire, for one permit of the semaphore `key`: at most
+	// `limit` permits are held at once, each its own lease (token, fence,
+	// TTL, renew, release). `limit` is required. The first holder sets the
+	// semaphore's limit; an acquire with another `limit` while permits are
+	// held answers 409 `limit_mismatch`. When no permit is free after
+	// `wait_ms`, the answer is 409 `no_permits` with `holder` and
+	// `remaining_ms` of the permit that ends first and `Retry-After`.
+	// Waiting requests are granted in arrival order across every replica.
+	// A semaphore and a lock of the same name are unrelated. A server in
+	// Redlock mode answers 400 `unsupported`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/acquire (the `AcquireSemaphore` operationId).
+	AcquireSemaphoreWithBody(ctx context.Context, key SemaphoreKey, params *AcquireSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireSemaphore Take a permit of a semaphore, or re-enter one, optionally waiting.
+	//
+	// As a lock's acquire, for one permit of the semaphore `key`: at most
+	// `limit` permits are held at once, each its own lease (token, fence,
+	// TTL, renew, release). `limit` is required. The first holder sets the
+	// semaphore's limit; an acquire with another `limit` while permits are
+	// held answers 409 `limit_mismatch`. When no permit is free after
+	// `wait_ms`, the answer is 409 `no_permits` with `holder` and
+	// `remaining_ms` of the permit that ends first and `Retry-After`.
+	// Waiting requests are granted in arrival order across every replica.
+	// A semaphore and a lock of the same name are unrelated. A server in
+	// Redlock mode answers 400 `unsupported`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/acquire (the `AcquireSemaphore` operationId).
+	AcquireSemaphore(ctx context.Context, key SemaphoreKey, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForceReleaseSemaphoreWithBody Break permits, whoever holds them.
+	//
+	// Needs the admin scope when auth is on. Without `fence`, breaks every
+	// permit of the semaphore; with `fence`, only the permit with that
+	// fence (another fence answers 409 `lease_lost` and breaks nothing).
+	// Recorded in the semaphore's history with the actor and the reason;
+	// waiters are woken as for a release.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/force-release (the `ForceReleaseSemaphore` operationId).
+	ForceReleaseSemaphoreWithBody(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForceReleaseSemaphore Break permits, whoever holds them.
+	//
+	// Needs the admin scope when auth is on. Without `fence`, breaks every
+	// permit of the semaphore; with `fence`, only the permit with that
+	// fence (another fence answers 409 `lease_lost` and breaks nothing).
+	// Recorded in the semaphore's history with the actor and the reason;
+	// waiters are woken as for a release.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/force-release (the `ForceReleaseSemaphore` operationId).
+	ForceReleaseSemaphore(ctx context.Context, key SemaphoreKey, body ForceReleaseSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSemaphoreHistory Recent events of a semaphore, newest first.
+	//
+	// As a lock's history: every permit's lifecycle events (each with its
+	// owner and fence), renewals apart under `?type=renewed`. An unknown
+	// semaphore has an empty list.
+	//
+	// Corresponds with GET /v1/semaphores/{key}/history (the `GetSemaphoreHistory` operationId).
+	GetSemaphoreHistory(ctx context.Context, key SemaphoreKey, params *GetSemaphoreHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HoldSemaphoreWithBody Take a permit and keep it renewed while the connection stays open.
+	//
+	// As a lock's hold (`POST /v1/locks/{key}/hold`), for one permit, with
+	// the body of a semaphore's acquire (`limit` required): the events
+	// are `acquired` and `renewed` (data: the permit's lease, token
+	// included) and `lost` (data: a problem body). When the client
+	// disconnects, the server releases the permit at once. If the wait
+	// fails the answer is the same problem+json as acquire, not a stream.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/hold (the `HoldSemaphore` operationId).
+	HoldSemaphoreWithBody(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HoldSemaphore Take a permit and keep it renewed while the connection stays open.
+	//
+	// As a lock's hold (`POST /v1/locks/{key}/hold`), for one permit, with
+	// the body of a semaphore's acquire (`limit` required): the events
+	// are `acquired` and `renewed` (data: the permit's lease, token
+	// included) and `lost` (data: a problem body). When the client
+	// disconnects, the server releases the permit at once. If the wait
+	// fails the answer is the same problem+json as acquire, not a stream.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/hold (the `HoldSemaphore` operationId).
+	HoldSemaphore(ctx context.Context, key SemaphoreKey, body HoldSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseSemaphoreWithBody Give back one level of a permit.
+	//
+	// As a lock's release, for the permit of `token`: at count 0 the
+	// permit is free and the head of the queue gets it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/release (the `ReleaseSemaphore` operationId).
+	ReleaseSemaphoreWithBody(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseSemaphore Give back one level of a permit.
+	//
+	// As a lock's release, for the permit of `token`: at count 0 the
+	// permit is free and the head of the queue gets it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/release (the `ReleaseSemaphore` operationId).
+	ReleaseSemaphore(ctx context.Context, key SemaphoreKey, body ReleaseSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewSemaphoreWithBody Extend a live permit.
+	//
+	// As a lock's renew, for the permit of `token`; the other permits are
+	// untouched. 404 and 409 both mean that the caller no longer holds the
+	// permit and must stop the protected work.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/renew (the `RenewSemaphore` operationId).
+	RenewSemaphoreWithBody(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewSemaphore Extend a live permit.
+	//
+	// As a lock's renew, for the permit of `token`; the other permits are
+	// untouched. 404 and 409 both mean that the caller no longer holds the
+	// permit and must stop the protected work.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/semaphores/{key}/renew (the `RenewSemaphore` operationId).
+	RenewSemaphore(ctx context.Context, key SemaphoreKey, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz The process is alive.
@@ -1038,10 +1456,12 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 //
 // A `text/event-stream` of the lifecycle events (`acquired`,
 // `reentered`, `released`, `expired`, `force_released`; never a renewal,
-// never a token) of every key that starts with `prefix` and that the
-// API key may read, in the order lockd recorded them. Each event is
-// `id:` (its ID), `event:` (its type) and `data:` (a `LockEvent`). A
-// comment line (`: heartbeat`) comes at least every 15 s.
+// never a token) of every lock and semaphore whose key or name starts
+// with `prefix` and that the API key may read, in the order lockd
+// recorded them. Each event is `id:` (its ID), `event:` (its type) and
+// `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
+// semaphore, which may share a name). A comment line (`: heartbeat`)
+// comes at least every 15 s.
 //
 // After a disconnect, send the last ID you read as `Last-Event-ID`
 // (browsers' EventSource does so by itself) to get every event after
@@ -1052,7 +1472,7 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // ```
 // id: 1763812345678-0
 // event: expired
-// data: {"id":"1763812345678-0","type":"expired","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+// data: {"id":"1763812345678-0","type":"expired","kind":"lock","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
 // ```
 //
 // Corresponds with GET /v1/events (the `StreamEvents` operationId).
@@ -1091,7 +1511,11 @@ func (c *Client) ListLocks(ctx context.Context, params *ListLocksParams, reqEdit
 // GetLock State of a live lock (never the token).
 //
 // Who holds the key, since when, until when, how often it was renewed
-// and how many requests wait for it. 404 when no lease is live.
+// and who waits for it: `mode`, `holders` (every holder, oldest first;
+// the top-level owner, fence and times describe the newest) and
+// `queue` (the waiting requests in the order they will be granted,
+// each with its owner, mode and `waiting_since`; `waiters` is its
+// length). Never a token. 404 when no lease is live.
 //
 // Corresponds with GET /v1/locks/{key} (the `GetLock` operationId).
 func (c *Client) GetLock(ctx context.Context, key Key, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1119,6 +1543,13 @@ func (c *Client) GetLock(ctx context.Context, key Key, reqEditors ...RequestEdit
 // With `token`, re-enters the live lease: count+1, TTL reset, same token
 // and fence. A token that is not the live lease's token answers 409
 // `lease_lost`, never a silent fresh grant.
+//
+// `mode` is `exclusive` (the default: one holder at a time) or `shared`
+// (any number of shared holders together, none while an exclusive
+// holder holds the key). Waiting requests are granted in the order
+// they began to wait, across every replica; a shared request that
+// arrives while an exclusive one waits queues behind it. A server in
+// Redlock mode refuses `shared` with 400 `unsupported`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1149,6 +1580,13 @@ func (c *Client) AcquireLockWithBody(ctx context.Context, key Key, params *Acqui
 // and fence. A token that is not the live lease's token answers 409
 // `lease_lost`, never a silent fresh grant.
 //
+// `mode` is `exclusive` (the default: one holder at a time) or `shared`
+// (any number of shared holders together, none while an exclusive
+// holder holds the key). Waiting requests are granted in the order
+// they began to wait, across every replica; a shared request that
+// arrives while an exclusive one waits queues behind it. A server in
+// Redlock mode refuses `shared` with 400 `unsupported`.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -1166,8 +1604,10 @@ func (c *Client) AcquireLock(ctx context.Context, key Key, params *AcquireLockPa
 
 // ForceReleaseLockWithBody Break a lease, whoever holds it.
 //
-// Needs the admin scope when auth is on. Recorded in the key's history
-// with the actor and the reason; waiters are woken as for a release.
+// Needs the admin scope when auth is on. Without `fence`, breaks every
+// holder of the key (all shared holders); with `fence`, only the
+// holder with that fence. Recorded in the key's history with the
+// actor and the reason; waiters are woken as for a release.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1186,8 +1626,10 @@ func (c *Client) ForceReleaseLockWithBody(ctx context.Context, key Key, contentT
 
 // ForceReleaseLock Break a lease, whoever holds it.
 //
-// Needs the admin scope when auth is on. Recorded in the key's history
-// with the actor and the reason; waiters are woken as for a release.
+// Needs the admin scope when auth is on. Without `fence`, breaks every
+// holder of the key (all shared holders); with `fence`, only the
+// holder with that fence. Recorded in the key's history with the
+// actor and the reason; waiters are woken as for a release.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1247,10 +1689,10 @@ func (c *Client) GetLockHistory(ctx context.Context, key Key, params *GetLockHis
 //
 // ```
 // event: acquired
-// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 //
 // event: renewed
-// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 // ```
 //
 // When the client disconnects, the server releases the lease at once.
@@ -1291,10 +1733,10 @@ func (c *Client) HoldLockWithBody(ctx context.Context, key Key, contentType stri
 //
 // ```
 // event: acquired
-// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 //
 // event: renewed
-// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 // ```
 //
 // When the client disconnects, the server releases the lease at once.
@@ -1391,6 +1833,297 @@ func (c *Client) RenewLockWithBody(ctx context.Context, key Key, contentType str
 // Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 func (c *Client) RenewLock(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRenewLockRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSemaphores List live semaphores, paged.
+//
+// As `GET /v1/locks`, for the semaphores with at least one permit
+// held (each with `limit` and its holders). Locks are not listed here,
+// nor semaphores under `/v1/locks`. Here `limit` is the page size;
+// each semaphore's own limit is in its state.
+//
+// Corresponds with GET /v1/semaphores (the `ListSemaphores` operationId).
+func (c *Client) ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSemaphoresRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSemaphore State of a live semaphore (never a token).
+//
+// The semaphore's `limit`, its `holders` (one per permit, oldest
+// first) and its `queue` (the waiting requests in the order they will
+// be granted). The top-level owner, fence and times describe the
+// newest permit. 404 when no permit is held.
+//
+// Corresponds with GET /v1/semaphores/{key} (the `GetSemaphore` operationId).
+func (c *Client) GetSemaphore(ctx context.Context, key SemaphoreKey, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSemaphoreRequest(c.Server, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireSemaphoreWithBody Take a permit of a semaphore, or re-enter one, optionally waiting.
+//
+// As a lock's acquire, for one permit of the semaphore `key`: at most
+// `limit` permits are held at once, each its own lease (token, fence,
+// TTL, renew, release). `limit` is required. The first holder sets the
+// semaphore's limit; an acquire with another `limit` while permits are
+// held answers 409 `limit_mismatch`. When no permit is free after
+// `wait_ms`, the answer is 409 `no_permits` with `holder` and
+// `remaining_ms` of the permit that ends first and `Retry-After`.
+// Waiting requests are granted in arrival order across every replica.
+// A semaphore and a lock of the same name are unrelated. A server in
+// Redlock mode answers 400 `unsupported`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/acquire (the `AcquireSemaphore` operationId).
+func (c *Client) AcquireSemaphoreWithBody(ctx context.Context, key SemaphoreKey, params *AcquireSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireSemaphoreRequestWithBody(c.Server, key, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireSemaphore Take a permit of a semaphore, or re-enter one, optionally waiting.
+//
+// As a lock's acquire, for one permit of the semaphore `key`: at most
+// `limit` permits are held at once, each its own lease (token, fence,
+// TTL, renew, release). `limit` is required. The first holder sets the
+// semaphore's limit; an acquire with another `limit` while permits are
+// held answers 409 `limit_mismatch`. When no permit is free after
+// `wait_ms`, the answer is 409 `no_permits` with `holder` and
+// `remaining_ms` of the permit that ends first and `Retry-After`.
+// Waiting requests are granted in arrival order across every replica.
+// A semaphore and a lock of the same name are unrelated. A server in
+// Redlock mode answers 400 `unsupported`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/acquire (the `AcquireSemaphore` operationId).
+func (c *Client) AcquireSemaphore(ctx context.Context, key SemaphoreKey, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireSemaphoreRequest(c.Server, key, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForceReleaseSemaphoreWithBody Break permits, whoever holds them.
+//
+// Needs the admin scope when auth is on. Without `fence`, breaks every
+// permit of the semaphore; with `fence`, only the permit with that
+// fence (another fence answers 409 `lease_lost` and breaks nothing).
+// Recorded in the semaphore's history with the actor and the reason;
+// waiters are woken as for a release.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/force-release (the `ForceReleaseSemaphore` operationId).
+func (c *Client) ForceReleaseSemaphoreWithBody(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForceReleaseSemaphoreRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForceReleaseSemaphore Break permits, whoever holds them.
+//
+// Needs the admin scope when auth is on. Without `fence`, breaks every
+// permit of the semaphore; with `fence`, only the permit with that
+// fence (another fence answers 409 `lease_lost` and breaks nothing).
+// Recorded in the semaphore's history with the actor and the reason;
+// waiters are woken as for a release.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/force-release (the `ForceReleaseSemaphore` operationId).
+func (c *Client) ForceReleaseSemaphore(ctx context.Context, key SemaphoreKey, body ForceReleaseSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForceReleaseSemaphoreRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSemaphoreHistory Recent events of a semaphore, newest first.
+//
+// As a lock's history: every permit's lifecycle events (each with its
+// owner and fence), renewals apart under `?type=renewed`. An unknown
+// semaphore has an empty list.
+//
+// Corresponds with GET /v1/semaphores/{key}/history (the `GetSemaphoreHistory` operationId).
+func (c *Client) GetSemaphoreHistory(ctx context.Context, key SemaphoreKey, params *GetSemaphoreHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSemaphoreHistoryRequest(c.Server, key, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HoldSemaphoreWithBody Take a permit and keep it renewed while the connection stays open.
+//
+// As a lock's hold (`POST /v1/locks/{key}/hold`), for one permit, with
+// the body of a semaphore's acquire (`limit` required): the events
+// are `acquired` and `renewed` (data: the permit's lease, token
+// included) and `lost` (data: a problem body). When the client
+// disconnects, the server releases the permit at once. If the wait
+// fails the answer is the same problem+json as acquire, not a stream.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/hold (the `HoldSemaphore` operationId).
+func (c *Client) HoldSemaphoreWithBody(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHoldSemaphoreRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HoldSemaphore Take a permit and keep it renewed while the connection stays open.
+//
+// As a lock's hold (`POST /v1/locks/{key}/hold`), for one permit, with
+// the body of a semaphore's acquire (`limit` required): the events
+// are `acquired` and `renewed` (data: the permit's lease, token
+// included) and `lost` (data: a problem body). When the client
+// disconnects, the server releases the permit at once. If the wait
+// fails the answer is the same problem+json as acquire, not a stream.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/hold (the `HoldSemaphore` operationId).
+func (c *Client) HoldSemaphore(ctx context.Context, key SemaphoreKey, body HoldSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHoldSemaphoreRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseSemaphoreWithBody Give back one level of a permit.
+//
+// As a lock's release, for the permit of `token`: at count 0 the
+// permit is free and the head of the queue gets it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/release (the `ReleaseSemaphore` operationId).
+func (c *Client) ReleaseSemaphoreWithBody(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseSemaphoreRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseSemaphore Give back one level of a permit.
+//
+// As a lock's release, for the permit of `token`: at count 0 the
+// permit is free and the head of the queue gets it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/release (the `ReleaseSemaphore` operationId).
+func (c *Client) ReleaseSemaphore(ctx context.Context, key SemaphoreKey, body ReleaseSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseSemaphoreRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewSemaphoreWithBody Extend a live permit.
+//
+// As a lock's renew, for the permit of `token`; the other permits are
+// untouched. 404 and 409 both mean that the caller no longer holds the
+// permit and must stop the protected work.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/renew (the `RenewSemaphore` operationId).
+func (c *Client) RenewSemaphoreWithBody(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewSemaphoreRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewSemaphore Extend a live permit.
+//
+// As a lock's renew, for the permit of `token`; the other permits are
+// untouched. 404 and 409 both mean that the caller no longer holds the
+// permit and must stop the protected work.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/semaphores/{key}/renew (the `RenewSemaphore` operationId).
+func (c *Client) RenewSemaphore(ctx context.Context, key SemaphoreKey, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewSemaphoreRequest(c.Server, key, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1959,6 +2692,441 @@ func NewRenewLockRequestWithBody(server string, key Key, contentType string, bod
 	return req, nil
 }
 
+// NewListSemaphoresRequest constructs an http.Request for the ListSemaphores method
+func NewListSemaphoresRequest(server string, params *ListSemaphoresParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/semaphores")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetSemaphoreRequest constructs an http.Request for the GetSemaphore method
+func NewGetSemaphoreRequest(server string, key SemaphoreKey) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/semaphores/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAcquireSemaphoreRequest calls the generic AcquireSemaphore builder with application/json body
+func NewAcquireSemaphoreRequest(server string, key SemaphoreKey, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcquireSemaphoreRequestWithBody(server, key, params, "application/json", bodyReader)
+}
+
+// NewAcquireSemaphoreRequestWithBody constructs an http.Request for the AcquireSemaphore method, with any body, and a specified content type
+func NewAcquireSemaphoreRequestWithBody(server string, key SemaphoreKey, params *AcquireSemaphoreParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/semaphores/%s/acquire", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewForceReleaseSemaphoreRequest calls the generic ForceReleaseSemaphore builder with application/json body
+func NewForceReleaseSemaphoreRequest(server string, key SemaphoreKey, body ForceReleaseSemaphoreJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewForceReleaseSemaphoreRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewForceReleaseSemaphoreRequestWithBody constructs an http.Request for the ForceReleaseSemaphore method, with any body, and a specified content type
+func NewForceReleaseSemaphoreRequestWithBody(server string, key SemaphoreKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/semaphores/%s/force-release", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetSemaphoreHistoryRequest constructs an http.Request for the GetSemaphoreHistory method
+func NewGetSemaphoreHistoryRequest(server string, key SemaphoreKey, params *GetSemaphoreHistoryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/semaphores/%s/history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHoldSemaphoreRequest calls the generic HoldSemaphore builder with application/json body
+func NewHoldSemaphoreRequest(server string, key SemaphoreKey, body HoldSemaphoreJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewHoldSemaphoreRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewHoldSemaphoreRequestWithBody constructs an http.Request for the HoldSemaphore method, with any body, and a specified content type
+func NewHoldSemaphoreRequestWithBody(server string, key SemaphoreKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/semaphores/%s/hold", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReleaseSemaphoreRequest calls the generic ReleaseSemaphore builder with application/json body
+func NewReleaseSemaphoreRequest(server string, key SemaphoreKey, body ReleaseSemaphoreJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReleaseSemaphoreRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewReleaseSemaphoreRequestWithBody constructs an http.Request for the ReleaseSemaphore method, with any body, and a specified content type
+func NewReleaseSemaphoreRequestWithBody(server string, key SemaphoreKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/semaphores/%s/release", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRenewSemaphoreRequest calls the generic RenewSemaphore builder with application/json body
+func NewRenewSemaphoreRequest(server string, key SemaphoreKey, body RenewSemaphoreJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewSemaphoreRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewRenewSemaphoreRequestWithBody constructs an http.Request for the RenewSemaphore method, with any body, and a specified content type
+func NewRenewSemaphoreRequestWithBody(server string, key SemaphoreKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/semaphores/%s/renew", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -2030,10 +3198,12 @@ type ClientWithResponsesInterface interface {
 	//
 	// A `text/event-stream` of the lifecycle events (`acquired`,
 	// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-	// never a token) of every key that starts with `prefix` and that the
-	// API key may read, in the order lockd recorded them. Each event is
-	// `id:` (its ID), `event:` (its type) and `data:` (a `LockEvent`). A
-	// comment line (`: heartbeat`) comes at least every 15 s.
+	// never a token) of every lock and semaphore whose key or name starts
+	// with `prefix` and that the API key may read, in the order lockd
+	// recorded them. Each event is `id:` (its ID), `event:` (its type) and
+	// `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
+	// semaphore, which may share a name). A comment line (`: heartbeat`)
+	// comes at least every 15 s.
 	//
 	// After a disconnect, send the last ID you read as `Last-Event-ID`
 	// (browsers' EventSource does so by itself) to get every event after
@@ -2044,7 +3214,7 @@ type ClientWithResponsesInterface interface {
 	// ```
 	// id: 1763812345678-0
 	// event: expired
-	// data: {"id":"1763812345678-0","type":"expired","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+	// data: {"id":"1763812345678-0","type":"expired","kind":"lock","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
 	// ```
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2067,7 +3237,11 @@ type ClientWithResponsesInterface interface {
 	// GetLockWithResponse State of a live lock (never the token).
 	//
 	// Who holds the key, since when, until when, how often it was renewed
-	// and how many requests wait for it. 404 when no lease is live.
+	// and who waits for it: `mode`, `holders` (every holder, oldest first;
+	// the top-level owner, fence and times describe the newest) and
+	// `queue` (the waiting requests in the order they will be granted,
+	// each with its owner, mode and `waiting_since`; `waiters` is its
+	// length). Never a token. 404 when no lease is live.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2088,6 +3262,13 @@ type ClientWithResponsesInterface interface {
 	// and fence. A token that is not the live lease's token answers 409
 	// `lease_lost`, never a silent fresh grant.
 	//
+	// `mode` is `exclusive` (the default: one holder at a time) or `shared`
+	// (any number of shared holders together, none while an exclusive
+	// holder holds the key). Waiting requests are granted in the order
+	// they began to wait, across every replica; a shared request that
+	// arrives while an exclusive one waits queues behind it. A server in
+	// Redlock mode refuses `shared` with 400 `unsupported`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -2107,6 +3288,13 @@ type ClientWithResponsesInterface interface {
 	// and fence. A token that is not the live lease's token answers 409
 	// `lease_lost`, never a silent fresh grant.
 	//
+	// `mode` is `exclusive` (the default: one holder at a time) or `shared`
+	// (any number of shared holders together, none while an exclusive
+	// holder holds the key). Waiting requests are granted in the order
+	// they began to wait, across every replica; a shared request that
+	// arrives while an exclusive one waits queues behind it. A server in
+	// Redlock mode refuses `shared` with 400 `unsupported`.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -2114,8 +3302,10 @@ type ClientWithResponsesInterface interface {
 
 	// ForceReleaseLockWithBodyWithResponse Break a lease, whoever holds it.
 	//
-	// Needs the admin scope when auth is on. Recorded in the key's history
-	// with the actor and the reason; waiters are woken as for a release.
+	// Needs the admin scope when auth is on. Without `fence`, breaks every
+	// holder of the key (all shared holders); with `fence`, only the
+	// holder with that fence. Recorded in the key's history with the
+	// actor and the reason; waiters are woken as for a release.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2124,8 +3314,10 @@ type ClientWithResponsesInterface interface {
 
 	// ForceReleaseLockWithResponse Break a lease, whoever holds it.
 	//
-	// Needs the admin scope when auth is on. Recorded in the key's history
-	// with the actor and the reason; waiters are woken as for a release.
+	// Needs the admin scope when auth is on. Without `fence`, breaks every
+	// holder of the key (all shared holders); with `fence`, only the
+	// holder with that fence. Recorded in the key's history with the
+	// actor and the reason; waiters are woken as for a release.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2167,10 +3359,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// ```
 	// event: acquired
-	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 	//
 	// event: renewed
-	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 	// ```
 	//
 	// When the client disconnects, the server releases the lease at once.
@@ -2201,10 +3393,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// ```
 	// event: acquired
-	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 	//
 	// event: renewed
-	// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+	// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 	// ```
 	//
 	// When the client disconnects, the server releases the lease at once.
@@ -2260,6 +3452,173 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 	RenewLockWithResponse(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockResponse, error)
+
+	// ListSemaphoresWithResponse List live semaphores, paged.
+	//
+	// As `GET /v1/locks`, for the semaphores with at least one permit
+	// held (each with `limit` and its holders). Locks are not listed here,
+	// nor semaphores under `/v1/locks`. Here `limit` is the page size;
+	// each semaphore's own limit is in its state.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/semaphores (the `ListSemaphores` operationId).
+	ListSemaphoresWithResponse(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*ListSemaphoresResponse, error)
+
+	// GetSemaphoreWithResponse State of a live semaphore (never a token).
+	//
+	// The semaphore's `limit`, its `holders` (one per permit, oldest
+	// first) and its `queue` (the waiting requests in the order they will
+	// be granted). The top-level owner, fence and times describe the
+	// newest permit. 404 when no permit is held.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/semaphores/{key} (the `GetSemaphore` operationId).
+	GetSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, reqEditors ...RequestEditorFn) (*GetSemaphoreResponse, error)
+
+	// AcquireSemaphoreWithBodyWithResponse Take a permit of a semaphore, or re-enter one, optionally waiting.
+	//
+	// As a lock's acquire, for one permit of the semaphore `key`: at most
+	// `limit` permits are held at once, each its own lease (token, fence,
+	// TTL, renew, release). `limit` is required. The first holder sets the
+	// semaphore's limit; an acquire with another `limit` while permits are
+	// held answers 409 `limit_mismatch`. When no permit is free after
+	// `wait_ms`, the answer is 409 `no_permits` with `holder` and
+	// `remaining_ms` of the permit that ends first and `Retry-After`.
+	// Waiting requests are granted in arrival order across every replica.
+	// A semaphore and a lock of the same name are unrelated. A server in
+	// Redlock mode answers 400 `unsupported`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/acquire (the `AcquireSemaphore` operationId).
+	AcquireSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, params *AcquireSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error)
+
+	// AcquireSemaphoreWithResponse Take a permit of a semaphore, or re-enter one, optionally waiting.
+	//
+	// As a lock's acquire, for one permit of the semaphore `key`: at most
+	// `limit` permits are held at once, each its own lease (token, fence,
+	// TTL, renew, release). `limit` is required. The first holder sets the
+	// semaphore's limit; an acquire with another `limit` while permits are
+	// held answers 409 `limit_mismatch`. When no permit is free after
+	// `wait_ms`, the answer is 409 `no_permits` with `holder` and
+	// `remaining_ms` of the permit that ends first and `Retry-After`.
+	// Waiting requests are granted in arrival order across every replica.
+	// A semaphore and a lock of the same name are unrelated. A server in
+	// Redlock mode answers 400 `unsupported`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/acquire (the `AcquireSemaphore` operationId).
+	AcquireSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error)
+
+	// ForceReleaseSemaphoreWithBodyWithResponse Break permits, whoever holds them.
+	//
+	// Needs the admin scope when auth is on. Without `fence`, breaks every
+	// permit of the semaphore; with `fence`, only the permit with that
+	// fence (another fence answers 409 `lease_lost` and breaks nothing).
+	// Recorded in the semaphore's history with the actor and the reason;
+	// waiters are woken as for a release.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/force-release (the `ForceReleaseSemaphore` operationId).
+	ForceReleaseSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ForceReleaseSemaphoreResponse, error)
+
+	// ForceReleaseSemaphoreWithResponse Break permits, whoever holds them.
+	//
+	// Needs the admin scope when auth is on. Without `fence`, breaks every
+	// permit of the semaphore; with `fence`, only the permit with that
+	// fence (another fence answers 409 `lease_lost` and breaks nothing).
+	// Recorded in the semaphore's history with the actor and the reason;
+	// waiters are woken as for a release.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/force-release (the `ForceReleaseSemaphore` operationId).
+	ForceReleaseSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, body ForceReleaseSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceReleaseSemaphoreResponse, error)
+
+	// GetSemaphoreHistoryWithResponse Recent events of a semaphore, newest first.
+	//
+	// As a lock's history: every permit's lifecycle events (each with its
+	// owner and fence), renewals apart under `?type=renewed`. An unknown
+	// semaphore has an empty list.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/semaphores/{key}/history (the `GetSemaphoreHistory` operationId).
+	GetSemaphoreHistoryWithResponse(ctx context.Context, key SemaphoreKey, params *GetSemaphoreHistoryParams, reqEditors ...RequestEditorFn) (*GetSemaphoreHistoryResponse, error)
+
+	// HoldSemaphoreWithBodyWithResponse Take a permit and keep it renewed while the connection stays open.
+	//
+	// As a lock's hold (`POST /v1/locks/{key}/hold`), for one permit, with
+	// the body of a semaphore's acquire (`limit` required): the events
+	// are `acquired` and `renewed` (data: the permit's lease, token
+	// included) and `lost` (data: a problem body). When the client
+	// disconnects, the server releases the permit at once. If the wait
+	// fails the answer is the same problem+json as acquire, not a stream.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/hold (the `HoldSemaphore` operationId).
+	HoldSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HoldSemaphoreResponse, error)
+
+	// HoldSemaphoreWithResponse Take a permit and keep it renewed while the connection stays open.
+	//
+	// As a lock's hold (`POST /v1/locks/{key}/hold`), for one permit, with
+	// the body of a semaphore's acquire (`limit` required): the events
+	// are `acquired` and `renewed` (data: the permit's lease, token
+	// included) and `lost` (data: a problem body). When the client
+	// disconnects, the server releases the permit at once. If the wait
+	// fails the answer is the same problem+json as acquire, not a stream.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/hold (the `HoldSemaphore` operationId).
+	HoldSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, body HoldSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*HoldSemaphoreResponse, error)
+
+	// ReleaseSemaphoreWithBodyWithResponse Give back one level of a permit.
+	//
+	// As a lock's release, for the permit of `token`: at count 0 the
+	// permit is free and the head of the queue gets it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/release (the `ReleaseSemaphore` operationId).
+	ReleaseSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseSemaphoreResponse, error)
+
+	// ReleaseSemaphoreWithResponse Give back one level of a permit.
+	//
+	// As a lock's release, for the permit of `token`: at count 0 the
+	// permit is free and the head of the queue gets it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/release (the `ReleaseSemaphore` operationId).
+	ReleaseSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, body ReleaseSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseSemaphoreResponse, error)
+
+	// RenewSemaphoreWithBodyWithResponse Extend a live permit.
+	//
+	// As a lock's renew, for the permit of `token`; the other permits are
+	// untouched. 404 and 409 both mean that the caller no longer holds the
+	// permit and must stop the protected work.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/renew (the `RenewSemaphore` operationId).
+	RenewSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error)
+
+	// RenewSemaphoreWithResponse Extend a live permit.
+	//
+	// As a lock's renew, for the permit of `token`; the other permits are
+	// untouched. 404 and 409 both mean that the caller no longer holds the
+	// permit and must stop the protected work.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/semaphores/{key}/renew (the `RenewSemaphore` operationId).
+	RenewSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error)
 }
 
 type HealthzResponse struct {
@@ -3385,6 +4744,943 @@ func (r RenewLockResponse) ContentType() string {
 	return ""
 }
 
+// ListSemaphoresResponse401Headers the declared response headers of an HTTP 401 response for ListSemaphores
+type ListSemaphoresResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ListSemaphoresResponse429Headers the declared response headers of an HTTP 429 response for ListSemaphores
+type ListSemaphoresResponse429Headers struct {
+	RetryAfter int
+}
+
+// ListSemaphoresResponse503Headers the declared response headers of an HTTP 503 response for ListSemaphores
+type ListSemaphoresResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListSemaphoresResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SemaphoreList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListSemaphoresResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListSemaphoresResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListSemaphoresResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSemaphoresResponse) GetJSON200() *SemaphoreList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSemaphoresResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSemaphoresResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSemaphoresResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSemaphoresResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for GetSemaphore
+type GetSemaphoreResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for GetSemaphore
+type GetSemaphoreResponse429Headers struct {
+	RetryAfter int
+}
+
+// GetSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for GetSemaphore
+type GetSemaphoreResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockState
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetSemaphoreResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetSemaphoreResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetSemaphoreResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSemaphoreResponse) GetJSON200() *LockState {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetSemaphoreResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetSemaphoreResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetSemaphoreResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetSemaphoreResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcquireSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for AcquireSemaphore
+type AcquireSemaphoreResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
+// AcquireSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for AcquireSemaphore
+type AcquireSemaphoreResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// AcquireSemaphoreResponse409Headers the declared response headers of an HTTP 409 response for AcquireSemaphore
+type AcquireSemaphoreResponse409Headers struct {
+	RetryAfter *int
+}
+
+// AcquireSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for AcquireSemaphore
+type AcquireSemaphoreResponse429Headers struct {
+	RetryAfter int
+}
+
+// AcquireSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for AcquireSemaphore
+type AcquireSemaphoreResponse503Headers struct {
+	RetryAfter int
+}
+
+type AcquireSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Lease
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AcquireSemaphoreResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireSemaphoreResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AcquireSemaphoreResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquireSemaphoreResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquireSemaphoreResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcquireSemaphoreResponse) GetJSON200() *Lease {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AcquireSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcquireSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcquireSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcquireSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForceReleaseSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for ForceReleaseSemaphore
+type ForceReleaseSemaphoreResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ForceReleaseSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for ForceReleaseSemaphore
+type ForceReleaseSemaphoreResponse429Headers struct {
+	RetryAfter int
+}
+
+// ForceReleaseSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for ForceReleaseSemaphore
+type ForceReleaseSemaphoreResponse503Headers struct {
+	RetryAfter int
+}
+
+type ForceReleaseSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ForceReleaseResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *FenceMismatch
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForceReleaseSemaphoreResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForceReleaseSemaphoreResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForceReleaseSemaphoreResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ForceReleaseSemaphoreResponse) GetJSON200() *ForceReleaseResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON409() *FenceMismatch {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForceReleaseSemaphoreResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForceReleaseSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForceReleaseSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForceReleaseSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForceReleaseSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetSemaphoreHistoryResponse401Headers the declared response headers of an HTTP 401 response for GetSemaphoreHistory
+type GetSemaphoreHistoryResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetSemaphoreHistoryResponse429Headers the declared response headers of an HTTP 429 response for GetSemaphoreHistory
+type GetSemaphoreHistoryResponse429Headers struct {
+	RetryAfter int
+}
+
+// GetSemaphoreHistoryResponse503Headers the declared response headers of an HTTP 503 response for GetSemaphoreHistory
+type GetSemaphoreHistoryResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetSemaphoreHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *History
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetSemaphoreHistoryResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetSemaphoreHistoryResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetSemaphoreHistoryResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSemaphoreHistoryResponse) GetJSON200() *History {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetSemaphoreHistoryResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetSemaphoreHistoryResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetSemaphoreHistoryResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetSemaphoreHistoryResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetSemaphoreHistoryResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSemaphoreHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSemaphoreHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSemaphoreHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSemaphoreHistoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HoldSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for HoldSemaphore
+type HoldSemaphoreResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// HoldSemaphoreResponse409Headers the declared response headers of an HTTP 409 response for HoldSemaphore
+type HoldSemaphoreResponse409Headers struct {
+	RetryAfter *int
+}
+
+// HoldSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for HoldSemaphore
+type HoldSemaphoreResponse429Headers struct {
+	RetryAfter int
+}
+
+// HoldSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for HoldSemaphore
+type HoldSemaphoreResponse503Headers struct {
+	RetryAfter int
+}
+
+type HoldSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HoldSemaphoreResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *HoldSemaphoreResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HoldSemaphoreResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HoldSemaphoreResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r HoldSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r HoldSemaphoreResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r HoldSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r HoldSemaphoreResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r HoldSemaphoreResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r HoldSemaphoreResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r HoldSemaphoreResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r HoldSemaphoreResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r HoldSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HoldSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HoldSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HoldSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ReleaseSemaphoreResponse409Headers the declared response headers of an HTTP 409 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse409Headers struct {
+	RetryAfter *int
+}
+
+// ReleaseSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse429Headers struct {
+	RetryAfter int
+}
+
+// ReleaseSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse503Headers struct {
+	RetryAfter int
+}
+
+type ReleaseSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReleaseResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseSemaphoreResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReleaseSemaphoreResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseSemaphoreResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseSemaphoreResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseSemaphoreResponse) GetJSON200() *ReleaseResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for RenewSemaphore
+type RenewSemaphoreResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// RenewSemaphoreResponse409Headers the declared response headers of an HTTP 409 response for RenewSemaphore
+type RenewSemaphoreResponse409Headers struct {
+	RetryAfter *int
+}
+
+// RenewSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for RenewSemaphore
+type RenewSemaphoreResponse429Headers struct {
+	RetryAfter int
+}
+
+// RenewSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for RenewSemaphore
+type RenewSemaphoreResponse503Headers struct {
+	RetryAfter int
+}
+
+type RenewSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Lease
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewSemaphoreResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RenewSemaphoreResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewSemaphoreResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewSemaphoreResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewSemaphoreResponse) GetJSON200() *Lease {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthzWithResponse The process is alive.
 //
 // Answers 200 while the process runs, whatever Redis does: a liveness
@@ -3424,10 +5720,12 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 //
 // A `text/event-stream` of the lifecycle events (`acquired`,
 // `reentered`, `released`, `expired`, `force_released`; never a renewal,
-// never a token) of every key that starts with `prefix` and that the
-// API key may read, in the order lockd recorded them. Each event is
-// `id:` (its ID), `event:` (its type) and `data:` (a `LockEvent`). A
-// comment line (`: heartbeat`) comes at least every 15 s.
+// never a token) of every lock and semaphore whose key or name starts
+// with `prefix` and that the API key may read, in the order lockd
+// recorded them. Each event is `id:` (its ID), `event:` (its type) and
+// `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
+// semaphore, which may share a name). A comment line (`: heartbeat`)
+// comes at least every 15 s.
 //
 // After a disconnect, send the last ID you read as `Last-Event-ID`
 // (browsers' EventSource does so by itself) to get every event after
@@ -3438,7 +5736,7 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // ```
 // id: 1763812345678-0
 // event: expired
-// data: {"id":"1763812345678-0","type":"expired","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+// data: {"id":"1763812345678-0","type":"expired","kind":"lock","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
 // ```
 //
 // Returns a wrapper object for the known response body format(s).
@@ -3473,7 +5771,11 @@ func (c *ClientWithResponses) ListLocksWithResponse(ctx context.Context, params 
 // GetLockWithResponse State of a live lock (never the token).
 //
 // Who holds the key, since when, until when, how often it was renewed
-// and how many requests wait for it. 404 when no lease is live.
+// and who waits for it: `mode`, `holders` (every holder, oldest first;
+// the top-level owner, fence and times describe the newest) and
+// `queue` (the waiting requests in the order they will be granted,
+// each with its owner, mode and `waiting_since`; `waiters` is its
+// length). Never a token. 404 when no lease is live.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3500,6 +5802,13 @@ func (c *ClientWithResponses) GetLockWithResponse(ctx context.Context, key Key, 
 // and fence. A token that is not the live lease's token answers 409
 // `lease_lost`, never a silent fresh grant.
 //
+// `mode` is `exclusive` (the default: one holder at a time) or `shared`
+// (any number of shared holders together, none while an exclusive
+// holder holds the key). Waiting requests are granted in the order
+// they began to wait, across every replica; a shared request that
+// arrives while an exclusive one waits queues behind it. A server in
+// Redlock mode refuses `shared` with 400 `unsupported`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -3525,6 +5834,13 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // and fence. A token that is not the live lease's token answers 409
 // `lease_lost`, never a silent fresh grant.
 //
+// `mode` is `exclusive` (the default: one holder at a time) or `shared`
+// (any number of shared holders together, none while an exclusive
+// holder holds the key). Waiting requests are granted in the order
+// they began to wait, across every replica; a shared request that
+// arrives while an exclusive one waits queues behind it. A server in
+// Redlock mode refuses `shared` with 400 `unsupported`.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -3538,8 +5854,10 @@ func (c *ClientWithResponses) AcquireLockWithResponse(ctx context.Context, key K
 
 // ForceReleaseLockWithBodyWithResponse Break a lease, whoever holds it.
 //
-// Needs the admin scope when auth is on. Recorded in the key's history
-// with the actor and the reason; waiters are woken as for a release.
+// Needs the admin scope when auth is on. Without `fence`, breaks every
+// holder of the key (all shared holders); with `fence`, only the
+// holder with that fence. Recorded in the key's history with the
+// actor and the reason; waiters are woken as for a release.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3554,8 +5872,10 @@ func (c *ClientWithResponses) ForceReleaseLockWithBodyWithResponse(ctx context.C
 
 // ForceReleaseLockWithResponse Break a lease, whoever holds it.
 //
-// Needs the admin scope when auth is on. Recorded in the key's history
-// with the actor and the reason; waiters are woken as for a release.
+// Needs the admin scope when auth is on. Without `fence`, breaks every
+// holder of the key (all shared holders); with `fence`, only the
+// holder with that fence. Recorded in the key's history with the
+// actor and the reason; waiters are woken as for a release.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3609,10 +5929,10 @@ func (c *ClientWithResponses) GetLockHistoryWithResponse(ctx context.Context, ke
 //
 // ```
 // event: acquired
-// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 //
 // event: renewed
-// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 // ```
 //
 // When the client disconnects, the server releases the lease at once.
@@ -3649,10 +5969,10 @@ func (c *ClientWithResponses) HoldLockWithBodyWithResponse(ctx context.Context, 
 //
 // ```
 // event: acquired
-// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 //
 // event: renewed
-// data: {"key":"deploy:prod","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
+// data: {"key":"deploy:prod","mode":"exclusive","owner":"ci","token":"…","fence":1763812345678901,"count":1,"ttl_ms":30000,…}
 // ```
 //
 // When the client disconnects, the server releases the lease at once.
@@ -3737,6 +6057,251 @@ func (c *ClientWithResponses) RenewLockWithResponse(ctx context.Context, key Key
 		return nil, err
 	}
 	return ParseRenewLockResponse(rsp)
+}
+
+// ListSemaphoresWithResponse List live semaphores, paged.
+//
+// As `GET /v1/locks`, for the semaphores with at least one permit
+// held (each with `limit` and its holders). Locks are not listed here,
+// nor semaphores under `/v1/locks`. Here `limit` is the page size;
+// each semaphore's own limit is in its state.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/semaphores (the `ListSemaphores` operationId).
+func (c *ClientWithResponses) ListSemaphoresWithResponse(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*ListSemaphoresResponse, error) {
+	rsp, err := c.ListSemaphores(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSemaphoresResponse(rsp)
+}
+
+// GetSemaphoreWithResponse State of a live semaphore (never a token).
+//
+// The semaphore's `limit`, its `holders` (one per permit, oldest
+// first) and its `queue` (the waiting requests in the order they will
+// be granted). The top-level owner, fence and times describe the
+// newest permit. 404 when no permit is held.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/semaphores/{key} (the `GetSemaphore` operationId).
+func (c *ClientWithResponses) GetSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, reqEditors ...RequestEditorFn) (*GetSemaphoreResponse, error) {
+	rsp, err := c.GetSemaphore(ctx, key, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSemaphoreResponse(rsp)
+}
+
+// AcquireSemaphoreWithBodyWithResponse Take a permit of a semaphore, or re-enter one, optionally waiting.
+//
+// As a lock's acquire, for one permit of the semaphore `key`: at most
+// `limit` permits are held at once, each its own lease (token, fence,
+// TTL, renew, release). `limit` is required. The first holder sets the
+// semaphore's limit; an acquire with another `limit` while permits are
+// held answers 409 `limit_mismatch`. When no permit is free after
+// `wait_ms`, the answer is 409 `no_permits` with `holder` and
+// `remaining_ms` of the permit that ends first and `Retry-After`.
+// Waiting requests are granted in arrival order across every replica.
+// A semaphore and a lock of the same name are unrelated. A server in
+// Redlock mode answers 400 `unsupported`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/acquire (the `AcquireSemaphore` operationId).
+func (c *ClientWithResponses) AcquireSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, params *AcquireSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error) {
+	rsp, err := c.AcquireSemaphoreWithBody(ctx, key, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireSemaphoreResponse(rsp)
+}
+
+// AcquireSemaphoreWithResponse Take a permit of a semaphore, or re-enter one, optionally waiting.
+//
+// As a lock's acquire, for one permit of the semaphore `key`: at most
+// `limit` permits are held at once, each its own lease (token, fence,
+// TTL, renew, release). `limit` is required. The first holder sets the
+// semaphore's limit; an acquire with another `limit` while permits are
+// held answers 409 `limit_mismatch`. When no permit is free after
+// `wait_ms`, the answer is 409 `no_permits` with `holder` and
+// `remaining_ms` of the permit that ends first and `Retry-After`.
+// Waiting requests are granted in arrival order across every replica.
+// A semaphore and a lock of the same name are unrelated. A server in
+// Redlock mode answers 400 `unsupported`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/acquire (the `AcquireSemaphore` operationId).
+func (c *ClientWithResponses) AcquireSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error) {
+	rsp, err := c.AcquireSemaphore(ctx, key, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireSemaphoreResponse(rsp)
+}
+
+// ForceReleaseSemaphoreWithBodyWithResponse Break permits, whoever holds them.
+//
+// Needs the admin scope when auth is on. Without `fence`, breaks every
+// permit of the semaphore; with `fence`, only the permit with that
+// fence (another fence answers 409 `lease_lost` and breaks nothing).
+// Recorded in the semaphore's history with the actor and the reason;
+// waiters are woken as for a release.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/force-release (the `ForceReleaseSemaphore` operationId).
+func (c *ClientWithResponses) ForceReleaseSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ForceReleaseSemaphoreResponse, error) {
+	rsp, err := c.ForceReleaseSemaphoreWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForceReleaseSemaphoreResponse(rsp)
+}
+
+// ForceReleaseSemaphoreWithResponse Break permits, whoever holds them.
+//
+// Needs the admin scope when auth is on. Without `fence`, breaks every
+// permit of the semaphore; with `fence`, only the permit with that
+// fence (another fence answers 409 `lease_lost` and breaks nothing).
+// Recorded in the semaphore's history with the actor and the reason;
+// waiters are woken as for a release.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/force-release (the `ForceReleaseSemaphore` operationId).
+func (c *ClientWithResponses) ForceReleaseSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, body ForceReleaseSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceReleaseSemaphoreResponse, error) {
+	rsp, err := c.ForceReleaseSemaphore(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForceReleaseSemaphoreResponse(rsp)
+}
+
+// GetSemaphoreHistoryWithResponse Recent events of a semaphore, newest first.
+//
+// As a lock's history: every permit's lifecycle events (each with its
+// owner and fence), renewals apart under `?type=renewed`. An unknown
+// semaphore has an empty list.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/semaphores/{key}/history (the `GetSemaphoreHistory` operationId).
+func (c *ClientWithResponses) GetSemaphoreHistoryWithResponse(ctx context.Context, key SemaphoreKey, params *GetSemaphoreHistoryParams, reqEditors ...RequestEditorFn) (*GetSemaphoreHistoryResponse, error) {
+	rsp, err := c.GetSemaphoreHistory(ctx, key, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSemaphoreHistoryResponse(rsp)
+}
+
+// HoldSemaphoreWithBodyWithResponse Take a permit and keep it renewed while the connection stays open.
+//
+// As a lock's hold (`POST /v1/locks/{key}/hold`), for one permit, with
+// the body of a semaphore's acquire (`limit` required): the events
+// are `acquired` and `renewed` (data: the permit's lease, token
+// included) and `lost` (data: a problem body). When the client
+// disconnects, the server releases the permit at once. If the wait
+// fails the answer is the same problem+json as acquire, not a stream.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/hold (the `HoldSemaphore` operationId).
+func (c *ClientWithResponses) HoldSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HoldSemaphoreResponse, error) {
+	rsp, err := c.HoldSemaphoreWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHoldSemaphoreResponse(rsp)
+}
+
+// HoldSemaphoreWithResponse Take a permit and keep it renewed while the connection stays open.
+//
+// As a lock's hold (`POST /v1/locks/{key}/hold`), for one permit, with
+// the body of a semaphore's acquire (`limit` required): the events
+// are `acquired` and `renewed` (data: the permit's lease, token
+// included) and `lost` (data: a problem body). When the client
+// disconnects, the server releases the permit at once. If the wait
+// fails the answer is the same problem+json as acquire, not a stream.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/hold (the `HoldSemaphore` operationId).
+func (c *ClientWithResponses) HoldSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, body HoldSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*HoldSemaphoreResponse, error) {
+	rsp, err := c.HoldSemaphore(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHoldSemaphoreResponse(rsp)
+}
+
+// ReleaseSemaphoreWithBodyWithResponse Give back one level of a permit.
+//
+// As a lock's release, for the permit of `token`: at count 0 the
+// permit is free and the head of the queue gets it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/release (the `ReleaseSemaphore` operationId).
+func (c *ClientWithResponses) ReleaseSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseSemaphoreResponse, error) {
+	rsp, err := c.ReleaseSemaphoreWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseSemaphoreResponse(rsp)
+}
+
+// ReleaseSemaphoreWithResponse Give back one level of a permit.
+//
+// As a lock's release, for the permit of `token`: at count 0 the
+// permit is free and the head of the queue gets it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/release (the `ReleaseSemaphore` operationId).
+func (c *ClientWithResponses) ReleaseSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, body ReleaseSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseSemaphoreResponse, error) {
+	rsp, err := c.ReleaseSemaphore(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseSemaphoreResponse(rsp)
+}
+
+// RenewSemaphoreWithBodyWithResponse Extend a live permit.
+//
+// As a lock's renew, for the permit of `token`; the other permits are
+// untouched. 404 and 409 both mean that the caller no longer holds the
+// permit and must stop the protected work.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/renew (the `RenewSemaphore` operationId).
+func (c *ClientWithResponses) RenewSemaphoreWithBodyWithResponse(ctx context.Context, key SemaphoreKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error) {
+	rsp, err := c.RenewSemaphoreWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewSemaphoreResponse(rsp)
+}
+
+// RenewSemaphoreWithResponse Extend a live permit.
+//
+// As a lock's renew, for the permit of `token`; the other permits are
+// untouched. 404 and 409 both mean that the caller no longer holds the
+// permit and must stop the protected work.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/semaphores/{key}/renew (the `RenewSemaphore` operationId).
+func (c *ClientWithResponses) RenewSemaphoreWithResponse(ctx context.Context, key SemaphoreKey, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error) {
+	rsp, err := c.RenewSemaphore(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewSemaphoreResponse(rsp)
 }
 
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
@@ -4826,6 +7391,934 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 	return response, nil
 }
 
+// ParseListSemaphoresResponse parses an HTTP response from a ListSemaphoresWithResponse call
+func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSemaphoresResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SemaphoreList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListSemaphoresResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListSemaphoresResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListSemaphoresResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetSemaphoreResponse parses an HTTP response from a GetSemaphoreWithResponse call
+func ParseGetSemaphoreResponse(rsp *http.Response) (*GetSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockState
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAcquireSemaphoreResponse parses an HTTP response from a AcquireSemaphoreWithResponse call
+func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcquireSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Lease
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AcquireSemaphoreResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquireSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers AcquireSemaphoreResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquireSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquireSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForceReleaseSemaphoreResponse parses an HTTP response from a ForceReleaseSemaphoreWithResponse call
+func ParseForceReleaseSemaphoreResponse(rsp *http.Response) (*ForceReleaseSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForceReleaseSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ForceReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest FenceMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ForceReleaseSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForceReleaseSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForceReleaseSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetSemaphoreHistoryResponse parses an HTTP response from a GetSemaphoreHistoryWithResponse call
+func ParseGetSemaphoreHistoryResponse(rsp *http.Response) (*GetSemaphoreHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSemaphoreHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest History
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetSemaphoreHistoryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetSemaphoreHistoryResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetSemaphoreHistoryResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHoldSemaphoreResponse parses an HTTP response from a HoldSemaphoreWithResponse call
+func ParseHoldSemaphoreResponse(rsp *http.Response) (*HoldSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HoldSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers HoldSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers HoldSemaphoreResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers HoldSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers HoldSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseSemaphoreResponse parses an HTTP response from a ReleaseSemaphoreWithResponse call
+func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReleaseSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers ReleaseSemaphoreResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewSemaphoreResponse parses an HTTP response from a RenewSemaphoreWithResponse call
+func ParseRenewSemaphoreResponse(rsp *http.Response) (*RenewSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Lease
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RenewSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers RenewSemaphoreResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// Healthz The process is alive.
@@ -4861,6 +8354,30 @@ type ServerInterface interface {
 	// RenewLock Extend a live lease.
 	// (POST /v1/locks/{key}/renew)
 	RenewLock(w http.ResponseWriter, r *http.Request, key Key)
+	// ListSemaphores List live semaphores, paged.
+	// (GET /v1/semaphores)
+	ListSemaphores(w http.ResponseWriter, r *http.Request, params ListSemaphoresParams)
+	// GetSemaphore State of a live semaphore (never a token).
+	// (GET /v1/semaphores/{key})
+	GetSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey)
+	// AcquireSemaphore Take a permit of a semaphore, or re-enter one, optionally waiting.
+	// (POST /v1/semaphores/{key}/acquire)
+	AcquireSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey, params AcquireSemaphoreParams)
+	// ForceReleaseSemaphore Break permits, whoever holds them.
+	// (POST /v1/semaphores/{key}/force-release)
+	ForceReleaseSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey)
+	// GetSemaphoreHistory Recent events of a semaphore, newest first.
+	// (GET /v1/semaphores/{key}/history)
+	GetSemaphoreHistory(w http.ResponseWriter, r *http.Request, key SemaphoreKey, params GetSemaphoreHistoryParams)
+	// HoldSemaphore Take a permit and keep it renewed while the connection stays open.
+	// (POST /v1/semaphores/{key}/hold)
+	HoldSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey)
+	// ReleaseSemaphore Give back one level of a permit.
+	// (POST /v1/semaphores/{key}/release)
+	ReleaseSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey)
+	// RenewSemaphore Extend a live permit.
+	// (POST /v1/semaphores/{key}/renew)
+	RenewSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -4930,6 +8447,54 @@ func (_ Unimplemented) ReleaseLock(w http.ResponseWriter, r *http.Request, key K
 // RenewLock Extend a live lease.
 // (POST /v1/locks/{key}/renew)
 func (_ Unimplemented) RenewLock(w http.ResponseWriter, r *http.Request, key Key) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListSemaphores List live semaphores, paged.
+// (GET /v1/semaphores)
+func (_ Unimplemented) ListSemaphores(w http.ResponseWriter, r *http.Request, params ListSemaphoresParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetSemaphore State of a live semaphore (never a token).
+// (GET /v1/semaphores/{key})
+func (_ Unimplemented) GetSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AcquireSemaphore Take a permit of a semaphore, or re-enter one, optionally waiting.
+// (POST /v1/semaphores/{key}/acquire)
+func (_ Unimplemented) AcquireSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey, params AcquireSemaphoreParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ForceReleaseSemaphore Break permits, whoever holds them.
+// (POST /v1/semaphores/{key}/force-release)
+func (_ Unimplemented) ForceReleaseSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetSemaphoreHistory Recent events of a semaphore, newest first.
+// (GET /v1/semaphores/{key}/history)
+func (_ Unimplemented) GetSemaphoreHistory(w http.ResponseWriter, r *http.Request, key SemaphoreKey, params GetSemaphoreHistoryParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// HoldSemaphore Take a permit and keep it renewed while the connection stays open.
+// (POST /v1/semaphores/{key}/hold)
+func (_ Unimplemented) HoldSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ReleaseSemaphore Give back one level of a permit.
+// (POST /v1/semaphores/{key}/release)
+func (_ Unimplemented) ReleaseSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RenewSemaphore Extend a live permit.
+// (POST /v1/semaphores/{key}/renew)
+func (_ Unimplemented) RenewSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -5131,7 +8696,7 @@ func (siw *ServerInterfaceWrapper) AcquireLock(w http.ResponseWriter, r *http.Re
 
 	// ------------- Optional header parameter "Idempotency-Key" -------------
 	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
-		var IdempotencyKey string
+		var IdempotencyKey IdempotencyKey
 		n := len(valueList)
 		if n != 1 {
 			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
@@ -5318,6 +8883,300 @@ func (siw *ServerInterfaceWrapper) RenewLock(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// ListSemaphores operation middleware
+func (siw *ServerInterfaceWrapper) ListSemaphores(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSemaphoresParams
+
+	// ------------- Optional query parameter "prefix" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "prefix", r.URL.Query(), &params.Prefix, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "prefix"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "prefix", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSemaphores(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSemaphore operation middleware
+func (siw *ServerInterfaceWrapper) GetSemaphore(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key SemaphoreKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSemaphore(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AcquireSemaphore operation middleware
+func (siw *ServerInterfaceWrapper) AcquireSemaphore(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key SemaphoreKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params AcquireSemaphoreParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AcquireSemaphore(w, r, key, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ForceReleaseSemaphore operation middleware
+func (siw *ServerInterfaceWrapper) ForceReleaseSemaphore(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key SemaphoreKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ForceReleaseSemaphore(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSemaphoreHistory operation middleware
+func (siw *ServerInterfaceWrapper) GetSemaphoreHistory(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key SemaphoreKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetSemaphoreHistoryParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", r.URL.Query(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "type"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "type", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSemaphoreHistory(w, r, key, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// HoldSemaphore operation middleware
+func (siw *ServerInterfaceWrapper) HoldSemaphore(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key SemaphoreKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.HoldSemaphore(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReleaseSemaphore operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseSemaphore(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key SemaphoreKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseSemaphore(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RenewSemaphore operation middleware
+func (siw *ServerInterfaceWrapper) RenewSemaphore(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key SemaphoreKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RenewSemaphore(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -5454,6 +9313,30 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/locks/{key}/history", wrapper.GetLockHistory)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/semaphores/{key}/acquire", wrapper.AcquireSemaphore)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/semaphores/{key}/renew", wrapper.RenewSemaphore)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/semaphores/{key}/release", wrapper.ReleaseSemaphore)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/semaphores/{key}/force-release", wrapper.ForceReleaseSemaphore)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/semaphores/{key}/hold", wrapper.HoldSemaphore)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/semaphores/{key}", wrapper.GetSemaphore)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/semaphores", wrapper.ListSemaphores)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/semaphores/{key}/history", wrapper.GetSemaphoreHistory)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/events", wrapper.StreamEvents)
@@ -6922,6 +10805,1208 @@ func (response RenewLock503ApplicationProblemPlusJSONResponse) VisitRenewLockRes
 	return err
 }
 
+type ListSemaphoresRequestObject struct {
+	Params ListSemaphoresParams
+}
+
+type ListSemaphoresResponseObject interface {
+	VisitListSemaphoresResponse(w http.ResponseWriter) error
+}
+
+type ListSemaphores200JSONResponse SemaphoreList
+
+func (response ListSemaphores200JSONResponse) VisitListSemaphoresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSemaphores400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListSemaphores400ApplicationProblemPlusJSONResponse) VisitListSemaphoresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSemaphores401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListSemaphores401ApplicationProblemPlusJSONResponse) VisitListSemaphoresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSemaphores403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListSemaphores403ApplicationProblemPlusJSONResponse) VisitListSemaphoresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSemaphores429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListSemaphores429ApplicationProblemPlusJSONResponse) VisitListSemaphoresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSemaphores503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListSemaphores503ApplicationProblemPlusJSONResponse) VisitListSemaphoresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphoreRequestObject struct {
+	Key SemaphoreKey `json:"key"`
+}
+
+type GetSemaphoreResponseObject interface {
+	VisitGetSemaphoreResponse(w http.ResponseWriter) error
+}
+
+type GetSemaphore200JSONResponse LockState
+
+func (response GetSemaphore200JSONResponse) VisitGetSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphore400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphore400ApplicationProblemPlusJSONResponse) VisitGetSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphore401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphore401ApplicationProblemPlusJSONResponse) VisitGetSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphore403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphore403ApplicationProblemPlusJSONResponse) VisitGetSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphore404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphore404ApplicationProblemPlusJSONResponse) VisitGetSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphore429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphore429ApplicationProblemPlusJSONResponse) VisitGetSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphore503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphore503ApplicationProblemPlusJSONResponse) VisitGetSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphoreRequestObject struct {
+	Key    SemaphoreKey `json:"key"`
+	Params AcquireSemaphoreParams
+	Body   *AcquireSemaphoreJSONRequestBody
+}
+
+type AcquireSemaphoreResponseObject interface {
+	VisitAcquireSemaphoreResponse(w http.ResponseWriter) error
+}
+
+type AcquireSemaphore200ResponseHeaders struct {
+	IdempotentReplayed *string
+}
+
+type AcquireSemaphore200JSONResponse struct {
+	Body    Lease
+	Headers AcquireSemaphore200ResponseHeaders
+}
+
+func (response AcquireSemaphore200JSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.IdempotentReplayed != nil {
+		w.Header().Set("Idempotent-Replayed", fmt.Sprint(*response.Headers.IdempotentReplayed))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphore400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireSemaphore400ApplicationProblemPlusJSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphore401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireSemaphore401ApplicationProblemPlusJSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphore403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireSemaphore403ApplicationProblemPlusJSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphore409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireSemaphore409ApplicationProblemPlusJSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphore413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireSemaphore413ApplicationProblemPlusJSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphore415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireSemaphore415ApplicationProblemPlusJSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphore429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireSemaphore429ApplicationProblemPlusJSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireSemaphore503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireSemaphore503ApplicationProblemPlusJSONResponse) VisitAcquireSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphoreRequestObject struct {
+	Key  SemaphoreKey `json:"key"`
+	Body *ForceReleaseSemaphoreJSONRequestBody
+}
+
+type ForceReleaseSemaphoreResponseObject interface {
+	VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error
+}
+
+type ForceReleaseSemaphore200JSONResponse ForceReleaseResult
+
+func (response ForceReleaseSemaphore200JSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore400ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore401ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore403ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore404ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore409ApplicationProblemPlusJSONResponse struct {
+	FenceMismatchApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore409ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore413ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore415ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore429ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseSemaphore503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseSemaphore503ApplicationProblemPlusJSONResponse) VisitForceReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphoreHistoryRequestObject struct {
+	Key    SemaphoreKey `json:"key"`
+	Params GetSemaphoreHistoryParams
+}
+
+type GetSemaphoreHistoryResponseObject interface {
+	VisitGetSemaphoreHistoryResponse(w http.ResponseWriter) error
+}
+
+type GetSemaphoreHistory200JSONResponse History
+
+func (response GetSemaphoreHistory200JSONResponse) VisitGetSemaphoreHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphoreHistory400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphoreHistory400ApplicationProblemPlusJSONResponse) VisitGetSemaphoreHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphoreHistory401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphoreHistory401ApplicationProblemPlusJSONResponse) VisitGetSemaphoreHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphoreHistory403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphoreHistory403ApplicationProblemPlusJSONResponse) VisitGetSemaphoreHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphoreHistory429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphoreHistory429ApplicationProblemPlusJSONResponse) VisitGetSemaphoreHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSemaphoreHistory503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetSemaphoreHistory503ApplicationProblemPlusJSONResponse) VisitGetSemaphoreHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldSemaphoreRequestObject struct {
+	Key  SemaphoreKey `json:"key"`
+	Body *HoldSemaphoreJSONRequestBody
+}
+
+type HoldSemaphoreResponseObject interface {
+	VisitHoldSemaphoreResponse(w http.ResponseWriter) error
+}
+
+type HoldSemaphore200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response HoldSemaphore200TexteventStreamResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type HoldSemaphore400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response HoldSemaphore400ApplicationProblemPlusJSONResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldSemaphore401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response HoldSemaphore401ApplicationProblemPlusJSONResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldSemaphore403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response HoldSemaphore403ApplicationProblemPlusJSONResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldSemaphore409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response HoldSemaphore409ApplicationProblemPlusJSONResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldSemaphore413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response HoldSemaphore413ApplicationProblemPlusJSONResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldSemaphore415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response HoldSemaphore415ApplicationProblemPlusJSONResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldSemaphore429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response HoldSemaphore429ApplicationProblemPlusJSONResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldSemaphore503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response HoldSemaphore503ApplicationProblemPlusJSONResponse) VisitHoldSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphoreRequestObject struct {
+	Key  SemaphoreKey `json:"key"`
+	Body *ReleaseSemaphoreJSONRequestBody
+}
+
+type ReleaseSemaphoreResponseObject interface {
+	VisitReleaseSemaphoreResponse(w http.ResponseWriter) error
+}
+
+type ReleaseSemaphore200JSONResponse ReleaseResult
+
+func (response ReleaseSemaphore200JSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore400ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore401ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore403ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore404ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore409ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore413ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore415ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore429ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseSemaphore503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseSemaphore503ApplicationProblemPlusJSONResponse) VisitReleaseSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphoreRequestObject struct {
+	Key  SemaphoreKey `json:"key"`
+	Body *RenewSemaphoreJSONRequestBody
+}
+
+type RenewSemaphoreResponseObject interface {
+	VisitRenewSemaphoreResponse(w http.ResponseWriter) error
+}
+
+type RenewSemaphore200JSONResponse Lease
+
+func (response RenewSemaphore200JSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore400ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore401ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore403ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore404ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore409ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore413ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore415ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore429ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewSemaphore503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RenewSemaphore503ApplicationProblemPlusJSONResponse) VisitRenewSemaphoreResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// Healthz The process is alive.
@@ -6957,6 +12042,30 @@ type StrictServerInterface interface {
 	// RenewLock Extend a live lease.
 	// (POST /v1/locks/{key}/renew)
 	RenewLock(ctx context.Context, request RenewLockRequestObject) (RenewLockResponseObject, error)
+	// ListSemaphores List live semaphores, paged.
+	// (GET /v1/semaphores)
+	ListSemaphores(ctx context.Context, request ListSemaphoresRequestObject) (ListSemaphoresResponseObject, error)
+	// GetSemaphore State of a live semaphore (never a token).
+	// (GET /v1/semaphores/{key})
+	GetSemaphore(ctx context.Context, request GetSemaphoreRequestObject) (GetSemaphoreResponseObject, error)
+	// AcquireSemaphore Take a permit of a semaphore, or re-enter one, optionally waiting.
+	// (POST /v1/semaphores/{key}/acquire)
+	AcquireSemaphore(ctx context.Context, request AcquireSemaphoreRequestObject) (AcquireSemaphoreResponseObject, error)
+	// ForceReleaseSemaphore Break permits, whoever holds them.
+	// (POST /v1/semaphores/{key}/force-release)
+	ForceReleaseSemaphore(ctx context.Context, request ForceReleaseSemaphoreRequestObject) (ForceReleaseSemaphoreResponseObject, error)
+	// GetSemaphoreHistory Recent events of a semaphore, newest first.
+	// (GET /v1/semaphores/{key}/history)
+	GetSemaphoreHistory(ctx context.Context, request GetSemaphoreHistoryRequestObject) (GetSemaphoreHistoryResponseObject, error)
+	// HoldSemaphore Take a permit and keep it renewed while the connection stays open.
+	// (POST /v1/semaphores/{key}/hold)
+	HoldSemaphore(ctx context.Context, request HoldSemaphoreRequestObject) (HoldSemaphoreResponseObject, error)
+	// ReleaseSemaphore Give back one level of a permit.
+	// (POST /v1/semaphores/{key}/release)
+	ReleaseSemaphore(ctx context.Context, request ReleaseSemaphoreRequestObject) (ReleaseSemaphoreResponseObject, error)
+	// RenewSemaphore Extend a live permit.
+	// (POST /v1/semaphores/{key}/renew)
+	RenewSemaphore(ctx context.Context, request RenewSemaphoreRequestObject) (RenewSemaphoreResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -7319,6 +12428,254 @@ func (sh *strictHandler) RenewLock(w http.ResponseWriter, r *http.Request, key K
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(RenewLockResponseObject); ok {
 		if err := validResponse.VisitRenewLockResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListSemaphores operation middleware
+func (sh *strictHandler) ListSemaphores(w http.ResponseWriter, r *http.Request, params ListSemaphoresParams) {
+	var request ListSemaphoresRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSemaphores(ctx, request.(ListSemaphoresRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSemaphores")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListSemaphoresResponseObject); ok {
+		if err := validResponse.VisitListSemaphoresResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSemaphore operation middleware
+func (sh *strictHandler) GetSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	var request GetSemaphoreRequestObject
+
+	request.Key = key
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSemaphore(ctx, request.(GetSemaphoreRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSemaphore")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSemaphoreResponseObject); ok {
+		if err := validResponse.VisitGetSemaphoreResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AcquireSemaphore operation middleware
+func (sh *strictHandler) AcquireSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey, params AcquireSemaphoreParams) {
+	var request AcquireSemaphoreRequestObject
+
+	request.Key = key
+	request.Params = params
+
+	var body AcquireSemaphoreJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AcquireSemaphore(ctx, request.(AcquireSemaphoreRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AcquireSemaphore")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AcquireSemaphoreResponseObject); ok {
+		if err := validResponse.VisitAcquireSemaphoreResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ForceReleaseSemaphore operation middleware
+func (sh *strictHandler) ForceReleaseSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	var request ForceReleaseSemaphoreRequestObject
+
+	request.Key = key
+
+	var body ForceReleaseSemaphoreJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ForceReleaseSemaphore(ctx, request.(ForceReleaseSemaphoreRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ForceReleaseSemaphore")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ForceReleaseSemaphoreResponseObject); ok {
+		if err := validResponse.VisitForceReleaseSemaphoreResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSemaphoreHistory operation middleware
+func (sh *strictHandler) GetSemaphoreHistory(w http.ResponseWriter, r *http.Request, key SemaphoreKey, params GetSemaphoreHistoryParams) {
+	var request GetSemaphoreHistoryRequestObject
+
+	request.Key = key
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSemaphoreHistory(ctx, request.(GetSemaphoreHistoryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSemaphoreHistory")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSemaphoreHistoryResponseObject); ok {
+		if err := validResponse.VisitGetSemaphoreHistoryResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// HoldSemaphore operation middleware
+func (sh *strictHandler) HoldSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	var request HoldSemaphoreRequestObject
+
+	request.Key = key
+
+	var body HoldSemaphoreJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.HoldSemaphore(ctx, request.(HoldSemaphoreRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "HoldSemaphore")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HoldSemaphoreResponseObject); ok {
+		if err := validResponse.VisitHoldSemaphoreResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReleaseSemaphore operation middleware
+func (sh *strictHandler) ReleaseSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	var request ReleaseSemaphoreRequestObject
+
+	request.Key = key
+
+	var body ReleaseSemaphoreJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReleaseSemaphore(ctx, request.(ReleaseSemaphoreRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReleaseSemaphore")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReleaseSemaphoreResponseObject); ok {
+		if err := validResponse.VisitReleaseSemaphoreResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RenewSemaphore operation middleware
+func (sh *strictHandler) RenewSemaphore(w http.ResponseWriter, r *http.Request, key SemaphoreKey) {
+	var request RenewSemaphoreRequestObject
+
+	request.Key = key
+
+	var body RenewSemaphoreJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RenewSemaphore(ctx, request.(RenewSemaphoreRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RenewSemaphore")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RenewSemaphoreResponseObject); ok {
+		if err := validResponse.VisitRenewSemaphoreResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -21,11 +21,20 @@ func TestOperations(t *testing.T) {
 		"getLock":          {Method: "GET", Path: "/v1/locks/{key}", Scope: "read"},
 		"listLocks":        {Method: "GET", Path: "/v1/locks", Scope: "read"},
 		"getLockHistory":   {Method: "GET", Path: "/v1/locks/{key}/history", Scope: "read"},
-		"healthz":          {Method: "GET", Path: "/healthz", Scope: "none"},
-		"readyz":           {Method: "GET", Path: "/readyz", Scope: "none"},
-		"getMetrics":       {Method: "GET", Path: "/metrics", Scope: "read"},
-		"getOpenAPI":       {Method: "GET", Path: "/openapi.yaml", Scope: "none"},
-		"streamEvents":     {Method: "GET", Path: "/v1/events", Scope: "read"},
+		// Semaphores: the same scopes as locks.
+		"acquireSemaphore":      {Method: "POST", Path: "/v1/semaphores/{key}/acquire", Scope: "write", Body: true},
+		"renewSemaphore":        {Method: "POST", Path: "/v1/semaphores/{key}/renew", Scope: "write", Body: true},
+		"releaseSemaphore":      {Method: "POST", Path: "/v1/semaphores/{key}/release", Scope: "write", Body: true},
+		"forceReleaseSemaphore": {Method: "POST", Path: "/v1/semaphores/{key}/force-release", Scope: "admin", Body: true},
+		"holdSemaphore":         {Method: "POST", Path: "/v1/semaphores/{key}/hold", Scope: "write", Body: true},
+		"getSemaphore":          {Method: "GET", Path: "/v1/semaphores/{key}", Scope: "read"},
+		"listSemaphores":        {Method: "GET", Path: "/v1/semaphores", Scope: "read"},
+		"getSemaphoreHistory":   {Method: "GET", Path: "/v1/semaphores/{key}/history", Scope: "read"},
+		"healthz":               {Method: "GET", Path: "/healthz", Scope: "none"},
+		"readyz":                {Method: "GET", Path: "/readyz", Scope: "none"},
+		"getMetrics":            {Method: "GET", Path: "/metrics", Scope: "read"},
+		"getOpenAPI":            {Method: "GET", Path: "/openapi.yaml", Scope: "none"},
+		"streamEvents":          {Method: "GET", Path: "/v1/events", Scope: "read"},
 	}
 	ops := api.Operations()
 	if len(ops) != len(want) {
@@ -62,7 +71,7 @@ func TestGeneratedRoutesHaveOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 11 {
-		t.Errorf("%d generated routes, want 11", n)
+	if n != 19 {
+		t.Errorf("%d generated routes, want 19", n)
 	}
 }

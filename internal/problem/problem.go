@@ -30,8 +30,8 @@ type Problem struct {
 	Field string
 	// RetryAfter is the Retry-After header's seconds; 0 means none.
 	RetryAfter int
-	// Holder and Remaining describe the lease that holds the key
-	// (Code lock_held).
+	// Holder and Remaining describe the lease that holds the key (Code
+	// lock_held), or the permit that ends first (Code no_permits).
 	Holder    string
 	Remaining time.Duration
 	// Internal marks an error nobody expected: log it, and show only
@@ -49,13 +49,15 @@ type Known interface {
 // ErrShuttingDown answers requests that arrive while the server stops.
 var ErrShuttingDown = errors.New("server is shutting down")
 
-// Of is the answer to err, about the lock key (which may be ""). A client
-// that went away (context.Canceled) is the caller's to notice first:
-// nobody reads that answer.
+// Of is the answer to err, about the engine key (which may be ""): a lock
+// key, or a semaphore's lock.SemaphoreKey, whose answers speak of permits
+// and name the semaphore. A client that went away (context.Canceled) is
+// the caller's to notice first: nobody reads that answer.
 func Of(err error, key string) Problem {
 	var known Known
 	var held *lock.HeldError
 	var recovering *lock.RecoveringError
+	key, sem := lock.SplitKey(key)
 	switch {
 	case errors.As(err, &known):
 		p := known.Problem()
@@ -63,6 +65,10 @@ func Of(err error, key string) Problem {
 			p.RetryAfter = 1
 		}
 		return p
+	case errors.As(err, &held) && sem:
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNoPermits, Title: "No permit is free",
+			Detail:     fmt.Sprintf("every permit of %s is held; the first ends in %d ms (%s)", key, held.Remaining.Milliseconds(), held.Owner),
+			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}
 	case errors.As(err, &held):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLockHeld, Title: "Lock is held",
 			Detail:     fmt.Sprintf("%s is held by %s for %d ms more", key, held.Owner, held.Remaining.Milliseconds()),
@@ -73,6 +79,18 @@ func Of(err error, key string) Problem {
 	case errors.Is(err, lock.ErrIdempotencyMismatch):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeIdempotencyMismatch, Title: "Idempotency key reused",
 			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner or ttl_ms; nothing was changed"}
+	case errors.Is(err, lock.ErrLimitMismatch):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
+			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}
+	case errors.Is(err, lock.ErrUnsupported) && sem:
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Detail: "this server runs Redlock, which has no semaphores: they need one Redis, Sentinel or Cluster"}
+	case errors.Is(err, lock.ErrUnsupported):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Field: "mode", Detail: "this server runs Redlock, which has no shared holds: they need one Redis, Sentinel or Cluster; use mode exclusive"}
+	case errors.Is(err, lock.ErrNotFound) && sem:
+		return Problem{Status: http.StatusNotFound, Code: api.ProblemCodeNotFound, Title: "No live lease",
+			Detail: "semaphore " + key + " has no live permit"}
 	case errors.Is(err, lock.ErrNotFound):
 		return Problem{Status: http.StatusNotFound, Code: api.ProblemCodeNotFound, Title: "No live lease",
 			Detail: key + " has no live lease"}

@@ -58,7 +58,7 @@ func newContention(reg prometheus.Registerer, cfg ContentionConfig) *contention 
 			Buckets: []float64{.01, .1, .5, 1, 5, 30, 60, 300, 1800, 3600, 21600, 86400},
 		}, []string{"prefix", "end"}),
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockd_lock_acquires_total", Help: "Acquires by key prefix and outcome: granted, reentered, replayed, held, lease_lost, unavailable, error.",
+			Name: "lockd_lock_acquires_total", Help: "Acquires by key prefix (semaphores: sem/ and the name's prefix) and outcome: granted, reentered, replayed, held, lease_lost, limit_mismatch, unavailable, error.",
 		}, []string{"prefix", "outcome"}),
 		heldSoFar: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lockd_lock_held_at_renewal_seconds", Help: "How long leases had been held when they were renewed, by key prefix: a lease renewed long after its grant is a lock held for that long now.",
@@ -105,6 +105,8 @@ func (c *contention) lapsed(key string, lapsed, noticed time.Time, held time.Dur
 	c.ended(key, "expired", held)
 }
 
+// outcomeLabel is an acquire's outcome, from a fixed set: held means no
+// lease or permit was free (lock_held, no_permits).
 func outcomeLabel(o lock.Outcome, err error) string {
 	switch {
 	case err == nil:
@@ -113,6 +115,8 @@ func outcomeLabel(o lock.Outcome, err error) string {
 		return "held"
 	case errors.Is(err, lock.ErrLeaseLost):
 		return "lease_lost"
+	case errors.Is(err, lock.ErrLimitMismatch):
+		return "limit_mismatch"
 	case errors.Is(err, lock.ErrUnavailable), errors.Is(err, lock.ErrRecovering):
 		return "unavailable"
 	default:
@@ -121,7 +125,10 @@ func outcomeLabel(o lock.Outcome, err error) string {
 }
 
 // prefixLabels hands out the label of a key: its first depth segments,
-// while fewer than max labels exist; "other" after.
+// while fewer than max labels exist; "other" after. A semaphore's engine
+// key (lock.SemaphoreKey) keeps its "sem/" in front of the name's
+// segments: "sem/render:pool" is "sem/render:", apart from the locks of
+// "render:", and counted in the same bound.
 type prefixLabels struct {
 	depth, max int
 	mu         sync.Mutex

@@ -48,8 +48,11 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		<-s.streams
 		return nil, err
 	}
+	// The prefix and the API key's prefixes apply to a semaphore's name
+	// as to a lock's key.
 	keep := func(key string) bool {
-		return strings.HasPrefix(key, prefix) && (!filter || c.mayTouch(s.cfg.Keys, key))
+		name, _ := lock.SplitKey(key)
+		return strings.HasPrefix(name, prefix) && (!filter || c.mayTouch(s.cfg.Keys, name))
 	}
 	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep}, nil
 }
@@ -80,10 +83,17 @@ type eventStream struct {
 	keep func(key string) bool
 }
 
-// LockEventOf is an event as the stream and webhooks send it: never a token.
+// LockEventOf is an event as the stream and webhooks send it: never a
+// token. A semaphore's event (engine key lock.SemaphoreKey) carries its
+// name as the key, and kind semaphore.
 func LockEventOf(c lock.Change) api.LockEvent {
+	name, sem := lock.SplitKey(c.Key)
+	kind := api.LockEventKindLock
+	if sem {
+		kind = api.LockEventKindSemaphore
+	}
 	return api.LockEvent{
-		Id: c.ID, Type: api.LockEventType(c.Type), Key: c.Key, At: c.At,
+		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: name, At: c.At,
 		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
 	}
 }

@@ -44,31 +44,79 @@ func (s *Server) Readyz(ctx context.Context, _ api.ReadyzRequestObject) (api.Rea
 	return out, nil
 }
 
+// kind is what the {key} of a route names: a lock, or a semaphore. Every
+// operation is one piece of code for both; kind gives the engine key.
+type kind int
+
+const (
+	lockKind kind = iota
+	semaphoreKind
+)
+
+// engineKey is the engine's key of the lock or semaphore called name.
+func (k kind) engineKey(name string) string {
+	if k == semaphoreKind {
+		return lock.SemaphoreKey(name)
+	}
+	return name
+}
+
+// acquireBody is the body of an acquire or hold, of a lock or a semaphore.
+type acquireBody struct {
+	owner         *string
+	ttlMs, waitMs *int64
+	token         *string
+	mode          *api.LockMode // locks only
+	limit         *int          // semaphores only, required
+}
+
+func lockBody(b *api.AcquireRequest) acquireBody {
+	if b == nil {
+		return acquireBody{}
+	}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode}
+}
+
+func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
+	if b == nil {
+		return acquireBody{}
+	}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, limit: &b.Limit}
+}
+
 // acquireRequest validates an acquire (or hold) body against the limits.
-func (s *Server) acquireRequest(ctx context.Context, body *api.AcquireRequest, idem *string) (lock.AcquireRequest, error) {
+func (s *Server) acquireRequest(ctx context.Context, k kind, body acquireBody, idem *string) (lock.AcquireRequest, error) {
 	c := callerOf(ctx)
 	req := lock.AcquireRequest{Owner: c.name, Actor: c.name}
-	if body == nil {
-		body = &api.AcquireRequest{}
-	}
 	var err error
-	if body.Owner != nil {
-		if err := checkOwner(*body.Owner); err != nil {
+	if body.owner != nil {
+		if err := checkOwner(*body.owner); err != nil {
 			return req, err
 		}
-		req.Owner = *body.Owner
+		req.Owner = *body.owner
 	}
-	if req.TTL, err = msRange("ttl_ms", body.TtlMs, s.cfg.DefaultTTL, 100*time.Millisecond, s.cfg.MaxTTL); err != nil {
+	if req.TTL, err = msRange("ttl_ms", body.ttlMs, s.cfg.DefaultTTL, 100*time.Millisecond, s.cfg.MaxTTL); err != nil {
 		return req, err
 	}
-	if req.Wait, err = msRange("wait_ms", body.WaitMs, 0, 0, s.cfg.MaxWait); err != nil {
+	if req.Wait, err = msRange("wait_ms", body.waitMs, 0, 0, s.cfg.MaxWait); err != nil {
 		return req, err
 	}
-	if body.Token != nil {
-		if err := checkToken(*body.Token, false); err != nil {
+	if body.token != nil {
+		if err := checkToken(*body.token, false); err != nil {
 			return req, err
 		}
-		req.Token = *body.Token
+		req.Token = *body.token
+	}
+	if body.mode != nil {
+		if !body.mode.Valid() {
+			return req, invalid("mode", "mode must be exclusive or shared, got %q", *body.mode)
+		}
+		req.Mode = lock.Mode(*body.mode)
+	}
+	if k == semaphoreKind {
+		if req.Limit, err = checkSemaphoreLimit(body.limit); err != nil {
+			return req, err
+		}
 	}
 	if idem != nil {
 		if *idem == "" {
@@ -83,26 +131,35 @@ func (s *Server) acquireRequest(ctx context.Context, body *api.AcquireRequest, i
 	return req, nil
 }
 
+// grant validates an acquire of the lock or semaphore name and acquires it.
+func (s *Server) grant(ctx context.Context, k kind, name string, body acquireBody, idem *string) (lock.Lease, error) {
+	req, err := s.acquireRequest(ctx, k, body, idem)
+	if err != nil {
+		return lock.Lease{}, err
+	}
+	return s.acquire(ctx, k.engineKey(name), req)
+}
+
 // AcquireLock takes, re-enters or waits for a lease.
 func (s *Server) AcquireLock(ctx context.Context, r api.AcquireLockRequestObject) (api.AcquireLockResponseObject, error) {
-	req, err := s.acquireRequest(ctx, r.Body, r.Params.IdempotencyKey)
+	l, err := s.grant(ctx, lockKind, r.Key, lockBody(r.Body), r.Params.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.acquire(ctx, r.Key, req)
-	if err != nil {
-		return nil, err
-	}
-	resp := api.AcquireLock200JSONResponse{Body: leaseOf(l)}
+	return api.AcquireLock200JSONResponse{Body: leaseOf(l), Headers: api.AcquireLock200ResponseHeaders{IdempotentReplayed: replayed(l)}}, nil
+}
+
+// replayed is the Idempotent-Replayed header of a grant: "true" when
+// another request got this lease first and does the work.
+func replayed(l lock.Lease) *string {
 	if l.Outcome == lock.Replayed {
-		// Another request got this lease first and does the work.
-		resp.Headers.IdempotentReplayed = ptr("true")
+		return ptr("true")
 	}
-	return resp, nil
+	return nil
 }
 
 // acquire calls the engine, counts the outcome and gives back a grant whose
-// client has gone.
+// client has gone. key is the engine key.
 func (s *Server) acquire(ctx context.Context, key string, req lock.AcquireRequest) (lock.Lease, error) {
 	if req.Wait > 0 {
 		release, err := s.take(ctx, quotaWaiters)
@@ -133,72 +190,100 @@ func (s *Server) acquire(ctx context.Context, key string, req lock.AcquireReques
 
 // RenewLock extends a live lease.
 func (s *Server) RenewLock(ctx context.Context, r api.RenewLockRequestObject) (api.RenewLockResponseObject, error) {
-	if r.Body == nil {
-		return nil, invalid("token", "token is required: the token that acquire returned")
-	}
-	if err := checkToken(r.Body.Token, true); err != nil {
-		return nil, err
-	}
-	ttl, err := msRange("ttl_ms", r.Body.TtlMs, 0, 100*time.Millisecond, s.cfg.MaxTTL)
+	l, err := s.renew(ctx, lockKind, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.engine.Renew(ctx, r.Key, r.Body.Token, ttl, callerOf(ctx).name)
-	if err != nil {
-		return nil, err
+	return api.RenewLock200JSONResponse(l), nil
+}
+
+func (s *Server) renew(ctx context.Context, k kind, name string, body *api.RenewRequest) (api.Lease, error) {
+	if body == nil {
+		return api.Lease{}, invalid("token", "token is required: the token that acquire returned")
 	}
-	s.contention.renewed(r.Key, l.AcquiredAt)
+	if err := checkToken(body.Token, true); err != nil {
+		return api.Lease{}, err
+	}
+	ttl, err := msRange("ttl_ms", body.TtlMs, 0, 100*time.Millisecond, s.cfg.MaxTTL)
+	if err != nil {
+		return api.Lease{}, err
+	}
+	key := k.engineKey(name)
+	l, err := s.engine.Renew(ctx, key, body.Token, ttl, callerOf(ctx).name)
+	if err != nil {
+		return api.Lease{}, err
+	}
+	s.contention.renewed(key, l.AcquiredAt)
 	logOwner(ctx, l.Owner)
-	return api.RenewLock200JSONResponse(leaseOf(l)), nil
+	return leaseOf(l), nil
 }
 
 // ReleaseLock gives back one level of a lease.
 func (s *Server) ReleaseLock(ctx context.Context, r api.ReleaseLockRequestObject) (api.ReleaseLockResponseObject, error) {
-	if r.Body == nil {
-		return nil, invalid("token", "token is required: the token that acquire returned")
-	}
-	if err := checkToken(r.Body.Token, true); err != nil {
-		return nil, err
-	}
-	rel, err := s.engine.Release(ctx, r.Key, r.Body.Token, callerOf(ctx).name)
+	rel, err := s.release(ctx, lockKind, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
-	s.contention.ended(r.Key, "released", rel.HeldFor)
-	return api.ReleaseLock200JSONResponse{Key: r.Key, Released: rel.Released, Count: rel.Count}, nil
+	return api.ReleaseLock200JSONResponse(rel), nil
 }
 
-// ForceReleaseLock breaks a lease whoever holds it.
+func (s *Server) release(ctx context.Context, k kind, name string, body *api.ReleaseRequest) (api.ReleaseResult, error) {
+	if body == nil {
+		return api.ReleaseResult{}, invalid("token", "token is required: the token that acquire returned")
+	}
+	if err := checkToken(body.Token, true); err != nil {
+		return api.ReleaseResult{}, err
+	}
+	key := k.engineKey(name)
+	rel, err := s.engine.Release(ctx, key, body.Token, callerOf(ctx).name)
+	if err != nil {
+		return api.ReleaseResult{}, err
+	}
+	s.contention.ended(key, "released", rel.HeldFor)
+	return api.ReleaseResult{Key: name, Released: rel.Released, Count: rel.Count}, nil
+}
+
+// ForceReleaseLock breaks a lease whoever holds it: every holder, or the
+// one with the fence given.
 func (s *Server) ForceReleaseLock(ctx context.Context, r api.ForceReleaseLockRequestObject) (api.ForceReleaseLockResponseObject, error) {
-	reason, fence := "", int64(0)
-	if r.Body != nil && r.Body.Reason != nil {
-		reason = *r.Body.Reason
-		if err := checkText("reason", reason, lock.MaxReason); err != nil {
-			return nil, err
-		}
-	}
-	if r.Body != nil && r.Body.Fence != nil {
-		if fence = *r.Body.Fence; fence <= 0 {
-			return nil, invalid("fence", "fence must be a positive integer, got %d", fence)
-		}
-	}
-	b, err := s.engine.ForceReleaseFence(ctx, r.Key, fence, callerOf(ctx).name, reason)
-	if errors.Is(err, lock.ErrLeaseLost) {
-		// No token was sent: only the fence can have missed.
-		return nil, &problemError{status: http.StatusConflict, code: "lease_lost", title: "Lease lost",
-			detail: fmt.Sprintf("%s is held by another lease (not fence %d); nothing was broken", r.Key, fence)}
-	}
+	b, err := s.forceRelease(ctx, lockKind, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
-	s.contention.ended(r.Key, "force_released", b.HeldFor)
+	return api.ForceReleaseLock200JSONResponse(b), nil
+}
+
+func (s *Server) forceRelease(ctx context.Context, k kind, name string, body *api.ForceReleaseRequest) (api.ForceReleaseResult, error) {
+	reason, fence := "", int64(0)
+	if body != nil && body.Reason != nil {
+		reason = *body.Reason
+		if err := checkText("reason", reason, lock.MaxReason); err != nil {
+			return api.ForceReleaseResult{}, err
+		}
+	}
+	if body != nil && body.Fence != nil {
+		if fence = *body.Fence; fence <= 0 {
+			return api.ForceReleaseResult{}, invalid("fence", "fence must be a positive integer, got %d", fence)
+		}
+	}
+	key := k.engineKey(name)
+	b, err := s.engine.ForceReleaseFence(ctx, key, fence, callerOf(ctx).name, reason)
+	if errors.Is(err, lock.ErrLeaseLost) {
+		// No token was sent: only the fence can have missed.
+		return api.ForceReleaseResult{}, &problemError{status: http.StatusConflict, code: "lease_lost", title: "Lease lost",
+			detail: fmt.Sprintf("%s is held, but by no holder with fence %d; nothing was broken", name, fence)}
+	}
+	if err != nil {
+		return api.ForceReleaseResult{}, err
+	}
+	s.contention.ended(key, "force_released", b.HeldFor)
 	logOwner(ctx, b.Owner)
-	return api.ForceReleaseLock200JSONResponse{Key: r.Key, Released: true, Owner: b.Owner, Fence: b.Fence}, nil
+	return api.ForceReleaseResult{Key: name, Released: true, Owner: b.Owner, Fence: b.Fence}, nil
 }
 
 // GetLock reads a live lock.
 func (s *Server) GetLock(ctx context.Context, r api.GetLockRequestObject) (api.GetLockResponseObject, error) {
-	st, err := s.engine.State(ctx, r.Key)
+	st, err := s.engine.State(ctx, lockKind.engineKey(r.Key))
 	if err != nil {
 		return nil, err
 	}
@@ -207,64 +292,86 @@ func (s *Server) GetLock(ctx context.Context, r api.GetLockRequestObject) (api.G
 
 // ListLocks pages through live locks.
 func (s *Server) ListLocks(ctx context.Context, r api.ListLocksRequestObject) (api.ListLocksResponseObject, error) {
-	prefix, err := checkPrefix(r.Params.Prefix)
+	states, next, err := s.list(ctx, s.engine.List, r.Params.Prefix, r.Params.Limit, r.Params.Cursor)
 	if err != nil {
 		return nil, err
 	}
-	limit, err := checkLimit(r.Params.Limit, 100)
+	return api.ListLocks200JSONResponse{Locks: states, NextCursor: next}, nil
+}
+
+// list pages through live locks or semaphores with the engine's listing.
+func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error),
+	prefixParam *string, limitParam *int, cursorParam *string,
+) ([]api.LockState, *string, error) {
+	prefix, err := checkPrefix(prefixParam)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	limit, err := checkLimit(limitParam, 100)
+	if err != nil {
+		return nil, nil, err
 	}
 	cursor := ""
-	if r.Params.Cursor != nil {
-		cursor = *r.Params.Cursor
+	if cursorParam != nil {
+		cursor = *cursorParam
 	}
 	c := callerOf(ctx)
 	filter, err := listScope(c, s.cfg.Keys, prefix)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	page, err := s.engine.List(ctx, prefix, limit, cursor)
+	page, err := list(ctx, prefix, limit, cursor)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := api.ListLocks200JSONResponse{Locks: make([]api.LockState, 0, len(page.Locks))}
+	out := make([]api.LockState, 0, len(page.Locks))
 	for _, st := range page.Locks {
-		// A key limited to some prefixes sees only their locks.
-		if !filter || c.mayTouch(s.cfg.Keys, st.Key) {
-			out.Locks = append(out.Locks, stateOf(st))
+		// A key limited to some prefixes sees only their locks and
+		// semaphores (by name).
+		if name, _ := lock.SplitKey(st.Key); !filter || c.mayTouch(s.cfg.Keys, name) {
+			out = append(out, stateOf(st))
 		}
 	}
+	var next *string
 	if page.NextCursor != "" {
-		out.NextCursor = &page.NextCursor
+		next = &page.NextCursor
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // GetLockHistory lists a key's recent events, newest first.
 func (s *Server) GetLockHistory(ctx context.Context, r api.GetLockHistoryRequestObject) (api.GetLockHistoryResponseObject, error) {
-	limit, err := checkLimit(r.Params.Limit, 50)
+	h, err := s.history(ctx, lockKind, r.Key, r.Params.Limit, r.Params.Type)
 	if err != nil {
 		return nil, err
 	}
+	return api.GetLockHistory200JSONResponse(h), nil
+}
+
+func (s *Server) history(ctx context.Context, k kind, name string, limitParam *int, typ *api.EventType) (api.History, error) {
+	limit, err := checkLimit(limitParam, 50)
+	if err != nil {
+		return api.History{}, err
+	}
+	key := k.engineKey(name)
 	var evs []lock.Event
-	switch t := r.Params.Type; {
-	case t == nil:
-		evs, err = s.engine.History(ctx, r.Key, limit)
-	case !t.Valid():
-		return nil, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released")
-	case *t == api.Renewed:
-		evs, err = s.engine.Renewals(ctx, r.Key, limit)
+	switch {
+	case typ == nil:
+		evs, err = s.engine.History(ctx, key, limit)
+	case !typ.Valid():
+		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released")
+	case *typ == api.Renewed:
+		evs, err = s.engine.Renewals(ctx, key, limit)
 	default:
 		// Every kept event, then only this type.
-		evs, err = s.engine.History(ctx, r.Key, maxHistoryRead)
-		evs = slices.DeleteFunc(evs, func(e lock.Event) bool { return e.Type != string(*t) })
+		evs, err = s.engine.History(ctx, key, maxHistoryRead)
+		evs = slices.DeleteFunc(evs, func(e lock.Event) bool { return e.Type != string(*typ) })
 		evs = evs[:min(len(evs), limit)]
 	}
 	if err != nil {
-		return nil, err
+		return api.History{}, err
 	}
-	out := api.GetLockHistory200JSONResponse{Key: r.Key, Events: make([]api.Event, len(evs))}
+	out := api.History{Key: name, Events: make([]api.Event, len(evs))}
 	for i, e := range evs {
 		out.Events[i] = api.Event{
 			Type: api.EventType(e.Type), At: e.At, Owner: e.Owner, Fence: e.Fence,
@@ -277,10 +384,27 @@ func (s *Server) GetLockHistory(ctx context.Context, r api.GetLockHistoryRequest
 	return out, nil
 }
 
+// modeOf is the mode of a grant on the wire. An engine that says none
+// (Redlock) grants locks exclusively and semaphores by permit.
+func modeOf(m lock.Mode, semaphore bool) api.GrantMode {
+	switch {
+	case m != "":
+		return api.GrantMode(m)
+	case semaphore:
+		return api.GrantModePermit
+	default:
+		return api.GrantModeExclusive
+	}
+}
+
 func leaseOf(l lock.Lease) api.Lease {
+	name, sem := lock.SplitKey(l.Key)
 	out := api.Lease{
-		Key: l.Key, Owner: l.Owner, Token: l.Token, Fence: l.Fence, Count: l.Count,
+		Key: name, Mode: modeOf(l.Mode, sem), Owner: l.Owner, Token: l.Token, Fence: l.Fence, Count: l.Count,
 		TtlMs: l.TTL.Milliseconds(), AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt,
+	}
+	if sem {
+		out.Limit = ptr(l.Limit)
 	}
 	if l.Outcome == lock.Replayed {
 		out.Replayed = ptr(true)
@@ -288,13 +412,38 @@ func leaseOf(l lock.Lease) api.Lease {
 	return out
 }
 
+// stateOf is a live lock's or semaphore's state on the wire: its holders
+// and its queue, never a token.
 func stateOf(s lock.State) api.LockState {
-	return api.LockState{
-		Key: s.Key, Owner: s.Owner, Fence: s.Fence, Count: s.Count,
+	name, sem := lock.SplitKey(s.Key)
+	out := api.LockState{
+		Key: name, Mode: modeOf(s.Mode, sem), Owner: s.Owner, Fence: s.Fence, Count: s.Count,
 		TtlMs: s.TTL.Milliseconds(), RemainingMs: s.Remaining.Milliseconds(),
 		AcquiredAt: s.AcquiredAt, RenewedAt: s.RenewedAt, ExpiresAt: s.ExpiresAt,
 		Renewals: s.Renewals, Waiters: s.Waiters, AtRisk: s.AtRisk,
+		Holders: make([]api.Holder, 0, max(1, len(s.Holders))),
+		Queue:   make([]api.Queued, 0, len(s.Queue)),
 	}
+	if sem {
+		out.Limit = ptr(s.Limit)
+	}
+	holders := s.Holders
+	if len(holders) == 0 {
+		// An engine that lists no holders (Redlock) has one: the one
+		// the state describes.
+		holders = []lock.Holder{{Owner: s.Owner, Mode: s.Mode, Fence: s.Fence, Count: s.Count, TTL: s.TTL,
+			AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining}}
+	}
+	for _, h := range holders {
+		out.Holders = append(out.Holders, api.Holder{
+			Owner: h.Owner, Mode: modeOf(h.Mode, sem), Fence: h.Fence, Count: h.Count, TtlMs: h.TTL.Milliseconds(),
+			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, RemainingMs: h.Remaining.Milliseconds(),
+		})
+	}
+	for _, q := range s.Queue {
+		out.Queue = append(out.Queue, api.Queued{Owner: q.Owner, Mode: modeOf(q.Mode, sem), WaitingSince: q.WaitingSince})
+	}
+	return out
 }
 
 // logOwner adds the lease owner to the request's access log line.

@@ -17,7 +17,17 @@ import (
 // HoldLock acquires like AcquireLock, then answers with an event stream
 // while the server renews the lease every ttl/3 on the client's behalf.
 func (s *Server) HoldLock(ctx context.Context, r api.HoldLockRequestObject) (api.HoldLockResponseObject, error) {
-	req, err := s.acquireRequest(ctx, r.Body, nil)
+	h, err := s.hold(ctx, lockKind, r.Key, lockBody(r.Body))
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// hold acquires the lock or semaphore name for a hold stream, within the
+// server's and the API key's caps on open streams.
+func (s *Server) hold(ctx context.Context, k kind, name string, body acquireBody) (*holdStream, error) {
+	req, err := s.acquireRequest(ctx, k, body, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +42,7 @@ func (s *Server) HoldLock(ctx context.Context, r api.HoldLockRequestObject) (api
 		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
 			title: "Too many holds", detail: fmt.Sprintf("this server already keeps %d hold streams open", cap(s.holds))}
 	}
-	l, err := s.acquire(ctx, r.Key, req)
+	l, err := s.acquire(ctx, k.engineKey(name), req)
 	if err != nil {
 		<-s.holds
 		releaseQuota()
@@ -56,15 +66,21 @@ type holdStream struct {
 // for this long is treated as gone, and its lease is released.
 const holdWriteTimeout = 10 * time.Second
 
-// VisitHoldLockResponse runs the stream until the client leaves, the lease
-// is lost or the server shuts down. The lease is released on the way out
-// unless it was lost.
+// VisitHoldLockResponse runs the stream of a lock.
+func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error { return h.run(w) }
+
+// VisitHoldSemaphoreResponse runs the stream of a semaphore's permit.
+func (h *holdStream) VisitHoldSemaphoreResponse(w http.ResponseWriter) error { return h.run(w) }
+
+// run runs the stream until the client leaves, the lease is lost or the
+// server shuts down. The lease is released on the way out unless it was
+// lost.
 //
 // Renewal runs in its own goroutine, on its own schedule: a client that
 // reads slowly blocks only the writes, never a renewal, so it cannot lose
 // its lease by expiry. Renewals that the writer has not caught up with are
 // coalesced into the latest one.
-func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error {
+func (h *holdStream) run(w http.ResponseWriter) error {
 	defer func() {
 		<-h.s.holds
 		h.releaseQuota()
@@ -75,7 +91,7 @@ func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 
-	key, l := h.lease.Key, h.lease
+	key, l := h.lease.Key, h.lease // the engine key (a semaphore's lock.SemaphoreKey)
 	write := func(text string) error {
 		// A client that stops reading cannot pin this goroutine.
 		_ = rc.SetWriteDeadline(time.Now().Add(holdWriteTimeout))

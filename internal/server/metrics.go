@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -32,7 +31,7 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"route"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockd_acquire_total", Help: "Acquire outcomes: granted, reentered, replayed, held, lease_lost, unavailable, error.",
+			Name: "lockd_acquire_total", Help: "Acquire outcomes of locks and semaphores: granted, reentered, replayed, held, lease_lost, limit_mismatch, unavailable, error.",
 		}, []string{"outcome"}),
 		waitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "lockd_acquire_wait_seconds", Help: "Time acquires with wait_ms > 0 spent waiting, whatever the outcome.",
@@ -55,19 +54,7 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 }
 
 func (m *metrics) acquire(o lock.Outcome, err error) {
-	outcome := string(o)
-	switch {
-	case err == nil:
-	case errors.Is(err, lock.ErrHeld):
-		outcome = "held"
-	case errors.Is(err, lock.ErrLeaseLost):
-		outcome = "lease_lost"
-	case errors.Is(err, lock.ErrUnavailable):
-		outcome = "unavailable"
-	default:
-		outcome = "error"
-	}
-	m.outcomes.WithLabelValues(outcome).Inc()
+	m.outcomes.WithLabelValues(outcomeLabel(o, err)).Inc()
 }
 
 // instrument counts requests by their route pattern, never the raw path.

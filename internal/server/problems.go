@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/problem"
 )
 
@@ -50,17 +51,20 @@ var errShuttingDown = problem.ErrShuttingDown
 // the answer.
 const statusClientClosed = 499
 
-// toAPI is the problem+json body and headers of err: problem.Of
+// toAPI is the problem+json body and headers of err about the engine key
+// (a lock key or a semaphore's lock.SemaphoreKey, or ""): problem.Of
 // classifies it (the dashboard uses the same table), this only writes it
-// in the contract's shape.
+// in the contract's shape, naming the lock or semaphore as the client
+// does.
 func toAPI(err error, key string) (api.Problem, http.Header, bool) {
 	c := problem.Of(err, key)
+	key, _ = lock.SplitKey(key)
 	p := api.Problem{Type: "/problems/" + string(c.Code), Status: c.Status, Code: c.Code, Title: c.Title, Detail: ptr(c.Detail)}
 	h := http.Header{}
 	if c.Field != "" {
 		p.Field = ptr(c.Field)
 	}
-	if c.Code == api.ProblemCodeLockHeld {
+	if c.Code == api.ProblemCodeLockHeld || c.Code == api.ProblemCodeNoPermits {
 		p.Holder, p.RemainingMs = ptr(c.Holder), ptr(c.Remaining.Milliseconds())
 	}
 	if c.Status == http.StatusUnauthorized {
@@ -90,7 +94,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case p.Status >= 500:
 		log.Warn().Err(err).Msg("unavailable")
 	}
-	if p.Code == "lock_held" {
+	if p.Holder != nil {
 		log.UpdateContext(func(c zerolog.Context) zerolog.Context { return c.Str("holder", *p.Holder) })
 	}
 	writeProblem(w, p, h)

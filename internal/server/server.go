@@ -20,6 +20,9 @@ type Engine interface {
 	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
 	State(ctx context.Context, key string) (lock.State, error)
 	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
+	// ListSemaphores lists live semaphores as List lists locks; each
+	// State's Key is the engine key (lock.SemaphoreKey).
+	ListSemaphores(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
 	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
 	Renewals(ctx context.Context, key string, limit int) ([]lock.Event, error)
 	// Subscribe follows the event stream after the event with ID after ("": from now on).

@@ -244,7 +244,7 @@ func TestErrorCodes(t *testing.T) {
 			r, err := f.client.ForceReleaseLockWithResponse(ctx, "busy", api.ForceReleaseRequest{Fence: ptr(held.Fence + 1)})
 			return resp(r, err)
 		}, 409, "lease_lost", func(t *testing.T, _ *http.Response, p api.Problem) {
-			if p.Detail == nil || !strings.Contains(*p.Detail, "not fence") || strings.Contains(*p.Detail, "token") {
+			if p.Detail == nil || !strings.Contains(*p.Detail, "no holder with fence") || strings.Contains(*p.Detail, "token") {
 				t.Fatalf("detail = %v", p.Detail)
 			}
 		}},

@@ -23,12 +23,18 @@ import (
 // MaxBody is the largest request body accepted.
 const MaxBody = 64 << 10
 
-// keyParam is the request's lock key if it is a valid one.
+// keyParam is the engine key of the request's {key} if it is a valid
+// one: the lock key, or on a semaphore's route its lock.SemaphoreKey.
+// Problems and access logs take it, so that they tell the two apart.
 func keyParam(r *http.Request) string {
-	if k, ok := routeKey(r); ok && lock.ValidKey(k) {
-		return k
+	k, ok := routeKey(r)
+	if !ok || !lock.ValidKey(k) {
+		return ""
 	}
-	return ""
+	if op, _ := operationOf(r); strings.HasPrefix(op.Path, "/v1/semaphores/") {
+		return lock.SemaphoreKey(k)
+	}
+	return k
 }
 
 // bodyTypes names the request body of each operation that takes one, by
@@ -40,6 +46,12 @@ var bodyTypes = map[string]func() any{
 	"renewLock":        func() any { return new(api.RenewRequest) },
 	"releaseLock":      func() any { return new(api.ReleaseRequest) },
 	"forceReleaseLock": func() any { return new(api.ForceReleaseRequest) },
+
+	"acquireSemaphore":      func() any { return new(api.SemaphoreAcquireRequest) },
+	"holdSemaphore":         func() any { return new(api.SemaphoreAcquireRequest) },
+	"renewSemaphore":        func() any { return new(api.RenewRequest) },
+	"releaseSemaphore":      func() any { return new(api.ReleaseRequest) },
+	"forceReleaseSemaphore": func() any { return new(api.ForceReleaseRequest) },
 }
 
 // operationOf is the contract's operation for the route that r matched
@@ -241,10 +253,41 @@ func paramError(w http.ResponseWriter, r *http.Request, err error) {
 // requestError answers a body that the generated code could not bind.
 func requestError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, io.EOF) {
-		writeError(w, r, invalid("body", "a JSON body is required, e.g. {\"token\": \"…\"}"))
+		writeError(w, r, missingBody(r))
 		return
 	}
 	writeError(w, r, jsonError(errors.Unwrap(err)))
+}
+
+// missingBody answers an operation whose required body was not sent,
+// naming what the body needs.
+func missingBody(r *http.Request) error {
+	switch op, _ := operationOf(r); op.ID {
+	case "acquireSemaphore", "holdSemaphore":
+		return checkSemaphoreLimitErr(0)
+	}
+	return invalid("body", "a JSON body is required, e.g. {\"token\": \"…\"}")
+}
+
+// checkSemaphoreLimit validates a semaphore's limit: required, 1 …
+// lock.MaxLimit.
+func checkSemaphoreLimit(v *int) (int, error) {
+	n := 0
+	if v != nil {
+		n = *v
+	}
+	if n < 1 || n > lock.MaxLimit {
+		return 0, checkSemaphoreLimitErr(n)
+	}
+	return n, nil
+}
+
+func checkSemaphoreLimitErr(n int) error {
+	if n == 0 {
+		// The generated body cannot tell a missing limit from 0.
+		return invalid("limit", "limit is required: the most permits held at once, between 1 and %d", lock.MaxLimit)
+	}
+	return invalid("limit", "limit must be between 1 and %d, got %d", lock.MaxLimit, n)
 }
 
 // msRange reads an optional millisecond field, checked against [lo, hi].

@@ -21,8 +21,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
-	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/server"
 )
 
 // Hook is one endpoint of the webhooks file.
@@ -34,7 +34,8 @@ type Hook struct {
 	Secret string `yaml:"secret"`
 	// Events are the event types to deliver; empty: every lifecycle event.
 	Events []string `yaml:"events"`
-	// Prefixes limit the lock keys; empty: every key.
+	// Prefixes limit the lock keys and semaphore names; empty: every
+	// lock and semaphore.
 	Prefixes []string `yaml:"prefixes"`
 }
 
@@ -90,7 +91,8 @@ func Parse(data []byte) ([]Hook, error) {
 	return f.Webhooks, nil
 }
 
-// wants says whether the hook delivers this event.
+// wants says whether the hook delivers this event. Prefixes apply to a
+// semaphore's name (not its engine key) as to a lock's key.
 func (h Hook) wants(c lock.Change) bool {
 	if len(h.Events) > 0 && !contains(h.Events, c.Type) {
 		return false
@@ -98,8 +100,9 @@ func (h Hook) wants(c lock.Change) bool {
 	if len(h.Prefixes) == 0 {
 		return true
 	}
+	name, _ := lock.SplitKey(c.Key)
 	for _, p := range h.Prefixes {
-		if strings.HasPrefix(c.Key, p) {
+		if strings.HasPrefix(name, p) {
 			return true
 		}
 	}
@@ -343,10 +346,8 @@ func (d *Dispatcher) handle(ctx context.Context, h Hook, group string, m redis.X
 // post sends one event; any answer but 2xx, or none within the timeout, is
 // an error.
 func (d *Dispatcher) post(ctx context.Context, h Hook, c lock.Change) error {
-	body, err := json.Marshal(api.LockEvent{
-		Id: c.ID, Type: api.LockEventType(c.Type), Key: c.Key, At: c.At,
-		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
-	})
+	// The event stream's shape: a semaphore's name with kind semaphore.
+	body, err := json.Marshal(server.LockEventOf(c))
 	if err != nil {
 		return err
 	}
