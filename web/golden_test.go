@@ -68,3 +68,84 @@ func golden(t *testing.T, name string, got []byte) {
 		t.Errorf("%s differs from the rendered page; if the change is intended, run go test ./web -run Golden -update\ngot:\n%s", path, got)
 	}
 }
+
+// goldenNow is the render time of the golden pages (Redis's clock in the
+// states below).
+var goldenNow = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+// sharedState is a lock held by two shared holders, with an exclusive
+// request and a shared one queued behind them (the shared one waits: no
+// writer starvation).
+func sharedState() lock.State {
+	now := goldenNow
+	return lock.State{
+		Key: "reports:db", Mode: lock.Shared, Owner: "reader-2", Fence: 1763805600000051, Count: 1,
+		TTL: 30 * time.Second, Remaining: 25 * time.Second, AcquiredAt: now.Add(-5 * time.Second),
+		ExpiresAt: now.Add(25 * time.Second), Waiters: 2,
+		Holders: []lock.Holder{
+			{Owner: "reader-1", Mode: lock.Shared, Fence: 1763805600000050, Count: 2, TTL: time.Minute,
+				AcquiredAt: now.Add(-40 * time.Second), ExpiresAt: now.Add(20 * time.Second), Remaining: 20 * time.Second},
+			{Owner: "reader-2", Mode: lock.Shared, Fence: 1763805600000051, Count: 1, TTL: 30 * time.Second,
+				AcquiredAt: now.Add(-5 * time.Second), ExpiresAt: now.Add(25 * time.Second), Remaining: 25 * time.Second},
+		},
+		Queue: []lock.Queued{
+			{Owner: `migrator <i>"1"</i>`, Mode: lock.Exclusive, WaitingSince: now.Add(-3 * time.Second)},
+			{Owner: "reader-3", Mode: lock.Shared, WaitingSince: now.Add(-1 * time.Second)},
+		},
+	}
+}
+
+// semState is a semaphore with two of its three permits held and one
+// request waiting.
+func semState() lock.State {
+	now := goldenNow
+	return lock.State{
+		Key: lock.SemaphoreKey("pool:gpu"), Mode: lock.Permit, Limit: 3, Owner: "job-8", Fence: 1763805600000061, Count: 1,
+		TTL: time.Minute, Remaining: 50 * time.Second, AcquiredAt: now.Add(-10 * time.Second),
+		ExpiresAt: now.Add(50 * time.Second), Waiters: 1,
+		Holders: []lock.Holder{
+			{Owner: "job-7", Mode: lock.Permit, Fence: 1763805600000060, Count: 1, TTL: time.Minute,
+				AcquiredAt: now.Add(-55 * time.Second), ExpiresAt: now.Add(5 * time.Second), Remaining: 5 * time.Second},
+			{Owner: "job-8", Mode: lock.Permit, Fence: 1763805600000061, Count: 1, TTL: time.Minute,
+				AcquiredAt: now.Add(-10 * time.Second), ExpiresAt: now.Add(50 * time.Second), Remaining: 50 * time.Second},
+		},
+		Queue: []lock.Queued{{Owner: "job-9", Mode: lock.Permit, WaitingSince: now.Add(-2 * time.Second)}},
+	}
+}
+
+// TestDetailPage_HoldersAndQueueGolden is a shared lock's page: both
+// holders with their own fence and TTL, and the queue in grant order.
+func TestDetailPage_HoldersAndQueueGolden(t *testing.T) {
+	events := []lock.Event{
+		{Type: "acquired", At: goldenNow.Add(-5 * time.Second), Owner: "reader-2", Fence: 1763805600000051, TTL: 30 * time.Second, Count: 1},
+		{Type: "acquired", At: goldenNow.Add(-40 * time.Second), Owner: "reader-1", Fence: 1763805600000050, TTL: time.Minute, Count: 1},
+	}
+	v := newDetailView("reports:db", sharedState(), true, events, goldenNow, true)
+	var buf bytes.Buffer
+	if err := detailPage(v).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "detail-shared.golden.html", buf.Bytes())
+}
+
+// TestSemaphorePages_Golden is the semaphores list (one full, one not)
+// and a semaphore's page.
+func TestSemaphorePages_Golden(t *testing.T) {
+	full := lock.State{
+		Key: lock.SemaphoreKey("pool:db"), Mode: lock.Permit, Limit: 1, Owner: "migrator", Fence: 1763805600000070, Count: 1,
+		TTL: 10 * time.Minute, Remaining: 9 * time.Minute, AcquiredAt: goldenNow.Add(-time.Minute), ExpiresAt: goldenNow.Add(9 * time.Minute),
+	}
+	v := newSemListView(lock.Page{Locks: []lock.State{full, semState()}}, "pool:", "", goldenNow, true)
+	var buf bytes.Buffer
+	if err := semListPage(v).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "semaphores.golden.html", buf.Bytes())
+
+	d := newKindDetailView(semaphores, "pool:gpu", semState(), true, nil, goldenNow, true)
+	buf.Reset()
+	if err := detailPage(d).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "semaphore-detail.golden.html", buf.Bytes())
+}
