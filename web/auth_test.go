@@ -656,3 +656,72 @@ func TestRequireLogin_Config(t *testing.T) {
 		t.Errorf("short secret: %v", err)
 	}
 }
+
+// Semaphore pages keep the lock pages' rules: a session to see them,
+// admin scope to break a permit, and a key's prefixes apply to names.
+func TestAuth_Semaphores(t *testing.T) {
+	e, _ := newAuthEnv(t)
+	ci := e.permit("ci:pool", "w1", 2, 30*time.Second)
+	dep := e.permit("deploy:pool", "w2", 2, 30*time.Second)
+
+	for path, want := range map[string]string{
+		"/ui/semaphores":                        "/ui/login?next=%2Fui%2Fsemaphores",
+		"/ui/semaphores/ci:pool":                "/ui/login?next=%2Fui%2Fsemaphores%2Fci%3Apool",
+		"/ui/semaphores/ci:pool/force-release":  "/ui/login?next=%2Fui%2Fsemaphores%2Fci%3Apool%2Fforce-release",
+		"/ui/fragments/semaphores":              "/ui/login?next=%2Fui%2Ffragments%2Fsemaphores",
+		"/ui/fragments/semaphores/ci:pool":      "/ui/login?next=%2Fui%2Ffragments%2Fsemaphores%2Fci%3Apool",
+		"/ui/events?kind=semaphores&prefix=ci:": "/ui/login?next=%2Fui%2Fevents%3Fkind%3Dsemaphores%26prefix%3Dci%3A",
+	} {
+		p := e.get(path)
+		if p.status != http.StatusSeeOther || p.header.Get("Location") != want {
+			t.Errorf("GET %s: %d to %q, want 303 to %q", path, p.status, p.header.Get("Location"), want)
+		}
+	}
+	if p := e.post("/ui/semaphores/ci:pool/force-release", url.Values{"fence": {itoa(ci.Fence)}}, nil); p.status != http.StatusSeeOther {
+		t.Errorf("POST without a session: %d", p.status)
+	}
+
+	// The ci key sees ci:pool only.
+	e.mustLogin(ciKey)
+	if got := keysOf(semRows(e.get("/ui/semaphores").doc)); strings.Join(got, ",") != "ci:pool" {
+		t.Errorf("ci key lists semaphores %v", got)
+	}
+	if p := e.get("/ui/semaphores?prefix=deploy%3A"); p.status != http.StatusForbidden || len(semRows(p.doc)) != 0 {
+		t.Errorf("prefix outside the key's: %d", p.status)
+	}
+	for _, path := range []string{"/ui/semaphores/deploy:pool", "/ui/fragments/semaphores/deploy:pool", "/ui/semaphores/deploy:pool/force-release"} {
+		if p := e.get(path); p.status != http.StatusForbidden || strings.Contains(p.body, "w2") {
+			t.Errorf("GET %s by the ci key: %d", path, p.status)
+		}
+	}
+	if p := e.get("/ui/semaphores/ci:pool"); p.status != http.StatusOK || len(holderRows(p.doc)) != 1 {
+		t.Errorf("own semaphore: %d", p.status)
+	}
+
+	// A read key sees, and may not break.
+	e.client.Jar, _ = cookiejar.New(nil)
+	e.mustLogin(viewerKey)
+	p := e.get("/ui/semaphores")
+	if len(semRows(p.doc)) != 2 || p.doc.Find(`[data-testid="force-release-link"]`).Length() != 0 {
+		t.Errorf("read key: %v, force links %d", keysOf(semRows(p.doc)), p.doc.Find(`[data-testid="force-release-link"]`).Length())
+	}
+	if d := e.get("/ui/semaphores/deploy:pool"); d.doc.Find(`[data-testid="force-holder"], [data-testid="force-release-all"]`).Length() != 0 {
+		t.Error("a read key is offered force-release on a semaphore's page")
+	}
+	token := p.doc.Find(`form.signout input[name="csrf"]`).AttrOr("value", "")
+	if p := e.post("/ui/semaphores/deploy:pool/force-release", url.Values{"csrf": {token}, "fence": {itoa(dep.Fence)}}, nil); p.status != http.StatusForbidden {
+		t.Errorf("force-release by a read key: %d", p.status)
+	}
+
+	// An admin breaks a permit as its name.
+	e.client.Jar, _ = cookiejar.New(nil)
+	e.mustLogin(opsKey)
+	_, form := e.confirmTarget("/ui/semaphores/deploy:pool/force-release?fence=" + itoa(dep.Fence))
+	b := e.post("/ui/semaphores/deploy:pool/force-release", form, nil)
+	if b.status != http.StatusOK || text(b.doc.Find(`[data-testid="event"]`).First().Find(`[data-testid="event-actor"]`)) != "ops" {
+		t.Errorf("admin force-release: %d\n%s", b.status, b.body)
+	}
+	if g := e.holderFences(lock.SemaphoreKey("deploy:pool")); len(g) != 0 {
+		t.Errorf("permits left %v", g)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockd/lockd/internal/lock"
 )
 
 // TestEscaping_UserInput puts markup in every user-controlled string the
@@ -55,5 +57,49 @@ func TestEscaping_UserInput(t *testing.T) {
 	}
 	if !strings.Contains(list.body, "&lt;script&gt;alert(&#34;owner&#34;)&lt;/script&gt;") {
 		t.Errorf("owner not HTML-escaped in the list:\n%s", list.body)
+	}
+}
+
+// TestEscaping_HoldersQueueSemaphores: owners in the holders table, the
+// queue and the semaphore pages come out as text too.
+func TestEscaping_HoldersQueueSemaphores(t *testing.T) {
+	e := newEnv(t)
+	owner := `<script>alert("owner")</script>`
+	waiter := `<img src=x onerror=alert(1)>`
+	l := e.acquireReq("xss:rw", lock.AcquireRequest{Owner: owner, Mode: lock.Shared, TTL: 30 * time.Second})
+	e.acquireReq("xss:rw", lock.AcquireRequest{Owner: "reader", Mode: lock.Shared, TTL: 30 * time.Second})
+	e.enqueue("xss:rw", lock.AcquireRequest{Owner: waiter, TTL: 30 * time.Second})
+	e.permit("xss:pool", owner, 1, 30*time.Second)
+	e.enqueue(lock.SemaphoreKey("xss:pool"), lock.AcquireRequest{Owner: waiter, Limit: 1, TTL: 30 * time.Second})
+
+	detail := e.get("/ui/locks/xss:rw")
+	if g := text(holderRows(detail.doc)[itoa(l.Fence)].Find(`[data-testid="holder-owner"]`)); g != owner {
+		t.Errorf("holder owner shown as %q", g)
+	}
+	if g := queueOwners(detail.doc); len(g) != 1 || g[0] != waiter {
+		t.Errorf("queued owner shown as %q", g)
+	}
+	pages := map[string]page{
+		"list":            e.get("/"),
+		"detail":          detail,
+		"confirm holder":  e.get("/ui/locks/xss:rw/force-release?fence=" + itoa(l.Fence)),
+		"confirm choose":  e.get("/ui/locks/xss:rw/force-release"),
+		"confirm all":     e.get("/ui/locks/xss:rw/force-release?all=1"),
+		"semaphores":      e.get("/ui/semaphores"),
+		"semaphore":       e.get("/ui/semaphores/xss:pool"),
+		"sem confirm":     e.get("/ui/semaphores/xss:pool/force-release"),
+		"semaphores bad":  e.get("/ui/semaphores?prefix=" + url.QueryEscape(`<script>alert(1)</script>`)),
+		"semaphore bad":   e.get("/ui/semaphores/" + url.PathEscape(`"><svg onload=alert(1)>`)),
+		"sem confirm bad": e.get("/ui/semaphores/" + url.PathEscape(`"><svg onload=alert(1)>`) + "/force-release"),
+	}
+	for name, p := range pages {
+		if n := strings.Count(p.body, "<script"); n != 2 {
+			t.Errorf("%s: %d <script elements, want 2\n%s", name, n, p.body)
+		}
+		for _, bad := range []string{"<img src=x", "<svg", `alert("owner")</script>`} {
+			if strings.Contains(p.body, bad) {
+				t.Errorf("%s: unescaped %q in the page", name, bad)
+			}
+		}
 	}
 }

@@ -175,7 +175,9 @@ func TestList_FragmentAndBadCursor(t *testing.T) {
 func TestSecurityHeaders(t *testing.T) {
 	e := newEnv(t)
 	e.acquire("hdr:1", "w", 30*time.Second)
-	for _, path := range []string{"/", "/ui/fragments/locks", "/ui/locks/hdr:1", "/ui/locks/hdr:1/force-release", "/ui/locks/-bad", "/ui/assets/app.js"} {
+	e.permit("hdr:s", "w", 2, 30*time.Second)
+	for _, path := range []string{"/", "/ui/fragments/locks", "/ui/locks/hdr:1", "/ui/locks/hdr:1/force-release", "/ui/locks/-bad", "/ui/assets/app.js",
+		"/ui/semaphores", "/ui/fragments/semaphores", "/ui/semaphores/hdr:s", "/ui/fragments/semaphores/hdr:s", "/ui/semaphores/hdr:s/force-release", "/ui/semaphores/-bad"} {
 		p := e.get(path)
 		csp := p.header.Get("Content-Security-Policy")
 		for _, want := range []string{"script-src 'self'", "frame-ancestors 'none'", "default-src 'none'"} {
