@@ -56,6 +56,8 @@ func TestOf(t *testing.T) {
 		{"known 503 keeps its own", known{problem.Problem{Status: 503, Code: "backend_unavailable", Title: "t", Detail: "d", RetryAfter: 7}},
 			503, "backend_unavailable", "t", "d", "", 7, false},
 		{"anything else", errors.New("ERR redis internals: dial 10.0.0.7:6379"), 500, "internal", "Internal error", "the server logged it", "", 0, true},
+		{"limit mismatch", wrapped(lock.ErrLimitMismatch), 409, "limit_mismatch", "Limit mismatch", "k is held with another limit", "", 0, false},
+		{"shared unsupported", wrapped(lock.ErrUnsupported), 400, "unsupported", "Not supported by this server", "no shared holds", "mode", 0, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,5 +87,40 @@ func TestOfHeldCarriesHolder(t *testing.T) {
 	p := problem.Of(held("deploy-bot", 2*time.Second), "k")
 	if p.Holder != "deploy-bot" || p.Remaining != 2*time.Second {
 		t.Fatalf("holder %q remaining %v", p.Holder, p.Remaining)
+	}
+}
+
+// On a semaphore's engine key the answers speak of permits and name the
+// semaphore, never its engine key.
+func TestOfSemaphore(t *testing.T) {
+	key := lock.SemaphoreKey("render:pool")
+	for _, tc := range []struct {
+		name       string
+		err        error
+		status     int
+		code       api.ProblemCode
+		detail     string
+		field      string
+		retryAfter int
+	}{
+		{"no permits", wrapped(&lock.HeldError{Key: key, Owner: "w2", Remaining: 4200 * time.Millisecond}), 409, "no_permits",
+			"every permit of render:pool is held; the first ends in 4200 ms (w2)", "", 5},
+		{"limit mismatch", lock.ErrLimitMismatch, 409, "limit_mismatch", "render:pool is held with another limit", "", 0},
+		{"unsupported", wrapped(lock.ErrUnsupported), 400, "unsupported", "has no semaphores", "", 0},
+		{"not found", lock.ErrNotFound, 404, "not_found", "semaphore render:pool has no live permit", "", 0},
+		{"lease lost", lock.ErrLeaseLost, 409, "lease_lost", "stop the protected work", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := problem.Of(tc.err, key)
+			if p.Status != tc.status || p.Code != tc.code || p.Field != tc.field || p.RetryAfter != tc.retryAfter || p.Internal {
+				t.Fatalf("Of = %+v", p)
+			}
+			if !strings.Contains(p.Detail, tc.detail) || strings.Contains(p.Detail, "sem/") {
+				t.Fatalf("detail %q, want it to say %q and not the engine key", p.Detail, tc.detail)
+			}
+		})
+	}
+	if p := problem.Of(&lock.HeldError{Key: key, Owner: "w2", Remaining: time.Second}, key); p.Holder != "w2" || p.Remaining != time.Second {
+		t.Fatalf("no_permits holder %q remaining %v", p.Holder, p.Remaining)
 	}
 }

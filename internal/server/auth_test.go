@@ -77,6 +77,12 @@ func TestAuthMatrix(t *testing.T) {
 	if _, err := f.engine.Acquire(ctx, "deploy:prod", lock.AcquireRequest{Owner: "o", TTL: 60e9}); err != nil {
 		t.Fatal(err)
 	}
+	// Semaphores of the same names: API-key prefixes apply to their names.
+	for _, name := range []string{"order:1", "deploy:prod"} {
+		if _, err := f.engine.Acquire(ctx, lock.SemaphoreKey(name), lock.AcquireRequest{Owner: "o", TTL: 60e9, Limit: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	const ok, unauth, forbidden = 0, 401, 403
 	keys := []struct{ name, key string }{
 		{"none", ""}, {"unknown", "not-a-key-0123456789"}, {"read", "read-key-0123456789"},
@@ -97,6 +103,20 @@ func TestAuthMatrix(t *testing.T) {
 		{"POST", "/v1/locks/order:9/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, forbidden}},
 		{"POST", "/v1/locks/deploy:x/acquire", `{}`, [6]int{unauth, unauth, forbidden, ok, ok, ok}},
 		{"POST", "/v1/locks/deploy:y/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, ok}},
+		{"POST", "/v1/locks/order:4/acquire", `{"mode":"shared"}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"GET", "/v1/semaphores", "", [6]int{unauth, unauth, ok, ok, ok, ok}},
+		{"GET", "/v1/semaphores?prefix=order:", "", [6]int{unauth, unauth, ok, ok, ok, forbidden}},
+		{"GET", "/v1/semaphores?prefix=deploy:", "", [6]int{unauth, unauth, ok, ok, ok, ok}},
+		{"GET", "/v1/semaphores/order:1", "", [6]int{unauth, unauth, ok, ok, ok, forbidden}},
+		{"GET", "/v1/semaphores/order:1/history", "", [6]int{unauth, unauth, ok, ok, ok, forbidden}},
+		{"POST", "/v1/semaphores/order:2/acquire", `{"limit":2,"ttl_ms":60000}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/semaphores/order:1/renew", `{"token":"x"}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/semaphores/order:1/release", `{"token":"x"}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/semaphores/order:3/hold", `{"limit":5,"ttl_ms":60000}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/semaphores/order:9/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, forbidden}},
+		{"POST", "/v1/semaphores/deploy:x/acquire", `{"limit":2}`, [6]int{unauth, unauth, forbidden, ok, ok, ok}},
+		{"GET", "/v1/semaphores/deploy:prod", "", [6]int{unauth, unauth, ok, ok, ok, ok}},
+		{"POST", "/v1/semaphores/deploy:y/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, ok}},
 		{"GET", "/healthz", "", [6]int{ok, ok, ok, ok, ok, ok}},
 		{"GET", "/readyz", "", [6]int{ok, ok, ok, ok, ok, ok}},
 		{"GET", "/openapi.yaml", "", [6]int{ok, ok, ok, ok, ok, ok}},
@@ -140,6 +160,19 @@ func TestAuthMatrix(t *testing.T) {
 	if len(list.Locks) == 0 {
 		t.Fatal("deployer sees none of its own locks")
 	}
+	_, body, _ = call(t, "GET", f.url+"/v1/semaphores", "prefix-key-0123456789", "")
+	var sems struct{ Semaphores []struct{ Key string } }
+	if err := json.Unmarshal([]byte(body), &sems); err != nil {
+		t.Fatal(err)
+	}
+	if len(sems.Semaphores) == 0 {
+		t.Fatalf("deployer sees none of its own semaphores: %s", body)
+	}
+	for _, s := range sems.Semaphores {
+		if !strings.HasPrefix(s.Key, "deploy:") {
+			t.Fatalf("deployer sees semaphore %s", s.Key)
+		}
+	}
 
 	// The actor in history and the default owner are the key's name.
 	_, body, _ = call(t, "POST", f.url+"/v1/locks/order:7/acquire", "write-key-0123456789", `{}`)
@@ -150,6 +183,15 @@ func TestAuthMatrix(t *testing.T) {
 	evs, _ := f.engine.History(ctx, "order:7", 1)
 	if len(evs) != 1 || evs[0].Actor != "ops" {
 		t.Fatalf("history actor: %+v", evs)
+	}
+	_, body, _ = call(t, "POST", f.url+"/v1/semaphores/order:7/acquire", "write-key-0123456789", `{"limit":1}`)
+	if !strings.Contains(body, `"owner":"ci-runner"`) {
+		t.Fatalf("default owner of a permit: %s", body)
+	}
+	call(t, "POST", f.url+"/v1/semaphores/order:7/force-release", "admin-key-0123456789", `{"reason":"test"}`)
+	evs, _ = f.engine.History(ctx, lock.SemaphoreKey("order:7"), 1)
+	if len(evs) != 1 || evs[0].Actor != "ops" || evs[0].Type != "force_released" {
+		t.Fatalf("semaphore history actor: %+v", evs)
 	}
 
 	// Neither the API keys nor a lease token appear in the logs.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/server"
 )
@@ -179,6 +180,40 @@ func TestEventStream(t *testing.T) {
 	_ = l2
 }
 
+// A semaphore's events carry its name as the key and kind semaphore; the
+// stream's prefix and the API key's prefixes apply to the name.
+func TestEventStreamSemaphores(t *testing.T) {
+	keys, err := auth.Parse([]byte(eventsAuth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) { c.Keys = keys }})
+	f := newEvFixture(t, ld, "ops-key-0123456789")
+	_, s := openEvents(t, ld.URL+"/v1/events?prefix=ev:", "a-key-0123456789ab", "")
+	sem := func(name string) api.Lease {
+		t.Helper()
+		res, err := f.c.AcquireSemaphoreWithResponse(context.Background(), name, nil, api.SemaphoreAcquireRequest{Limit: 2, Owner: ptr("w")})
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("acquire semaphore %s: %v %s", name, err, res.Body)
+		}
+		return *res.JSON200
+	}
+	sem("ev:b:pool")  // outside team-a's prefix: not shown
+	sem("other:pool") // outside the stream's prefix: not shown
+	p := sem("ev:a:pool")
+	f.acquire(t, "ev:a:pool", api.AcquireRequest{Owner: ptr("lock")})
+	ev := s.next(t)
+	if ev.event != "acquired" || ev.data["key"] != "ev:a:pool" || ev.data["kind"] != "semaphore" || ev.data["owner"] != "w" || ev.data["fence"] != float64(p.Fence) {
+		t.Fatalf("semaphore event %+v", ev)
+	}
+	if strings.Contains(ev.raw, p.Token) || strings.Contains(ev.raw, "sem/") {
+		t.Fatalf("the event shows a token or the engine key: %s", ev.raw)
+	}
+	if ev := s.next(t); ev.data["key"] != "ev:a:pool" || ev.data["kind"] != "lock" || ev.data["owner"] != "lock" {
+		t.Fatalf("lock event %+v", ev)
+	}
+}
+
 // at_risk: set when the lease has under a third of its TTL left, or its
 // last renewal came that late; cleared by a timely renewal.
 func TestAtRisk(t *testing.T) {
@@ -215,8 +250,13 @@ func TestContentionLabelsBounded(t *testing.T) {
 	}})
 	f := newEvFixture(t, ld, "")
 	f.acquire(t, "order:pay:1", api.AcquireRequest{})
+	if res, err := f.c.AcquireSemaphoreWithResponse(context.Background(), "order:pay:pool", nil, api.SemaphoreAcquireRequest{Limit: 1}); err != nil || res.JSON200 == nil {
+		t.Fatalf("acquire semaphore: %v", err)
+	}
 	body := f.metrics(t)
-	for _, want := range []string{`lockd_lock_acquires_total{outcome="granted",prefix="order:pay:"} 1`} {
+	// A semaphore's label is sem/ and its name's prefix: apart from the
+	// locks of that prefix.
+	for _, want := range []string{`lockd_lock_acquires_total{outcome="granted",prefix="order:pay:"} 1`, `lockd_lock_acquires_total{outcome="granted",prefix="sem/order:pay:"} 1`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
@@ -225,6 +265,10 @@ func TestContentionLabelsBounded(t *testing.T) {
 	for i := range 10_000 {
 		c.Acquired(fmt.Sprintf("p%d:k", i), time.Millisecond)
 		c.Ended(fmt.Sprintf("p%d:k", i), time.Second)
+		// Semaphores count in the same bound; one without a ':' is its
+		// own prefix, as a lock key is.
+		c.Acquired(lock.SemaphoreKey(fmt.Sprintf("s%d", i)), time.Millisecond)
+		c.Ended(lock.SemaphoreKey(fmt.Sprintf("s%d", i)), time.Second)
 	}
 	for _, name := range []string{"lockd_lock_acquires_total", "lockd_lock_wait_seconds", "lockd_lock_hold_seconds"} {
 		if n := seriesOf(t, reg, name); n == 0 || n > 101 {

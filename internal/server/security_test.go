@@ -86,6 +86,7 @@ func TestBrowserSafety(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	victim := f.acquire(t, "victim:browser", api.AcquireRequest{Owner: ptr("real-holder"), TtlMs: ptr(int64(60000))})
+	victimSem := f.acquireSem(t, "victim:browser", api.SemaphoreAcquireRequest{Limit: 1, Owner: ptr("real-holder"), TtlMs: ptr(int64(60000))})
 	host := strings.TrimPrefix(f.url, "http://")
 	tests := []struct {
 		name, method, path, ct, body string
@@ -102,6 +103,12 @@ func TestBrowserSafety(t *testing.T) {
 			map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, 403},
 		{"cross-site hold", "POST", "/v1/locks/evil:2/hold", "text/plain", `{}`,
 			map[string]string{"Origin": "http://evil.example"}, 403},
+		{"cross-site semaphore force-release", "POST", "/v1/semaphores/victim:browser/force-release", "", "",
+			map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, 403},
+		{"cross-site semaphore acquire as a form", "POST", "/v1/semaphores/evil:1/acquire", "application/x-www-form-urlencoded", `{"limit":1}`,
+			map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+		{"same-origin semaphore text body", "POST", "/v1/semaphores/evil:2/hold", "text/plain", `{"limit":1}`,
+			map[string]string{"Sec-Fetch-Site": "same-origin"}, 415},
 		{"same-origin form body", "POST", "/v1/locks/evil:3/acquire", "application/x-www-form-urlencoded", `{"owner":"x"}`,
 			map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://" + host}, 415},
 		{"same-origin text body", "POST", "/v1/locks/evil:4/acquire", "text/plain", `{}`,
@@ -142,10 +149,13 @@ func TestBrowserSafety(t *testing.T) {
 	if err != nil || st.Fence != victim.Fence || st.Owner != "real-holder" {
 		t.Fatalf("the victim's lease after the attacks: %+v %v", st, err)
 	}
-	for _, k := range []string{"evil:1", "evil:2", "evil:3", "evil:4", "evil:5"} {
+	for _, k := range []string{"evil:1", "evil:2", "evil:3", "evil:4", "evil:5", lock.SemaphoreKey("evil:1"), lock.SemaphoreKey("evil:2")} {
 		if _, err := f.engine.State(ctx, k); !errors.Is(err, lock.ErrNotFound) {
 			t.Fatalf("%s was taken: %v", k, err)
 		}
+	}
+	if st, err := f.engine.State(ctx, lock.SemaphoreKey("victim:browser")); err != nil || st.Fence != victimSem.Fence {
+		t.Fatalf("the victim's permit after the attacks: %+v %v", st, err)
 	}
 }
 

@@ -66,6 +66,18 @@ func (f *fixture) acquire(t *testing.T, key string, body api.AcquireRequest) api
 	return *res.JSON200
 }
 
+func (f *fixture) acquireSem(t *testing.T, name string, body api.SemaphoreAcquireRequest) api.Lease {
+	t.Helper()
+	res, err := f.client.AcquireSemaphoreWithResponse(context.Background(), name, nil, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.JSON200 == nil {
+		t.Fatalf("acquire semaphore %s: %d %s", name, res.StatusCode(), res.Body)
+	}
+	return *res.JSON200
+}
+
 func TestLeaseLifecycle(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -194,6 +206,9 @@ func TestErrorCodes(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	held := f.acquire(t, "busy", api.AcquireRequest{Owner: ptr("holder"), TtlMs: ptr(int64(20000))})
+	// A semaphore of one permit, held: a semaphore is not the lock of the
+	// same name.
+	permit := f.acquireSem(t, "busy", api.SemaphoreAcquireRequest{Limit: 1, Owner: ptr("permit-holder"), TtlMs: ptr(int64(20000))})
 
 	tests := []struct {
 		name   string
@@ -252,6 +267,74 @@ func TestErrorCodes(t *testing.T) {
 			r, err := f.client.GetLockWithResponse(ctx, "free")
 			return resp(r, err)
 		}, 404, "not_found", nil},
+		{"no_permits", func() (*http.Response, []byte, error) {
+			r, err := f.client.AcquireSemaphoreWithResponse(ctx, "busy", nil, api.SemaphoreAcquireRequest{Limit: 1, Owner: ptr("other")})
+			return resp(r, err)
+		}, 409, "no_permits", func(t *testing.T, res *http.Response, p api.Problem) {
+			if p.Holder == nil || *p.Holder != "permit-holder" || p.RemainingMs == nil || *p.RemainingMs <= 0 || *p.RemainingMs > 20000 {
+				t.Fatalf("holder/remaining: %+v", p)
+			}
+			if ra := res.Header.Get("Retry-After"); ra != "20" && ra != "19" {
+				t.Fatalf("Retry-After = %q", ra)
+			}
+			if p.Key == nil || *p.Key != "busy" || p.Detail == nil || !strings.Contains(*p.Detail, "every permit of busy is held") {
+				t.Fatalf("key %v, detail %v", p.Key, p.Detail)
+			}
+		}},
+		{"no_permits after waiting", func() (*http.Response, []byte, error) {
+			r, err := f.client.AcquireSemaphoreWithResponse(ctx, "busy", nil, api.SemaphoreAcquireRequest{Limit: 1, WaitMs: ptr(int64(50))})
+			return resp(r, err)
+		}, 409, "no_permits", nil},
+		{"no_permits on hold", func() (*http.Response, []byte, error) {
+			return do(http.MethodPost, f.url+"/v1/semaphores/busy/hold", "application/json", `{"limit":1}`)
+		}, 409, "no_permits", nil},
+		{"limit_mismatch", func() (*http.Response, []byte, error) {
+			r, err := f.client.AcquireSemaphoreWithResponse(ctx, "busy", nil, api.SemaphoreAcquireRequest{Limit: 5})
+			return resp(r, err)
+		}, 409, "limit_mismatch", func(t *testing.T, res *http.Response, p api.Problem) {
+			if p.Key == nil || *p.Key != "busy" || res.Header.Get("Retry-After") != "" || p.Holder != nil {
+				t.Fatalf("%+v, Retry-After %q", p, res.Header.Get("Retry-After"))
+			}
+		}},
+		{"lease_lost on semaphore renew", func() (*http.Response, []byte, error) {
+			r, err := f.client.RenewSemaphoreWithResponse(ctx, "busy", api.RenewRequest{Token: "stale-token"})
+			return resp(r, err)
+		}, 409, "lease_lost", nil},
+		{"lease_lost on semaphore release with the lock's token", func() (*http.Response, []byte, error) {
+			r, err := f.client.ReleaseSemaphoreWithResponse(ctx, "busy", api.ReleaseRequest{Token: held.Token})
+			return resp(r, err)
+		}, 409, "lease_lost", nil},
+		{"lease_lost on lock release with the permit's token", func() (*http.Response, []byte, error) {
+			r, err := f.client.ReleaseLockWithResponse(ctx, "busy", api.ReleaseRequest{Token: permit.Token})
+			return resp(r, err)
+		}, 409, "lease_lost", nil},
+		{"lease_lost on semaphore force-release with another fence", func() (*http.Response, []byte, error) {
+			r, err := f.client.ForceReleaseSemaphoreWithResponse(ctx, "busy", api.ForceReleaseRequest{Fence: ptr(permit.Fence + 1)})
+			return resp(r, err)
+		}, 409, "lease_lost", nil},
+		{"not_found on semaphore get", func() (*http.Response, []byte, error) {
+			r, err := f.client.GetSemaphoreWithResponse(ctx, "free")
+			return resp(r, err)
+		}, 404, "not_found", func(t *testing.T, _ *http.Response, p api.Problem) {
+			if p.Detail == nil || !strings.Contains(*p.Detail, "semaphore free has no live permit") || p.Key == nil || *p.Key != "free" {
+				t.Fatalf("%+v", p)
+			}
+		}},
+		{"not_found on semaphore renew", func() (*http.Response, []byte, error) {
+			r, err := f.client.RenewSemaphoreWithResponse(ctx, "free", api.RenewRequest{Token: permit.Token})
+			return resp(r, err)
+		}, 404, "not_found", nil},
+		{"not_found on semaphore force-release", func() (*http.Response, []byte, error) {
+			r, err := f.client.ForceReleaseSemaphoreWithResponse(ctx, "free", api.ForceReleaseRequest{})
+			return resp(r, err)
+		}, 404, "not_found", nil},
+		{"semaphore method_not_allowed", func() (*http.Response, []byte, error) {
+			return do(http.MethodDelete, f.url+"/v1/semaphores/k", "", "")
+		}, 405, "method_not_allowed", func(t *testing.T, res *http.Response, _ api.Problem) {
+			if a := res.Header.Get("Allow"); a != "GET" {
+				t.Fatalf("Allow = %q, want GET", a)
+			}
+		}},
 		{"invalid_request", func() (*http.Response, []byte, error) {
 			r, err := f.client.AcquireLockWithResponse(ctx, "k", nil, api.AcquireRequest{TtlMs: ptr(int64(5))})
 			return resp(r, err)
@@ -374,6 +457,16 @@ func httpResponseOf(r any) *http.Response {
 		return v.HTTPResponse
 	case *api.GetLockResponse:
 		return v.HTTPResponse
+	case *api.AcquireSemaphoreResponse:
+		return v.HTTPResponse
+	case *api.RenewSemaphoreResponse:
+		return v.HTTPResponse
+	case *api.ReleaseSemaphoreResponse:
+		return v.HTTPResponse
+	case *api.ForceReleaseSemaphoreResponse:
+		return v.HTTPResponse
+	case *api.GetSemaphoreResponse:
+		return v.HTTPResponse
 	}
 	panic(fmt.Sprintf("unexpected response type %T", r))
 }
@@ -453,13 +546,85 @@ func TestBadInput(t *testing.T) {
 		{"cursor not ours", "GET", "/v1/locks?cursor=bm90LWpzb24", "", "", 400, "cursor"},
 		{"history limit zero", "GET", "/v1/locks/k/history?limit=0", "", "", 400, "limit"},
 		{"history limit text", "GET", "/v1/locks/k/history?limit=x", "", "", 400, "limit"},
+		{"history type unknown", "GET", "/v1/locks/k/history?type=stolen", "", "", 400, "type"},
+		{"force-release fence zero", "POST", "/v1/locks/live/force-release", jsonCT, `{"fence":0}`, 400, "fence"},
+		{"force-release fence negative", "POST", "/v1/locks/live/force-release", jsonCT, `{"fence":-3}`, 400, "fence"},
+		{"force-release fence text", "POST", "/v1/locks/live/force-release", jsonCT, `{"fence":"42"}`, 400, "fence"},
+
+		// Modes.
+		{"mode unknown", "POST", "/v1/locks/k/acquire", jsonCT, `{"mode":"read"}`, 400, "mode"},
+		{"mode empty", "POST", "/v1/locks/k/acquire", jsonCT, `{"mode":""}`, 400, "mode"},
+		{"mode upper case", "POST", "/v1/locks/k/acquire", jsonCT, `{"mode":"SHARED"}`, 400, "mode"},
+		{"mode a number", "POST", "/v1/locks/k/acquire", jsonCT, `{"mode":1}`, 400, "mode"},
+		{"mode on hold", "POST", "/v1/locks/k/hold", jsonCT, `{"mode":"permit"}`, 400, "mode"},
+		{"limit on a lock", "POST", "/v1/locks/k/acquire", jsonCT, `{"limit":3}`, 400, "limit"},
+
+		// Semaphores: the lock matrix on /v1/semaphores, and limit.
+		{"sem key too long", "POST", "/v1/semaphores/" + strings.Repeat("k", 201) + "/acquire", jsonCT, `{"limit":1}`, 400, "key"},
+		{"sem key starts with a dot", "POST", "/v1/semaphores/.k/acquire", jsonCT, `{"limit":1}`, 400, "key"},
+		{"sem key with a slash", "GET", "/v1/semaphores/a%2Fb", "", "", 400, "key"},
+		{"sem key with unicode", "GET", "/v1/semaphores/sch%C3%B6n/history", "", "", 400, "key"},
+		{"sem key with braces", "POST", "/v1/semaphores/a%7Bb%7D/release", jsonCT, `{"token":"x"}`, 400, "key"},
+		{"sem no body", "POST", "/v1/semaphores/s/acquire", jsonCT, ``, 400, "limit"},
+		{"sem no body, no type", "POST", "/v1/semaphores/s/acquire", "", ``, 400, "limit"},
+		{"sem null body", "POST", "/v1/semaphores/s/acquire", jsonCT, `null`, 400, "limit"},
+		{"sem limit missing", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"owner":"w"}`, 400, "limit"},
+		{"sem limit zero", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":0}`, 400, "limit"},
+		{"sem limit negative", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":-1}`, 400, "limit"},
+		{"sem limit over max", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":10001}`, 400, "limit"},
+		{"sem limit overflows", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":1e30}`, 400, "limit"},
+		{"sem limit a fraction", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":2.5}`, 400, "limit"},
+		{"sem limit a string", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":"3"}`, 400, "limit"},
+		{"sem limit null", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":null}`, 400, "limit"},
+		{"sem mode", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":3,"mode":"shared"}`, 400, "mode"},
+		{"sem ttl too short", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":3,"ttl_ms":99}`, 400, "ttl_ms"},
+		{"sem wait over max", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":3,"wait_ms":60001}`, 400, "wait_ms"},
+		{"sem owner empty", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":3,"owner":""}`, 400, "owner"},
+		{"sem token too long", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":3,"token":"` + strings.Repeat("t", 257) + `"}`, 400, "token"},
+		{"sem unknown field", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":3,"permits":2}`, 400, "permits"},
+		{"sem array body", "POST", "/v1/semaphores/s/acquire", jsonCT, `[3]`, 400, "body"},
+		{"sem trailing data", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":3} {}`, 400, "body"},
+		{"sem text body", "POST", "/v1/semaphores/s/acquire", "text/plain", `{"limit":3}`, 415, ""},
+		{"sem body too large", "POST", "/v1/semaphores/s/acquire", jsonCT, strings.Repeat(" ", server.MaxBody+1), 413, ""},
+		{"sem bad Idempotency-Key", "POST", "/v1/semaphores/s/acquire", jsonCT, `{"limit":3}`, 400, "Idempotency-Key"},
+		{"sem hold without limit", "POST", "/v1/semaphores/s/hold", jsonCT, `{}`, 400, "limit"},
+		{"sem hold no body", "POST", "/v1/semaphores/s/hold", jsonCT, ``, 400, "limit"},
+		{"sem hold limit over max", "POST", "/v1/semaphores/s/hold", jsonCT, `{"limit":20000}`, 400, "limit"},
+		{"sem renew without body", "POST", "/v1/semaphores/s/renew", jsonCT, ``, 400, "body"},
+		{"sem renew without token", "POST", "/v1/semaphores/s/renew", jsonCT, `{}`, 400, "token"},
+		{"sem renew ttl too short", "POST", "/v1/semaphores/s/renew", jsonCT, `{"token":"x","ttl_ms":1}`, 400, "ttl_ms"},
+		{"sem renew limit", "POST", "/v1/semaphores/s/renew", jsonCT, `{"token":"x","limit":3}`, 400, "limit"},
+		{"sem release without token", "POST", "/v1/semaphores/s/release", jsonCT, `{"token":""}`, 400, "token"},
+		{"sem release unknown field", "POST", "/v1/semaphores/s/release", jsonCT, `{"token":"x","all":true}`, 400, "all"},
+		{"sem reason too long", "POST", "/v1/semaphores/s/force-release", jsonCT, `{"reason":"` + strings.Repeat("r", 501) + `"}`, 400, "reason"},
+		{"sem fence zero", "POST", "/v1/semaphores/s/force-release", jsonCT, `{"fence":0}`, 400, "fence"},
+		{"sem fence a string", "POST", "/v1/semaphores/s/force-release", jsonCT, `{"fence":"1"}`, 400, "fence"},
+		{"sem list limit zero", "GET", "/v1/semaphores?limit=0", "", "", 400, "limit"},
+		{"sem list limit too big", "GET", "/v1/semaphores?limit=1001", "", "", 400, "limit"},
+		{"sem list prefix with a glob", "GET", "/v1/semaphores?prefix=a*", "", "", 400, "prefix"},
+		{"sem list prefix with a slash", "GET", "/v1/semaphores?prefix=sem/", "", "", 400, "prefix"},
+		{"sem list cursor garbage", "GET", "/v1/semaphores?cursor=%25%25%25", "", "", 400, "cursor"},
+		{"sem history limit zero", "GET", "/v1/semaphores/s/history?limit=0", "", "", 400, "limit"},
+		{"sem history type unknown", "GET", "/v1/semaphores/s/history?type=x", "", "", 400, "type"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res, body, err := do(tc.method, f.url+tc.path, tc.ct, tc.body)
+			req, err := http.NewRequest(tc.method, f.url+tc.path, strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
+			if tc.ct != "" {
+				req.Header.Set("Content-Type", tc.ct)
+			}
+			if strings.Contains(tc.name, "Idempotency-Key") {
+				req.Header.Set("Idempotency-Key", strings.Repeat("i", 201))
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
 			if res.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", res.StatusCode, tc.status, body)
 			}
@@ -479,6 +644,9 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := f.engine.State(context.Background(), "k"); err != lock.ErrNotFound {
 		t.Fatalf("a bad request created lock k: %v", err)
+	}
+	if _, err := f.engine.State(context.Background(), lock.SemaphoreKey("s")); err != lock.ErrNotFound {
+		t.Fatalf("a bad request created semaphore s: %v", err)
 	}
 }
 
@@ -710,6 +878,18 @@ func TestSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 	if _, err := f.client.ForceReleaseLockWithResponse(ctx, "secret", api.ForceReleaseRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	// A permit and a shared hold go the same way.
+	p := f.acquireSem(t, "secret", api.SemaphoreAcquireRequest{Limit: 2, Owner: ptr("w")})
+	if _, err := f.client.RenewSemaphoreWithResponse(ctx, "secret", api.RenewRequest{Token: p.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.ReleaseSemaphoreWithResponse(ctx, "secret", api.ReleaseRequest{Token: p.Token}); err != nil {
+		t.Fatal(err)
+	}
+	sh := f.acquire(t, "secret", api.AcquireRequest{Owner: ptr("w"), Mode: ptr(api.LockModeShared)})
+	if _, err := f.client.ReleaseLockWithResponse(ctx, "secret", api.ReleaseRequest{Token: sh.Token + "x"}); err != nil {
+		t.Fatal(err)
+	}
 	_, metrics, err := do(http.MethodGet, f.url+"/metrics", "", "")
 	if err != nil {
 		t.Fatal(err)
@@ -719,13 +899,19 @@ func TestSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 		t.Fatalf("access log lacks route or owner:\n%s", logs)
 	}
 	for name, text := range map[string]string{"logs": logs, "metrics": string(metrics)} {
-		if strings.Contains(text, l.Token) || strings.Contains(text, l.Token[:16]) {
-			t.Fatalf("the token appears in the %s", name)
+		for _, tok := range []string{l.Token, p.Token, sh.Token} {
+			if strings.Contains(text, tok) || strings.Contains(text, tok[:16]) {
+				t.Fatalf("a token appears in the %s", name)
+			}
 		}
 	}
+	if !strings.Contains(logs, `"route":"/v1/semaphores/{key}/renew"`) || !strings.Contains(logs, `"key":"sem/secret"`) {
+		t.Fatalf("access log lacks the semaphore's route or key:\n%s", logs)
+	}
 	for _, series := range []string{
-		`lockd_http_requests_total{method="POST",route="/v1/locks/{key}/acquire",status="200"} 2`,
-		`lockd_acquire_total{outcome="granted"} 1`,
+		`lockd_http_requests_total{method="POST",route="/v1/locks/{key}/acquire",status="200"} 3`,
+		`lockd_http_requests_total{method="POST",route="/v1/semaphores/{key}/acquire",status="200"} 1`,
+		`lockd_acquire_total{outcome="granted"} 3`,
 		`lockd_acquire_total{outcome="reentered"} 1`,
 		"lockd_waiters 0",
 	} {

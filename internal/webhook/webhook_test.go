@@ -262,3 +262,32 @@ func TestSign(t *testing.T) {
 		t.Fatalf("Sign = %s, want %s", got, want)
 	}
 }
+
+// A semaphore's events are delivered by its name, with kind semaphore; a
+// hook's prefixes apply to the name as to a lock's key.
+func TestSemaphoreEventsByName(t *testing.T) {
+	srv := redistest.Start(t)
+	e := lock.New(srv.Client(t), lock.Options{})
+	t.Cleanup(func() { _ = e.Close() })
+	const secret = "s3cret-0123456789"
+	rec, hs := newReceiver(t, secret, 0)
+	run(t, e, []webhook.Hook{{Name: "ops", URL: hs.URL, Secret: secret, Events: []string{"acquired"}, Prefixes: []string{"wh:"}}}, "a", fast)
+	groupReady(t, e)
+	ctx := context.Background()
+	for _, key := range []string{lock.SemaphoreKey("wh:pool"), lock.SemaphoreKey("other:pool"), "wh:1", "other:1"} {
+		if _, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Minute, Limit: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lockdtest.Eventually(t, func() bool { return rec.count() == 2 }, 10*time.Second, "2 deliveries")
+	time.Sleep(300 * time.Millisecond) // room for an unwanted one to show
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	got := map[string]any{}
+	for _, ev := range rec.events {
+		got[ev["key"].(string)] = ev["kind"]
+	}
+	if len(got) != 2 || got["wh:pool"] != "semaphore" || got["wh:1"] != "lock" {
+		t.Fatalf("delivered (key → kind) %v, want wh:pool → semaphore and wh:1 → lock", got)
+	}
+}
