@@ -64,8 +64,24 @@ func New(serverURL string, opts ...Option) (*Client, error) {
 	return &Client{raw: raw, retryFor: o.retryFor}, nil
 }
 
+// Mode is how a lease holds its key.
+type Mode string
+
+// Modes. A lock is held by one Exclusive holder or by any number of Shared
+// holders together; a semaphore's holders each hold a Permit.
+const (
+	// Exclusive holds a lock alone: the default.
+	Exclusive Mode = "exclusive"
+	// Shared holds a lock together with any other Shared holders, and
+	// with no Exclusive one. A Shared request that arrives while an
+	// Exclusive one waits queues behind it, so writers do not starve.
+	Shared Mode = "shared"
+	// Permit is the mode of a semaphore's leases (Lease.Mode only).
+	Permit Mode = "permit"
+)
+
 // AcquireOptions are the knobs of an acquire. Zero values take the server's
-// defaults (TTL 30 s, no wait).
+// defaults (TTL 30 s, no wait, exclusive).
 type AcquireOptions struct {
 	// Owner labels the holder on the dashboard; default the caller's
 	// API-key name or address.
@@ -73,8 +89,12 @@ type AcquireOptions struct {
 	// TTL is the lease's time to live; the watchdog renews every TTL/3.
 	TTL time.Duration
 	// Wait is how long the server waits for a held key before answering
-	// ErrHeld.
+	// ErrHeld (ErrNoPermits for a semaphore). Waiting requests are granted
+	// in the order they began to wait, across every lockd replica.
 	Wait time.Duration
+	// Mode is Exclusive (the default) or Shared, for locks. A
+	// semaphore's permits have no other mode: leave it empty there.
+	Mode Mode
 	// IdempotencyKey (e.g. a webhook delivery ID) makes a repeated acquire
 	// get the lease it already holds. Default: a random key per call, which
 	// only makes Acquire's own retries safe.
@@ -83,32 +103,66 @@ type AcquireOptions struct {
 	NoAutoRenew bool
 }
 
-// Acquire takes key, waiting up to opts.Wait while another lease holds it.
-// The lease renews itself every ttl/3 unless opts.NoAutoRenew; ctx bounds
-// only the acquire, not the lease (Release ends that).
+// Acquire takes key, waiting up to opts.Wait while another lease holds it
+// (or, with opts.Mode Shared, while an exclusive lease holds it or waits
+// for it). The lease renews itself every ttl/3 unless opts.NoAutoRenew;
+// ctx bounds only the acquire, not the lease (Release ends that).
 func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (*Lease, error) {
+	var mode *api.LockMode
+	switch opts.Mode {
+	case "", Exclusive:
+		// Not sent: the server's default, and what servers before modes
+		// understand.
+	case Shared:
+		mode = ptr(api.LockModeShared)
+	default:
+		return nil, fmt.Errorf("%w: mode %q: a lock is held exclusive or shared", ErrInvalid, opts.Mode)
+	}
+	return c.acquire(ctx, lockKind, opts, func(ctx context.Context, p acquireParams) (*http.Response, error) {
+		body := api.AcquireRequest{Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Mode: mode}
+		return c.raw.AcquireLock(ctx, key, &api.AcquireLockParams{IdempotencyKey: p.idem}, body)
+	})
+}
+
+// kind is what a key names: a lock or a semaphore (which may share a name).
+type kind uint8
+
+const (
+	lockKind kind = iota
+	semaphoreKind
+)
+
+// acquireParams are the fields that every acquire sends.
+type acquireParams struct {
+	idem, owner   *string
+	ttlMs, waitMs *int64
+}
+
+// acquire sends an acquire until it is answered, retrying 503s and
+// connection errors with backoff for up to c.retryFor past the wait, each
+// time with what is left of the wait.
+func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send func(context.Context, acquireParams) (*http.Response, error)) (*Lease, error) {
 	if opts.IdempotencyKey == "" {
 		opts.IdempotencyKey = crand.Text()
 	}
-	params := &api.AcquireLockParams{IdempotencyKey: &opts.IdempotencyKey}
 	waitUntil := time.Now().Add(opts.Wait)
 	giveUp := waitUntil.Add(c.retryFor)
 	for attempt := 0; ; attempt++ {
-		body := api.AcquireRequest{}
+		p := acquireParams{idem: &opts.IdempotencyKey}
 		if opts.Owner != "" {
-			body.Owner = &opts.Owner
+			p.owner = &opts.Owner
 		}
 		if opts.TTL > 0 {
-			body.TtlMs = ptr(opts.TTL.Milliseconds())
+			p.ttlMs = ptr(opts.TTL.Milliseconds())
 		}
 		if w := time.Until(waitUntil); w > 0 {
-			body.WaitMs = ptr(w.Milliseconds())
+			p.waitMs = ptr(w.Milliseconds())
 		}
 		sent := time.Now()
-		resp, err := c.raw.AcquireLock(ctx, key, params, body)
+		resp, err := send(ctx, p)
 		l, err := decode[api.Lease](ctx, resp, err)
 		if err == nil {
-			return newLease(c, l, sent, !opts.NoAutoRenew), nil
+			return newLease(c, k, l, sent, !opts.NoAutoRenew), nil
 		}
 		if !errors.Is(err, ErrUnavailable) {
 			return nil, err
@@ -128,11 +182,21 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 // ErrLeaseLost. Leases from Acquire renew themselves; this is for tokens
 // kept elsewhere (a shell script's).
 func (c *Client) Renew(ctx context.Context, key, token string, ttl time.Duration) (api.Lease, error) {
+	return c.renew(ctx, lockKind, key, token, ttl)
+}
+
+func (c *Client) renew(ctx context.Context, k kind, key, token string, ttl time.Duration) (api.Lease, error) {
 	body := api.RenewRequest{Token: token}
 	if ttl > 0 {
 		body.TtlMs = ptr(ttl.Milliseconds())
 	}
-	resp, err := c.raw.RenewLock(ctx, key, body)
+	var resp *http.Response
+	var err error
+	if k == semaphoreKind {
+		resp, err = c.raw.RenewSemaphore(ctx, key, body)
+	} else {
+		resp, err = c.raw.RenewLock(ctx, key, body)
+	}
 	l, err := decode[api.Lease](ctx, resp, err)
 	return l, lostIfNotFound(key, err)
 }
@@ -140,22 +204,56 @@ func (c *Client) Renew(ctx context.Context, key, token string, ttl time.Duration
 // Release gives back one level of the lease with token on key. A lease
 // that is no longer live is ErrLeaseLost.
 func (c *Client) Release(ctx context.Context, key, token string) (api.ReleaseResult, error) {
-	resp, err := c.raw.ReleaseLock(ctx, key, api.ReleaseRequest{Token: token})
+	return c.release(ctx, lockKind, key, token)
+}
+
+func (c *Client) release(ctx context.Context, k kind, key, token string) (api.ReleaseResult, error) {
+	body := api.ReleaseRequest{Token: token}
+	var resp *http.Response
+	var err error
+	if k == semaphoreKind {
+		resp, err = c.raw.ReleaseSemaphore(ctx, key, body)
+	} else {
+		resp, err = c.raw.ReleaseLock(ctx, key, body)
+	}
 	r, err := decode[api.ReleaseResult](ctx, resp, err)
 	return r, lostIfNotFound(key, err)
 }
 
-// ForceRelease breaks the lease on key, whoever holds it (admin scope).
+// ForceRelease breaks every lease on key (all its shared holders),
+// whoever holds it (admin scope).
 func (c *Client) ForceRelease(ctx context.Context, key, reason string) (api.ForceReleaseResult, error) {
+	return c.ForceReleaseFence(ctx, key, 0, reason)
+}
+
+// ForceReleaseFence breaks only the lease on key with fence (admin
+// scope): one shared holder, or an exclusive holder you have looked at,
+// not whoever took the key since. When no holder has that fence, nothing is
+// broken and the error wraps ErrLeaseLost. Fence 0 breaks every holder.
+func (c *Client) ForceReleaseFence(ctx context.Context, key string, fence int64, reason string) (api.ForceReleaseResult, error) {
+	return c.forceRelease(ctx, lockKind, key, fence, reason)
+}
+
+func (c *Client) forceRelease(ctx context.Context, k kind, key string, fence int64, reason string) (api.ForceReleaseResult, error) {
 	body := api.ForceReleaseRequest{}
 	if reason != "" {
 		body.Reason = &reason
 	}
-	resp, err := c.raw.ForceReleaseLock(ctx, key, body)
+	if fence != 0 {
+		body.Fence = &fence
+	}
+	var resp *http.Response
+	var err error
+	if k == semaphoreKind {
+		resp, err = c.raw.ForceReleaseSemaphore(ctx, key, body)
+	} else {
+		resp, err = c.raw.ForceReleaseLock(ctx, key, body)
+	}
 	return decode[api.ForceReleaseResult](ctx, resp, err)
 }
 
-// State reads the live lock on key; ErrNotFound when it has none.
+// State reads the live lock on key: its mode, every holder and the queue
+// of waiting requests (never a token); ErrNotFound when it has none.
 func (c *Client) State(ctx context.Context, key string) (api.LockState, error) {
 	resp, err := c.raw.GetLock(ctx, key)
 	return decode[api.LockState](ctx, resp, err)
@@ -181,12 +279,7 @@ func (c *Client) List(ctx context.Context, prefix string, limit int, cursor stri
 // History reads the recent events of key, newest first; limit 0 is the
 // server's default.
 func (c *Client) History(ctx context.Context, key string, limit int) (api.History, error) {
-	p := &api.GetLockHistoryParams{}
-	if limit > 0 {
-		p.Limit = &limit
-	}
-	resp, err := c.raw.GetLockHistory(ctx, key, p)
-	return decode[api.History](ctx, resp, err)
+	return c.history(ctx, lockKind, key, limit, nil)
 }
 
 // Renewals returns the key's last renewals (at most limit; 0: the
@@ -194,12 +287,21 @@ func (c *Client) History(ctx context.Context, key string, limit int) (api.Histor
 // lease was left when it came. The history itself keeps only lifecycle
 // events.
 func (c *Client) Renewals(ctx context.Context, key string, limit int) (api.History, error) {
-	t := api.Renewed
-	p := &api.GetLockHistoryParams{Type: &t}
+	return c.history(ctx, lockKind, key, limit, ptr(api.Renewed))
+}
+
+func (c *Client) history(ctx context.Context, k kind, key string, limit int, typ *api.EventType) (api.History, error) {
+	var lim *int
 	if limit > 0 {
-		p.Limit = &limit
+		lim = &limit
 	}
-	resp, err := c.raw.GetLockHistory(ctx, key, p)
+	var resp *http.Response
+	var err error
+	if k == semaphoreKind {
+		resp, err = c.raw.GetSemaphoreHistory(ctx, key, &api.GetSemaphoreHistoryParams{Limit: lim, Type: typ})
+	} else {
+		resp, err = c.raw.GetLockHistory(ctx, key, &api.GetLockHistoryParams{Limit: lim, Type: typ})
+	}
 	return decode[api.History](ctx, resp, err)
 }
 
@@ -246,18 +348,22 @@ func problemError(resp *http.Response, body []byte) error {
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/problem+json" || mt == "application/json" {
 		_ = json.Unmarshal(bytes.TrimSpace(body), &ae.Problem)
 	}
-	if ae.Problem.Code == api.ProblemCodeLockHeld {
-		he := &HeldError{APIError: ae}
-		if ae.Problem.Key != nil {
-			he.Key = *ae.Problem.Key
-		}
-		if ae.Problem.Holder != nil {
-			he.Holder = *ae.Problem.Holder
-		}
-		if ae.Problem.RemainingMs != nil {
-			he.Remaining = time.Duration(*ae.Problem.RemainingMs) * time.Millisecond
-		}
-		return he
+	var key, holder string
+	var remaining time.Duration
+	if ae.Problem.Key != nil {
+		key = *ae.Problem.Key
+	}
+	if ae.Problem.Holder != nil {
+		holder = *ae.Problem.Holder
+	}
+	if ae.Problem.RemainingMs != nil {
+		remaining = time.Duration(*ae.Problem.RemainingMs) * time.Millisecond
+	}
+	switch ae.Problem.Code {
+	case api.ProblemCodeLockHeld:
+		return &HeldError{APIError: ae, Key: key, Holder: holder, Remaining: remaining}
+	case api.ProblemCodeNoPermits:
+		return &NoPermitsError{APIError: ae, Name: key, Holder: holder, Remaining: remaining}
 	}
 	return &ae
 }

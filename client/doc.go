@@ -7,6 +7,14 @@
 //			return buildReport(ctx)
 //		})
 //
+// A lock is held by one holder (Exclusive, the default) or by any number of
+// holders together (AcquireOptions.Mode Shared). A Semaphore caps how many
+// hold it at once; each of its permits is a *Lease like a lock's:
+//
+//	pool := c.Semaphore("render:pool", 4)
+//	err = client.WithPermit(ctx, pool, client.AcquireOptions{Wait: time.Minute},
+//		func(ctx context.Context) error { return render(ctx) })
+//
 // Acquire returns a *Lease whose watchdog renews it every ttl/3 until
 // Release (Redisson's watchdog). A renew answered 404 or 409 means the lease
 // is gone: the lease is lost at once. A renew that fails for any other reason

@@ -15,6 +15,13 @@ var (
 	// ErrHeld means another lease holds the key (after the wait, if any).
 	// The error is a *HeldError.
 	ErrHeld = errors.New("lockd: lock held")
+	// ErrNoPermits means every permit of the semaphore is held (after the
+	// wait, if any). The error is a *NoPermitsError.
+	ErrNoPermits = errors.New("lockd: no permit free")
+	// ErrLimitMismatch means the semaphore's permits are held with another
+	// limit than the one asked for: every holder of a semaphore must use
+	// the same limit.
+	ErrLimitMismatch = errors.New("lockd: semaphore held with another limit")
 	// ErrLeaseLost means the lease is no longer ours: its token is not the
 	// live one, the key has no live lease on renew or release, or it could
 	// not be renewed before it expired. Stop the protected work.
@@ -31,6 +38,9 @@ var (
 	// ErrInvalid means the server rejected the request as malformed (400,
 	// 413, 415): a bad key, TTL or wait out of range.
 	ErrInvalid = errors.New("lockd: invalid request")
+	// ErrUnsupported means the server cannot do what was asked: a server
+	// in Redlock mode has neither shared holds nor semaphores (400).
+	ErrUnsupported = errors.New("lockd: not supported by this server")
 	// ErrReleased is the cause of a lease's Context after Release.
 	ErrReleased = errors.New("lockd: lease released")
 )
@@ -68,6 +78,12 @@ func (e *APIError) Unwrap() error {
 	switch e.Problem.Code {
 	case api.ProblemCodeLockHeld:
 		return ErrHeld
+	case api.ProblemCodeNoPermits:
+		return ErrNoPermits
+	case api.ProblemCodeLimitMismatch:
+		return ErrLimitMismatch
+	case api.ProblemCodeUnsupported:
+		return ErrUnsupported
 	case api.ProblemCodeLeaseLost:
 		return ErrLeaseLost
 	case api.ProblemCodeNotFound:
@@ -108,6 +124,24 @@ func (e *HeldError) Error() string {
 // Unwrap makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Unwrap() error { return ErrHeld }
 
+// NoPermitsError is the answer to a semaphore acquire that found every
+// permit held. Holder and Remaining describe the permit that ends first:
+// the earliest a permit may come free without a release.
+type NoPermitsError struct {
+	APIError
+	Name      string
+	Holder    string
+	Remaining time.Duration
+}
+
+// Error says when a permit may come free.
+func (e *NoPermitsError) Error() string {
+	return fmt.Sprintf("every permit of %s is held; the first ends in %v (%s)", e.Name, e.Remaining, e.Holder)
+}
+
+// Unwrap makes errors.Is(err, ErrNoPermits) true.
+func (e *NoPermitsError) Unwrap() error { return ErrNoPermits }
+
 // retryAfter is the server's Retry-After in err, or 0.
 func retryAfter(err error) time.Duration {
 	var ae *APIError
@@ -117,6 +151,10 @@ func retryAfter(err error) time.Duration {
 	var he *HeldError
 	if errors.As(err, &he) {
 		return he.RetryAfter
+	}
+	var ne *NoPermitsError
+	if errors.As(err, &ne) {
+		return ne.RetryAfter
 	}
 	return 0
 }

@@ -10,11 +10,13 @@ import (
 	"github.com/lockd/lockd/api"
 )
 
-// Lease is a granted lock. Unless acquired with NoAutoRenew, a watchdog
+// Lease is a granted lock (exclusive or shared) or a permit of a
+// semaphore. Unless acquired with NoAutoRenew, a watchdog
 // goroutine renews it every ttl/3 until Release or loss. Its methods are
 // safe for concurrent use.
 type Lease struct {
 	c     *Client
+	kind  kind
 	key   string
 	token string
 	fence int64
@@ -36,10 +38,10 @@ type Lease struct {
 	replayed bool // set once, by newLease
 }
 
-func newLease(c *Client, l api.Lease, sent time.Time, watchdog bool) *Lease {
+func newLease(c *Client, k kind, l api.Lease, sent time.Time, watchdog bool) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ls := &Lease{
-		c: c, key: l.Key, token: l.Token, fence: l.Fence,
+		c: c, kind: k, key: l.Key, token: l.Token, fence: l.Fence,
 		ttl: time.Duration(l.TtlMs) * time.Millisecond,
 		ctx: ctx, cancel: cancel,
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
@@ -56,8 +58,33 @@ func newLease(c *Client, l api.Lease, sent time.Time, watchdog bool) *Lease {
 	return ls
 }
 
-// Key is the lock's key.
+// Key is the lock's key, or the semaphore's name.
 func (l *Lease) Key() string { return l.key }
+
+// Mode is how the lease holds its key: Exclusive or Shared for a lock,
+// Permit for a semaphore.
+func (l *Lease) Mode() Mode {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.info.Mode == "" {
+		// A server from before modes: every lock was exclusive.
+		if l.kind == semaphoreKind {
+			return Permit
+		}
+		return Exclusive
+	}
+	return Mode(l.info.Mode)
+}
+
+// Limit is the semaphore's limit, or 0 for a lock.
+func (l *Lease) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.info.Limit == nil {
+		return 0
+	}
+	return *l.info.Limit
+}
 
 // Token is the lease's secret. Keep it out of logs.
 func (l *Lease) Token() string { return l.token }
@@ -113,7 +140,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	nl, err := l.c.Renew(ctx, l.key, l.token, l.ttl)
+	nl, err := l.c.renew(ctx, l.kind, l.key, l.token, l.ttl)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			l.lose(err)
@@ -144,7 +171,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	_, err := l.c.Release(ctx, l.key, l.token)
+	_, err := l.c.release(ctx, l.kind, l.key, l.token)
 	if errors.Is(err, ErrLeaseLost) {
 		l.lose(err)
 		return l.Err()
