@@ -127,7 +127,8 @@ func TestSemaphoreLifecycle(t *testing.T) {
 	// Renew one permit: the others keep their expiry.
 	before := f.semState(t, "pool:render")
 	rn, err := f.client.RenewSemaphoreWithResponse(ctx, "pool:render", api.RenewRequest{Token: permits[1].Token, TtlMs: ptr(int64(60000))})
-	if err != nil || rn.JSON200 == nil || rn.JSON200.Fence != permits[1].Fence || rn.JSON200.TtlMs != 60000 || rn.JSON200.Mode != api.GrantModePermit {
+	if err != nil || rn.JSON200 == nil || rn.JSON200.Fence != permits[1].Fence || rn.JSON200.TtlMs != 60000 || rn.JSON200.Mode != api.GrantModePermit ||
+		rn.JSON200.Limit == nil || *rn.JSON200.Limit != 3 {
 		t.Fatalf("renew: %v %s", err, rn.Body)
 	}
 	after := f.semState(t, "pool:render")
@@ -508,8 +509,9 @@ func TestHoldPermitAndShared(t *testing.T) {
 				t.Fatalf("holds %+v %+v", la, lb)
 			}
 			for range 3 {
-				if l := lease(t, a, "renewed"); l.Fence != la.Fence || l.Mode != tc.mode {
-					t.Fatalf("renewed %+v", l)
+				if l := lease(t, a, "renewed"); l.Fence != la.Fence || l.Mode != tc.mode || (l.Limit == nil) != (la.Limit == nil) ||
+					(l.Limit != nil && *l.Limit != *la.Limit) {
+					t.Fatalf("renewed %+v after %+v", l, la)
 				}
 			}
 			st, err := f.engine.State(context.Background(), tc.engineKey)
