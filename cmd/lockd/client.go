@@ -93,13 +93,15 @@ func printJSON(w io.Writer, v any) error {
 func failed(err error) error {
 	code := exitUnreachable
 	switch {
-	case errors.Is(err, client.ErrHeld):
+	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrNoPermits):
 		code = exitHeld
 	case errors.Is(err, client.ErrLeaseLost), errors.Is(err, client.ErrNotFound):
 		code = exitLeaseLost
 	case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
 		code = exitAuth
-	case errors.Is(err, client.ErrInvalid):
+	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrLimitMismatch), errors.Is(err, client.ErrUnsupported):
+		// A semaphore held with another limit, or a server (Redlock)
+		// without shared holds or semaphores: the command line must change.
 		code = exitUsage
 	case errors.Is(err, client.ErrUnavailable):
 		code = exitUnreachable

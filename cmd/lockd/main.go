@@ -64,21 +64,27 @@ Server:
   lockd --version               print the version, commit and Go version
 
 Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVER, LOCKD_API_KEY):
-  lockd run     [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] KEY -- COMMAND [ARGS...]
+  lockd run     [--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] KEY -- COMMAND [ARGS...]
                                 hold KEY while COMMAND runs; exit with its status
-  lockd acquire [--ttl 30s] [--wait 0s] [--owner NAME] [--json] KEY
-                                take KEY; print its token (alone) on stdout
+  lockd run     --semaphore NAME --limit N [flags] -- COMMAND [ARGS...]
+                                hold a permit of semaphore NAME while COMMAND runs
+  lockd acquire [--shared] [--ttl 30s] [--wait 0s] [--owner NAME] [--json] KEY
+                                take KEY (--shared: with other shared holders);
+                                print its token (alone) on stdout
   lockd renew   --token T [--ttl D] [--json] KEY
   lockd release --token T KEY
-  lockd status  [--json] KEY
+  lockd status  [--json] KEY    holders and queue
   lockd ls      [--prefix P] [--json]
   lockd history [--limit N] [--json] KEY
-  lockd force-release [--reason TEXT] KEY
+  lockd force-release [--fence N] [--reason TEXT] KEY
+  lockd sem acquire|renew|release|status|list|history|force-release ...
+                                the same for semaphores (lockd sem -h)
 
 Every flag also reads LOCKD_<FLAG> (LOCKD_TOKEN, LOCKD_TTL, ...).
-Exit codes: 0 ok, 1 held or wait timed out, 2 usage, 3 lease lost (or no live
-lease), 4 server unreachable or 5xx, 5 unauthorized or forbidden; lockd run
-exits with COMMAND's status otherwise.
+Exit codes: 0 ok, 1 held (or no permit free) after the wait, 2 usage (also a
+semaphore held with another --limit), 3 lease lost (or no live lease), 4 server
+unreachable or 5xx, 5 unauthorized or forbidden; lockd run exits with COMMAND's
+status otherwise.
 
 Run "lockd COMMAND -h" for a command's flags.`
 
@@ -121,4 +127,5 @@ var clientCommands = map[string]clientCommand{
 	"ls":            lsCmd,
 	"history":       historyCmd,
 	"force-release": forceReleaseCmd,
+	"sem":           semCmd,
 }

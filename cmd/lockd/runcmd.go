@@ -22,8 +22,9 @@ import (
 // exitNoCommand is the shell's code for a command that could not be run.
 const exitNoCommand = 127
 
-// runCmd is `lockd run`: the flock(1) of lockd. It holds KEY while COMMAND
-// runs, renewing every ttl/3, and exits with COMMAND's status.
+// runCmd is `lockd run`: the flock(1) of lockd. It holds KEY (or, with
+// --semaphore, a permit of that semaphore) while COMMAND runs, renewing
+// every ttl/3, and exits with COMMAND's status.
 //
 // COMMAND runs in its own process group, so that a lost lease stops all of
 // it (a shell script and what it started), not just its first process.
@@ -31,12 +32,16 @@ const exitNoCommand = 127
 // to that group and lockd run waits for COMMAND to end; ctx is not watched
 // then, since main cancels it on the same signals.
 func runCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cf := newClientFlags("run", "[--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] KEY -- COMMAND [ARGS...]", getenv, stderr)
+	cf := newClientFlags("run", "[--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] KEY -- COMMAND [ARGS...]\n"+
+		"       lockd run --semaphore NAME --limit N [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]", getenv, stderr)
 	ttl := cf.fs.Duration("ttl", cf.env.dur("ttl", 30*time.Second), "lease TTL; renewed every ttl/3 while COMMAND runs")
-	wait := cf.fs.Duration("wait", cf.env.dur("wait", 60*time.Second), "how long to wait while the key is held (then exit 1)")
+	wait := cf.fs.Duration("wait", cf.env.dur("wait", 60*time.Second), "how long to wait while the key is held or no permit is free (then exit 1)")
 	owner := cf.fs.String("owner", cf.env.str("owner", ""), "holder's label (default: the server's name for the caller)")
 	grace := cf.fs.Duration("grace", cf.env.dur("grace", 10*time.Second), "after a lost lease, how long COMMAND has between SIGTERM and SIGKILL")
 	retry := cf.fs.Duration("retry", cf.env.dur("retry", 30*time.Second), "how long to keep retrying the acquire while the server answers 503 or cannot be reached")
+	shared := cf.fs.Bool("shared", cf.env.bool("shared", false), "hold KEY together with other shared holders (a read lock); default exclusive")
+	semaphore := cf.fs.String("semaphore", cf.env.str("semaphore", ""), "hold a permit of this semaphore instead of a lock (then no KEY); needs --limit")
+	limit := cf.fs.Int("limit", cf.env.int("limit", 0), "with --semaphore: the most permits held at once, 1-10000 (every holder must use the same)")
 	if err := cf.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return &exitError{code: exitOK}
@@ -46,15 +51,41 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 	if cf.env.err != nil {
 		return usageError("%v", cf.env.err)
 	}
+	sem := *semaphore != ""
 	rest := cf.fs.Args()
-	if len(rest) > 1 && rest[1] == "--" {
-		rest = append(rest[:1:1], rest[2:]...)
+	var key string
+	var argv []string
+	if sem {
+		// The flag package has taken a "--" that came right after the
+		// flags; one further on means that a KEY was given too.
+		if len(rest) > 1 && rest[1] == "--" {
+			cf.fs.Usage()
+			return usageError("run --semaphore %s takes no KEY (got %q): the semaphore is the flag's value", *semaphore, rest[0])
+		}
+		key, argv = *semaphore, rest
+		if len(argv) == 0 {
+			cf.fs.Usage()
+			return usageError("run --semaphore NAME wants -- COMMAND [ARGS...]")
+		}
+		switch {
+		case *shared:
+			return usageError("--shared is for locks: a semaphore's permits have no mode")
+		case *limit == 0:
+			return usageError("run --semaphore needs --limit N (or LOCKD_LIMIT): the most permits held at once")
+		}
+	} else {
+		if len(rest) > 1 && rest[1] == "--" {
+			rest = append(rest[:1:1], rest[2:]...)
+		}
+		if len(rest) < 2 {
+			cf.fs.Usage()
+			return usageError("run wants KEY -- COMMAND [ARGS...]")
+		}
+		key, argv = rest[0], rest[1:]
+		if *limit != 0 {
+			return usageError("--limit is for --semaphore NAME")
+		}
 	}
-	if len(rest) < 2 {
-		cf.fs.Usage()
-		return usageError("run wants KEY -- COMMAND [ARGS...]")
-	}
-	key, argv := rest[0], rest[1:]
 	if *grace < 0 {
 		return usageError("--grace must not be negative")
 	}
@@ -63,9 +94,24 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	l, err := c.Acquire(ctx, key, client.AcquireOptions{Owner: *owner, TTL: *ttl, Wait: *wait})
+	opts := client.AcquireOptions{Owner: *owner, TTL: *ttl, Wait: *wait}
+	var l *client.Lease
+	// held names what the command runs under, for messages.
+	held := "the lease on " + key
+	history := c.History
+	if sem {
+		s := c.Semaphore(key, *limit)
+		l, err = s.Acquire(ctx, opts)
+		held = "the permit of semaphore " + key
+		history = func(ctx context.Context, _ string, limit int) (api.History, error) { return s.History(ctx, limit) }
+	} else {
+		if *shared {
+			opts.Mode = client.Shared
+		}
+		l, err = c.Acquire(ctx, key, opts)
+	}
 	if err != nil {
-		if errors.Is(err, client.ErrHeld) {
+		if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrNoPermits) {
 			return &exitError{code: exitHeld, msg: fmt.Sprintf("%v (waited %v)", err, *wait)}
 		}
 		return failed(err)
@@ -113,7 +159,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			kill = time.After(*grace)
 			fmt.Fprintf(stderr, "lockd: %s%s\nlockd: stopping %s: SIGTERM now, SIGKILL in %v\n",
-				trimLockd(lostErr), why(ctx, c, key, l.Fence()), argv[0], *grace)
+				trimLockd(lostErr), why(ctx, history, key, l.Fence()), argv[0], *grace)
 			continue
 		case <-kill:
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -126,15 +172,15 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 	if lostErr != nil {
 		// Whatever is left in the group must not outlive the lease either.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s stopped (status %d): the lease on %s was lost", argv[0], status, key)}
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s stopped (status %d): %s was lost", argv[0], status, held)}
 	}
 	if err := release(); err != nil {
 		if errors.Is(err, client.ErrLeaseLost) {
 			// Lost between the last renew and now: COMMAND's end may have
 			// run unprotected, which the caller must hear about.
-			return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s exited (status %d) but the lease was already lost: %s", argv[0], status, trimLockd(err))}
+			return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s exited (status %d) but %s was already lost: %s", argv[0], status, held, trimLockd(err))}
 		}
-		fmt.Fprintf(stderr, "lockd: release %s: %s; the lease will expire within %v\n", key, trimLockd(err), l.TTL())
+		fmt.Fprintf(stderr, "lockd: release %s: %s; it will expire within %v\n", held, trimLockd(err), l.TTL())
 	}
 	if status != 0 {
 		return &exitError{code: status}
@@ -144,10 +190,10 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 
 // why looks in the key's history for what ended the lease with fence, to
 // tell the user more than "no live lease" (who broke it, and why).
-func why(ctx context.Context, c *client.Client, key string, fence int64) string {
+func why(ctx context.Context, history func(context.Context, string, int) (api.History, error), key string, fence int64) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	h, err := c.History(ctx, key, 20)
+	h, err := history(ctx, key, 20)
 	if err != nil {
 		return ""
 	}
