@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +92,9 @@ type Engine struct {
 	hub        *hub
 	feed       *feed // the event stream's readers in this process (events.go)
 	sweeper    sweeper
+	leaving    sync.WaitGroup // leave calls in flight
+	leaveMu    sync.Mutex
+	closing    bool // no more leave calls
 	lapseMu    sync.Mutex
 	lapse      LapseFunc
 }
@@ -141,7 +146,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 		id:        hex.EncodeToString(id[:]),
 		sub:       st.Subscribe(),
 		wakeOf:    func(key string) string { return keysOf(key).wake },
-		write:     e.writeWaiters,
+		alive:     e.alive,
 		bound:     opts.CallTimeout,
 		maxTotal:  opts.MaxWaiters,
 		maxPerKey: opts.MaxWaitersPerKey,
@@ -168,6 +173,10 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 // not close the Redis client, which the caller owns.
 func (e *Engine) Close() error {
 	e.hub.close()
+	e.leaveMu.Lock()
+	e.closing = true
+	e.leaveMu.Unlock()
+	e.leaving.Wait()
 	e.feed.close()
 	e.closeOnce.Do(func() { close(e.stop) })
 	e.stopped.Wait()
@@ -179,23 +188,6 @@ func (e *Engine) Ping(ctx context.Context) error {
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	return wrap("ping", e.st.Ping(ctx))
-}
-
-// writeWaiters writes this process's waiter counts, one script per key in
-// one pipeline. A count outlives a process that dies by at most the longest
-// wait.
-func (e *Engine) writeWaiters(ctx context.Context, counts map[string]int) error {
-	valid := (e.opts.MaxWait + 10*time.Second).Milliseconds()
-	err := e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for key, n := range counts {
-			e.scripts.waiters.Run(ctx, p, []string{keysOf(key).waiters}, e.hub.id, n, valid)
-		}
-		return nil
-	})
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		_ = e.st.Load(ctx, e.scripts.waiters)
-	}
-	return err
 }
 
 // Waiters is the number of callers now waiting in this process.
@@ -255,35 +247,49 @@ type Lease struct {
 // ErrIdempotencyMismatch when it asks for another owner or TTL. If ctx ends
 // while waiting, no lease is left behind.
 func (e *Engine) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
+	want, err := e.want(key, req)
+	if err != nil {
+		return Lease{}, err
+	}
 	token, err := newToken()
 	if err != nil {
 		return Lease{}, err
 	}
 	if req.Wait <= 0 || req.Token != "" {
-		return e.try(ctx, key, req, token, grantFree)
+		return e.try(ctx, key, req, token, want, nil)
+	}
+	// The first try queues the caller in Redis unless it is granted; a
+	// waiter queued before it, in this process or another, is granted
+	// first (the script decides).
+	en, err := newEntry(req.Wait)
+	if err != nil {
+		return Lease{}, err
 	}
 	seen := e.hub.watch(key)
-	var first error
-	if seen.queued {
-		// Others in this process already wait for the key: take a place
-		// behind them instead of racing them for the next grant, but
-		// answer an idempotent retry at once.
-		if req.IdempotencyKey == "" {
-			return e.queue(ctx, key, req, token, seen, nil)
-		}
-		lease, err := e.try(ctx, key, req, token, peek)
-		if err == nil || !waitable(err) {
-			return lease, err
-		}
-		first = err
-	} else {
-		lease, err := e.try(ctx, key, req, token, grantFree)
-		if err == nil || !waitable(err) {
-			return lease, err
-		}
-		first = err
+	lease, err := e.try(ctx, key, req, token, want, en)
+	if err == nil || !waitable(err) {
+		return lease, err
 	}
-	return e.queue(ctx, key, req, token, seen, first)
+	return e.queue(ctx, key, req, token, want, en, seen, err)
+}
+
+// want is the script's name for what the caller asks: an exclusive or
+// shared hold of a lock, or a permit of a semaphore.
+func (e *Engine) want(key string, req AcquireRequest) (string, error) {
+	if _, sem := SplitKey(key); sem {
+		if req.Limit < 1 || req.Limit > MaxLimit {
+			return "", fmt.Errorf("lock: semaphore limit %d is not within 1…%d", req.Limit, MaxLimit)
+		}
+		return "p", nil
+	}
+	switch req.Mode {
+	case "", Exclusive:
+		return "x", nil
+	case Shared:
+		return "s", nil
+	default:
+		return "", fmt.Errorf("lock: unknown mode %q", req.Mode)
+	}
 }
 
 // waitable says whether a failed try should wait: the key is held, Redis
@@ -295,12 +301,9 @@ func waitable(err error) bool {
 // queue waits in the hub. Every try of one waiter uses the same token, so a
 // try whose answer was lost (a timeout after Redis granted) is found again
 // by the next one instead of blocking the key until its TTL ends.
-func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, token string, seen watch, first error) (Lease, error) {
-	if errors.Is(first, errFree) {
-		first = nil
-	}
+func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, token, want string, en *entry, seen watch, first error) (Lease, error) {
 	try := func(ctx context.Context) (Lease, error) {
-		return e.try(ctx, key, req, token, grantFree)
+		return e.try(ctx, key, req, token, want, en)
 	}
 	undo := func(l Lease) {
 		// Granted to a caller that has gone: give it straight back.
@@ -308,11 +311,13 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 		defer cancel()
 		_, _ = e.Release(rctx, key, l.Token, req.Actor)
 	}
-	return e.hub.wait(ctx, key, time.Now().Add(req.Wait), try, undo, seen, first)
+	leave := func() { e.leave(key, en.id) }
+	return e.hub.wait(ctx, key, time.Now().Add(req.Wait), try, undo, leave, en.placed, seen, first)
 }
 
 // try modes: take a free key, or only look (re-entry, idempotent replay,
-// holder) and leave a free key to the waiters queued before the caller.
+// holder) and leave a free key to the waiters queued before the caller
+// (Redlock, whose queues live in each process).
 const (
 	grantFree = "grant"
 	peek      = "peek"
@@ -321,8 +326,10 @@ const (
 // errFree is a peek's answer when the key is free.
 var errFree = errors.New("lock: key is free")
 
-// try runs the acquire script once.
-func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token, mode string) (Lease, error) {
+// try runs the acquire script once. want is "x", "s" or "p" (Engine.want);
+// en is the caller's place in the key's queue, nil for a request that
+// does not wait.
+func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token, want string, en *entry) (Lease, error) {
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	k := keysOf(key)
@@ -340,11 +347,21 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	if err != nil {
 		return Lease{}, err
 	}
+	mode := grantFree
+	if want == peekX {
+		want, mode = "x", peek
+	}
+	wid, place, deadline := "", "", int64(0)
+	if en != nil {
+		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
+	}
 	b := e.bucket(key)
-	v, err := e.write(ctx, e.scripts.acquire, []string{k.lease, k.fence, k.hist, k.waiters, marker, b + "expiries", b + "events"},
+	v, err := e.write(ctx, e.scripts.acquire,
+		[]string{k.lease, k.fence, k.hist, k.queue, marker, b + "expiries", b + "events", k.qinfo, k.holders, b + "replicas"},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
 		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode,
-		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), newEpoch, e.epochs.ownLeft().Milliseconds(), e.opts.EventsMax)
+		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), newEpoch, e.epochs.ownLeft().Milliseconds(), e.opts.EventsMax,
+		want, req.Limit, wid, e.hub.id, aliveFor.Milliseconds(), deadline, place, (e.opts.MaxWait + time.Minute).Milliseconds())
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -364,6 +381,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		e.noted(key)
 		l := leaseFrom(key, r)
 		l.Outcome = Outcome(status)
+		l.Mode, l.Limit = modeOf(want), req.Limit
 		if status == "granted" && r.len() > 10 {
 			e.epochs.saw(marker, r.str(9), r.ms(10))
 		}
@@ -375,26 +393,42 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		e.epochs.recovering(left)
 		return Lease{}, &RecoveringError{Remaining: left}
 	case "idempotent":
-		outcome := Outcome(status)
-		if status == "idempotent" {
-			outcome = Replayed
-		}
 		l := leaseFrom(key, r)
-		l.Outcome = outcome
+		l.Outcome = Replayed
+		l.Mode, l.Limit = modeOf(want), req.Limit
 		return l, r.err
 	case "held":
 		if r.len() > 4 && r.str(3) != "" {
 			e.epochs.saw(marker, r.str(3), r.ms(4))
+		}
+		if en != nil && r.len() > 5 {
+			en.setPlace(r.str(5))
 		}
 		return Lease{}, &HeldError{Key: key, Owner: r.str(1), Remaining: r.ms(2)}
 	case "lost":
 		return Lease{}, ErrLeaseLost
 	case "mismatch":
 		return Lease{}, ErrIdempotencyMismatch
+	case "limit":
+		return Lease{}, ErrLimitMismatch
 	case "free":
 		return Lease{}, errFree
 	default:
 		return Lease{}, fmt.Errorf("lock: acquire script said %q", status)
+	}
+}
+
+// peekX is how Redlock asks try for an exclusive peek.
+const peekX = "peek"
+
+func modeOf(want string) Mode {
+	switch want {
+	case "s":
+		return Shared
+	case "p":
+		return Permit
+	default:
+		return Exclusive
 	}
 }
 
@@ -451,8 +485,9 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.waiters, e.epochKey(key), e.bucket(key) + "expiries", k.hist},
-		token, ttlArg, actor, e.opts.RenewalsMax, e.opts.Retention.Milliseconds(), k.wake)
+	b := e.bucket(key)
+	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.queue, e.epochKey(key), b + "expiries", k.hist, k.holders, b + "events"},
+		token, ttlArg, actor, e.opts.RenewalsMax, e.opts.Retention.Milliseconds(), k.wake, e.opts.HistoryMax, e.opts.EventsMax)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
@@ -487,7 +522,7 @@ func (e *Engine) Release(ctx context.Context, key, token, actor string) (Release
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	b := e.bucket(key)
-	v, err := e.write(ctx, e.scripts.release, []string{k.lease, k.hist, b + "expiries", b + "events"},
+	v, err := e.write(ctx, e.scripts.release, []string{k.lease, k.hist, b + "expiries", b + "events", k.holders, k.queue},
 		token, actor, e.opts.HistoryMax, k.wake, e.opts.EventsMax)
 	if err != nil {
 		return Released{}, wrap("release", err)
@@ -529,7 +564,7 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	b := e.bucket(key)
-	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, b + "expiries", b + "events"},
+	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, b + "expiries", b + "events", k.holders},
 		actor, reason, e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax)
 	if err != nil {
 		return Broken{}, wrap("force-release", err)
@@ -600,16 +635,22 @@ type State struct {
 
 // State returns the key's live lease, or ErrNotFound.
 func (e *Engine) State(ctx context.Context, key string) (State, error) {
-	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	v, err := e.st.Run(ctx, e.scripts.state, []string{k.lease, k.waiters})
+	v, err := e.st.Run(ctx, e.scripts.state, e.stateKeys(key))
 	if err != nil {
 		return State{}, wrap("state", err)
 	}
 	return stateFrom(key, v)
 }
 
+// stateKeys are the KEYS of state.lua.
+func (e *Engine) stateKeys(key string) []string {
+	k := keysOf(key)
+	return []string{k.lease, k.queue, k.qinfo, k.holders, e.bucket(key) + "replicas"}
+}
+
+// stateFrom reads state.lua's reply.
 func stateFrom(key string, v any) (State, error) {
 	r, err := newReply(v)
 	if err != nil {
@@ -618,25 +659,91 @@ func stateFrom(key string, v any) (State, error) {
 	if r.len() == 0 {
 		return State{}, ErrNotFound
 	}
-	remaining := r.ms(7)
-	s := State{
-		Key:        key,
-		Owner:      r.str(0),
-		Fence:      r.int(1),
-		Count:      int(r.int(2)),
-		TTL:        r.ms(3),
-		AcquiredAt: r.time(4),
-		RenewedAt:  r.time(5),
-		Renewals:   r.int(6),
-		Remaining:  remaining,
-		Waiters:    int(r.int(8)),
-		ExpiresAt:  r.time(9).Add(remaining),
+	now := r.time(1)
+	s := State{Key: key, Queue: queueFrom(r, 2)}
+	s.Waiters = len(s.Queue)
+	if r.str(0) == "x" {
+		remaining := r.ms(10)
+		h := Holder{
+			Owner:      r.str(3),
+			Mode:       Exclusive,
+			Fence:      r.int(4),
+			Count:      int(r.int(5)),
+			TTL:        r.ms(6),
+			AcquiredAt: r.time(7),
+			ExpiresAt:  now.Add(remaining),
+			Remaining:  remaining,
+		}
+		s.Mode, s.Holders = Exclusive, []Holder{h}
+		s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
+		s.RenewedAt = r.time(8)
+		s.Renewals = r.int(9)
+		s.LeftAtRenewal = r.ms(11)
+		s.AtRisk = atRisk(s)
+		return s, r.err
 	}
-	if r.len() > 10 {
-		s.LeftAtRenewal = r.ms(10)
+	s.Mode = Permit
+	if r.str(3) == "shared" {
+		s.Mode = Shared
+	} else {
+		s.Limit = int(r.int(4))
 	}
+	hs, err := newReply(r.vals[5])
+	if err != nil {
+		return State{}, err
+	}
+	// Each holder: owner, fence, count, ttl, acquired, renewed, renewals,
+	// expires, left.
+	var newest struct {
+		renewed  time.Time
+		renewals int64
+		left     time.Duration
+	}
+	for i := 0; i+8 < hs.len(); i += 9 {
+		exp := hs.time(i + 7)
+		h := Holder{
+			Owner:      hs.str(i),
+			Mode:       s.Mode,
+			Fence:      hs.int(i + 1),
+			Count:      int(hs.int(i + 2)),
+			TTL:        hs.ms(i + 3),
+			AcquiredAt: hs.time(i + 4),
+			ExpiresAt:  exp,
+			Remaining:  exp.Sub(now),
+		}
+		s.Holders = append(s.Holders, h)
+		if len(s.Holders) == 1 || h.Fence > s.Fence {
+			s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
+			newest.renewed, newest.renewals, newest.left = hs.time(i+5), hs.int(i+6), hs.ms(i+8)
+		}
+	}
+	slices.SortFunc(s.Holders, func(a, b Holder) int { return cmp.Compare(a.Fence, b.Fence) })
+	s.RenewedAt, s.Renewals, s.LeftAtRenewal = newest.renewed, newest.renewals, newest.left
 	s.AtRisk = atRisk(s)
+	if hs.err != nil {
+		return State{}, hs.err
+	}
 	return s, r.err
+}
+
+// queueFrom reads the queue part of a state reply: {owner, mode, since, …}.
+func queueFrom(r *reply, i int) []Queued {
+	if i >= r.len() {
+		return nil
+	}
+	q, err := newReply(r.vals[i])
+	if err != nil {
+		r.fail(err)
+		return nil
+	}
+	var out []Queued
+	for j := 0; j+2 < q.len(); j += 3 {
+		out = append(out, Queued{Owner: q.str(j), Mode: modeOf(q.str(j + 1)), WaitingSince: q.time(j + 2)})
+	}
+	if q.err != nil {
+		r.fail(q.err)
+	}
+	return out
 }
 
 // Event is one entry of a key's history.
@@ -675,7 +782,7 @@ func (e *Engine) readHistory(ctx context.Context, key string, limit int, renewal
 	if renewals {
 		read = k.renewals
 	}
-	v, err := e.st.Run(ctx, e.scripts.history, []string{k.lease, k.hist, b + "expiries", b + "events", read},
+	v, err := e.st.Run(ctx, e.scripts.history, []string{k.lease, k.hist, b + "expiries", b + "events", read, k.holders},
 		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), e.opts.EventsMax)
 	if err != nil {
 		return nil, wrap("history", err)
@@ -718,7 +825,10 @@ func atoi(s string) int64 {
 // keys names the Redis keys of one lock. The {hash tag} puts them in one
 // Cluster slot so a script may touch them all.
 type keys struct {
-	lease, fence, hist, renewals, waiters, wake string
+	lease, fence, hist, renewals, wake string
+	// queue and qinfo are the wait queue (lib.lua); holders the shared
+	// holders or permits by expiry.
+	queue, qinfo, holders string
 }
 
 const keyPrefix = "lockd:"
@@ -730,7 +840,9 @@ func keysOf(key string) keys {
 		fence:    base + "fence",
 		hist:     base + "hist",
 		renewals: base + "renewals",
-		waiters:  base + "waiters",
+		queue:    base + "queue",
+		qinfo:    base + "qinfo",
+		holders:  base + "holders",
 		wake:     base + "wake",
 	}
 }

@@ -35,15 +35,14 @@ func contractPatterns(t testing.TB) (key, prefix *regexp.Regexp) {
 	if err := yaml.Unmarshal(api.OpenAPI, &doc); err != nil {
 		t.Fatal(err)
 	}
-	var prefixPattern string
-	for _, p := range doc.Paths["/v1/locks"]["get"].Parameters {
-		if p.Name == "prefix" {
-			prefixPattern = p.Schema.Pattern
-		}
-	}
+	prefixPattern := doc.Components.Parameters["Prefix"].Schema.Pattern
 	keyPattern := doc.Components.Parameters["Key"].Schema.Pattern
 	if keyPattern == "" || prefixPattern == "" {
 		t.Fatalf("openapi.yaml: key pattern %q, prefix pattern %q", keyPattern, prefixPattern)
+	}
+	// Semaphore names are lock keys too (SemaphoreKey).
+	if sem := doc.Components.Parameters["SemaphoreKey"].Schema.Pattern; sem != keyPattern {
+		t.Fatalf("openapi.yaml: semaphore name pattern %q, key pattern %q", sem, keyPattern)
 	}
 	return regexp.MustCompile(keyPattern), regexp.MustCompile(prefixPattern)
 }

@@ -134,8 +134,7 @@ func (e *Engine) states(ctx context.Context, keys []string) ([]State, error) {
 		cmds := make([]*redis.Cmd, len(keys))
 		err := e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, key := range keys {
-				k := keysOf(key)
-				cmds[i] = e.scripts.state.EvalSha(ctx, p, []string{k.lease, k.waiters})
+				cmds[i] = e.scripts.state.EvalSha(ctx, p, e.stateKeys(key))
 			}
 			return nil
 		})

@@ -57,7 +57,6 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 		id:        hex.EncodeToString(id[:]),
 		sub:       newFanIn(subs),
 		wakeOf:    func(key string) string { return keysOf(key).wake },
-		write:     r.writeWaiters,
 		bound:     r.opts.CallTimeout,
 		maxTotal:  r.opts.MaxWaiters,
 		maxPerKey: r.opts.MaxWaitersPerKey,
@@ -170,7 +169,7 @@ func (r *Redlock) wait(ctx context.Context, key string, req AcquireRequest, toke
 		defer cancel()
 		_, _ = r.Release(rctx, key, l.Token, req.Actor)
 	}
-	return r.hub.wait(ctx, key, time.Now().Add(req.Wait), try, undo, seen, first)
+	return r.hub.wait(ctx, key, time.Now().Add(req.Wait), try, undo, nil, nil, seen, first)
 }
 
 // try is one quorum attempt; see the type's comment.
@@ -180,7 +179,11 @@ func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token
 	// that a failed attempt is undone exactly where it was granted and the
 	// fence is written back to every master that granted.
 	leases, errs := eachUntil(ctx, r, r.perNode(req.TTL), func(ctx context.Context, n *Engine) (Lease, error) {
-		return n.try(ctx, key, req, token, mode)
+		want := "x"
+		if mode == peek {
+			want = peekX
+		}
+		return n.try(ctx, key, req, token, want, nil)
 	}, func(Lease, error) bool { return false })
 	var granted, reentered, replayed []Lease
 	var grantedOn, reenteredOn []int // which masters
@@ -670,14 +673,6 @@ func (r *Redlock) Recovering() time.Duration {
 		d = max(d, n.Recovering())
 	}
 	return d
-}
-
-// writeWaiters writes this process's waiter counts to every master.
-func (r *Redlock) writeWaiters(ctx context.Context, counts map[string]int) error {
-	_, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (struct{}, error) {
-		return struct{}{}, n.writeWaiters(ctx, counts)
-	})
-	return errors.Join(errs...)
 }
 
 // fanIn is one subscription over several masters' subscriptions: a wake-up

@@ -15,7 +15,9 @@ var scriptFS embed.FS
 // the operation's own file, and runs with EVALSHA, falling back to EVAL on
 // NOSCRIPT (redis.Script.Run).
 type scripts struct {
-	acquire, renew, release, forceRelease, state, history, waiters *redis.Script
+	acquire, renew, release, forceRelease, state, history *redis.Script
+	// leave and alive keep the wait queue (queue.go).
+	leave, alive *redis.Script
 	// fence writes a Redlock majority's fence back (redlock.go).
 	fence *redis.Script
 	// sweep records due lapses (expiry.go). On a Cluster it reads the
@@ -44,7 +46,8 @@ func loadScripts(sharded bool) scripts {
 		forceRelease: s("force_release"),
 		state:        s("state"),
 		history:      s("history"),
-		waiters:      s("waiters"),
+		leave:        s("leave"),
+		alive:        s("alive"),
 		fence:        s("fence"),
 		sweep:        sweepScript(lib, sharded),
 	}

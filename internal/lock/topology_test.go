@@ -100,6 +100,7 @@ func TestOnSentinel(t *testing.T) {
 	acked := sentinelEngine(t, s, lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 2 * time.Second})
 
 	t.Run("contract", func(t *testing.T) { runContract(t, a) })
+	t.Run("queue, shared holds and semaphores", func(t *testing.T) { runPrimitives(t, a, b) })
 	t.Run("lease cycle and wake-up", func(t *testing.T) {
 		l := mustAcquire(t, a, "s:k", lock.AcquireRequest{})
 		if _, err := a.Renew(ctx, "s:k", l.Token, 0, "t"); err != nil {
@@ -195,6 +196,7 @@ func TestOnCluster(t *testing.T) {
 	acked := clusterEngine(t, c, lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 2 * time.Second})
 
 	t.Run("contract", func(t *testing.T) { runContract(t, a) })
+	t.Run("queue, shared holds and semaphores", func(t *testing.T) { runPrimitives(t, a, b) })
 	t.Run("lease cycle, list across masters", func(t *testing.T) {
 		masters := map[string]bool{}
 		var leases []lock.Lease

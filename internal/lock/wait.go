@@ -21,8 +21,12 @@ const (
 	// steady hand-off does not SUBSCRIBE/UNSUBSCRIBE on every grant.
 	idleQueue     = 30 * time.Second
 	sweepInterval = 10 * time.Second
-	// flushInterval batches waiter-count updates into one pipeline.
-	flushInterval = 50 * time.Millisecond
+	// aliveEvery is how often a process with waiters says in Redis that it
+	// is alive; aliveFor how long that stays true. A process that dies
+	// leaves its waiters queued in Redis at most aliveFor: those behind
+	// them retry when it ends (lib.lua, the wait queue).
+	aliveEvery = 500 * time.Millisecond
+	aliveFor   = 1500 * time.Millisecond
 )
 
 // attemptFunc runs one try for a waiter: a grant, a *HeldError, or another
@@ -32,7 +36,9 @@ type attemptFunc func(ctx context.Context) (Lease, error)
 // hub queues the waiters of this process, one FIFO per key, and retries for
 // the head of a queue when the key's channel says it was released or when
 // the holder's lease should have expired. Only the head retries, so a
-// release costs one Redis call per process however many wait here.
+// release costs one Redis call per process however many wait here. The
+// order is the order of the key's queue in Redis (the waiters' places), so
+// the head here is the one of this process that Redis grants first.
 //
 // Every queue keeps one invariant, decided in one place (next): while it
 // has waiters, an attempt is in flight, a timer is pending, or it waits for
@@ -40,9 +46,9 @@ type attemptFunc func(ctx context.Context) (Lease, error)
 // that may have freed the key (a message, a confirmation, a joiner that may
 // have missed a message, a timer) pokes the queue; next starts the attempt.
 type hub struct {
-	id     string // this process, in the waiters hash of each key
+	id     string // this process, in the queues in Redis
 	wakeOf func(key string) string
-	write  func(ctx context.Context, counts map[string]int) error
+	alive  func(ctx context.Context, keys []string) error
 	bound  time.Duration // one attempt's deadline
 
 	maxTotal, maxPerKey int // waiters allowed in this process, in all and per key
@@ -52,14 +58,13 @@ type hub struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue
-	dirty  map[string]int // waiter counts not yet written to Redis
 	total  int
 	closed bool
 
 	ctx     context.Context // ends when the hub closes
 	done    chan struct{}
 	cancel  context.CancelFunc
-	loops   sync.WaitGroup // receive, sweep and flush loops
+	loops   sync.WaitGroup // receive, sweep and alive loops
 	working sync.WaitGroup // attempts in flight
 }
 
@@ -67,7 +72,7 @@ type queue struct {
 	key     string
 	channel string
 	waiters []*waiter // queued, in arrival order; the head is tried next
-	count   int       // queued + in flight, for the count in Redis
+	count   int       // queued + in flight
 	busy    bool      // an attempt is in flight
 	poked   bool      // something may have freed the key: try now
 	ready   bool      // Redis confirmed the subscription (or gave up waiting)
@@ -80,6 +85,7 @@ type queue struct {
 }
 
 type waiter struct {
+	place     func() int64 // in the key's queue in Redis; 0 when not known
 	try       attemptFunc
 	result    chan outcome
 	inflight  bool
@@ -101,11 +107,13 @@ type watch struct {
 
 // hubConfig is what a hub needs from its engine.
 type hubConfig struct {
-	id     string                                                 // this process, in the waiters hash of each key
-	sub    subscription                                           // the process's wake-up subscription
-	wakeOf func(key string) string                                // a key's wake-up channel
-	write  func(ctx context.Context, counts map[string]int) error // waiter counts to Redis
-	bound  time.Duration                                          // one attempt's deadline
+	id     string                  // this process, in the queues in Redis
+	sub    subscription            // the process's wake-up subscription
+	wakeOf func(key string) string // a key's wake-up channel
+	// alive says in Redis that this process still has waiters on keys
+	// (nil: the queues live in this process only).
+	alive func(ctx context.Context, keys []string) error
+	bound time.Duration // one attempt's deadline
 	// maxTotal and maxPerKey cap the waiters of this process.
 	maxTotal, maxPerKey int
 }
@@ -115,13 +123,12 @@ func newHub(c hubConfig) *hub {
 	h := &hub{
 		id:        c.id,
 		wakeOf:    c.wakeOf,
-		write:     c.write,
+		alive:     c.alive,
 		bound:     c.bound,
 		maxTotal:  c.maxTotal,
 		maxPerKey: c.maxPerKey,
 		sub:       c.sub,
 		queues:    map[string]*queue{},
-		dirty:     map[string]int{},
 		ctx:       ctx,
 		done:      make(chan struct{}),
 		cancel:    cancel,
@@ -129,7 +136,7 @@ func newHub(c hubConfig) *hub {
 	h.loops.Add(3)
 	go h.receive(ctx)
 	go h.sweep()
-	go h.flushLoop()
+	go h.aliveLoop()
 	return h
 }
 
@@ -156,8 +163,20 @@ func (h *hub) watch(key string) watch {
 // first what that try answered (nil when it did not try). At the deadline
 // the caller gets the answer of one last try, so a 409 names the holder and
 // time left as they are then; if Redis is still failing, its error.
-func (h *hub) wait(ctx context.Context, key string, deadline time.Time, try attemptFunc, undo func(Lease), seen watch, first error) (Lease, error) {
-	w := &waiter{try: try, result: make(chan outcome, 1)}
+// A waiter that ends without a grant calls leave (may be nil), which
+// takes it off the key's queue in Redis.
+func (h *hub) wait(ctx context.Context, key string, deadline time.Time, try attemptFunc, undo func(Lease), leave func(), place func() int64, seen watch, first error) (lease Lease, err error) {
+	if place == nil {
+		place = func() int64 { return 0 }
+	}
+	w := &waiter{place: place, try: try, result: make(chan outcome, 1)}
+	if leave != nil {
+		defer func() {
+			if err != nil {
+				leave()
+			}
+		}()
+	}
 
 	h.mu.Lock()
 	if h.closed {
@@ -227,7 +246,7 @@ func (h *hub) join(key string, w *waiter, seen watch, first error) (q *queue, cr
 		q = &queue{key: key, channel: h.wakeOf(key), backoff: backoffMin}
 		h.queues[key] = q
 	}
-	q.waiters = append(q.waiters, w)
+	h.insert(q, w)
 	h.adjust(q, +1)
 
 	var held *HeldError
@@ -245,6 +264,20 @@ func (h *hub) join(key string, w *waiter, seen watch, first error) (q *queue, cr
 		h.next(q)
 	}
 	return q, created, nil
+}
+
+// insert puts w in the queue by its place in Redis: a waiter of this
+// process that Redis queued first is tried first. Called with h.mu.
+func (h *hub) insert(q *queue, w *waiter) {
+	i, p := len(q.waiters), w.place()
+	if p != 0 {
+		for i > 0 && (q.waiters[i-1].place() == 0 || q.waiters[i-1].place() > p) {
+			i--
+		}
+	}
+	q.waiters = append(q.waiters, nil)
+	copy(q.waiters[i+1:], q.waiters[i:])
+	q.waiters[i] = w
 }
 
 // last is the final try of a waiter whose time ran out.
@@ -277,7 +310,6 @@ func (h *hub) remove(q *queue, w *waiter) {
 func (h *hub) adjust(q *queue, delta int) {
 	q.count += delta
 	h.total += delta
-	h.dirty[q.key] = q.count
 	if q.count == 0 {
 		q.idle = time.Now()
 	}
@@ -377,8 +409,14 @@ func (h *hub) attempt(q *queue, w *waiter) {
 			h.adjust(q, -1)
 			w.result <- outcome{err: err}
 		} else {
+			// Back in its place: a waiter of this process that Redis
+			// queued before it may have joined meanwhile, and is the one
+			// Redis waits for. It tries now.
 			w.inflight = false
-			q.waiters = append([]*waiter{w}, q.waiters...)
+			h.insert(q, w)
+			if q.waiters[0] != w {
+				q.poked = true
+			}
 		}
 		h.arm(q, held.Remaining)
 	case (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering)) && !w.abandoned && h.ctx.Err() == nil:
@@ -386,7 +424,7 @@ func (h *hub) attempt(q *queue, w *waiter) {
 		// waiter at the head and try again soon.
 		q.failed = err
 		w.inflight = false
-		q.waiters = append([]*waiter{w}, q.waiters...)
+		h.insert(q, w)
 		h.arm(q, q.backoff)
 		q.backoff = min(2*q.backoff, backoffMax)
 	default:
@@ -516,49 +554,39 @@ func (h *hub) sweep() {
 	}
 }
 
-// flushLoop writes this process's waiter counts to Redis, batched: a key's
-// count is written when it changed, never while waiters only wait.
-func (h *hub) flushLoop() {
+// aliveLoop says in Redis that this process is alive, for the keys it has
+// waiters on, every aliveEvery: not per waiter, so idle waiters cost Redis
+// nothing more.
+func (h *hub) aliveLoop() {
 	defer h.loops.Done()
-	t := time.NewTicker(flushInterval)
+	if h.alive == nil {
+		return
+	}
+	t := time.NewTicker(aliveEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-h.done:
-			h.flush()
 			return
 		case <-t.C:
-			h.flush()
 		}
-	}
-}
-
-func (h *hub) flush() {
-	h.mu.Lock()
-	if len(h.dirty) == 0 {
-		h.mu.Unlock()
-		return
-	}
-	counts := h.dirty
-	h.dirty = map[string]int{}
-	h.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(context.Background(), h.bound)
-	defer cancel()
-	if err := h.write(ctx, counts); err != nil {
-		// Write them again next time, unless newer counts came meanwhile.
 		h.mu.Lock()
-		for key, n := range counts {
-			if _, ok := h.dirty[key]; !ok {
-				h.dirty[key] = n
+		var keys []string
+		for key, q := range h.queues {
+			if q.count > 0 {
+				keys = append(keys, key)
 			}
 		}
 		h.mu.Unlock()
+		if len(keys) > 0 {
+			ctx, cancel := context.WithTimeout(h.ctx, h.bound)
+			_ = h.alive(ctx, keys)
+			cancel()
+		}
 	}
 }
 
-// close wakes every waiter with ErrClosed, waits for attempts in flight and
-// clears this process's waiter counts.
+// close wakes every waiter with ErrClosed and waits for attempts in flight.
 func (h *hub) close() {
 	h.mu.Lock()
 	if h.closed {

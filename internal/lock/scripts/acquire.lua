@@ -1,19 +1,27 @@
--- acquire: take a free lease, re-enter a live one, or report who holds it.
+-- acquire: take a free key, re-enter a grant, or queue behind others.
 --
 -- KEYS[1] lease hash   KEYS[2] fence counter   KEYS[3] history stream
--- KEYS[4] waiters hash KEYS[5] epoch marker (see below)
+-- KEYS[4] wait queue (lib.lua)   KEYS[5] epoch marker (see below)
 -- KEYS[6] the bucket's expiry schedule  KEYS[7] the bucket's event stream
+-- KEYS[8] the queue's entries    KEYS[9] holders (shared or permits)
+-- KEYS[10] the bucket's replica liveness set
 -- ARGV[1] new token         ARGV[2] owner          ARGV[3] ttl_ms
 -- ARGV[4] re-entry token or ""                     ARGV[5] idempotency tag or ""
 -- ARGV[6] actor             ARGV[7] history cap    ARGV[8] retention_ms
--- ARGV[9] wake channel      ARGV[10] mode: "grant", or "peek" to leave a
---                            free key alone (the caller queues behind others)
+-- ARGV[9] wake channel      ARGV[10] "grant", or "peek" to leave a free
+--                            key alone (Redlock: others queue in process)
 -- ARGV[11] the epoch id this lockd saw last in KEYS[5], or ""
 -- ARGV[12] quarantine_ms: how long a lease granted before a loss could
 --          still be live (the longest TTL granted through any lockd)
 -- ARGV[13] a new epoch id, used if the marker must be made
 -- ARGV[14] own_ms: how long the leases this lockd granted or renewed last
 -- ARGV[15] the event stream's cap
+-- ARGV[16] want: "x" exclusive, "s" shared, "p" a semaphore's permit
+-- ARGV[17] the semaphore's limit (want "p")
+-- ARGV[18] the waiter's queue id, or "" for a request that does not wait
+-- ARGV[19] this lockd's replica id   ARGV[20] liveness_ms
+-- ARGV[21] the waiter's deadline, ms from now   ARGV[22] its place in the
+--          queue from an earlier try, or ""     ARGV[23] the queue's TTL ms
 --
 -- The epoch marker (a hash: id, until, maxttl; no TTL) says that Redis
 -- still has the data it had: it disappears only with everything else (a
@@ -23,38 +31,81 @@
 -- granted until every such lease has expired ("until"), shared by every
 -- lockd through the new marker.
 --
+-- The queue is FIFO: a request is granted only when no live waiter queued
+-- before it would be blocked by it (ahead, lib.lua). A waiter's first try
+-- queues it, and its place stays while it waits.
+--
 -- A waiter sends the same new token with every try: finding it live means
 -- an earlier try of the same waiter was granted but its answer was lost.
 --
 -- Reply, one of:
 --   {"granted"|"reentered"|"idempotent", owner, token, fence, count, ttl_ms,
---    acquired_at_ms, pttl_ms, now_ms}
---   {"held", owner, pttl_ms, epoch_id or "", maxttl}
+--    acquired_at_ms, pttl_ms, now_ms, [epoch_id, maxttl]}
+--   {"held", owner, retry_ms, epoch_id or "", maxttl, place or ""}
 --   {"lost"}      the re-entry token is not the live one
 --   {"mismatch"}  the idempotency tag is the live lease's, owner or ttl not
+--   {"limit"}     the semaphore is held with another limit
 --   {"free"}      peek only: nobody holds the key
 --   {"recovering", epoch_id, ms_left}  quarantine after a loss of data
 --
 -- Grants end with the epoch id and its maxttl (the longest TTL granted or
 -- renewed under it), for the caller's cache.
-local lease, fencekey, hist, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease, fencekey, hist, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[9]
 local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
 local cap, retention, channel, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
+local want, limit, wid = ARGV[16], tonumber(ARGV[17]) or 0, ARGV[18]
 local sched = KEYS[6]
 ev = {stream = KEYS[7], cap = ARGV[15], key = lock_of(lease)}
+local q = {queue = KEYS[4], info = KEYS[8], replicas = KEYS[10], alive = {}, dead = {}}
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl')
+local now_ms, now_us = clock()
+
+-- queued puts the caller on the queue (once) and keeps its lockd live;
+-- it returns the caller's place, or "" for a request that does not wait.
+local function queued()
+  if wid == '' then
+    return ''
+  end
+  local place = redis.call('ZSCORE', q.queue, wid)
+  if not place then
+    place = ARGV[22]
+    if place == '' then
+      -- Arrival order: Redis's clock, kept strictly increasing.
+      local last = redis.call('ZRANGE', q.queue, -1, -1, 'WITHSCORES')
+      place = int(math.max(now_us, (tonumber(last[2]) or 0) + 1))
+    end
+    redis.call('ZADD', q.queue, place, wid)
+    redis.call('HSET', q.info, wid, ARGV[19] .. '\n' .. int(now_ms + tonumber(ARGV[21])) .. '\n' ..
+      want .. '\n' .. int(now_ms) .. '\n' .. owner)
+    redis.call('PEXPIRE', q.queue, ARGV[23])
+    redis.call('PEXPIRE', q.info, ARGV[23])
+  end
+  redis.call('ZADD', q.replicas, now_ms + tonumber(ARGV[20]), ARGV[19])
+  return place
+end
+
+-- held answers that the caller waits: for the holder, or for a waiter
+-- queued before it.
+local function held(who, retry)
+  local place = queued()
+  forget(q)
+  -- A lockd that only ever meets held keys must know the epoch too, to
+  -- notice a loss later.
+  local ep = redis.call('HMGET', KEYS[5], 'id', 'maxttl')
+  return {'held', who, retry, ep[1] or '', tonumber(ep[2]) or 0, place}
+end
+
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl', 'mode', 'limit')
 if cur[2] then
   local pttl = redis.call('PTTL', lease)
   if cur[2] == token then
-    return {'granted', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(clock())}
+    return {'granted', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms)}
   end
   if reentry ~= '' then
     if cur[2] ~= reentry then
       return {'lost'}
     end
-    local now_ms = clock()
     local count = redis.call('HINCRBY', lease, 'count', 1)
     redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms)
     redis.call('PEXPIRE', lease, ttl)
@@ -63,7 +114,7 @@ if cur[2] then
     if ttl > (tonumber(redis.call('HGET', KEYS[5], 'maxttl')) or 0) then
       redis.call('HSET', KEYS[5], 'maxttl', ttl)
     end
-    if redis.call('EXISTS', waiters) == 1 then
+    if redis.call('EXISTS', q.queue) == 1 then
       redis.call('PUBLISH', channel, 'renewed:' .. ttl)
     end
     return {'reentered', cur[1], cur[2], cur[3], count, ttl, cur[5], ttl, now_ms}
@@ -72,24 +123,84 @@ if cur[2] then
     if cur[1] ~= owner or cur[8] ~= ARGV[3] then
       return {'mismatch'}
     end
-    return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(clock())}
+    return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms)}
   end
-  -- A lockd that only ever meets held keys must know the epoch too, to
-  -- notice a loss later.
-  local ep = redis.call('HMGET', KEYS[5], 'id', 'maxttl')
-  return {'held', cur[1], pttl, ep[1] or '', tonumber(ep[2]) or 0}
+  return held(cur[1], pttl)
 end
 
+-- Shared holders or permits.
+local multi, used = cur[9], 0
+if multi then
+  prune(lease, holders, hist, cap, now_ms)
+  used = redis.call('ZCARD', holders)
+  if used == 0 then
+    redis.call('DEL', lease, holders)
+    multi = nil
+  end
+end
+if multi then
+  local mine = redis.call('HGET', lease, 'h:' .. token)
+  if mine then
+    local h = cjson.decode(mine)
+    return {'granted', h.o, token, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms)}
+  end
+  if reentry ~= '' then
+    local raw = redis.call('HGET', lease, 'h:' .. reentry)
+    if not raw then
+      return {'lost'}
+    end
+    local h = cjson.decode(raw)
+    h.c, h.t, h.r, h.e = int(tonumber(h.c) + 1), ARGV[3], int(now_ms), int(now_ms + ttl)
+    redis.call('HSET', lease, 'h:' .. reentry, cjson.encode(h))
+    redis.call('ZADD', holders, h.e, reentry)
+    settle(lease, holders, sched, ev.key, now_ms)
+    record(hist, cap, retention + ttl, 'reentered', now_ms, h.o, h.f, ttl, h.c, actor, '', nil)
+    if ttl > (tonumber(redis.call('HGET', KEYS[5], 'maxttl')) or 0) then
+      redis.call('HSET', KEYS[5], 'maxttl', ttl)
+    end
+    return {'reentered', h.o, reentry, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms}
+  end
+  if idem ~= '' then
+    local t = redis.call('HGET', lease, 'i:' .. idem)
+    local raw = t and redis.call('HGET', lease, 'h:' .. t)
+    if raw then
+      local h = cjson.decode(raw)
+      if h.o ~= owner or h.it ~= ARGV[3] then
+        return {'mismatch'}
+      end
+      return {'idempotent', h.o, t, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms)}
+    end
+  end
+  if want == 'p' and tonumber(cur[10]) ~= limit then
+    return {'limit'}
+  end
+end
 if reentry ~= '' then
   return {'lost'}
 end
+
+-- Blocked by the holders: an exclusive request by shared holders, a
+-- permit by a full semaphore (a shared request by shared holders is not).
+if multi and (want == 'x' or (want == 'p' and used >= limit)) then
+  -- The key frees when the last shared holder lets go, a permit when the
+  -- first does.
+  local at = redis.call('ZRANGE', holders, want == 'p' and 0 or -1, want == 'p' and 0 or -1, 'WITHSCORES')
+  local h = cjson.decode(redis.call('HGET', lease, 'h:' .. at[1]))
+  return held(h.o, tonumber(at[2]) - now_ms)
+end
+
+-- Blocked by waiters queued before the caller.
+local ok, e, retry = ahead(q, want, used, limit, wid, now_ms)
+if not ok then
+  return held(e.owner, retry)
+end
 if mode == 'peek' then
+  forget(q)
   return {'free'}
 end
 
 local epoch, seen, qms = KEYS[5], ARGV[11], tonumber(ARGV[12])
 local ep = redis.call('HMGET', epoch, 'id', 'until', 'maxttl')
-local now_ms, now_us = clock()
 if not ep[1] then
   local untl = 0
   if seen ~= '' then
@@ -104,6 +215,7 @@ elseif seen ~= '' and ep[1] ~= seen and tonumber(ep[2]) < now_ms + tonumber(ARGV
   redis.call('HSET', epoch, 'until', ep[2])
 end
 if tonumber(ep[2]) > now_ms then
+  queued()
   return {'recovering', ep[1], tonumber(ep[2]) - now_ms}
 end
 local maxttl = tonumber(ep[3]) or 0
@@ -112,16 +224,48 @@ if ttl > maxttl then
   redis.call('HSET', epoch, 'maxttl', ttl)
 end
 
-record_lapse(hist, cap, retention, sched, ev.key)
+if not multi then
+  record_lapse(hist, cap, retention, sched, ev.key)
+end
 
 -- Fences never go backwards: the counter lapses with the history retention,
 -- so every fence is also floored at the Redis clock in microseconds.
 local fence = int(math.max((tonumber(redis.call('GET', fencekey)) or 0) + 1, now_us))
 redis.call('SET', fencekey, fence, 'PX', retention)
 
-redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', 1,
-  'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem, 'ittl', ttl)
-redis.call('PEXPIRE', lease, ttl)
-schedule(sched, ev.key, now_ms + ttl)
-record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
+if want == 'x' then
+  redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', 1,
+    'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem, 'ittl', ttl)
+  redis.call('PEXPIRE', lease, ttl)
+  schedule(sched, ev.key, now_ms + ttl)
+  record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
+else
+  if not multi then
+    redis.call('HSET', lease, 'mode', want == 's' and 'shared' or 'permit', 'limit', limit)
+  end
+  local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0',
+    e = int(now_ms + ttl), i = idem, it = ARGV[3], l = ''}
+  redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))
+  if idem ~= '' then
+    redis.call('HSET', lease, 'i:' .. idem, token)
+  end
+  redis.call('ZADD', holders, h.e, token)
+  used = settle(lease, holders, sched, ev.key, now_ms)
+  -- Multi events carry no exp: the lapse of each holder is recorded by
+  -- prune, never by record_lapse.
+  record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', nil)
+end
+
+if wid ~= '' then
+  redis.call('ZREM', q.queue, wid)
+  redis.call('HDEL', q.info, wid)
+end
+if want ~= 'x' then
+  -- Wake the next waiter too if it may share the key or take a permit.
+  local nx = first_live(q, now_ms)
+  if nx and ((want == 's' and nx.mode == 's') or (want == 'p' and used < limit)) then
+    redis.call('PUBLISH', channel, 'released')
+  end
+end
+forget(q)
 return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms, ep[1], maxttl}

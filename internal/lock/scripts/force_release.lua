@@ -1,18 +1,48 @@
--- force_release: break the lease whoever holds it, take it off the expiry
--- schedule and wake waiters.
+-- force_release: break a key's grants whoever holds them (or the one with
+-- a given fence), take it off the expiry schedule and wake waiters.
 --
 -- KEYS[1] lease hash   KEYS[2] history stream
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
+-- KEYS[5] holders (shared or permits)
 -- ARGV[1] actor        ARGV[2] reason   ARGV[3] history cap
--- ARGV[4] wake channel ARGV[5] the fence to break, or "" for any
+-- ARGV[4] wake channel ARGV[5] the fence to break, or "" for every holder
 -- ARGV[6] the event stream's cap
 --
--- Reply: {"ok", owner, fence, acquired_at_ms} | {"not_found"} | {"lost"} (another fence)
-local lease, hist, sched = KEYS[1], KEYS[2], KEYS[3]
+-- Reply: {"ok", owner, fence, acquired_at_ms} (of the newest holder broken)
+--      | {"not_found"} | {"lost"} (no holder has that fence)
+local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local actor, reason, cap, channel, want = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 ev = {stream = KEYS[4], cap = ARGV[6], key = lock_of(lease)}
 
-local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count', 'acquired_at')
+local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count', 'acquired_at', 'mode')
+if cur[6] then
+  local now_ms = clock()
+  prune(lease, holders, hist, cap, now_ms)
+  local broken = nil
+  for _, t in ipairs(redis.call('ZRANGE', holders, 0, -1)) do
+    local h = cjson.decode(redis.call('HGET', lease, 'h:' .. t))
+    if want == '' or h.f == want then
+      record(hist, cap, nil, 'force_released', now_ms, h.o, h.f, h.t, h.c, actor, reason, nil)
+      redis.call('HDEL', lease, 'h:' .. t)
+      if h.i ~= '' then
+        redis.call('HDEL', lease, 'i:' .. h.i)
+      end
+      redis.call('ZREM', holders, t)
+      if not broken or tonumber(h.f) > tonumber(broken.f) then
+        broken = h
+      end
+    end
+  end
+  local left = settle(lease, holders, sched, ev.key, now_ms)
+  if not broken then
+    if left > 0 then
+      return {'lost'}
+    end
+    return {'not_found'}
+  end
+  redis.call('PUBLISH', channel, 'released')
+  return {'ok', broken.o, broken.f, broken.a}
+end
 if not cur[1] then
   return {'not_found'}
 end

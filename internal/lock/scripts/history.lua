@@ -3,6 +3,7 @@
 -- KEYS[1] lease hash   KEYS[2] history stream
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] the stream to read: the history, or the renewals stream
+-- KEYS[6] holders (shared or permits)
 -- ARGV[1] limit        ARGV[2] history cap   ARGV[3] retention_ms
 -- ARGV[4] the event stream's cap
 --
@@ -14,5 +15,9 @@ ev = {stream = KEYS[4], cap = ARGV[4], key = lock_of(lease)}
 if redis.call('EXISTS', lease) == 0 then
   record_lapse(hist, cap, retention, sched, ev.key)
   redis.call('ZREM', sched, ev.key)
+elseif redis.call('HEXISTS', lease, 'mode') == 1 then
+  local now_ms = clock()
+  prune(lease, KEYS[6], hist, cap, now_ms)
+  settle(lease, KEYS[6], sched, ev.key, now_ms)
 end
 return redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', limit)

@@ -91,3 +91,150 @@ local function record_lapse(hist, cap, retention, sched, key)
   end
   return nil
 end
+
+-- The wait queue of a key (queue.go): a sorted set of waiter ids by
+-- arrival (q.queue) and a hash of what each one is (q.info: replica id,
+-- deadline ms, mode, since ms, owner; one line each, the owner last).
+-- A waiter is live while its deadline has not passed and its replica is:
+-- each lockd keeps its score in the bucket's replica set (q.replicas) in
+-- the future while it has waiters, so an entry whose lockd died leaves
+-- the queue when that score passes, without a heartbeat per waiter.
+local function parse_entry(s)
+  if not s then
+    return nil
+  end
+  local rid, dl, mode, since, owner = string.match(s, '^([^\n]*)\n(%d+)\n(%a)\n(%d+)\n(.*)$')
+  if not rid then
+    return nil
+  end
+  return {rid = rid, deadline = tonumber(dl), mode = mode, since = since, owner = owner}
+end
+
+-- live_until is when the entry stops counting: its deadline, or when its
+-- lockd's liveness ends, whichever is first (0: already dead).
+local function live_until(q, e, now)
+  if not e then
+    return 0
+  end
+  local alive = q.alive[e.rid]
+  if alive == nil then
+    alive = tonumber(redis.call('ZSCORE', q.replicas, e.rid)) or 0
+    q.alive[e.rid] = alive
+  end
+  local u = math.min(alive, e.deadline)
+  if u <= now then
+    return 0
+  end
+  return u
+end
+
+-- ahead walks the live entries queued before wid (all of them when wid is
+-- not queued) and says whether a request of mode want ('x' exclusive,
+-- 's' shared, 'p' a permit of limit with used held) may be granted now:
+-- true, or false and the entry that blocks it with how long it stays
+-- live. Dead entries met on the way are put on q.dead.
+local function ahead(q, want, used, limit, wid, now)
+  local live, i = 0, 0
+  while true do
+    local ids = redis.call('ZRANGE', q.queue, i, i + 15)
+    if not ids[1] then
+      return true
+    end
+    local infos = redis.call('HMGET', q.info, unpack(ids))
+    for j, id in ipairs(ids) do
+      if id == wid then
+        return true
+      end
+      local e = parse_entry(infos[j])
+      local u = live_until(q, e, now)
+      if u == 0 then
+        q.dead[#q.dead + 1] = id
+      elseif want == 'x' or (want == 's' and e.mode ~= 's') then
+        return false, e, u - now
+      elseif want == 'p' then
+        live = live + 1
+        if used + live >= limit then
+          return false, e, u - now
+        end
+      end
+    end
+    i = i + 16
+  end
+end
+
+-- forget takes the dead entries ahead found off the queue. Called after a
+-- script's other writes: see record_lapse on maxmemory.
+local function forget(q)
+  if q.dead[1] then
+    redis.call('ZREM', q.queue, unpack(q.dead))
+    redis.call('HDEL', q.info, unpack(q.dead))
+    q.dead = {}
+  end
+end
+
+-- first_live is the first live entry of the queue, or nil.
+local function first_live(q, now)
+  local i = 0
+  while true do
+    local ids = redis.call('ZRANGE', q.queue, i, i + 15)
+    if not ids[1] then
+      return nil
+    end
+    local infos = redis.call('HMGET', q.info, unpack(ids))
+    for j, id in ipairs(ids) do
+      local e = parse_entry(infos[j])
+      if live_until(q, e, now) > 0 then
+        return e
+      end
+      q.dead[#q.dead + 1] = id
+    end
+    i = i + 16
+  end
+end
+
+-- Holders of a shared lock or a semaphore: the lease hash has mode
+-- ('shared' or 'permit'), limit, and per holder "h:<token>" (JSON, every
+-- number a string) and "i:<idempotency tag>" → token; the holders sorted
+-- set has each token by its expiry. The hash and the set outlive the last
+-- expiry by grace_ms, so that a lapse is still recorded (prune) when the
+-- sweeper or the next caller comes.
+local grace_ms = 60000
+
+-- prune records and removes the holders whose lease lapsed; it returns
+-- them (decoded).
+local function prune(lease, holders, hist, cap, now)
+  local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
+  local out = {}
+  for _, t in ipairs(gone) do
+    local raw = redis.call('HGET', lease, 'h:' .. t)
+    if raw then
+      local h = cjson.decode(raw)
+      record(hist, cap, nil, 'expired', h.e, h.o, h.f, h.t, h.c, '', '', nil)
+      redis.call('HDEL', lease, 'h:' .. t)
+      if h.i ~= '' then
+        redis.call('HDEL', lease, 'i:' .. h.i)
+      end
+      out[#out + 1] = h
+    end
+    redis.call('ZREM', holders, t)
+  end
+  return out
+end
+
+-- settle sets the TTLs and the expiry schedule of a key's holders after a
+-- change, or deletes the key when none is left; it returns how many hold it.
+local function settle(lease, holders, sched, key, now)
+  local n = redis.call('ZCARD', holders)
+  if n == 0 then
+    redis.call('DEL', lease, holders)
+    redis.call('ZREM', sched, key)
+    return 0
+  end
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+  local keep = tonumber(last[2]) - now + grace_ms
+  redis.call('PEXPIRE', lease, keep)
+  redis.call('PEXPIRE', holders, keep)
+  schedule(sched, key, first[2])
+  return n
+end

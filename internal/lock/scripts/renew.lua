@@ -1,11 +1,12 @@
--- renew: extend a live lease if the token is the live one (compare-and-pexpire).
+-- renew: extend a live grant if the token is the live one (compare-and-pexpire).
 --
--- KEYS[1] lease hash   KEYS[2] renewals stream   KEYS[3] waiters hash
+-- KEYS[1] lease hash   KEYS[2] renewals stream   KEYS[3] wait queue
 -- KEYS[4] epoch marker (acquire.lua): its maxttl grows with a longer TTL
 -- KEYS[5] the bucket's expiry schedule   KEYS[6] history stream
+-- KEYS[7] holders (shared or permits)    KEYS[8] the bucket's event stream
 -- ARGV[1] token        ARGV[2] ttl_ms or "" (keep the lease's own)
 -- ARGV[3] actor        ARGV[4] renewals cap     ARGV[5] retention_ms
--- ARGV[6] wake channel
+-- ARGV[6] wake channel ARGV[7] history cap      ARGV[8] the event stream's cap
 --
 -- A renewal goes to its own capped stream, with how much of the lease was
 -- left when it came (left_ms), never to the history: a lease renewed every
@@ -14,10 +15,39 @@
 --
 -- Reply: {"ok", owner, token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms}
 --      | {"not_found"} | {"lost"}
-local lease, renewals, waiters, epoch, sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, renewals, queue, epoch, sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, actor, cap, retention, channel = ARGV[1], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'ttl_ms', 'acquired_at')
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'ttl_ms', 'acquired_at', 'mode')
+local now_ms = clock()
+if cur[7] then
+  -- One of several holders.
+  local holders = KEYS[7]
+  ev = {stream = KEYS[8], cap = ARGV[8], key = lock_of(lease)}
+  prune(lease, holders, KEYS[6], ARGV[7], now_ms)
+  local raw = redis.call('HGET', lease, 'h:' .. token)
+  if not raw then
+    if settle(lease, holders, sched, ev.key, now_ms) > 0 then
+      return {'lost'}
+    end
+    return {'not_found'}
+  end
+  local h = cjson.decode(raw)
+  local ttl = tonumber(ARGV[2]) or tonumber(h.t)
+  local left = tonumber(h.e) - now_ms
+  h.t, h.r, h.e, h.l, h.n = int(ttl), int(now_ms), int(now_ms + ttl), int(left), int(tonumber(h.n) + 1)
+  redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))
+  redis.call('ZADD', holders, h.e, token)
+  settle(lease, holders, sched, ev.key, now_ms)
+  if ARGV[2] ~= '' and ttl > (tonumber(redis.call('HGET', epoch, 'maxttl')) or 0) then
+    redis.call('HSET', epoch, 'maxttl', ttl)
+  end
+  redis.call('XADD', renewals, 'MAXLEN', '~', cap, '*', 'type', 'renewed', 'at', now_ms, 'owner', h.o,
+    'fence', h.f, 'ttl_ms', ttl, 'count', h.c, 'actor', actor, 'reason', '', 'left_ms', left)
+  redis.call('PEXPIRE', renewals, retention + ttl)
+  redis.call('PEXPIRE', KEYS[6], retention + ttl)
+  return {'ok', h.o, token, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms}
+end
 if not cur[2] then
   return {'not_found'}
 end
@@ -25,7 +55,6 @@ if cur[2] ~= token then
   return {'lost'}
 end
 local ttl = tonumber(ARGV[2]) or tonumber(cur[5])
-local now_ms = clock()
 local left = redis.call('PTTL', lease)
 
 redis.call('PEXPIRE', lease, ttl)
@@ -41,7 +70,7 @@ redis.call('PEXPIRE', renewals, retention + ttl)
 -- The history outlives the lease's end by the retention, however long it
 -- is renewed.
 redis.call('PEXPIRE', KEYS[6], retention + ttl)
-if redis.call('EXISTS', waiters) == 1 then
+if redis.call('EXISTS', queue) == 1 then
   redis.call('PUBLISH', channel, 'renewed:' .. ttl)
 end
 return {'ok', cur[1], cur[2], cur[3], tonumber(cur[4]), ttl, cur[6], ttl, now_ms}

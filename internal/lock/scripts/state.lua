@@ -1,28 +1,61 @@
--- state: read a live lease (never its token) and count its waiters.
+-- state: read a key's live grants (never a token) and its wait queue.
 --
--- KEYS[1] lease hash   KEYS[2] waiters hash
+-- KEYS[1] lease hash   KEYS[2] wait queue   KEYS[3] the queue's entries
+-- KEYS[4] holders (shared or permits)   KEYS[5] the bucket's replica liveness set
 --
--- Reply: {owner, fence, count, ttl_ms, acquired_at_ms, renewed_at_ms,
---         renewals, pttl_ms, waiters, now_ms, left_ms} | {}
--- left_ms: how much of the lease was left at its last renewal ("" before
--- the first).
-local lease, waiters = KEYS[1], KEYS[2]
-local cur = redis.call('HMGET', lease, 'owner', 'fence', 'count', 'ttl_ms', 'acquired_at', 'renewed_at', 'renewals', 'left_ms')
+-- Reply: {} when nobody holds the key, else
+--   {"x", now_ms, queue, owner, fence, count, ttl_ms, acquired_at_ms,
+--    renewed_at_ms, renewals, pttl_ms, left_ms}        one exclusive holder
+--   {"m", now_ms, queue, mode, limit, holders}          shared holders or permits
+-- queue: {owner, mode, since_ms, …} flat, live waiters in grant order
+-- holders: {owner, fence, count, ttl_ms, acquired_at_ms, renewed_at_ms,
+--           renewals, expires_at_ms, left_ms, …} flat, live ones
+-- left_ms: how much of the grant was left at its last renewal ("" before
+-- the first). Nothing is written: lapsed holders and dead waiters are only
+-- left out.
+local lease = KEYS[1]
+local now_ms = clock()
+local q = {queue = KEYS[2], info = KEYS[3], replicas = KEYS[5], alive = {}, dead = {}}
+
+local function waiting()
+  local out = {}
+  local ids = redis.call('ZRANGE', q.queue, 0, -1)
+  if not ids[1] then
+    return out
+  end
+  local infos = redis.call('HMGET', q.info, unpack(ids))
+  for j = 1, #ids do
+    local e = parse_entry(infos[j])
+    if live_until(q, e, now_ms) > 0 then
+      out[#out + 1] = e.owner
+      out[#out + 1] = e.mode
+      out[#out + 1] = e.since
+    end
+  end
+  return out
+end
+
+local cur = redis.call('HMGET', lease, 'owner', 'fence', 'count', 'ttl_ms', 'acquired_at', 'renewed_at', 'renewals', 'left_ms', 'mode', 'limit')
+if cur[9] then
+  local hs = {}
+  local live = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now_ms, '+inf')
+  for _, t in ipairs(live) do
+    local raw = redis.call('HGET', lease, 'h:' .. t)
+    if raw then
+      local h = cjson.decode(raw)
+      for _, v in ipairs({h.o, h.f, h.c, h.t, h.a, h.r, h.n, h.e, h.l}) do
+        hs[#hs + 1] = v
+      end
+    end
+  end
+  if not hs[1] then
+    return {}
+  end
+  return {'m', int(now_ms), waiting(), cur[9], cur[10], hs}
+end
 if not cur[1] then
   return {}
 end
 local pttl = redis.call('PTTL', lease)
-local now_ms = clock()
-
--- Each lockd process writes "count:valid_until_ms" under its own field; a
--- field past its validity belongs to a process that died while waiting.
-local n = 0
-local w = redis.call('HGETALL', waiters)
-for i = 2, #w, 2 do
-  local c, valid = string.match(w[i], '^(%d+):(%d+)$')
-  if c and tonumber(valid) > now_ms then
-    n = n + tonumber(c)
-  end
-end
-return {cur[1], cur[2], tonumber(cur[3]), tonumber(cur[4]), cur[5], cur[6],
-  tonumber(cur[7]), pttl, n, int(now_ms), cur[8]}
+return {'x', int(now_ms), waiting(), cur[1], cur[2], tonumber(cur[3]), tonumber(cur[4]), cur[5], cur[6],
+  tonumber(cur[7]), pttl, cur[8]}

@@ -88,7 +88,22 @@ local function sweep_bucket(b)
     for _, key in ipairs(lapsing) do
       local lease = 'lockd:{' .. key .. '}:lease'
       local pttl = redis.call('PTTL', lease)
-      if pttl == -2 then
+      if pttl > 0 and redis.call('HEXISTS', lease, 'mode') == 1 then
+        -- Shared holders or permits: each lapses on its own.
+        ev = {stream = b .. 'events', cap = evcap, key = key}
+        local holders = 'lockd:{' .. key .. '}:holders'
+        local gone = prune(lease, holders, 'lockd:{' .. key .. '}:hist', cap, now)
+        settle(lease, holders, sched, key, now)
+        if gone[1] then
+          redis.call('PUBLISH', 'lockd:{' .. key .. '}:wake', 'expired')
+        end
+        for _, h in ipairs(gone) do
+          lapses[#lapses + 1] = key
+          lapses[#lapses + 1] = h.e
+          lapses[#lapses + 1] = 'acquired'
+          lapses[#lapses + 1] = h.a
+        end
+      elseif pttl == -2 then
         ev = {stream = b .. 'events', cap = evcap, key = key}
         local r = record_lapse('lockd:{' .. key .. '}:hist', cap, retention, sched, key)
         redis.call('ZREM', sched, key)

@@ -1,0 +1,459 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+// queueUp starts a waiter on e and returns once the key's queue in Redis
+// has n entries: its grant (or error) arrives on the channel.
+func queueUp(t *testing.T, e *lock.Engine, key string, req lock.AcquireRequest, n int) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		l, err := e.Acquire(context.Background(), key, req)
+		if err == nil && l.Owner != req.Owner {
+			err = fmt.Errorf("granted to %q", l.Owner)
+		}
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := e.State(context.Background(), key)
+		return err == nil && len(st.Queue) == n
+	})
+	return done
+}
+
+// Waiters are granted in the order they began to wait, whichever replica
+// they came through, and the state shows the queue in that order.
+func TestQueueIsFIFOAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	engines := []*lock.Engine{newEngine(t, srv.Client(t)), newEngine(t, srv.Client(t))}
+	ctx := context.Background()
+	const key, n = "fifo:k", 8
+	holder := mustAcquire(t, engines[0], key, lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+
+	type grant struct {
+		who   int
+		lease lock.Lease
+	}
+	granted := make(chan grant, n)
+	for i := range n {
+		// Alternate replicas, so that local order alone cannot explain the
+		// result.
+		e := engines[(i*7/3)%2]
+		go func() {
+			l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: time.Minute, Wait: 30 * time.Second})
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			granted <- grant{i, l}
+		}()
+		waitFor(t, func() bool {
+			st, err := e.State(ctx, key)
+			return err == nil && len(st.Queue) == i+1
+		})
+	}
+	st, err := engines[1].State(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, q := range st.Queue {
+		if q.Owner != fmt.Sprint("w", i) || q.Mode != lock.Exclusive || q.WaitingSince.IsZero() {
+			t.Fatalf("queue[%d] = %+v, want w%d exclusive", i, q, i)
+		}
+	}
+	if st.Waiters != n {
+		t.Fatalf("waiters = %d, want %d", st.Waiters, n)
+	}
+
+	_, _ = engines[0].Release(ctx, key, holder.Token, "t")
+	for i := range n {
+		g := <-granted
+		if g.who != i {
+			t.Fatalf("grant %d went to waiter %d", i, g.who)
+		}
+		// Every waiter still queued is behind the holder now.
+		st, err := engines[0].State(ctx, key)
+		if err != nil || len(st.Queue) != n-1-i {
+			t.Fatalf("after grant %d: queue %+v (%v)", i, st.Queue, err)
+		}
+		if _, err := engines[g.who%2].Release(ctx, key, g.lease.Token, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A try-once acquire never jumps the queue, and a waiter that gives up
+// leaves it at once.
+func TestQueueTryOnceAndLeaving(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	h := mustAcquire(t, e, "fifo:once", lock.AcquireRequest{TTL: time.Minute})
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(wctx, "fifo:once", lock.AcquireRequest{Owner: "patient", TTL: time.Minute, Wait: 30 * time.Second})
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, "fifo:once")
+		return err == nil && len(st.Queue) == 1
+	})
+	_, _ = e.Release(ctx, "fifo:once", h.Token, "t")
+	// The waiter is granted; a try-once request behind it is not.
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st, _ := e.State(ctx, "fifo:once")
+	if st.Owner != "patient" {
+		t.Fatalf("owner = %q, want the waiter", st.Owner)
+	}
+
+	// Now queue one and cancel it: the queue is empty again, and a
+	// try-once request gets the key once it is free.
+	go func() {
+		_, err := e.Acquire(wctx, "fifo:once", lock.AcquireRequest{Owner: "leaver", TTL: time.Minute, Wait: 30 * time.Second})
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, "fifo:once")
+		return err == nil && len(st.Queue) == 1
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, "fifo:once")
+		return err == nil && len(st.Queue) == 0
+	})
+	_, _ = e.ForceReleaseFence(ctx, "fifo:once", 0, "t", "")
+	mustAcquire(t, e, "fifo:once", lock.AcquireRequest{})
+}
+
+// TestQueueHelperProcess is not a test: it is the replica that
+// TestDeadReplicaLeavesQueue kills. It waits for a key and never returns.
+func TestQueueHelperProcess(t *testing.T) {
+	addr := os.Getenv("LOCKD_QUEUE_HELPER")
+	if addr == "" {
+		t.Skip("only run by TestDeadReplicaLeavesQueue")
+	}
+	e := lock.New(redis.NewClient(&redis.Options{Addr: addr}), lock.Options{})
+	_, err := e.Acquire(context.Background(), "dead:k", lock.AcquireRequest{Owner: "doomed", TTL: time.Minute, Wait: time.Minute})
+	t.Fatalf("the helper was to be killed while waiting, got %v", err)
+}
+
+// A waiter whose replica dies (SIGKILL: no goodbye) leaves the queue within
+// 2 s, and the waiter behind it gets the key.
+func TestDeadReplicaLeavesQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	h := mustAcquire(t, e, "dead:k", lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestQueueHelperProcess$")
+	cmd.Env = append(os.Environ(), "LOCKD_QUEUE_HELPER="+srv.Addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, "dead:k")
+		return err == nil && len(st.Queue) == 1 && st.Queue[0].Owner == "doomed"
+	})
+	done := queueUp(t, e, "dead:k", lock.AcquireRequest{Owner: "behind", TTL: time.Minute, Wait: 30 * time.Second}, 2)
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	_, _ = e.Release(ctx, "dead:k", h.Token, "t")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(killed)
+	t.Logf("the dead replica's waiter left the queue; the next waiter was granted %v after the kill", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Fatalf("the next waiter waited %v after the kill, want at most 2 s", took)
+	}
+}
+
+// Shared holders hold together; an exclusive request waits for all of
+// them, and a shared request that comes after it waits behind it.
+func TestSharedAndExclusive(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := newEngine(t, srv.Client(t)), newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	const key = "rw:k"
+	r1 := mustAcquire(t, a, key, lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute})
+	r2 := mustAcquire(t, b, key, lock.AcquireRequest{Owner: "r2", Mode: lock.Shared, TTL: time.Minute})
+	if r1.Token == r2.Token || r2.Fence <= r1.Fence || r1.Mode != lock.Shared {
+		t.Fatalf("shared holders: %+v %+v", r1, r2)
+	}
+	if _, err := a.Acquire(ctx, key, lock.AcquireRequest{Owner: "x", TTL: time.Minute}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("exclusive try while shared held: %v", err)
+	}
+	st, err := a.State(ctx, key)
+	if err != nil || st.Mode != lock.Shared || len(st.Holders) != 2 || st.Owner != "r2" || st.Fence != r2.Fence {
+		t.Fatalf("state: %+v (%v)", st, err)
+	}
+
+	writer := queueUp(t, a, key, lock.AcquireRequest{Owner: "writer", TTL: time.Minute, Wait: 30 * time.Second}, 1)
+	// No writer starvation: a reader after the writer waits.
+	reader := queueUp(t, b, key, lock.AcquireRequest{Owner: "late", Mode: lock.Shared, TTL: time.Minute, Wait: 30 * time.Second}, 2)
+	if _, err := b.Acquire(ctx, key, lock.AcquireRequest{Owner: "once", Mode: lock.Shared, TTL: time.Minute}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("shared try-once behind a waiting writer: %v", err)
+	}
+
+	// Per holder: renew one, re-enter it, release the other.
+	if l, err := a.Renew(ctx, key, r1.Token, 2*time.Minute, "t"); err != nil || l.Fence != r1.Fence || l.TTL != 2*time.Minute {
+		t.Fatalf("renew r1: %+v %v", l, err)
+	}
+	if l, err := a.Acquire(ctx, key, lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute, Token: r1.Token}); err != nil || l.Count != 2 || l.Outcome != lock.Reentered {
+		t.Fatalf("re-enter r1: %+v %v", l, err)
+	}
+	if _, err := b.Release(ctx, key, r2.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctx, key, r2.Token, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("second release of r2: %v", err)
+	}
+	select {
+	case err := <-writer:
+		t.Fatalf("the writer got in while r1 holds: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for range 2 { // r1 holds two levels
+		if _, err := a.Release(ctx, key, r1.Token, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-writer; err != nil {
+		t.Fatal(err)
+	}
+	st, _ = a.State(ctx, key)
+	if st.Mode != lock.Exclusive || st.Owner != "writer" || len(st.Queue) != 1 || st.Queue[0].Mode != lock.Shared {
+		t.Fatalf("after the readers: %+v", st)
+	}
+	if _, err := a.ForceReleaseFence(ctx, key, 0, "admin", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-reader; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Force-release breaks one shared holder by its fence, or all of them.
+func TestForceReleaseSharedHolders(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	const key = "rw:force"
+	var ls []lock.Lease
+	for i := range 3 {
+		ls = append(ls, mustAcquire(t, e, key, lock.AcquireRequest{Owner: fmt.Sprint("r", i), Mode: lock.Shared}))
+	}
+	br, err := e.ForceReleaseFence(ctx, key, ls[1].Fence, "admin", "one")
+	if err != nil || br.Owner != "r1" || br.Fence != ls[1].Fence {
+		t.Fatalf("break r1: %+v %v", br, err)
+	}
+	if _, err := e.Renew(ctx, key, ls[1].Token, 0, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("renew of the broken holder: %v", err)
+	}
+	if _, err := e.ForceReleaseFence(ctx, key, ls[1].Fence, "admin", "again"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("break a gone fence: %v", err)
+	}
+	st, _ := e.State(ctx, key)
+	if len(st.Holders) != 2 || st.Holders[0].Owner != "r0" || st.Holders[1].Owner != "r2" {
+		t.Fatalf("holders: %+v", st.Holders)
+	}
+	if br, err := e.ForceReleaseFence(ctx, key, 0, "admin", "all"); err != nil || br.Owner != "r2" {
+		t.Fatalf("break all: %+v %v", br, err)
+	}
+	if _, err := e.State(ctx, key); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("state after breaking all: %v", err)
+	}
+	evs, _ := e.History(ctx, key, 10)
+	if got := eventTypes(evs); got != "acquired acquired acquired force_released force_released force_released" {
+		t.Fatalf("history: %s", got)
+	}
+	mustAcquire(t, e, key, lock.AcquireRequest{Owner: "x"})
+}
+
+// A semaphore never has more than its limit of permits held, under
+// contention from two replicas.
+func TestSemaphoreNeverOverLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	engines := []*lock.Engine{newEngine(t, srv.Client(t)), newEngine(t, srv.Client(t))}
+	key := lock.SemaphoreKey("pool")
+	const limit = 3
+	var inside, most, grants atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(2 * time.Second)
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := engines[g%2]
+			for time.Now().Before(stop) {
+				l, err := e.Acquire(context.Background(), key, lock.AcquireRequest{
+					Owner: fmt.Sprint("g", g), TTL: 5 * time.Second, Wait: 10 * time.Second, Limit: limit,
+				})
+				if err != nil {
+					t.Errorf("acquire: %v", err)
+					return
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				grants.Add(1)
+				time.Sleep(2 * time.Millisecond)
+				inside.Add(-1)
+				if _, err := e.Release(context.Background(), key, l.Token, "t"); err != nil {
+					t.Errorf("release: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d permits granted, at most %d held at once", grants.Load(), most.Load())
+	if most.Load() > limit {
+		t.Fatalf("%d permits held at once, limit %d", most.Load(), limit)
+	}
+	if most.Load() < 2 {
+		t.Fatalf("never more than %d permit held at once: the semaphore acts as a lock", most.Load())
+	}
+}
+
+// A semaphore's limit is its holders'; no free permit is ErrHeld; a
+// permit that expires frees its slot for a waiter.
+func TestSemaphoreLimitAndExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	key := lock.SemaphoreKey("jobs")
+	p1 := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "a", Limit: 2, TTL: 300 * time.Millisecond})
+	p2 := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "b", Limit: 2, TTL: time.Minute})
+	if p1.Mode != lock.Permit || p1.Limit != 2 || p1.Fence >= p2.Fence {
+		t.Fatalf("permits: %+v %+v", p1, p2)
+	}
+	if _, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "c", Limit: 3}); !errors.Is(err, lock.ErrLimitMismatch) {
+		t.Fatalf("another limit: %v", err)
+	}
+	var held *lock.HeldError
+	if _, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "c", Limit: 2}); !errors.As(err, &held) || held.Remaining > 300*time.Millisecond {
+		t.Fatalf("full semaphore: %v", err)
+	}
+	st, err := e.State(ctx, key)
+	if err != nil || st.Mode != lock.Permit || st.Limit != 2 || len(st.Holders) != 2 {
+		t.Fatalf("state: %+v %v", st, err)
+	}
+	// The first permit is never released: its expiry lets the waiter in.
+	start := time.Now()
+	l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "c", Limit: 2, TTL: time.Minute, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Fatalf("waited %v for an expired permit", waited)
+	}
+	if _, err := e.Release(ctx, key, p1.Token, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("release of the expired permit: %v", err)
+	}
+	evs, _ := e.History(ctx, key, 10)
+	if !strings.Contains(eventTypes(evs), "expired") {
+		t.Fatalf("no expiry in the history: %s", eventTypes(evs))
+	}
+	_, _ = e.Release(ctx, key, l.Token, "t")
+	_, _ = e.Release(ctx, key, p2.Token, "t")
+	if _, err := e.State(ctx, key); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("state of an empty semaphore: %v", err)
+	}
+	// Empty, it takes a new limit; a lock of the same name is another key.
+	mustAcquire(t, e, key, lock.AcquireRequest{Limit: 5})
+	mustAcquire(t, e, "jobs", lock.AcquireRequest{})
+	page, err := e.ListSemaphores(ctx, "", 10, "")
+	if err != nil || len(page.Locks) != 1 || page.Locks[0].Key != key {
+		t.Fatalf("semaphores: %+v %v", page, err)
+	}
+	page, err = e.List(ctx, "", 10, "")
+	if err != nil || len(page.Locks) != 1 || page.Locks[0].Key != "jobs" {
+		t.Fatalf("locks: %+v %v", page, err)
+	}
+}
+
+// TestPrimitives runs runPrimitives on real Redis and on the embedded store.
+func TestPrimitives(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.open(t)
+			runPrimitives(t, newEngine(t, c), newEngine(t, c))
+		})
+	}
+}
+
+// runPrimitives checks, through two engines on one store, the queue's order,
+// shared holds and a semaphore; the topology tests run it on Sentinel and
+// Cluster too.
+func runPrimitives(t *testing.T, a, b *lock.Engine) {
+	t.Helper()
+	ctx := context.Background()
+	h := mustAcquire(t, a, "prim:k", lock.AcquireRequest{Owner: "h", TTL: time.Minute})
+	w1 := queueUp(t, b, "prim:k", lock.AcquireRequest{Owner: "w1", Mode: lock.Shared, TTL: time.Minute, Wait: 20 * time.Second}, 1)
+	w2 := queueUp(t, a, "prim:k", lock.AcquireRequest{Owner: "w2", Mode: lock.Shared, TTL: time.Minute, Wait: 20 * time.Second}, 2)
+	w3 := queueUp(t, b, "prim:k", lock.AcquireRequest{Owner: "w3", TTL: time.Minute, Wait: 20 * time.Second}, 3)
+	if _, err := a.Release(ctx, "prim:k", h.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// Both readers are granted together; the writer behind them waits.
+	for _, w := range []<-chan error{w1, w2} {
+		if err := <-w; err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := a.State(ctx, "prim:k")
+	if err != nil || st.Mode != lock.Shared || len(st.Holders) != 2 || len(st.Queue) != 1 || st.Queue[0].Owner != "w3" {
+		t.Fatalf("state: %+v %v", st, err)
+	}
+	if _, err := a.ForceReleaseFence(ctx, "prim:k", 0, "t", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-w3; err != nil {
+		t.Fatal(err)
+	}
+	_, _ = a.ForceReleaseFence(ctx, "prim:k", 0, "t", "")
+
+	sem := lock.SemaphoreKey("prim")
+	p1 := mustAcquire(t, a, sem, lock.AcquireRequest{Owner: "p1", Limit: 2})
+	mustAcquire(t, b, sem, lock.AcquireRequest{Owner: "p2", Limit: 2})
+	p3 := queueUp(t, b, sem, lock.AcquireRequest{Owner: "p3", Limit: 2, TTL: time.Minute, Wait: 20 * time.Second}, 1)
+	if _, err := a.Release(ctx, sem, p1.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-p3; err != nil {
+		t.Fatal(err)
+	}
+	st, err = b.State(ctx, sem)
+	if err != nil || st.Mode != lock.Permit || st.Limit != 2 || len(st.Holders) != 2 {
+		t.Fatalf("semaphore state: %+v %v", st, err)
+	}
+	_, _ = a.ForceReleaseFence(ctx, sem, 0, "t", "")
+}

@@ -1,0 +1,13 @@
+-- leave: take a waiter that stopped waiting off a key's queue, and wake
+-- those behind it if it may have been in their way.
+--
+-- KEYS[1] wait queue   KEYS[2] the queue's entries   KEYS[3] lease hash
+-- ARGV[1] waiter id    ARGV[2] wake channel
+--
+-- Reply: 1 when the waiter was queued, else 0
+local gone = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if gone == 1 and redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[3], 'token') == 0 then
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
+return gone
