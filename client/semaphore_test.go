@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -459,5 +460,39 @@ func TestSemaphoreAcquireRetriesWhileRedisIsDown(t *testing.T) {
 		}
 	case <-time.After(8 * time.Second):
 		t.Fatal("acquire did not succeed after Redis came back")
+	}
+}
+
+// Answers that the real server gives only in setups the other tests do
+// not build (a Redlock server) map to their sentinels too.
+func TestProblemCodes(t *testing.T) {
+	tests := []struct {
+		code string
+		want error
+	}{
+		{"unsupported", client.ErrUnsupported},
+		{"limit_mismatch", client.ErrLimitMismatch},
+		{"no_permits", client.ErrNoPermits},
+		{"lock_held", client.ErrHeld},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code, func(t *testing.T) {
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.Header().Set("Retry-After", "2")
+				w.WriteHeader(http.StatusConflict)
+				_, _ = w.Write([]byte(`{"type":"/problems/` + tt.code + `","title":"x","status":409,"code":"` + tt.code + `","key":"k","holder":"h","remaining_ms":1500}`))
+			}))
+			defer hs.Close()
+			c := newClient(t, hs.URL, client.WithRetry(0))
+			_, err := c.Semaphore("k", 2).Acquire(context.Background(), client.AcquireOptions{})
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			var np *client.NoPermitsError
+			if errors.As(err, &np) && (np.Name != "k" || np.Holder != "h" || np.Remaining != 1500*time.Millisecond || np.RetryAfter != 2*time.Second) {
+				t.Errorf("no permits = %+v", np)
+			}
+		})
 	}
 }

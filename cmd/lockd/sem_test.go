@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/internal/redistest"
 )
 
 func TestCLISharedAndSemaphoreExitCodes(t *testing.T) {
@@ -216,3 +217,36 @@ func TestCLIStatusShowsHoldersAndQueue(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A Redlock server has neither shared holds nor semaphores: the CLI says
+// so and exits 2, and lockd run never starts COMMAND.
+func TestCLIRedlockRefusesSharedAndSemaphores(t *testing.T) {
+	masters := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+	urls := make([]string, len(masters))
+	for i, m := range masters {
+		urls[i] = m.URL()
+	}
+	inst := startServe(t, nil, "--redlock", strings.Join(urls, ","))
+	env := map[string]string{"LOCKD_SERVER": inst.url}
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"acquire --shared", []string{"acquire", "--shared", "rl:k"}},
+		{"sem acquire", []string{"sem", "acquire", "--limit", "2", "rl:pool"}},
+		{"run --shared", []string{"run", "--shared", "rl:k", "--", "sh", "-c", "echo ran"}},
+		{"run --semaphore", []string{"run", "--semaphore", "rl:pool", "--limit", "2", "--", "sh", "-c", "echo ran"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, stderr := cli(t, env, tt.args...)
+			if code != exitUsage || !strings.Contains(stderr, "unsupported") || strings.Contains(out, "ran") {
+				t.Errorf("exit %d, want %d saying unsupported, without running COMMAND; stdout %q, stderr:\n%s", code, exitUsage, out, stderr)
+			}
+		})
+	}
+	// Exclusive locks work as ever.
+	if code, _, stderr := cli(t, env, "acquire", "rl:k"); code != exitOK {
+		t.Errorf("exclusive acquire on Redlock: exit %d: %s", code, stderr)
+	}
+}
