@@ -16,7 +16,8 @@ func TestValidateSpecCatchesDrift(t *testing.T) {
 	problem := func(status int, code string) string {
 		return fmt.Sprintf(`{"type":"/problems/%s","title":"t","status":%d,"code":"%s"}`, code, status, code)
 	}
-	lease := `{"key":"k","owner":"o","token":"t","fence":1,"count":1,"ttl_ms":30000,"acquired_at":"2026-01-01T00:00:00Z","expires_at":"2026-01-01T00:00:30Z"}`
+	lease := `{"key":"k","mode":"exclusive","owner":"o","token":"t","fence":1,"count":1,"ttl_ms":30000,"acquired_at":"2026-01-01T00:00:00Z","expires_at":"2026-01-01T00:00:30Z"}`
+	permit := `{"key":"k","mode":"permit","limit":3,"owner":"o","token":"t","fence":1,"count":1,"ttl_ms":30000,"acquired_at":"2026-01-01T00:00:00Z","expires_at":"2026-01-01T00:00:30Z"}`
 	tests := []struct {
 		name       string
 		method     string
@@ -43,6 +44,9 @@ func TestValidateSpecCatchesDrift(t *testing.T) {
 		{"percent-encoded bad key", "POST", "/v1/locks/bad%20key/acquire", `{}`, 200, "application/json", nil, lease, "rejects"},
 		{"dashboard passes", "GET", "/ui/locks/k", "", 200, "text/html", nil, "<p>hi</p>", ""},
 		{"hold stream", "POST", "/v1/locks/k/hold", `{}`, 200, "text/event-stream", nil, "event: acquired\ndata: " + lease + "\n\n: keep-alive\n\n", ""},
+		{"semaphore acquire", "POST", "/v1/semaphores/k/acquire", `{"limit":3}`, 200, "application/json", nil, permit, ""},
+		{"semaphore acquire without limit granted", "POST", "/v1/semaphores/k/acquire", `{}`, 200, "application/json", nil, permit, "rejects"},
+		{"lease with an unknown mode", "POST", "/v1/locks/k/acquire", `{}`, 200, "application/json", nil, strings.Replace(lease, "exclusive", "read", 1), "does not match"},
 		{"hold event off schema", "POST", "/v1/locks/k/hold", `{}`, 200, "text/event-stream", nil, "event: acquired\ndata: {\"key\":\"k\"}\n\n", "does not match"},
 	}
 	for _, tc := range tests {
