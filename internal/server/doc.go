@@ -3,9 +3,12 @@
 // answers, access logs and metrics.
 //
 // Handlers hold no lock logic; they validate, call the engine and convert.
-// Every error reaches writeError, which writes the answer that
-// internal/problem's table gives it (the dashboard renders the same table
-// as HTML); request checks that refuse before the engine carry their
-// answer with them (problemError). Lease tokens never reach a log line or
-// a metric label.
+// Locks and semaphores share every handler: a kind (lockKind,
+// semaphoreKind) turns the {key} of a route into the engine key
+// (lock.SemaphoreKey for a semaphore), and the wire shows the name again
+// (leases, states, problems, events). Every error reaches writeError,
+// which writes the answer that internal/problem's table gives it (the
+// dashboard renders the same table as HTML); request checks that refuse
+// before the engine carry their answer with them (problemError). Lease
+// tokens never reach a log line or a metric label.
 package server
