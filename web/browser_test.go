@@ -18,6 +18,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/lockd/lockd/internal/lock"
 )
 
 // chromium finds the browser, failing (never skipping) when there is none.
@@ -270,5 +272,113 @@ func doStable(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) erro
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestBrowser_HoldersQueueAndSemaphores: a lock with two shared holders
+// and an exclusive request queued behind them, and a semaphore with two
+// of three permits held. A person sees the mode and the queue on the list,
+// used/limit on the semaphores page, both holders and the queue on the
+// lock's page, breaks one holder (the other keeps the lock, the writer
+// keeps waiting), and watches a new permit appear by itself.
+func TestBrowser_HoldersQueueAndSemaphores(t *testing.T) {
+	chrome := chromium(t)
+	e := newEnv(t)
+	r1 := e.acquireReq("reports:db", lock.AcquireRequest{Owner: "reader-1", Mode: lock.Shared, TTL: time.Minute})
+	r2 := e.acquireReq("reports:db", lock.AcquireRequest{Owner: "reader-2", Mode: lock.Shared, TTL: time.Minute})
+	e.enqueue("reports:db", lock.AcquireRequest{Owner: "migrator", TTL: time.Minute, Wait: 20 * time.Second})
+	e.permit("pool:gpu", "job-7", 3, time.Minute)
+	e.permit("pool:gpu", "job-8", 3, time.Minute)
+
+	ctx, consoleErrors := newBrowser(t, chrome, nil)
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	textOf := func(sel string) string {
+		t.Helper()
+		s, err := runStable(ctx, chromedp.Text(chromedp.CSS(sel)))
+		must(sel, err)
+		return strings.TrimSpace(s)
+	}
+	count := func(sel string) int {
+		t.Helper()
+		n, err := runStable(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+		must("count "+sel, err)
+		return n
+	}
+
+	row := `tr[data-key="reports:db"]`
+	must("open /", doStable(ctx, chromedp.Navigate(e.ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(row))))
+	if g := textOf(row + ` [data-testid="mode"]`); g != "shared" {
+		t.Errorf("list mode %q, want shared", g)
+	}
+	if g := textOf(row + ` [data-testid="waiters"]`); g != "1" {
+		t.Errorf("list waiting %q, want 1", g)
+	}
+
+	sem := `tr[data-name="pool:gpu"]`
+	must("semaphores", doStable(ctx,
+		chromedp.Click(chromedp.CSS(`[data-testid="nav-semaphores"]`)),
+		chromedp.WaitVisible(chromedp.CSS(sem)),
+	))
+	if g := textOf(sem + ` [data-testid="used"]`); g != "2 / 3" {
+		t.Errorf("semaphore used %q, want 2 / 3", g)
+	}
+
+	must("open the lock", doStable(ctx,
+		chromedp.Navigate(e.ts.URL+"/ui/locks/reports:db"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="holders"]`)),
+	))
+	if n := count(`[data-testid="holders"] [data-testid="holder"]`); n != 2 {
+		t.Errorf("%d holder rows, want 2", n)
+	}
+	if g := textOf(`[data-testid="queue"] [data-testid="queued-owner"]`); g != "migrator" {
+		t.Errorf("queue head %q, want migrator", g)
+	}
+	if g := textOf(`[data-testid="queue"] [data-testid="queued-mode"]`); g != "exclusive" {
+		t.Errorf("queued mode %q", g)
+	}
+
+	// Break reader-1 only, from its row.
+	holder := fmt.Sprintf(`tr[data-fence="%d"]`, r1.Fence)
+	must("open confirm", doStable(ctx, chromedp.Click(chromedp.CSS(holder+` [data-testid="force-holder"]`))))
+	must("confirm", doStable(ctx,
+		chromedp.WaitVisible(chromedp.CSS(`#reason`)),
+		chromedp.SendKeys(chromedp.CSS(`#reason`), "stuck reader"),
+		chromedp.Click(chromedp.CSS(`[data-testid="confirm-force-release"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="notice"]`)),
+	))
+	if g := textOf(`[data-testid="notice"]`); !strings.Contains(g, "reader-1") {
+		t.Errorf("outcome %q does not name reader-1", g)
+	}
+	if n := count(`[data-testid="holders"] [data-testid="holder"]`); n != 1 {
+		t.Errorf("%d holder rows after breaking one, want 1", n)
+	}
+	if n := count(fmt.Sprintf(`tr[data-fence="%d"]`, r2.Fence)); n != 1 {
+		t.Error("reader-2 is not shown holding any more")
+	}
+	if g := textOf(`[data-testid="queue"] [data-testid="queued-owner"]`); g != "migrator" {
+		t.Errorf("queue after %q, want migrator still waiting", g)
+	}
+	if g := e.holderFences("reports:db"); len(g) != 1 || g[0] != r2.Fence {
+		t.Fatalf("engine holders %v, want reader-2's %d only", g, r2.Fence)
+	}
+
+	// A permit taken while the semaphore's page is open shows up by itself.
+	must("open the semaphore", doStable(ctx,
+		chromedp.Navigate(e.ts.URL+"/ui/semaphores/pool:gpu"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="holders"]`)),
+	))
+	p := e.permit("pool:gpu", "job-9", 3, time.Minute)
+	must("live permit", doStable(ctx, chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-fence="%d"]`, p.Fence)))))
+	if g := textOf(`[data-testid="state"] [data-testid="used"]`); g != "3 of 3" {
+		t.Errorf("used %q, want 3 of 3", g)
+	}
+
+	for _, m := range consoleErrors() {
+		t.Errorf("browser console: %s", m)
 	}
 }

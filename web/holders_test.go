@@ -35,16 +35,19 @@ type waited struct {
 
 // enqueue starts req waiting for key (req.Wait, 10 s if unset) and returns
 // once the key's state shows it in the queue. The waiter gives up when the
-// test ends.
+// test ends, before the engine is closed.
 func (e *env) enqueue(key string, req lock.AcquireRequest) <-chan waited {
 	e.t.Helper()
 	if req.Wait == 0 {
 		req.Wait = 10 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e.t.Cleanup(cancel)
-	out := make(chan waited, 1)
+	out, done := make(chan waited, 1), make(chan struct{})
+	// The waiter is gone before the engine closes (cleanups run last
+	// first): no goroutine outlives the test.
+	e.t.Cleanup(func() { cancel(); <-done })
 	go func() {
+		defer close(done)
 		l, err := e.engine.Acquire(ctx, key, req)
 		out <- waited{l, err}
 	}()
