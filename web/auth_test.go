@@ -157,6 +157,18 @@ func TestAuth_EveryPageNeedsSignIn(t *testing.T) {
 	if p.status != http.StatusUnauthorized || p.header.Get("HX-Redirect") != "/ui/login?next=%2F%3Fprefix%3Dci" {
 		t.Errorf("htmx fragment: %d, HX-Redirect %q", p.status, p.header.Get("HX-Redirect"))
 	}
+	// A live page's event stream reconnecting without a session gets a
+	// 401, which ends it, not the sign-in page, which EventSource refuses
+	// and retries.
+	req, _ = http.NewRequest(http.MethodGet, e.ts.URL+"/ui/events?prefix=ci:", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err = e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := e.read(resp); p.status != http.StatusUnauthorized {
+		t.Errorf("event stream without a session: %d, want 401", p.status)
+	}
 
 	// The sign-in page and the assets need no session, and keep the
 	// security headers.

@@ -130,6 +130,14 @@ func (d *Dashboard) requireSession(next http.Handler) http.Handler {
 }
 
 func (d *Dashboard) toLogin(w http.ResponseWriter, r *http.Request) {
+	// A live page's EventSource reconnecting after the session went: a
+	// redirect would hand it the sign-in page, which it refuses noisily
+	// (not text/event-stream) and retries; a 401 ends it. The page's next
+	// htmx refresh goes to sign in.
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		d.problem(w, r, http.StatusUnauthorized, "Signed out", "Your dashboard session has ended. Sign in again.")
+		return
+	}
 	if r.Header.Get("HX-Request") == "true" {
 		back := "/"
 		if u, err := url.Parse(r.Header.Get("HX-Current-URL")); err == nil {
