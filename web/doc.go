@@ -1,10 +1,15 @@
 // Package web is lockd's dashboard: server-rendered pages (templ) that show
 // live locks, their owners, TTLs and history, and break a stuck lock.
 //
-// Pages: "/" lists live locks (prefix filter, cursor paging),
-// "/ui/locks/{key}" shows one lock and its history, and
-// "/ui/locks/{key}/force-release" asks for confirmation and breaks the
-// lease. Every page is complete HTML, so the read views work with
+// Pages: "/" lists live locks (prefix filter, cursor paging, mode and
+// queue length), "/ui/locks/{key}" shows one lock, its holders (one
+// exclusive or many shared), its wait queue and its history, and
+// "/ui/locks/{key}/force-release" asks for confirmation and breaks one
+// holder's lease (?fence=N) or every holder's (?all=1). "/ui/semaphores"
+// and "/ui/semaphores/{name}" are the same for semaphores (used/limit,
+// permits, queue); a semaphore's engine key is lock.SemaphoreKey(name),
+// and URLs, prefixes and API-key prefixes use the name. Every page is
+// complete HTML, so the read views work with
 // JavaScript off; with it on, htmx (embedded, no CDN) re-fetches the table
 // every few seconds and app.js keeps relative times ("12 s left") current.
 //
