@@ -12,11 +12,24 @@
 // lock share a hash tag, so one script can touch them all on Redis Cluster.
 //
 // Waiting is push, not poll: release and force-release PUBLISH on the key's
-// channel; a timer at the holder's PTTL covers expiry. Waiters of one key in
-// one process queue in a local FIFO and only its head retries, so a release
-// costs each process one retry, not one per waiter. One function (hub.next)
-// decides when a queue tries, so a queue with waiters always has a try in
-// flight, a timer pending or a subscription about to be confirmed.
+// channel; a timer at the holder's PTTL covers expiry. Each key has one FIFO
+// queue in Redis (`lockd:{K}:queue`, queue.go): a waiter's first try puts it
+// there, and a grant goes only to a request that no live waiter queued
+// before it is blocked by, whichever lockd each came through. A waiter
+// counts while its deadline has not passed and its lockd says it is alive
+// (one call per bucket every 400 ms, whatever the number of waiters), so a
+// dead lockd's waiters stop blocking the queue within 1.6 s. A release
+// hands the key straight to the next waiter when that one waits in the
+// same lockd, without another call. Waiters of one key in one process
+// queue locally in their Redis order and only the head retries, so a
+// release costs each process one retry, not one per waiter. One function
+// (hub.next) decides when a queue tries, so a queue with waiters always has
+// a try in flight, a timer pending or a subscription about to be confirmed.
+//
+// Shared holds and semaphores keep their holders in the lease hash (one
+// field per holder, JSON) and a sorted set by expiry; each holder has its
+// own token, fence and TTL. A semaphore is the engine key "sem/<name>",
+// with its own keys, history, fences and queue.
 //
 // The lock semantics talk to Redis through a small store interface (store.go):
 // one implementation covers one server, Sentinel and Cluster, with wake-up

@@ -311,8 +311,13 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 		defer cancel()
 		_, _ = e.Release(rctx, key, l.Token, req.Actor)
 	}
-	leave := func() { e.leave(key, en.id) }
-	return e.hub.wait(ctx, key, time.Now().Add(req.Wait), try, undo, leave, en.placed, seen, first)
+	return e.hub.wait(ctx, key, time.Now().Add(req.Wait), waitSpec{
+		try:   try,
+		undo:  undo,
+		leave: func() { e.leave(key, en.id) },
+		id:    en.id,
+		place: en.placed,
+	}, seen, first)
 }
 
 // try modes: take a free key, or only look (re-entry, idempotent replay,
@@ -518,21 +523,47 @@ type Released struct {
 // Release gives back one level of the lease; at count 0 the lease is deleted
 // and waiters are woken.
 func (e *Engine) Release(ctx context.Context, key, token, actor string) (Released, error) {
+	out, next, err := e.release(ctx, key, token, actor)
+	// The key went to a waiter of this process; should it have gone
+	// meanwhile, the key is given back (and may go to the next one).
+	for next != nil && !e.hub.handOff(key, next.waiter, next.lease) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.CallTimeout)
+		_, next, _ = e.release(rctx, key, next.lease.Token, next.actor)
+		cancel()
+	}
+	return out, err
+}
+
+// handed is a lease that a release gave to the next waiter, of this process.
+type handed struct {
+	waiter string
+	actor  string
+	lease  Lease
+}
+
+func (e *Engine) release(ctx context.Context, key, token, actor string) (Released, *handed, error) {
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	b := e.bucket(key)
-	v, err := e.write(ctx, e.scripts.release, []string{k.lease, k.hist, b + "expiries", b + "events", k.holders, k.queue},
-		token, actor, e.opts.HistoryMax, k.wake, e.opts.EventsMax)
+	// With replica acks a grant must be acknowledged before its holder
+	// hears of it: no hand-off then.
+	self := e.hub.id
+	if e.opts.ReplicaAcks > 0 {
+		self = ""
+	}
+	v, err := e.write(ctx, e.scripts.release,
+		[]string{k.lease, k.hist, b + "expiries", b + "events", k.holders, k.queue, k.qinfo, b + "replicas", k.fence, e.epochKey(key)},
+		token, actor, e.opts.HistoryMax, k.wake, e.opts.EventsMax, self, e.opts.Retention.Milliseconds())
 	if err != nil {
-		return Released{}, wrap("release", err)
+		return Released{}, nil, wrap("release", err)
 	}
 	r, err := newReply(v)
 	if err != nil {
-		return Released{}, err
+		return Released{}, nil, err
 	}
 	if err := statusErr(r); err != nil {
-		return Released{}, err
+		return Released{}, nil, err
 	}
 	e.noted(key)
 	count := int(r.int(1))
@@ -540,7 +571,17 @@ func (e *Engine) Release(ctx context.Context, key, token, actor string) (Release
 	if out.Released && r.len() > 2 {
 		out.HeldFor = heldSince(r.int(2))
 	}
-	return out, r.err
+	var next *handed
+	if r.len() > 8 {
+		ttl := r.ms(7)
+		at := r.time(8)
+		next = &handed{waiter: r.str(3), actor: actor, lease: Lease{
+			Key: key, Owner: r.str(4), Token: r.str(5), Fence: r.int(6), Count: 1, TTL: ttl,
+			AcquiredAt: at, ExpiresAt: at.Add(ttl), Outcome: Granted, Mode: Exclusive,
+		}}
+		e.epochs.lease(next.lease)
+	}
+	return out, next, r.err
 }
 
 // Broken describes a lease that ForceReleaseFence broke.

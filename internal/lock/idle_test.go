@@ -17,7 +17,7 @@ import (
 
 // 10,000 waiting requests cost Redis no call per waiter while no lock
 // changes hands: the only calls are the process's liveness, one per bucket
-// (here one) every half second, whatever the number of waiters.
+// (here one) every 400 ms, whatever the number of waiters.
 func TestIdleWaitersCostNoCallPerWaiter(t *testing.T) {
 	srv := redistest.Start(t)
 	// Without the expiry sweeper, whose cost is per master, not per waiter
@@ -60,7 +60,7 @@ func TestIdleWaitersCostNoCallPerWaiter(t *testing.T) {
 	calls := scriptCalls(t, admin) - before
 	t.Logf("%d Redis calls in %v with %d idle waiters", calls, watch, waiters)
 	if perSec := float64(calls) / watch.Seconds(); perSec > 3 {
-		t.Fatalf("Redis took %.1f calls/s while %d requests waited idle, want at most the liveness (2/s)", perSec, waiters)
+		t.Fatalf("Redis took %.1f calls/s while %d requests waited idle, want at most the liveness (2.5/s)", perSec, waiters)
 	}
 }
 

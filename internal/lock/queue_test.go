@@ -457,3 +457,73 @@ func runPrimitives(t *testing.T, a, b *lock.Engine) {
 	}
 	_, _ = a.ForceReleaseFence(ctx, sem, 0, "t", "")
 }
+
+// A release hands the key to the next waiter at once when it waits in the
+// same lockd: the waiter is answered with no Redis call of its own.
+func TestReleaseHandsOffLocally(t *testing.T) {
+	srv := redistest.Start(t)
+	// Calls outside pipelines: every engine operation is one; the
+	// liveness of the process is a pipeline.
+	var calls atomic.Int64
+	c := srv.Client(t)
+	c.AddHook(singleHook{&calls})
+	e := lock.New(c, lock.Options{NoSweep: true, EpochRefresh: time.Hour})
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := context.Background()
+	// Load the release script first: a first EVALSHA is NOSCRIPT, then EVAL.
+	warm := mustAcquire(t, e, "handoff:warm", lock.AcquireRequest{})
+	_, _ = e.Release(ctx, "handoff:warm", warm.Token, "t")
+	h := mustAcquire(t, e, "handoff:k", lock.AcquireRequest{Owner: "h", TTL: time.Minute})
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := e.Acquire(ctx, "handoff:k", lock.AcquireRequest{Owner: "next", TTL: 30 * time.Second, Wait: 20 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, "handoff:k")
+		return err == nil && len(st.Queue) == 1
+	})
+	// The waiter's queue tries once more when Redis confirms its
+	// subscription; let that pass.
+	time.Sleep(200 * time.Millisecond)
+	before := calls.Load()
+	if _, err := e.Release(ctx, "handoff:k", h.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	n := calls.Load() - before
+	if l.Owner != "next" || l.Fence <= h.Fence || l.TTL != 30*time.Second || l.Count != 1 || l.Token == "" {
+		t.Fatalf("handed lease: %+v", l)
+	}
+	if n != 1 {
+		t.Fatalf("%d Redis calls from the release to the grant, want 1 (the release)", n)
+	}
+	st, err := e.State(ctx, "handoff:k")
+	if err != nil || st.Owner != "next" || st.Fence != l.Fence || len(st.Queue) != 0 {
+		t.Fatalf("state: %+v %v", st, err)
+	}
+	if _, err := e.Renew(ctx, "handoff:k", l.Token, 0, "t"); err != nil {
+		t.Fatalf("renew the handed lease: %v", err)
+	}
+	evs, _ := e.History(ctx, "handoff:k", 10)
+	if got := eventTypes(evs); got != "acquired released acquired" {
+		t.Fatalf("history: %s", got)
+	}
+}
+
+// singleHook counts the commands sent outside pipelines.
+type singleHook struct{ n *atomic.Int64 }
+
+func (h singleHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h singleHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h singleHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}

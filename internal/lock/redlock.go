@@ -169,7 +169,7 @@ func (r *Redlock) wait(ctx context.Context, key string, req AcquireRequest, toke
 		defer cancel()
 		_, _ = r.Release(rctx, key, l.Token, req.Actor)
 	}
-	return r.hub.wait(ctx, key, time.Now().Add(req.Wait), try, undo, nil, nil, seen, first)
+	return r.hub.wait(ctx, key, time.Now().Add(req.Wait), waitSpec{try: try, undo: undo}, seen, first)
 }
 
 // try is one quorum attempt; see the type's comment.

@@ -25,8 +25,8 @@ const (
 	// is alive; aliveFor how long that stays true. A process that dies
 	// leaves its waiters queued in Redis at most aliveFor: those behind
 	// them retry when it ends (lib.lua, the wait queue).
-	aliveEvery = 500 * time.Millisecond
-	aliveFor   = 1500 * time.Millisecond
+	aliveEvery = 400 * time.Millisecond
+	aliveFor   = 1600 * time.Millisecond
 )
 
 // attemptFunc runs one try for a waiter: a grant, a *HeldError, or another
@@ -74,6 +74,7 @@ type queue struct {
 	waiters []*waiter // queued, in arrival order; the head is tried next
 	count   int       // queued + in flight
 	busy    bool      // an attempt is in flight
+	trying  *waiter   // whose attempt
 	poked   bool      // something may have freed the key: try now
 	ready   bool      // Redis confirmed the subscription (or gave up waiting)
 	timer   *time.Timer
@@ -85,7 +86,9 @@ type queue struct {
 }
 
 type waiter struct {
+	id        string       // in the key's queue in Redis
 	place     func() int64 // in the key's queue in Redis; 0 when not known
+	handed    *Lease       // a release gave it the key while it tried
 	try       attemptFunc
 	result    chan outcome
 	inflight  bool
@@ -95,6 +98,18 @@ type waiter struct {
 type outcome struct {
 	lease Lease
 	err   error
+}
+
+// waitSpec is one waiter: how it tries, gives back a grant it no longer
+// wants (undo), leaves the key's queue in Redis when it ends without a
+// grant (leave, may be nil), and its id and place in that queue (may be
+// empty: the queues of Redlock live in each process).
+type waitSpec struct {
+	try   attemptFunc
+	undo  func(Lease)
+	leave func()
+	id    string
+	place func() int64
 }
 
 // watch is what a caller saw of a key's queue before its own try, so that
@@ -163,17 +178,16 @@ func (h *hub) watch(key string) watch {
 // first what that try answered (nil when it did not try). At the deadline
 // the caller gets the answer of one last try, so a 409 names the holder and
 // time left as they are then; if Redis is still failing, its error.
-// A waiter that ends without a grant calls leave (may be nil), which
-// takes it off the key's queue in Redis.
-func (h *hub) wait(ctx context.Context, key string, deadline time.Time, try attemptFunc, undo func(Lease), leave func(), place func() int64, seen watch, first error) (lease Lease, err error) {
-	if place == nil {
-		place = func() int64 { return 0 }
+func (h *hub) wait(ctx context.Context, key string, deadline time.Time, spec waitSpec, seen watch, first error) (lease Lease, err error) {
+	try, undo := spec.try, spec.undo
+	if spec.place == nil {
+		spec.place = func() int64 { return 0 }
 	}
-	w := &waiter{place: place, try: try, result: make(chan outcome, 1)}
-	if leave != nil {
+	w := &waiter{id: spec.id, place: spec.place, try: try, result: make(chan outcome, 1)}
+	if spec.leave != nil {
 		defer func() {
 			if err != nil {
-				leave()
+				spec.leave()
 			}
 		}()
 	}
@@ -246,7 +260,7 @@ func (h *hub) join(key string, w *waiter, seen watch, first error) (q *queue, cr
 		q = &queue{key: key, channel: h.wakeOf(key), backoff: backoffMin}
 		h.queues[key] = q
 	}
-	h.insert(q, w)
+	h.insert(q, w, false)
 	h.adjust(q, +1)
 
 	var held *HeldError
@@ -267,9 +281,14 @@ func (h *hub) join(key string, w *waiter, seen watch, first error) (q *queue, cr
 }
 
 // insert puts w in the queue by its place in Redis: a waiter of this
-// process that Redis queued first is tried first. Called with h.mu.
-func (h *hub) insert(q *queue, w *waiter) {
+// process that Redis queued first is tried first. A waiter with no place
+// (Redlock, or Redis did not answer its first try) joins at the end, and
+// goes back to the head after its own try (back). Called with h.mu.
+func (h *hub) insert(q *queue, w *waiter, back bool) {
 	i, p := len(q.waiters), w.place()
+	if p == 0 && back {
+		i = 0
+	}
 	if p != 0 {
 		for i > 0 && (q.waiters[i-1].place() == 0 || q.waiters[i-1].place() > p) {
 			i--
@@ -381,7 +400,7 @@ func (h *hub) next(q *queue) {
 	w := q.waiters[0]
 	q.waiters = q.waiters[1:]
 	w.inflight = true
-	q.busy = true
+	q.busy, q.trying = true, w
 	h.working.Add(1)
 	go h.attempt(q, w)
 }
@@ -394,7 +413,11 @@ func (h *hub) attempt(q *queue, w *waiter) {
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q.busy = false
+	q.busy, q.trying = false, nil
+	if w.handed != nil {
+		// Whatever this try saw, a release gave the waiter the key.
+		lease, err = *w.handed, nil
+	}
 	var held *HeldError
 	switch {
 	case err == nil:
@@ -413,7 +436,7 @@ func (h *hub) attempt(q *queue, w *waiter) {
 			// queued before it may have joined meanwhile, and is the one
 			// Redis waits for. It tries now.
 			w.inflight = false
-			h.insert(q, w)
+			h.insert(q, w, true)
 			if q.waiters[0] != w {
 				q.poked = true
 			}
@@ -424,7 +447,7 @@ func (h *hub) attempt(q *queue, w *waiter) {
 		// waiter at the head and try again soon.
 		q.failed = err
 		w.inflight = false
-		h.insert(q, w)
+		h.insert(q, w, true)
 		h.arm(q, q.backoff)
 		q.backoff = min(2*q.backoff, backoffMax)
 	default:
@@ -433,6 +456,37 @@ func (h *hub) attempt(q *queue, w *waiter) {
 		h.arm(q, q.backoff)
 	}
 	h.next(q)
+}
+
+// handOff gives the key to the waiter with this id, for which a release of
+// this process took it (release.lua). It reports false when the waiter is
+// no longer here to take it: the caller gives the key back.
+func (h *hub) handOff(key, id string, l Lease) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.queues[key]
+	if q == nil || id == "" {
+		return false
+	}
+	if w := q.trying; w != nil && w.id == id {
+		if w.abandoned {
+			return false
+		}
+		w.handed = &l
+		return true
+	}
+	for i, w := range q.waiters {
+		if w.id == id {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			h.adjust(q, -1)
+			w.result <- outcome{lease: l}
+			// If the new holder dies, its expiry frees the key for the next.
+			h.arm(q, time.Until(l.ExpiresAt))
+			h.next(q)
+			return true
+		}
+	}
+	return false
 }
 
 // receive reads the wake-up subscription. After a reconnect, a failover or

@@ -76,8 +76,8 @@ local function queued()
       place = int(math.max(now_us, (tonumber(last[2]) or 0) + 1))
     end
     redis.call('ZADD', q.queue, place, wid)
-    redis.call('HSET', q.info, wid, ARGV[19] .. '\n' .. int(now_ms + tonumber(ARGV[21])) .. '\n' ..
-      want .. '\n' .. int(now_ms) .. '\n' .. owner)
+    redis.call('HSET', q.info, wid, cjson.encode({r = ARGV[19], d = int(now_ms + tonumber(ARGV[21])), m = want,
+      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor}))
     redis.call('PEXPIRE', q.queue, ARGV[23])
     redis.call('PEXPIRE', q.info, ARGV[23])
   end
@@ -228,21 +228,14 @@ if not multi then
   record_lapse(hist, cap, retention, sched, ev.key)
 end
 
--- Fences never go backwards: the counter lapses with the history retention,
--- so every fence is also floored at the Redis clock in microseconds.
-local fence = int(math.max((tonumber(redis.call('GET', fencekey)) or 0) + 1, now_us))
-redis.call('SET', fencekey, fence, 'PX', retention)
-
+local fence
 if want == 'x' then
-  redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', 1,
-    'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem, 'ittl', ttl)
-  redis.call('PEXPIRE', lease, ttl)
-  schedule(sched, ev.key, now_ms + ttl)
-  record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
+  fence = grant_x(lease, fencekey, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us)
 else
   if not multi then
     redis.call('HSET', lease, 'mode', want == 's' and 'shared' or 'permit', 'limit', limit)
   end
+  fence = next_fence(fencekey, retention, now_us)
   local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0',
     e = int(now_ms + ttl), i = idem, it = ARGV[3], l = ''}
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))

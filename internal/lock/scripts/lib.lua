@@ -93,21 +93,21 @@ local function record_lapse(hist, cap, retention, sched, key)
 end
 
 -- The wait queue of a key (queue.go): a sorted set of waiter ids by
--- arrival (q.queue) and a hash of what each one is (q.info: replica id,
--- deadline ms, mode, since ms, owner; one line each, the owner last).
--- A waiter is live while its deadline has not passed and its replica is:
--- each lockd keeps its score in the bucket's replica set (q.replicas) in
--- the future while it has waiters, so an entry whose lockd died leaves
--- the queue when that score passes, without a heartbeat per waiter.
+-- arrival (q.queue) and a hash of what each one is (q.info, JSON: r its
+-- lockd's replica id, d its deadline ms, m its mode, s since ms, o owner;
+-- for a hand-off (release.lua) t its token, l ttl_ms, i idempotency tag,
+-- a actor). A waiter is live while its deadline has not passed and its
+-- replica is: each lockd keeps its score in the bucket's replica set
+-- (q.replicas) in the future while it has waiters, so an entry whose lockd
+-- died leaves the queue when that score passes, without a heartbeat per
+-- waiter.
 local function parse_entry(s)
   if not s then
     return nil
   end
-  local rid, dl, mode, since, owner = string.match(s, '^([^\n]*)\n(%d+)\n(%a)\n(%d+)\n(.*)$')
-  if not rid then
-    return nil
-  end
-  return {rid = rid, deadline = tonumber(dl), mode = mode, since = since, owner = owner}
+  local e = cjson.decode(s)
+  e.rid, e.deadline, e.mode, e.since, e.owner = e.r, tonumber(e.d), e.m, e.s, e.o
+  return e
 end
 
 -- live_until is when the entry stops counting: its deadline, or when its
@@ -184,6 +184,7 @@ local function first_live(q, now)
     for j, id in ipairs(ids) do
       local e = parse_entry(infos[j])
       if live_until(q, e, now) > 0 then
+        e.id = id
         return e
       end
       q.dead[#q.dead + 1] = id
@@ -237,4 +238,25 @@ local function settle(lease, holders, sched, key, now)
   redis.call('PEXPIRE', holders, keep)
   schedule(sched, key, first[2])
   return n
+end
+
+-- next_fence takes a key's next fence. Fences never go backwards: the
+-- counter lapses with the history retention, so every fence is also
+-- floored at the Redis clock in microseconds.
+local function next_fence(fencekey, retention, now_us)
+  local fence = int(math.max((tonumber(redis.call('GET', fencekey)) or 0) + 1, now_us))
+  redis.call('SET', fencekey, fence, 'PX', retention)
+  return fence
+end
+
+-- grant_x writes a new exclusive lease on a free key (acquire.lua, and a
+-- release that hands the key to the next waiter); it returns its fence.
+local function grant_x(lease, fencekey, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us)
+  local fence = next_fence(fencekey, retention, now_us)
+  redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', 1,
+    'ttl_ms', ttl, 'acquired_at', now_ms, 'renewed_at', now_ms, 'renewals', 0, 'idem', idem, 'ittl', ttl)
+  redis.call('PEXPIRE', lease, ttl)
+  schedule(sched, ev.key, now_ms + ttl)
+  record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', now_ms + ttl)
+  return fence
 end

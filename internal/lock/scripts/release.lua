@@ -4,10 +4,17 @@
 -- KEYS[1] lease hash   KEYS[2] history stream
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] holders (shared or permits)    KEYS[6] wait queue
+-- KEYS[7] the queue's entries   KEYS[8] the bucket's replica liveness set
+-- KEYS[9] fence counter         KEYS[10] epoch marker (acquire.lua)
 -- ARGV[1] token        ARGV[2] actor   ARGV[3] history cap
 -- ARGV[4] wake channel ARGV[5] the event stream's cap
+-- ARGV[6] this lockd's replica id, or "" to hand the key to nobody
+-- ARGV[7] retention_ms
 --
--- Reply: {"ok", count_left, acquired_at_ms} | {"not_found"} | {"lost"}
+-- Reply: {"ok", count_left, acquired_at_ms}
+--      | {"ok", 0, acquired_at_ms, waiter id, owner, token, fence, ttl_ms, now_ms}
+--        when the key went to the next waiter, of this lockd
+--      | {"not_found"} | {"lost"}
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local token, actor, cap, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 ev = {stream = KEYS[4], cap = ARGV[5], key = lock_of(lease)}
@@ -51,19 +58,34 @@ if cur[2] ~= token then
   return {'lost'}
 end
 
-local now_ms = clock()
+local now_ms, now_us = clock()
 local count = tonumber(cur[5]) - 1
-local exp = nil
 if count > 0 then
   redis.call('HSET', lease, 'count', count)
-  exp = now_ms + redis.call('PTTL', lease)
-else
-  count = 0
-  redis.call('DEL', lease)
-  redis.call('ZREM', sched, ev.key)
-  redis.call('PUBLISH', channel, 'released')
+  -- The history's TTL was set past this lease's end when it was granted
+  -- or renewed: no PEXPIRE here.
+  record(hist, cap, nil, 'released', now_ms, cur[1], cur[3], cur[4], count, actor, '', now_ms + redis.call('PTTL', lease))
+  return {'ok', count, cur[6]}
 end
--- The history's TTL was set past this lease's end when it was granted or
--- renewed: no PEXPIRE here.
-record(hist, cap, nil, 'released', now_ms, cur[1], cur[3], cur[4], count, actor, '', exp)
-return {'ok', count, cur[6]}
+
+redis.call('DEL', lease)
+record(hist, cap, nil, 'released', now_ms, cur[1], cur[3], cur[4], 0, actor, '', nil)
+-- Hand the key to the next waiter at once if it waits in this lockd (its
+-- replica id is ARGV[6]): the lockd answers it without another call.
+local q = {queue = KEYS[6], info = KEYS[7], replicas = KEYS[8], alive = {}, dead = {}}
+local nx = ARGV[6] ~= '' and first_live(q, now_ms)
+if nx and nx.r == ARGV[6] and nx.m == 'x' then
+  local ttl = tonumber(nx.l)
+  local fence = grant_x(lease, KEYS[9], hist, cap, tonumber(ARGV[7]), sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us)
+  if ttl > (tonumber(redis.call('HGET', KEYS[10], 'maxttl')) or 0) then
+    redis.call('HSET', KEYS[10], 'maxttl', ttl)
+  end
+  redis.call('ZREM', q.queue, nx.id)
+  redis.call('HDEL', q.info, nx.id)
+  forget(q)
+  return {'ok', 0, cur[6], nx.id, nx.o, nx.t, fence, ttl, now_ms}
+end
+redis.call('ZREM', sched, ev.key)
+redis.call('PUBLISH', channel, 'released')
+forget(q)
+return {'ok', 0, cur[6]}
