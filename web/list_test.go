@@ -62,8 +62,8 @@ func TestList_ShowsEveryLiveLock(t *testing.T) {
 		t.Errorf("force-release link %q", href)
 	}
 	// Semantic table: column headers, and the key heads its row.
-	if n := p.doc.Find(`table thead th[scope="col"]`).Length(); n != 11 {
-		t.Errorf("%d column headers, want 11", n)
+	if n := p.doc.Find(`table thead th[scope="col"]`).Length(); n != 10 {
+		t.Errorf("%d column headers, want 10", n)
 	}
 	if g := text(ra.Find(`[data-testid="mode"]`)); g != "exclusive" {
 		t.Errorf("list:a mode %q, want exclusive", g)
