@@ -504,6 +504,13 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 		return Lease{}, err
 	}
 	l := leaseFrom(key, r)
+	l.Mode = Exclusive
+	if r.len() > 10 {
+		l.Mode, l.Limit = Shared, 0
+		if r.str(9) == "permit" {
+			l.Mode, l.Limit = Permit, int(r.int(10))
+		}
+	}
 	e.epochs.lease(l)
 	return l, r.err
 }

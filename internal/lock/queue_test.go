@@ -223,7 +223,7 @@ func TestSharedAndExclusive(t *testing.T) {
 	}
 
 	// Per holder: renew one, re-enter it, release the other.
-	if l, err := a.Renew(ctx, key, r1.Token, 2*time.Minute, "t"); err != nil || l.Fence != r1.Fence || l.TTL != 2*time.Minute {
+	if l, err := a.Renew(ctx, key, r1.Token, 2*time.Minute, "t"); err != nil || l.Fence != r1.Fence || l.TTL != 2*time.Minute || l.Mode != lock.Shared {
 		t.Fatalf("renew r1: %+v %v", l, err)
 	}
 	if l, err := a.Acquire(ctx, key, lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute, Token: r1.Token}); err != nil || l.Count != 2 || l.Outcome != lock.Reentered {
@@ -354,6 +354,9 @@ func TestSemaphoreLimitAndExpiry(t *testing.T) {
 	p2 := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "b", Limit: 2, TTL: time.Minute})
 	if p1.Mode != lock.Permit || p1.Limit != 2 || p1.Fence >= p2.Fence {
 		t.Fatalf("permits: %+v %+v", p1, p2)
+	}
+	if l, err := e.Renew(ctx, key, p2.Token, 0, "t"); err != nil || l.Mode != lock.Permit || l.Limit != 2 || l.Fence != p2.Fence {
+		t.Fatalf("renewed permit: %+v %v", l, err)
 	}
 	if _, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "c", Limit: 3}); !errors.Is(err, lock.ErrLimitMismatch) {
 		t.Fatalf("another limit: %v", err)

@@ -13,12 +13,12 @@
 -- few hundred ms would otherwise push every lifecycle event out of it. The
 -- lease keeps left_ms of its last renewal for the at-risk check (state.lua).
 --
--- Reply: {"ok", owner, token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms}
---      | {"not_found"} | {"lost"}
+-- Reply: {"ok", owner, token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms,
+--         [mode, limit] (shared holders or permits)} | {"not_found"} | {"lost"}
 local lease, renewals, queue, epoch, sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, actor, cap, retention, channel = ARGV[1], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'ttl_ms', 'acquired_at', 'mode')
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'ttl_ms', 'acquired_at', 'mode', 'limit')
 local now_ms = clock()
 if cur[7] then
   -- One of several holders.
@@ -46,7 +46,7 @@ if cur[7] then
     'fence', h.f, 'ttl_ms', ttl, 'count', h.c, 'actor', actor, 'reason', '', 'left_ms', left)
   redis.call('PEXPIRE', renewals, retention + ttl)
   redis.call('PEXPIRE', KEYS[6], retention + ttl)
-  return {'ok', h.o, token, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms}
+  return {'ok', h.o, token, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms, cur[7], tonumber(cur[8])}
 end
 if not cur[2] then
   return {'not_found'}
