@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,7 +43,8 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 				b.Fatalf("%s: %v", name, err)
 			}
 		}
-		calls, usec, evals := redisCost(b, admin)
+		calls, usec, evals, per := redisCost(b, admin)
+		b.Logf("%s: %.1f commands/op: %s", name, float64(calls)/float64(n), per)
 		b.ReportMetric(float64(calls)/float64(n), name+"-redis-cmds/op")
 		b.ReportMetric(float64(usec)/float64(n), name+"-redis-µs/op")
 		b.ReportMetric(float64(evals)/float64(n), name+"-round-trips/op")
@@ -60,13 +62,23 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 		_, err := e.Release(ctx, keys[i], leases[i].Token, "b")
 		return err
 	})
+	// What a busy key costs: acquire and release of one key, again and
+	// again (its history and fence exist), as in make bench.
+	measure("cycle", func(i int) error {
+		l, err := e.Acquire(ctx, "cost:cycle", lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+		if err != nil {
+			return err
+		}
+		_, err = e.Release(ctx, "cost:cycle", l.Token, "b")
+		return err
+	})
 }
 
 // redisCost sums INFO commandstats: the commands Redis ran inside the
 // scripts, the µs of the EVAL/EVALSHA calls (their inner commands
 // included), and the EVAL/EVALSHA calls themselves (the round trips). The
 // measurement's own INFO and CONFIG calls are left out.
-func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64) {
+func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64, per string) {
 	b.Helper()
 	info, err := admin.Info(context.Background(), "commandstats").Result()
 	if err != nil {
@@ -91,7 +103,8 @@ func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64) {
 			usec += int64(f["usec"])
 		} else {
 			inner += int64(f["calls"])
+			per += fmt.Sprintf(" %s=%.0f", cmd, f["calls"])
 		}
 	}
-	return inner, usec, evals
+	return inner, usec, evals, per
 }

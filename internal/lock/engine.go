@@ -142,6 +142,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	e := &Engine{st: st, opts: opts, scripts: loadScripts(st.Sharded())}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
+	e.epochs.seed = hex.EncodeToString(id[:])
 	e.hub = newHub(hubConfig{
 		id:        hex.EncodeToString(id[:]),
 		sub:       st.Subscribe(),
@@ -348,10 +349,6 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	if e.opts.NoQuarantine {
 		seen = ""
 	}
-	newEpoch, err := newToken()
-	if err != nil {
-		return Lease{}, err
-	}
 	mode := grantFree
 	if want == peekX {
 		want, mode = "x", peek
@@ -365,7 +362,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		[]string{k.lease, k.fence, k.hist, k.queue, marker, b + "expiries", b + "events", k.qinfo, k.holders, b + "replicas"},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
 		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode,
-		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), newEpoch, e.epochs.ownLeft().Milliseconds(), e.opts.EventsMax,
+		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), e.newEpochID(), e.epochs.ownLeft().Milliseconds(), e.opts.EventsMax,
 		want, req.Limit, wid, e.hub.id, aliveFor.Milliseconds(), deadline, place, (e.opts.MaxWait + time.Minute).Milliseconds())
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {

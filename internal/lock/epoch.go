@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,11 +25,22 @@ func (e *Engine) epochKey(key string) string {
 // longest TTL granted under any marker it saw: what acquire.lua needs to
 // notice a loss and to know how long to quarantine.
 type epochs struct {
+	// seed and made name the markers this process makes: seed-1, seed-2…
+	// (unique without a random read per acquire).
+	seed string
+	made atomic.Int64
+
 	mu     sync.Mutex
 	seen   map[string]string // marker → id
 	maxTTL time.Duration
 	own    time.Time // when the last lease this process granted or renewed ends
 	until  time.Time // the latest quarantine end this process was told of
+}
+
+// newEpochID is the id of a marker this process would make (acquire.lua
+// uses it only when the marker is missing).
+func (e *Engine) newEpochID() string {
+	return e.epochs.seed + "-" + strconv.FormatInt(e.epochs.made.Add(1), 10)
 }
 
 func (p *epochs) get(marker string) (string, time.Duration) {

@@ -72,11 +72,15 @@ end
 -- same lapse is recorded once, whether the sweeper, an acquire or a read
 -- of the history notices it first, on whichever lockd.
 --
--- The lapse happened at the schedule's time (renewals move it), else at
--- the exp of the last event. Returns {lapsed_at_ms, last event's type, its
--- at} when it recorded one, else nil.
+-- The lapse happened at the schedule's time (renewals move it). Returns
+-- {lapsed_at_ms, last event's type, its at} when it recorded one, else nil.
 local function record_lapse(hist, cap, retention, sched, key)
   local at = tonumber(redis.call('ZSCORE', sched, key))
+  if not at then
+    -- Only a lease still live or lapsed unrecorded is on the schedule:
+    -- release, force-release and every recorded lapse take the key off.
+    return nil
+  end
   local last = redis.call('XREVRANGE', hist, '+', '-', 'COUNT', 1)
   if not last[1] then
     return nil
@@ -84,7 +88,6 @@ local function record_lapse(hist, cap, retention, sched, key)
   local f, e = last[1][2], {}
   for i = 1, #f, 2 do e[f[i]] = f[i + 1] end
   if e['exp'] then
-    at = at or tonumber(e['exp'])
     record(hist, cap, retention, 'expired', int(at), e['owner'], e['fence'],
       e['ttl_ms'], e['count'], '', '', nil)
     return {int(at), e['type'], e['at']}
