@@ -879,17 +879,26 @@ type keys struct {
 const keyPrefix = "lockd:"
 
 func keysOf(key string) keys {
-	base := keyPrefix + "{" + key + "}:"
-	return keys{
-		lease:    base + "lease",
-		fence:    base + "fence",
-		hist:     base + "hist",
-		renewals: base + "renewals",
-		queue:    base + "queue",
-		qinfo:    base + "qinfo",
-		holders:  base + "holders",
-		wake:     base + "wake",
+	// One allocation for all the names: each is a slice of one string.
+	base := len(keyPrefix) + len(key) + 3
+	var b strings.Builder
+	b.Grow(8*base + len("leasefencehistrenewalswakequeueqinfoholders"))
+	name := func(suffix string) (start, end int) {
+		start = b.Len()
+		b.WriteString(keyPrefix)
+		b.WriteByte('{')
+		b.WriteString(key)
+		b.WriteString("}:")
+		b.WriteString(suffix)
+		return start, b.Len()
 	}
+	var at [8][2]int
+	for i, suffix := range [8]string{"lease", "fence", "hist", "renewals", "wake", "queue", "qinfo", "holders"} {
+		at[i][0], at[i][1] = name(suffix)
+	}
+	all := b.String()
+	k := func(i int) string { return all[at[i][0]:at[i][1]] }
+	return keys{lease: k(0), fence: k(1), hist: k(2), renewals: k(3), wake: k(4), queue: k(5), qinfo: k(6), holders: k(7)}
 }
 
 // keyOfChannel is the lock key of a wake channel, or "" for another channel.
