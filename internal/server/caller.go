@@ -43,13 +43,29 @@ func (s *Server) identify(next http.Handler) http.Handler {
 				}
 			}
 		}
-		ctx := context.WithValue(r.Context(), callerKey{}, c)
+		ctx := context.WithValue(r.Context(), callerKey{}, &exchange{caller: c})
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
+// exchange is what the middleware learns of one request for the handlers:
+// who sends it, and its body once checked (checkBody), so that the body is
+// decoded once.
+type exchange struct {
+	caller caller
+	body   any
+}
+
+func exchangeOf(ctx context.Context) *exchange {
+	x, _ := ctx.Value(callerKey{}).(*exchange)
+	return x
+}
+
 func callerOf(ctx context.Context) caller {
-	c, _ := ctx.Value(callerKey{}).(caller)
+	var c caller
+	if x := exchangeOf(ctx); x != nil {
+		c = x.caller
+	}
 	if c.name == "" {
 		c.name = "unknown"
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,13 +162,84 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		b = []byte("{}")
 	}
 	op, _ := operationOf(r)
-	if newBody, ok := bodyTypes[op.ID]; ok {
-		if err := decodeStrict(b, newBody()); err != nil {
-			return err
-		}
+	newBody, ok := bodyTypes[op.ID]
+	x := exchangeOf(r.Context())
+	if !ok || x == nil {
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		return nil
 	}
-	r.Body = io.NopCloser(bytes.NewReader(b))
+	v := newBody()
+	if err := decodeStrict(b, v); err != nil {
+		return err
+	}
+	// The generated code binds an empty object instead of decoding the
+	// body again (checkedBody); the handlers get this one (withBody).
+	x.body = v
+	r.Body = checkedBody{}
 	return nil
+}
+
+// checkedBody stands for a body checkBody decoded already. The generated
+// code's BindJSONBody binds its ValidatedValue (the hook kin-openapi
+// validators use), an empty object, instead of decoding JSON.
+type checkedBody struct{}
+
+var emptyObject = map[string]any{}
+
+func (checkedBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (checkedBody) Close() error             { return nil }
+func (checkedBody) ValidatedValue() any      { return emptyObject }
+
+// withBody gives each operation the body checkBody decoded, in place of
+// the empty one the generated code bound.
+func withBody(f api.StrictHandlerFunc, _ string) api.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
+		x := exchangeOf(ctx)
+		if x == nil || x.body == nil {
+			return f(ctx, w, r, request)
+		}
+		switch req := request.(type) {
+		case api.AcquireLockRequestObject:
+			req.Body = bodyAs[api.AcquireRequest](req.Body, x.body)
+			request = req
+		case api.HoldLockRequestObject:
+			req.Body = bodyAs[api.AcquireRequest](req.Body, x.body)
+			request = req
+		case api.RenewLockRequestObject:
+			req.Body = bodyAs[api.RenewRequest](req.Body, x.body)
+			request = req
+		case api.ReleaseLockRequestObject:
+			req.Body = bodyAs[api.ReleaseRequest](req.Body, x.body)
+			request = req
+		case api.ForceReleaseLockRequestObject:
+			req.Body = bodyAs[api.ForceReleaseRequest](req.Body, x.body)
+			request = req
+		case api.AcquireSemaphoreRequestObject:
+			req.Body = bodyAs[api.SemaphoreAcquireRequest](req.Body, x.body)
+			request = req
+		case api.HoldSemaphoreRequestObject:
+			req.Body = bodyAs[api.SemaphoreAcquireRequest](req.Body, x.body)
+			request = req
+		case api.RenewSemaphoreRequestObject:
+			req.Body = bodyAs[api.RenewRequest](req.Body, x.body)
+			request = req
+		case api.ReleaseSemaphoreRequestObject:
+			req.Body = bodyAs[api.ReleaseRequest](req.Body, x.body)
+			request = req
+		case api.ForceReleaseSemaphoreRequestObject:
+			req.Body = bodyAs[api.ForceReleaseRequest](req.Body, x.body)
+			request = req
+		}
+		return f(ctx, w, r, request)
+	}
+}
+
+// bodyAs is the body checkBody decoded, if it is a T.
+func bodyAs[T any](have *T, decoded any) *T {
+	if v, ok := decoded.(*T); ok {
+		return v
+	}
+	return have
 }
 
 // decodeStrict decodes one JSON object into v, naming the field at fault.
