@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
@@ -102,7 +103,16 @@ func benchTargets(b *testing.B) (lockd, bare target, rs *redistest.Server) {
 	brdb.AddHook(bareCalls)
 	engine := lock.New(rdb, lock.Options{})
 	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.New(io.Discard), server.DefaultConfig(), reg)
+	// Every feature on, as in production: an API key checked on every
+	// request, the access log (written in full, to nowhere), metrics,
+	// history, fences and the event stream.
+	keys, err := auth.Parse([]byte("keys:\n  - {name: bench, key: " + benchKey + ", scopes: [read, write]}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.Keys = keys
+	srv := server.New(engine, zerolog.New(io.Discard), cfg, reg)
 	ts := httptest.NewServer(srv.Handler(reg, nil))
 	bs := httptest.NewServer(bareServer(brdb))
 	b.Cleanup(func() {
@@ -118,8 +128,18 @@ func benchTargets(b *testing.B) (lockd, bare target, rs *redistest.Server) {
 
 var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
 
+// benchKey is the API key lockd checks in the benchmarks; the bare server
+// ignores it.
+const benchKey = "bench-key-0123456789abcdef"
+
 func postJSON(url string, body []byte) (int, []byte, error) {
-	res, err := httpClient.Post(url, "application/json", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+benchKey)
+	res, err := httpClient.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
