@@ -94,7 +94,10 @@ type Engine struct {
 	sweeper    sweeper
 	leaving    sync.WaitGroup // leave calls in flight
 	leaveMu    sync.Mutex
-	closing    bool // no more leave calls
+	closing    bool                         // no more leave calls
+	shared     [1]*sharedKeys               // one server or Sentinel: the one bucket
+	slotShared []atomic.Pointer[sharedKeys] // Cluster: per slot, made when first used
+	arg        args
 	lapseMu    sync.Mutex
 	lapse      LapseFunc
 }
@@ -152,6 +155,20 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 		maxTotal:  opts.MaxWaiters,
 		maxPerKey: opts.MaxWaitersPerKey,
 	})
+	e.arg = args{
+		historyMax:  opts.HistoryMax,
+		retention:   opts.Retention.Milliseconds(),
+		eventsMax:   opts.EventsMax,
+		renewalsMax: opts.RenewalsMax,
+		replica:     e.hub.id,
+		alive:       aliveFor.Milliseconds(),
+		queueTTL:    (opts.MaxWait + time.Minute).Milliseconds(),
+	}
+	if st.Sharded() {
+		e.slotShared = make([]atomic.Pointer[sharedKeys], clusterSlots)
+	} else {
+		e.shared[0] = e.newShared("")
+	}
 	e.seedEpoch()
 	e.stop = make(chan struct{})
 	e.stopped.Add(1)
@@ -344,7 +361,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
 		idem = hex.EncodeToString(sum[:])
 	}
-	marker := e.epochKey(key)
+	marker := e.sharedOf(key).epoch
 	seen, quarantine := e.epochs.get(marker)
 	if e.opts.NoQuarantine {
 		seen = ""
@@ -357,13 +374,13 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	if en != nil {
 		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
-	b := e.bucket(key)
+	sh := e.sharedOf(key)
 	v, err := e.write(ctx, e.scripts.acquire,
-		[]string{k.lease, k.fence, k.hist, k.queue, marker, b + "expiries", b + "events", k.qinfo, k.holders, b + "replicas"},
+		[]string{k.lease, k.fence, k.hist, k.queue, marker, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
-		e.opts.HistoryMax, e.opts.Retention.Milliseconds(), k.wake, mode,
-		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), e.newEpochID(), e.epochs.ownLeft().Milliseconds(), e.opts.EventsMax,
-		want, req.Limit, wid, e.hub.id, aliveFor.Milliseconds(), deadline, place, (e.opts.MaxWait + time.Minute).Milliseconds())
+		e.arg.historyMax, e.arg.retention, k.wake, mode,
+		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), e.newEpochID(), e.epochs.ownLeft().Milliseconds(), e.arg.eventsMax,
+		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -487,9 +504,9 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	b := e.bucket(key)
-	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.queue, e.epochKey(key), b + "expiries", k.hist, k.holders, b + "events"},
-		token, ttlArg, actor, e.opts.RenewalsMax, e.opts.Retention.Milliseconds(), k.wake, e.opts.HistoryMax, e.opts.EventsMax)
+	sh := e.sharedOf(key)
+	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.queue, sh.epoch, sh.expiries, k.hist, k.holders, sh.events},
+		token, ttlArg, actor, e.arg.renewalsMax, e.arg.retention, k.wake, e.arg.historyMax, e.arg.eventsMax)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
@@ -527,15 +544,23 @@ type Released struct {
 // Release gives back one level of the lease; at count 0 the lease is deleted
 // and waiters are woken.
 func (e *Engine) Release(ctx context.Context, key, token, actor string) (Released, error) {
-	out, next, err := e.release(ctx, key, token, actor)
+	out, next, err := e.release(ctx, key, token, actor, false)
 	// The key went to a waiter of this process; should it have gone
-	// meanwhile, the key is given back (and may go to the next one).
+	// meanwhile, the key is given back (and may go to the next one),
+	// unless the waiter's own try took it in the meantime.
 	for next != nil && !e.hub.handOff(key, next.waiter, next.lease) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.CallTimeout)
-		_, next, _ = e.release(rctx, key, next.lease.Token, next.actor)
+		_, next, _ = e.release(rctx, key, next.lease.Token, next.actor, true)
 		cancel()
 	}
 	return out, err
+}
+
+func giveBack(unclaimed bool) string {
+	if unclaimed {
+		return "unclaimed"
+	}
+	return ""
 }
 
 // handed is a lease that a release gave to the next waiter, of this process.
@@ -545,26 +570,31 @@ type handed struct {
 	lease  Lease
 }
 
-func (e *Engine) release(ctx context.Context, key, token, actor string) (Released, *handed, error) {
+// release runs release.lua; unclaimed gives back a key handed to a waiter
+// only if the waiter has not claimed it.
+func (e *Engine) release(ctx context.Context, key, token, actor string, unclaimed bool) (Released, *handed, error) {
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	b := e.bucket(key)
+	sh := e.sharedOf(key)
 	// With replica acks a grant must be acknowledged before its holder
 	// hears of it: no hand-off then.
-	self := e.hub.id
+	self := e.arg.replica
 	if e.opts.ReplicaAcks > 0 {
 		self = ""
 	}
 	v, err := e.write(ctx, e.scripts.release,
-		[]string{k.lease, k.hist, b + "expiries", b + "events", k.holders, k.queue, k.qinfo, b + "replicas", k.fence, e.epochKey(key)},
-		token, actor, e.opts.HistoryMax, k.wake, e.opts.EventsMax, self, e.opts.Retention.Milliseconds())
+		[]string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas, k.fence, sh.epoch},
+		token, actor, e.arg.historyMax, k.wake, e.arg.eventsMax, self, e.arg.retention, giveBack(unclaimed))
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
 	}
 	r, err := newReply(v)
 	if err != nil {
 		return Released{}, nil, err
+	}
+	if r.str(0) == "claimed" {
+		return Released{}, nil, nil
 	}
 	if err := statusErr(r); err != nil {
 		return Released{}, nil, err
@@ -608,8 +638,8 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	b := e.bucket(key)
-	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, b + "expiries", b + "events", k.holders},
+	sh := e.sharedOf(key)
+	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
 		actor, reason, e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax)
 	if err != nil {
 		return Broken{}, wrap("force-release", err)
@@ -692,7 +722,7 @@ func (e *Engine) State(ctx context.Context, key string) (State, error) {
 // stateKeys are the KEYS of state.lua.
 func (e *Engine) stateKeys(key string) []string {
 	k := keysOf(key)
-	return []string{k.lease, k.queue, k.qinfo, k.holders, e.bucket(key) + "replicas"}
+	return []string{k.lease, k.queue, k.qinfo, k.holders, e.sharedOf(key).replicas}
 }
 
 // stateFrom reads state.lua's reply.
@@ -823,11 +853,11 @@ func (e *Engine) readHistory(ctx context.Context, key string, limit int, renewal
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	b, read := e.bucket(key), k.hist
+	sh, read := e.sharedOf(key), k.hist
 	if renewals {
 		read = k.renewals
 	}
-	v, err := e.st.Run(ctx, e.scripts.history, []string{k.lease, k.hist, b + "expiries", b + "events", read, k.holders},
+	v, err := e.st.Run(ctx, e.scripts.history, []string{k.lease, k.hist, sh.expiries, sh.events, read, k.holders},
 		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), e.opts.EventsMax)
 	if err != nil {
 		return nil, wrap("history", err)

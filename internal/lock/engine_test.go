@@ -286,7 +286,13 @@ func TestMutualExclusion(t *testing.T) {
 				time.Sleep(time.Millisecond)
 				inside[k].Add(-1)
 				if _, err := e.Release(context.Background(), keys[k], l.Token, "t"); err != nil {
-					t.Errorf("release: %v", err)
+					st, _ := e.State(context.Background(), keys[k])
+					evs, _ := e.History(context.Background(), keys[k], 8)
+					var hs []string
+					for _, ev := range evs {
+						hs = append(hs, fmt.Sprintf("%s %s %d %v", ev.Type, ev.Owner, ev.Fence, ev.At.Format("05.000")))
+					}
+					t.Errorf("release: %v; mine %s %d %v; now %s %d; history %v", err, l.Owner, l.Fence, l.AcquiredAt.Format("05.000"), st.Owner, st.Fence, hs)
 					return
 				}
 			}

@@ -15,10 +15,7 @@ import (
 // server, or on a Cluster one per slot, since a script may touch only keys
 // of its own slot.
 func (e *Engine) epochKey(key string) string {
-	if e.st.Sharded() {
-		return keyPrefix + "{" + slotTags()[slotOf(key)] + "}:epoch"
-	}
-	return keyPrefix + "epoch"
+	return e.sharedOf(key).epoch
 }
 
 // epochs remembers, per marker, the id this process saw last, and the

@@ -221,6 +221,18 @@ func (h *hub) wait(ctx context.Context, key string, deadline time.Time, spec wai
 	}
 
 	h.mu.Lock()
+	select {
+	case o := <-w.result:
+		// A release handed the waiter the key (handOff) as its time ran
+		// out: keep it, or give it back if the caller has gone.
+		h.mu.Unlock()
+		if gone != nil && o.err == nil {
+			undo(o.lease)
+			return Lease{}, gone
+		}
+		return o.lease, o.err
+	default:
+	}
 	if !w.inflight {
 		h.remove(q, w)
 		failed := q.failed

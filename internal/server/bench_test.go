@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,6 +174,7 @@ type loadResult struct {
 	lat      []time.Duration
 	calls    int64
 	cpu      time.Duration // this process (server and load) plus redis-server
+	allocs   uint64        // heap allocations in this process (server and load)
 	redisCPU time.Duration
 	failures int
 }
@@ -194,6 +196,9 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 	calls0 := t.calls.n.Load()
 	rcpu0 := redisCPU(admin)
 	cpu0 := cpuTime() + rcpu0
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	allocs0 := ms.Mallocs
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -225,6 +230,8 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 	rcpu := redisCPU(admin)
 	res.cpu = cpuTime() + rcpu - cpu0
 	res.redisCPU = rcpu - rcpu0
+	runtime.ReadMemStats(&ms)
+	res.allocs = ms.Mallocs - allocs0
 	return res
 }
 
@@ -277,10 +284,10 @@ func BenchmarkHTTPVersusBare(b *testing.B) {
 	slices.Sort(ratios)
 	for _, name := range []string{"bare", "lockd"} {
 		r := last[name]
-		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle  %.0f µs CPU/cycle (all processes, %.0f µs in Redis)  failures %d",
+		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle  %.0f µs CPU/cycle (all processes, %.0f µs in Redis)  %.0f allocations/cycle (server and load)  failures %d",
 			name, r.rate(), float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()),
 			float64(r.calls)/float64(r.cycles), float64(r.cpu.Microseconds())/float64(r.cycles),
-			float64(r.redisCPU.Microseconds())/float64(r.cycles), r.failures)
+			float64(r.redisCPU.Microseconds())/float64(r.cycles), float64(r.allocs)/float64(r.cycles), r.failures)
 	}
 	l := last["lockd"]
 	b.ReportMetric(ratios[len(ratios)/2], "lockd/bare")

@@ -96,10 +96,15 @@ local function held(who, retry)
   return {'held', who, retry, ep[1] or '', tonumber(ep[2]) or 0, place}
 end
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl', 'mode', 'limit')
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl', 'mode', 'limit', 'handed')
 if cur[2] then
   local pttl = redis.call('PTTL', lease)
   if cur[2] == token then
+    if cur[11] then
+      -- A release handed this waiter the key: it is claimed now, and a
+      -- give-back (release.lua) leaves it alone.
+      redis.call('HDEL', lease, 'handed')
+    end
     return {'granted', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms)}
   end
   if reentry ~= '' then

@@ -10,16 +10,18 @@
 -- ARGV[4] wake channel ARGV[5] the event stream's cap
 -- ARGV[6] this lockd's replica id, or "" to hand the key to nobody
 -- ARGV[7] retention_ms
+-- ARGV[8] "unclaimed": release only a key handed to a waiter (below) that
+--         the waiter did not claim with a try of its own, else 
 --
 -- Reply: {"ok", count_left, acquired_at_ms}
 --      | {"ok", 0, acquired_at_ms, waiter id, owner, token, fence, ttl_ms, now_ms}
 --        when the key went to the next waiter, of this lockd
---      | {"not_found"} | {"lost"}
+--      | {"claimed"} (ARGV[8]) | {"not_found"} | {"lost"}
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local token, actor, cap, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 ev = {stream = KEYS[4], cap = ARGV[5], key = lock_of(lease)}
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'ttl_ms', 'count', 'acquired_at', 'mode')
+local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'ttl_ms', 'count', 'acquired_at', 'mode', 'handed')
 if cur[7] then
   -- One of several holders.
   local now_ms = clock()
@@ -57,6 +59,12 @@ end
 if cur[2] ~= token then
   return {'lost'}
 end
+if ARGV[8] == 'unclaimed' and not cur[8] then
+  -- Giving back a key handed to a waiter that seemed gone: the waiter
+  -- claimed it with a try of its own meanwhile (acquire.lua), so it is
+  -- the waiter's.
+  return {'claimed'}
+end
 
 local now_ms, now_us = clock()
 local count = tonumber(cur[5]) - 1
@@ -77,6 +85,8 @@ local nx = ARGV[6] ~= '' and first_live(q, now_ms)
 if nx and nx.r == ARGV[6] and nx.m == 'x' then
   local ttl = tonumber(nx.l)
   local fence = grant_x(lease, KEYS[9], hist, cap, tonumber(ARGV[7]), sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us)
+  -- Until the waiter's own try claims it, a give-back (ARGV[8]) may undo it.
+  redis.call('HSET', lease, 'handed', 1)
   if ttl > (tonumber(redis.call('HGET', KEYS[10], 'maxttl')) or 0) then
     redis.call('HSET', KEYS[10], 'maxttl', ttl)
   end
