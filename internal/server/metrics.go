@@ -3,10 +3,8 @@ package server
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockd/lockd/internal/lock"
@@ -55,21 +53,6 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 
 func (m *metrics) acquire(o lock.Outcome, err error) {
 	m.outcomes.WithLabelValues(outcomeLabel(o, err)).Inc()
-}
-
-// instrument counts requests by their route pattern, never the raw path.
-// Every label comes from a fixed set, so that no request, however odd,
-// creates a new series: net/http accepts any token as a method, and an
-// unauthenticated client could otherwise grow /metrics without bound.
-func (m *metrics) instrument(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r)
-		route := routePattern(r)
-		m.requests.WithLabelValues(route, methodLabel(r.Method), statusLabel(ww.Status())).Inc()
-		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
-	})
 }
 
 // methodLabel is the method when it is one of HTTP's standard ones, else
