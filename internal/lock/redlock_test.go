@@ -167,7 +167,9 @@ func TestRedlockFenceCounterexample(t *testing.T) {
 	}
 
 	servers[2].Pause()
-	g1 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g1", TTL: time.Second})
+	// A TTL of 3 s gives each master 30 ms (1 %) to answer, which a busy
+	// machine needs; 10 ms made the fence write-back time out in full runs.
+	g1 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g1", TTL: 3 * time.Second})
 	servers[2].Resume()
 	if _, err := r.Release(ctx, key, g1.Token, "g1"); err != nil {
 		t.Fatal(err)
@@ -176,7 +178,7 @@ func TestRedlockFenceCounterexample(t *testing.T) {
 	defer servers[0].Resume()
 	// Master 3 ran g1's acquire when it resumed, after g1's release: that
 	// orphan lapses after its TTL, so g2 waits for it.
-	g2 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g2", TTL: time.Second, Wait: 5 * time.Second})
+	g2 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g2", TTL: 3 * time.Second, Wait: 10 * time.Second})
 	if g2.Fence <= g1.Fence {
 		t.Fatalf("grant on {2,3} got fence %d after %d from {1,2}", g2.Fence, g1.Fence)
 	}
