@@ -22,7 +22,7 @@ func benchEngine(b *testing.B) (*lock.Engine, *atomic.Int64) {
 	lock.TuneClient(opts)
 	rdb := redis.NewClient(opts)
 	var n atomic.Int64
-	rdb.AddHook(countHook{&n})
+	rdb.AddHook(countHook{n: &n})
 	e := lock.New(rdb, lock.Options{})
 	b.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
 	return e, &n

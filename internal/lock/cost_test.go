@@ -38,13 +38,13 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			b.Fatal(err)
 		}
-		cpu0 := redisCPU(b, admin)
+		cpu0 := redistest.CPU(admin)
 		for i := range n {
 			if err := op(i); err != nil {
 				b.Fatalf("%s: %v", name, err)
 			}
 		}
-		cpu := redisCPU(b, admin) - cpu0
+		cpu := redistest.CPU(admin) - cpu0
 		calls, usec, evals, per := redisCost(b, admin)
 		// usec is wall time inside Redis, which a busy machine stretches;
 		// the CPU time of redis-server (INFO cpu, all of it: the network
@@ -113,22 +113,4 @@ func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64, per
 		}
 	}
 	return inner, usec, evals, per
-}
-
-// redisCPU is redis-server's CPU time so far (INFO cpu, user + system).
-func redisCPU(b *testing.B, admin *redis.Client) time.Duration {
-	b.Helper()
-	info, err := admin.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }

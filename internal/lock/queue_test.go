@@ -469,7 +469,7 @@ func TestReleaseHandsOffLocally(t *testing.T) {
 	// liveness of the process is a pipeline.
 	var calls atomic.Int64
 	c := srv.Client(t)
-	c.AddHook(singleHook{&calls})
+	c.AddHook(countHook{n: &calls, singles: true})
 	e := lock.New(c, lock.Options{NoSweep: true, EpochRefresh: time.Hour})
 	t.Cleanup(func() { _ = e.Close() })
 	ctx := context.Background()
@@ -515,18 +515,4 @@ func TestReleaseHandsOffLocally(t *testing.T) {
 	if got := eventTypes(evs); got != "acquired released acquired" {
 		t.Fatalf("history: %s", got)
 	}
-}
-
-// singleHook counts the commands sent outside pipelines.
-type singleHook struct{ n *atomic.Int64 }
-
-func (h singleHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h singleHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h singleHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }

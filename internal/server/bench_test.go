@@ -12,8 +12,6 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -194,7 +192,7 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 	var mu sync.Mutex
 	var res loadResult
 	calls0 := t.calls.n.Load()
-	rcpu0 := redisCPU(admin)
+	rcpu0 := redistest.CPU(admin)
 	cpu0 := cpuTime() + rcpu0
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -227,7 +225,7 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 	res.elapsed = time.Since(start)
 	res.cycles = len(res.lat)
 	res.calls = t.calls.n.Load() - calls0
-	rcpu := redisCPU(admin)
+	rcpu := redistest.CPU(admin)
 	res.cpu = cpuTime() + rcpu - cpu0
 	res.redisCPU = rcpu - rcpu0
 	runtime.ReadMemStats(&ms)
@@ -239,23 +237,6 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// redisCPU reads redis-server's own CPU time from INFO cpu.
-func redisCPU(c *redis.Client) time.Duration {
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		return 0
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }
 
 // BenchmarkHTTPVersusBare measures an uncontended acquire+release cycle over

@@ -131,38 +131,58 @@ local function live_until(q, e, now)
   return u
 end
 
--- ahead walks the live entries queued before wid (all of them when wid is
--- not queued) and says whether a request of mode want ('x' exclusive,
--- 's' shared, 'p' a permit of limit with used held) may be granted now:
--- true, or false and the entry that blocks it with how long it stays
--- live. Dead entries met on the way are put on q.dead.
-local function ahead(q, want, used, limit, wid, now)
-  local live, i = 0, 0
+-- walk calls f(id, entry, live_until) for each live entry of the queue,
+-- in order, until f returns something, and returns that; dead entries
+-- met on the way are put on q.dead (see forget).
+local function walk(q, now, f)
+  local i = 0
   while true do
     local ids = redis.call('ZRANGE', q.queue, i, i + 15)
     if not ids[1] then
-      return true
+      return nil
     end
     local infos = redis.call('HMGET', q.info, unpack(ids))
     for j, id in ipairs(ids) do
-      if id == wid then
-        return true
-      end
       local e = parse_entry(infos[j])
       local u = live_until(q, e, now)
       if u == 0 then
         q.dead[#q.dead + 1] = id
-      elseif want == 'x' or (want == 's' and e.mode ~= 's') then
-        return false, e, u - now
-      elseif want == 'p' then
-        live = live + 1
-        if used + live >= limit then
-          return false, e, u - now
+      else
+        local r = f(id, e, u)
+        if r ~= nil then
+          return r
         end
       end
     end
     i = i + 16
   end
+end
+
+-- ahead walks the live entries queued before wid (all of them when wid is
+-- not queued) and says whether a request of mode want ('x' exclusive,
+-- 's' shared, 'p' a permit of limit with used held) may be granted now:
+-- true, or false and the entry that blocks it with how long it stays
+-- live.
+local function ahead(q, want, used, limit, wid, now)
+  local live = 0
+  local r = walk(q, now, function(id, e, u)
+    if id == wid then
+      return {true}
+    end
+    if want == 'x' or (want == 's' and e.mode ~= 's') then
+      return {false, e, u - now}
+    end
+    if want == 'p' then
+      live = live + 1
+      if used + live >= limit then
+        return {false, e, u - now}
+      end
+    end
+  end)
+  if not r then
+    return true
+  end
+  return r[1], r[2], r[3]
 end
 
 -- forget takes the dead entries ahead found off the queue. Called after a
@@ -175,25 +195,12 @@ local function forget(q)
   end
 end
 
--- first_live is the first live entry of the queue, or nil.
+-- first_live is the first live entry of the queue (with its id), or nil.
 local function first_live(q, now)
-  local i = 0
-  while true do
-    local ids = redis.call('ZRANGE', q.queue, i, i + 15)
-    if not ids[1] then
-      return nil
-    end
-    local infos = redis.call('HMGET', q.info, unpack(ids))
-    for j, id in ipairs(ids) do
-      local e = parse_entry(infos[j])
-      if live_until(q, e, now) > 0 then
-        e.id = id
-        return e
-      end
-      q.dead[#q.dead + 1] = id
-    end
-    i = i + 16
-  end
+  return walk(q, now, function(id, e)
+    e.id = id
+    return e
+  end)
 end
 
 -- Holders of a shared lock or a semaphore: the lease hash has mode
@@ -223,6 +230,23 @@ local function prune(lease, holders, hist, cap, now)
     redis.call('ZREM', holders, t)
   end
   return out
+end
+
+-- holder_of is the live holder with this token (decoded), after pruning
+-- the lapsed ones; or nil and the answer for a token that holds nothing:
+-- "lost" while others hold the key, else "not_found".
+local function holder_of(lease, holders, hist, cap, sched, key, token, now)
+  prune(lease, holders, hist, cap, now)
+  local raw = redis.call('HGET', lease, 'h:' .. token)
+  if raw then
+    return cjson.decode(raw)
+  end
+  if redis.call('ZCARD', holders) > 0 then
+    return nil, 'lost'
+  end
+  redis.call('DEL', lease, holders)
+  redis.call('ZREM', sched, key)
+  return nil, 'not_found'
 end
 
 -- settle sets the TTLs and the expiry schedule of a key's holders after a

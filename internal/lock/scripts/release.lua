@@ -25,15 +25,10 @@ local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'ttl_ms', 'cou
 if cur[7] then
   -- One of several holders.
   local now_ms = clock()
-  prune(lease, holders, hist, cap, now_ms)
-  local raw = redis.call('HGET', lease, 'h:' .. token)
-  if not raw then
-    if settle(lease, holders, sched, ev.key, now_ms) > 0 then
-      return {'lost'}
-    end
-    return {'not_found'}
+  local h, status = holder_of(lease, holders, hist, cap, sched, ev.key, token, now_ms)
+  if not h then
+    return {status}
   end
-  local h = cjson.decode(raw)
   local count = tonumber(h.c) - 1
   if count > 0 then
     h.c = int(count)

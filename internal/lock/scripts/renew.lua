@@ -24,15 +24,10 @@ if cur[7] then
   -- One of several holders.
   local holders = KEYS[7]
   ev = {stream = KEYS[8], cap = ARGV[8], key = lock_of(lease)}
-  prune(lease, holders, KEYS[6], ARGV[7], now_ms)
-  local raw = redis.call('HGET', lease, 'h:' .. token)
-  if not raw then
-    if settle(lease, holders, sched, ev.key, now_ms) > 0 then
-      return {'lost'}
-    end
-    return {'not_found'}
+  local h, status = holder_of(lease, holders, KEYS[6], ARGV[7], sched, ev.key, token, now_ms)
+  if not h then
+    return {status}
   end
-  local h = cjson.decode(raw)
   local ttl = tonumber(ARGV[2]) or tonumber(h.t)
   local left = tonumber(h.e) - now_ms
   h.t, h.r, h.e, h.l, h.n = int(ttl), int(now_ms), int(now_ms + ttl), int(left), int(tonumber(h.n) + 1)
