@@ -361,7 +361,8 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
 		idem = hex.EncodeToString(sum[:])
 	}
-	marker := e.sharedOf(key).epoch
+	sh := e.sharedOf(key)
+	marker := sh.epoch
 	seen, quarantine := e.epochs.get(marker)
 	if e.opts.NoQuarantine {
 		seen = ""
@@ -374,7 +375,6 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	if en != nil {
 		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
-	sh := e.sharedOf(key)
 	v, err := e.write(ctx, e.scripts.acquire,
 		[]string{k.lease, k.fence, k.hist, k.queue, marker, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
