@@ -198,6 +198,7 @@ func (e *Engine) Close() error {
 	e.feed.close()
 	e.closeOnce.Do(func() { close(e.stop) })
 	e.stopped.Wait()
+	e.st.Close()
 	return nil
 }
 

@@ -21,7 +21,7 @@ import (
 // another implementation.
 type store interface {
 	// Run runs the script on the node that owns keys[0] (EVALSHA, EVAL on
-	// NOSCRIPT).
+	// NOSCRIPT). Calls made at the same time may share one pipeline.
 	Run(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error)
 	// Pipelined sends fn's commands in as few round trips as the topology
 	// allows, each to the node that owns its first key.
@@ -45,6 +45,8 @@ type store interface {
 	Writable(ctx context.Context) error
 	// Topology reports the nodes and their roles.
 	Topology(ctx context.Context) Topology
+	// Close stops what the store runs itself; the client stays open.
+	Close()
 }
 
 // scanPos is where a walk over every master stands: the master (by its
@@ -72,10 +74,11 @@ type redisStore struct {
 	rdb      redis.UniversalClient
 	cluster  *redis.ClusterClient // nil unless Cluster
 	sentinel *Sentinel            // nil unless Sentinel
+	batch    *batcher
 }
 
 func newRedisStore(rdb redis.UniversalClient, sentinel *Sentinel) *redisStore {
-	s := &redisStore{rdb: rdb, sentinel: sentinel}
+	s := &redisStore{rdb: rdb, sentinel: sentinel, batch: newBatcher(rdb)}
 	if c, ok := rdb.(*redis.ClusterClient); ok {
 		s.cluster = c
 	}
@@ -83,8 +86,10 @@ func newRedisStore(rdb redis.UniversalClient, sentinel *Sentinel) *redisStore {
 }
 
 func (s *redisStore) Run(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
-	return sc.Run(ctx, s.rdb, keys, args...).Result()
+	return s.batch.run(ctx, sc, keys, args)
 }
+
+func (s *redisStore) Close() { s.batch.close() }
 
 // RunAcked pipelines the script and WAIT on one connection of the key's
 // master: WAIT counts the replicas that acknowledged every write made on

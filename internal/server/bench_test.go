@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -35,16 +36,18 @@ import (
 // Each runs time-boxed rounds itself (b.N is ignored beyond 1) so that lockd
 // and its yardstick are measured in one run, interleaved.
 
-// counter counts the commands a Redis client sends.
-type counter struct{ n atomic.Int64 }
+// counter counts the commands a Redis client sends, and the round trips
+// they took (a pipeline is one).
+type counter struct{ n, trips atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); c.trips.Add(1); return next(ctx, cmd) }
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(int64(len(cmds)))
+		c.trips.Add(1)
 		return next(ctx, cmds)
 	}
 }
@@ -171,6 +174,7 @@ type loadResult struct {
 	elapsed  time.Duration
 	lat      []time.Duration
 	calls    int64
+	trips    int64
 	cpu      time.Duration // this process (server and load) plus redis-server
 	allocs   uint64        // heap allocations in this process (server and load)
 	redisCPU time.Duration
@@ -191,7 +195,7 @@ func percentile(lat []time.Duration, p float64) time.Duration {
 func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d time.Duration) loadResult {
 	var mu sync.Mutex
 	var res loadResult
-	calls0 := t.calls.n.Load()
+	calls0, trips0 := t.calls.n.Load(), t.calls.trips.Load()
 	rcpu0 := redistest.CPU(admin)
 	cpu0 := cpuTime() + rcpu0
 	var ms runtime.MemStats
@@ -225,6 +229,7 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 	res.elapsed = time.Since(start)
 	res.cycles = len(res.lat)
 	res.calls = t.calls.n.Load() - calls0
+	res.trips = t.calls.trips.Load() - trips0
 	rcpu := redistest.CPU(admin)
 	res.cpu = cpuTime() + rcpu - cpu0
 	res.redisCPU = rcpu - rcpu0
@@ -256,6 +261,9 @@ func BenchmarkHTTPVersusBare(b *testing.B) {
 		for range rounds {
 			last = map[string]loadResult{}
 			for _, t := range []target{bareT, lockdT} {
+				if o := os.Getenv("BENCH_ONLY"); o != "" && o != t.name {
+					continue
+				}
 				last[t.name] = runLoad(t, rs, admin, clients, round)
 			}
 			ratios = append(ratios, last["lockd"].rate()/last["bare"].rate())
@@ -265,9 +273,9 @@ func BenchmarkHTTPVersusBare(b *testing.B) {
 	slices.Sort(ratios)
 	for _, name := range []string{"bare", "lockd"} {
 		r := last[name]
-		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle  %.0f µs CPU/cycle (all processes, %.0f µs in Redis)  %.0f allocations/cycle (server and load)  failures %d",
+		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle in %.2f round trips  %.0f µs CPU/cycle (all processes, %.0f µs in Redis)  %.0f allocations/cycle (server and load)  failures %d",
 			name, r.rate(), float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()),
-			float64(r.calls)/float64(r.cycles), float64(r.cpu.Microseconds())/float64(r.cycles),
+			float64(r.calls)/float64(r.cycles), float64(r.trips)/float64(r.cycles), float64(r.cpu.Microseconds())/float64(r.cycles),
 			float64(r.redisCPU.Microseconds())/float64(r.cycles), float64(r.allocs)/float64(r.cycles), r.failures)
 	}
 	l := last["lockd"]

@@ -1,0 +1,184 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the scripts that callers run at the same time as one
+// pipeline: one write and one read for many calls, on both sides of the
+// connection. A system call costs about as much as a small script on a
+// virtual machine, and every lock operation is one short script, so under
+// load most of a call's cost was its own write and read; batched, it is
+// shared.
+//
+// A few flushers each take whatever calls are queued when they come free,
+// so a lone call goes out at once (no timer, no added wait) and batches
+// grow only while earlier ones are in flight. Calls in one batch run in
+// the order they were queued, each one atomic as ever; a caller's context
+// still bounds its wait, and a call whose context ended before it was sent
+// is not sent.
+//
+// go-redis's own AutoPipeline does this too, but it is marked experimental
+// and most of its code is about modes lockd does not use; this is the part
+// lockd needs.
+type batcher struct {
+	rdb   redis.UniversalClient
+	calls chan *scriptCall
+	stop  chan struct{}
+	done  sync.WaitGroup
+	once  sync.Once
+}
+
+// scriptCall is one queued script and, once done is closed, its result.
+type scriptCall struct {
+	ctx  context.Context
+	sc   *redis.Script
+	keys []string
+	args []any
+	val  any
+	err  error
+	done chan struct{}
+}
+
+// maxBatch bounds one pipeline: enough to share the round trip widely,
+// small enough that one batch's replies never wait long on the others'.
+const maxBatch = 64
+
+// errClosed answers a call made after the engine closed.
+var errClosed = errors.New("lock: engine closed")
+
+// newBatcher starts its flushers: as many as there are CPUs (at least
+// two), so that a batch can be written while another is read.
+func newBatcher(rdb redis.UniversalClient) *batcher {
+	b := &batcher{rdb: rdb, calls: make(chan *scriptCall, 4*maxBatch), stop: make(chan struct{})}
+	n := max(2, runtime.GOMAXPROCS(0))
+	b.done.Add(n)
+	for range n {
+		go b.flusher()
+	}
+	return b
+}
+
+// run queues the script and waits for its result or the end of ctx.
+func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
+	c := &scriptCall{ctx: ctx, sc: sc, keys: keys, args: args, done: make(chan struct{})}
+	select {
+	case b.calls <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.stop:
+		return nil, errClosed
+	}
+	select {
+	case <-c.done:
+		return c.val, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.stop:
+		// Closing lets the batch in flight finish: its answer stands.
+		b.done.Wait()
+		select {
+		case <-c.done:
+			return c.val, c.err
+		default:
+			return nil, errClosed
+		}
+	}
+}
+
+func (b *batcher) flusher() {
+	defer b.done.Done()
+	batch := make([]*scriptCall, 0, maxBatch)
+	for {
+		select {
+		case c := <-b.calls:
+			batch = append(batch[:0], c)
+		case <-b.stop:
+			return
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case c := <-b.calls:
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		b.send(batch)
+		clear(batch)
+	}
+}
+
+// send runs the live calls of batch in one pipeline and answers each.
+func (b *batcher) send(batch []*scriptCall) {
+	live := batch[:0:0]
+	var deadline time.Time
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+			deadline = d
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The pipeline lasts as long as its longest-waiting caller; each
+	// caller stops waiting at its own deadline.
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if !deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	defer cancel()
+	if len(live) == 1 {
+		c := live[0]
+		c.val, c.err = c.sc.Run(ctx, b.rdb, c.keys, c.args...).Result()
+		close(c.done)
+		return
+	}
+	cmds := make([]*redis.Cmd, len(live))
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range live {
+			cmds[i] = c.sc.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return nil
+	})
+	for i, c := range live {
+		c.val, c.err = cmds[i].Result()
+		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			// A server that lost its scripts (a restart, a failover to a
+			// replica that never loaded them): EVAL loads it again.
+			c.val, c.err = c.sc.Eval(ctx, b.rdb, c.keys, c.args...).Result()
+		}
+		close(c.done)
+	}
+}
+
+// close stops the flushers; calls still queued or made later answer
+// errClosed.
+func (b *batcher) close() {
+	b.once.Do(func() {
+		close(b.stop)
+		b.done.Wait()
+		for {
+			select {
+			case c := <-b.calls:
+				c.err = errClosed
+				close(c.done)
+			default:
+				return
+			}
+		}
+	})
+}
