@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/redistest"
@@ -34,26 +35,35 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 		keys[i] = "cost:" + strconv.Itoa(i)
 	}
 	leases := make([]lock.Lease, n)
-	measure := func(name string, op func(i int) error) {
+	// measure runs ops operations through run and reports their cost.
+	measureAll := func(name string, ops int, run func() error) {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			b.Fatal(err)
 		}
 		cpu0 := redistest.CPU(admin)
-		for i := range n {
-			if err := op(i); err != nil {
-				b.Fatalf("%s: %v", name, err)
-			}
+		if err := run(); err != nil {
+			b.Fatalf("%s: %v", name, err)
 		}
 		cpu := redistest.CPU(admin) - cpu0
 		calls, usec, evals, per := redisCost(b, admin)
 		// usec is wall time inside Redis, which a busy machine stretches;
 		// the CPU time of redis-server (INFO cpu, all of it: the network
 		// too) is the sturdier figure.
-		b.ReportMetric(float64(cpu.Microseconds())/float64(n), name+"-redis-cpu-µs/op")
-		b.Logf("%s: %.1f commands/op: %s", name, float64(calls)/float64(n), per)
-		b.ReportMetric(float64(calls)/float64(n), name+"-redis-cmds/op")
-		b.ReportMetric(float64(usec)/float64(n), name+"-redis-µs/op")
-		b.ReportMetric(float64(evals)/float64(n), name+"-round-trips/op")
+		b.ReportMetric(float64(cpu.Microseconds())/float64(ops), name+"-redis-cpu-µs/op")
+		b.Logf("%s: %.1f commands/op: %s", name, float64(calls)/float64(ops), per)
+		b.ReportMetric(float64(calls)/float64(ops), name+"-redis-cmds/op")
+		b.ReportMetric(float64(usec)/float64(ops), name+"-redis-µs/op")
+		b.ReportMetric(float64(evals)/float64(ops), name+"-round-trips/op")
+	}
+	measure := func(name string, op func(i int) error) {
+		measureAll(name, n, func() error {
+			for i := range n {
+				if err := op(i); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	}
 	b.ResetTimer()
 	measure("acquire", func(i int) (err error) {
@@ -77,6 +87,30 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 		}
 		_, err = e.Release(ctx, "cost:cycle", l.Token, "b")
 		return err
+	})
+	// The same cycle from 32 callers at once, each on its own key, as in
+	// make bench: their scripts share pipelines (batch.go), so this is what
+	// a cycle costs Redis under load, with the network's share spread.
+	const callers = 32
+	per := max(1, n/callers)
+	measureAll("cycle-32", per*callers, func() error {
+		var g errgroup.Group
+		for c := range callers {
+			g.Go(func() error {
+				key := "cost:par:" + strconv.Itoa(c)
+				for range per {
+					l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+					if err != nil {
+						return err
+					}
+					if _, err := e.Release(ctx, key, l.Token, "b"); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		return g.Wait()
 	})
 }
 

@@ -50,21 +50,23 @@ if cur[2] ~= token then
   return {'lost'}
 end
 local ttl = tonumber(ARGV[2]) or tonumber(cur[5])
-local left = redis.call('PTTL', lease)
+local left = str(redis.call('PTTL', lease))
+local ttl_s, now_s = str(ttl), str(now_ms)
 
-redis.call('PEXPIRE', lease, ttl)
-redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms, 'left_ms', left)
+redis.call('PEXPIRE', lease, ttl_s)
+redis.call('HSET', lease, 'ttl_ms', ttl_s, 'renewed_at', now_s, 'left_ms', left)
 if ARGV[2] ~= '' and ttl > (tonumber(redis.call('HGET', epoch, 'maxttl')) or 0) then
   redis.call('HSET', epoch, 'maxttl', ttl)
 end
 redis.call('HINCRBY', lease, 'renewals', 1)
 schedule(sched, lock_of(lease), now_ms + ttl)
-redis.call('XADD', renewals, 'MAXLEN', '~', cap, '*', 'type', 'renewed', 'at', now_ms, 'owner', cur[1],
-  'fence', cur[3], 'ttl_ms', ttl, 'count', cur[4], 'actor', actor, 'reason', '', 'left_ms', left)
-redis.call('PEXPIRE', renewals, retention + ttl)
+redis.call('XADD', renewals, 'MAXLEN', '~', cap, '*', 'type', 'renewed', 'at', now_s, 'owner', cur[1],
+  'fence', cur[3], 'ttl_ms', ttl_s, 'count', cur[4], 'actor', actor, 'reason', '', 'left_ms', left)
+local keep = str(retention + ttl)
+redis.call('PEXPIRE', renewals, keep)
 -- The history outlives the lease's end by the retention, however long it
 -- is renewed.
-redis.call('PEXPIRE', KEYS[6], retention + ttl)
+redis.call('PEXPIRE', KEYS[6], keep)
 if redis.call('EXISTS', queue) == 1 then
   redis.call('PUBLISH', channel, 'renewed:' .. ttl)
 end
