@@ -84,15 +84,46 @@ func bareServer(rdb *redis.Client) http.Handler {
 	return mux
 }
 
+// engineServer is the bare server's HTTP around lockd's engine: the same
+// handlers, with Engine.Acquire and Engine.Release (every feature of the
+// scripts, the batching of calls) instead of one EVALSHA. Beside the bare
+// server it prices the engine; beside lockd, lockd's HTTP stack (router,
+// generated code, validation, auth, access log, metrics, the full lease in
+// the answer).
+func engineServer(e *lock.Engine) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /engine/{key}/acquire", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			TTL int64 `json:"ttl_ms"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		l, err := e.Acquire(r.Context(), r.PathValue("key"), lock.AcquireRequest{Owner: "bench", TTL: time.Duration(body.TTL) * time.Millisecond, Actor: "bench"})
+		if err != nil {
+			w.WriteHeader(409)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"token": l.Token})
+	})
+	mux.HandleFunc("POST /engine/{key}/release", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Token string `json:"token"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		_, _ = e.Release(r.Context(), r.PathValue("key"), body.Token, "bench")
+		_ = json.NewEncoder(w).Encode(map[string]any{"released": true})
+	})
+	return mux
+}
+
 type target struct {
 	name  string
 	base  string // URL prefix of /{key}/acquire and /{key}/release
 	calls *counter
 }
 
-func benchTargets(b *testing.B) (lockd, bare target, rs *redistest.Server) {
+func benchTargets(b *testing.B) (lockd, bare, eng target, rs *redistest.Server) {
 	rs = redistest.Start(b)
-	lockdCalls, bareCalls := &counter{}, &counter{}
+	lockdCalls, bareCalls, engineCalls := &counter{}, &counter{}, &counter{}
 	// Both clients as lockd serve configures its own.
 	opts := func() *redis.Options {
 		o := &redis.Options{Addr: rs.Addr, PoolSize: 64}
@@ -103,7 +134,10 @@ func benchTargets(b *testing.B) (lockd, bare target, rs *redistest.Server) {
 	rdb.AddHook(lockdCalls)
 	brdb := redis.NewClient(opts())
 	brdb.AddHook(bareCalls)
+	erdb := redis.NewClient(opts())
+	erdb.AddHook(engineCalls)
 	engine := lock.New(rdb, lock.Options{})
+	bareEngine := lock.New(erdb, lock.Options{})
 	reg := prometheus.NewRegistry()
 	// Every feature on, as in production: an API key checked on every
 	// request, the access log (written in full, to nowhere), metrics,
@@ -117,15 +151,20 @@ func benchTargets(b *testing.B) (lockd, bare target, rs *redistest.Server) {
 	srv := server.New(engine, zerolog.New(io.Discard), cfg, reg)
 	ts := httptest.NewServer(srv.Handler(reg, nil))
 	bs := httptest.NewServer(bareServer(brdb))
+	es := httptest.NewServer(engineServer(bareEngine))
 	b.Cleanup(func() {
 		srv.Shutdown()
 		_ = engine.Close()
+		_ = bareEngine.Close()
 		ts.Close()
 		bs.Close()
+		es.Close()
 		_ = rdb.Close()
 		_ = brdb.Close()
+		_ = erdb.Close()
 	})
-	return target{"lockd", ts.URL + "/v1/locks", lockdCalls}, target{"bare", bs.URL + "/bare", bareCalls}, rs
+	return target{"lockd", ts.URL + "/v1/locks", lockdCalls}, target{"bare", bs.URL + "/bare", bareCalls},
+		target{"engine", es.URL + "/engine", engineCalls}, rs
 }
 
 var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
@@ -246,40 +285,56 @@ func cpuTime() time.Duration {
 
 // BenchmarkHTTPVersusBare measures an uncontended acquire+release cycle over
 // HTTP through lockd's full router beside the bare server, 32 clients,
-// interleaved rounds, and reports lockd's ratio to the bare server.
+// interleaved rounds, and reports lockd's ratio to the bare server. A third
+// server, the bare one around lockd's engine, splits that ratio in two:
+// what the engine costs (engine/bare) and what lockd's HTTP stack costs
+// (lockd/engine).
 func BenchmarkHTTPVersusBare(b *testing.B) {
-	lockdT, bareT, rs := benchTargets(b)
+	lockdT, bareT, engineT, rs := benchTargets(b)
 	admin := rs.Client(b)
 	const clients, round, rounds = 32, 2 * time.Second, 3
 	// Warm up: scripts loaded, connections open.
 	runLoad(lockdT, rs, admin, clients, 300*time.Millisecond)
 	runLoad(bareT, rs, admin, clients, 300*time.Millisecond)
+	runLoad(engineT, rs, admin, clients, 300*time.Millisecond)
 	b.ResetTimer()
-	var ratios []float64
+	var ratios, engineRatios, stackRatios []float64
 	var last map[string]loadResult
 	for range b.N {
 		for range rounds {
 			last = map[string]loadResult{}
-			for _, t := range []target{bareT, lockdT} {
+			for _, t := range []target{bareT, engineT, lockdT} {
+				// BENCH_ONLY=bare|engine|lockd runs one side alone, for a profile.
 				if o := os.Getenv("BENCH_ONLY"); o != "" && o != t.name {
 					continue
 				}
 				last[t.name] = runLoad(t, rs, admin, clients, round)
 			}
 			ratios = append(ratios, last["lockd"].rate()/last["bare"].rate())
+			engineRatios = append(engineRatios, last["engine"].rate()/last["bare"].rate())
+			stackRatios = append(stackRatios, last["lockd"].rate()/last["engine"].rate())
 		}
 	}
 	b.StopTimer()
-	slices.Sort(ratios)
-	for _, name := range []string{"bare", "lockd"} {
-		r := last[name]
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	for _, name := range []string{"bare", "engine", "lockd"} {
+		r, ok := last[name]
+		if !ok {
+			continue
+		}
 		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle in %.2f round trips  %.0f µs CPU/cycle (all processes, %.0f µs in Redis)  %.0f allocations/cycle (server and load)  failures %d",
 			name, r.rate(), float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()),
 			float64(r.calls)/float64(r.cycles), float64(r.trips)/float64(r.cycles), float64(r.cpu.Microseconds())/float64(r.cycles),
 			float64(r.redisCPU.Microseconds())/float64(r.cycles), float64(r.allocs)/float64(r.cycles), r.failures)
 	}
+	if len(last) < 3 {
+		return // BENCH_ONLY: one side, for a profile
+	}
+	b.Logf("medians of %d rounds: lockd/bare %.2f = engine/bare %.2f (the engine: scripts, batching) × lockd/engine %.2f (the HTTP stack)",
+		len(ratios), median(ratios), median(engineRatios), median(stackRatios))
 	l := last["lockd"]
-	b.ReportMetric(ratios[len(ratios)/2], "lockd/bare")
+	b.ReportMetric(median(ratios), "lockd/bare")
+	b.ReportMetric(median(engineRatios), "engine/bare")
 	b.ReportMetric(l.rate(), "cycles/s")
 	b.ReportMetric(float64(percentile(l.lat, .5).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(percentile(l.lat, .99).Microseconds()), "p99-µs")
@@ -290,7 +345,7 @@ func BenchmarkHTTPVersusBare(b *testing.B) {
 // BenchmarkHandoff: 16 waiters on one key over HTTP, each holding 1 ms.
 // Reports grants/s, the release→grant gap, fairness and Redis calls per grant.
 func BenchmarkHandoff(b *testing.B) {
-	lockdT, _, _ := benchTargets(b)
+	lockdT, _, _, _ := benchTargets(b)
 	const waiters, d = 16, 3 * time.Second
 	b.ResetTimer()
 	for range b.N {
