@@ -43,6 +43,11 @@ func (s *Server) identify(next http.Handler) http.Handler {
 				}
 			}
 		}
+		if x := exchangeOf(r.Context()); x != nil {
+			x.caller = c
+			next.ServeHTTP(w, r)
+			return
+		}
 		ctx := context.WithValue(r.Context(), callerKey{}, &exchange{caller: c})
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

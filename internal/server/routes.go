@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"runtime/debug"
@@ -98,7 +99,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		id := xid.New().String()
 		w.Header().Set("X-Request-Id", id)
 		l := s.log.With().Str("req_id", id).Logger()
-		r = r.WithContext(l.WithContext(r.Context()))
+		// The exchange (who calls, the checked body) rides in the same
+		// new context: identify and checkBody fill it in.
+		r = r.WithContext(context.WithValue(l.WithContext(r.Context()), callerKey{}, &exchange{}))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 

@@ -133,8 +133,14 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		return invalid("body", "could not read the body: %v", err)
 	}
 	ct := r.Header.Get("Content-Type")
-	mt, _, ctErr := mime.ParseMediaType(ct)
-	isJSON := ctErr == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+	mt, isJSON := "application/json", true
+	if ct != mt {
+		// ParseMediaType allocates a map for the parameters: only for
+		// the types that are not plainly JSON.
+		var ctErr error
+		mt, _, ctErr = mime.ParseMediaType(ct)
+		isJSON = ctErr == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+	}
 	if fromBrowser(r) && !isJSON {
 		// A cross-site page can send text/plain or a form, even an empty
 		// one, without a CORS preflight, but not application/json: from a
@@ -256,7 +262,7 @@ func decodeStrict(b []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if len(bytes.TrimSpace(b[dec.InputOffset():])) != 0 {
 		return invalid("body", "the body must hold one JSON object and nothing after it")
 	}
 	return nil
