@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,7 +34,7 @@ type batcher struct {
 	once  sync.Once
 }
 
-// scriptCall is one queued script and, once done is closed, its result.
+// scriptCall is one queued script and, once done is sent to, its result.
 type scriptCall struct {
 	ctx  context.Context
 	sc   *redis.Script
@@ -67,7 +66,8 @@ func newBatcher(rdb redis.UniversalClient) *batcher {
 
 // run queues the script and waits for its result or the end of ctx.
 func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
-	c := &scriptCall{ctx: ctx, sc: sc, keys: keys, args: args, done: make(chan struct{})}
+	c := calls.Get().(*scriptCall)
+	c.ctx, c.sc, c.keys, c.args = ctx, sc, keys, args
 	select {
 	case b.calls <- c:
 	case <-ctx.Done():
@@ -77,24 +77,38 @@ func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args
 	}
 	select {
 	case <-c.done:
-		return c.val, c.err
+		return c.answer()
 	case <-ctx.Done():
+		// c is left to the flusher, never reused: its answer comes later.
 		return nil, ctx.Err()
 	case <-b.stop:
 		// Closing lets the batch in flight finish: its answer stands.
 		b.done.Wait()
 		select {
 		case <-c.done:
-			return c.val, c.err
+			return c.answer()
 		default:
 			return nil, errClosed
 		}
 	}
 }
 
+// calls are scriptCalls to reuse: a call answered while its caller waited
+// goes back (done is buffered, sent to once per use).
+var calls = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
+
+// answer reads the call's result and puts it back for reuse.
+func (c *scriptCall) answer() (any, error) {
+	v, err := c.val, c.err
+	*c = scriptCall{done: c.done}
+	calls.Put(c)
+	return v, err
+}
+
 func (b *batcher) flusher() {
 	defer b.done.Done()
 	batch := make([]*scriptCall, 0, maxBatch)
+	cmds := make([]*redis.Cmd, 0, maxBatch)
 	for {
 		select {
 		case c := <-b.calls:
@@ -111,46 +125,41 @@ func (b *batcher) flusher() {
 				break more
 			}
 		}
-		b.send(batch)
+		cmds = b.send(batch, cmds[:0])
 		clear(batch)
+		clear(cmds)
 	}
 }
 
-// send runs the live calls of batch in one pipeline and answers each.
-func (b *batcher) send(batch []*scriptCall) {
-	live := batch[:0:0]
-	var deadline time.Time
+// send runs the live calls of batch in one pipeline and answers each; cmds
+// is room for the pipeline's commands, returned for reuse.
+//
+// The pipeline has no deadline of its own: the client's read and write
+// timeouts bound it (ioTimeout, shorter than any caller's), and each
+// caller stops waiting at its own deadline.
+func (b *batcher) send(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.err = err
-			close(c.done)
+			c.done <- struct{}{}
 			continue
 		}
 		live = append(live, c)
-		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
-			deadline = d
-		}
 	}
-	if len(live) == 0 {
-		return
-	}
-	// The pipeline lasts as long as its longest-waiting caller; each
-	// caller stops waiting at its own deadline.
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if !deadline.IsZero() {
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-	}
-	defer cancel()
-	if len(live) == 1 {
+	ctx := context.Background()
+	switch len(live) {
+	case 0:
+		return cmds
+	case 1:
 		c := live[0]
 		c.val, c.err = c.sc.Run(ctx, b.rdb, c.keys, c.args...).Result()
-		close(c.done)
-		return
+		c.done <- struct{}{}
+		return cmds
 	}
-	cmds := make([]*redis.Cmd, len(live))
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range live {
-			cmds[i] = c.sc.EvalSha(ctx, p, c.keys, c.args...)
+		for _, c := range live {
+			cmds = append(cmds, c.sc.EvalSha(ctx, p, c.keys, c.args...))
 		}
 		return nil
 	})
@@ -161,8 +170,9 @@ func (b *batcher) send(batch []*scriptCall) {
 			// replica that never loaded them): EVAL loads it again.
 			c.val, c.err = c.sc.Eval(ctx, b.rdb, c.keys, c.args...).Result()
 		}
-		close(c.done)
+		c.done <- struct{}{}
 	}
+	return cmds
 }
 
 // close stops the flushers; calls still queued or made later answer
@@ -175,7 +185,7 @@ func (b *batcher) close() {
 			select {
 			case c := <-b.calls:
 				c.err = errClosed
-				close(c.done)
+				c.done <- struct{}{}
 			default:
 				return
 			}

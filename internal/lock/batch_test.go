@@ -95,8 +95,8 @@ func TestBatcher(t *testing.T) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
 		// A queued call whose context ends before a flusher takes it.
-		c := &scriptCall{ctx: done, sc: echo, keys: []string{"batch:cancelled"}, args: []any{1}, done: make(chan struct{})}
-		b.send([]*scriptCall{c})
+		c := &scriptCall{ctx: done, sc: echo, keys: []string{"batch:cancelled"}, args: []any{1}, done: make(chan struct{}, 1)}
+		b.send([]*scriptCall{c}, nil)
 		<-c.done
 		if !errors.Is(c.err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", c.err)
