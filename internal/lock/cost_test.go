@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,6 +113,36 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 		}
 		return g.Wait()
 	})
+}
+
+// BenchmarkCyclesOnRedis runs acquire+release cycles of the engine, one
+// after another, on the Redis at $LOCKD_BENCH_REDIS (skipped without it):
+// scripts/redis-instructions runs it against a redis-server under
+// callgrind, which counts Redis's instructions per cycle the same
+// whatever else the machine is doing.
+func BenchmarkCyclesOnRedis(b *testing.B) {
+	addr := os.Getenv("LOCKD_BENCH_REDIS")
+	if addr == "" {
+		b.Skip("LOCKD_BENCH_REDIS is not set")
+	}
+	opts := &redis.Options{Addr: addr}
+	lock.TuneClient(opts)
+	// Under valgrind Redis runs some 50 times slower.
+	opts.ReadTimeout, opts.WriteTimeout = 30*time.Second, 30*time.Second
+	rdb := redis.NewClient(opts)
+	e := lock.New(rdb, lock.Options{CallTimeout: time.Minute})
+	b.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
+	ctx := context.Background()
+	for i := range b.N {
+		key := "cost:cg:" + strconv.Itoa(i%32)
+		l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Release(ctx, key, l.Token, "b"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // redisCost sums INFO commandstats: the commands Redis ran inside the
