@@ -15,29 +15,10 @@ import (
 	"github.com/lockd/lockd/internal/redistest"
 )
 
-// pipelines counts the pipelines and the commands a client sends.
-type pipelines struct{ batches, commands atomic.Int64 }
-
-func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		p.batches.Add(1)
-		p.commands.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		p.batches.Add(1)
-		p.commands.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 func TestBatcher(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	count := &pipelines{}
+	count := &redistest.Counter{}
 	rdb.AddHook(count)
 	ctx := context.Background()
 	echo := redis.NewScript(`redis.call('INCR', KEYS[1]) return {KEYS[1], ARGV[1]}`)
@@ -79,7 +60,7 @@ func TestBatcher(t *testing.T) {
 		}
 		// 1,280 calls from 64 goroutines at once: they must have shared
 		// round trips, or the batcher does nothing.
-		if c, p := count.commands.Load(), count.batches.Load(); p >= c {
+		if c, p := count.Commands.Load(), count.RoundTrips.Load(); p >= c {
 			t.Fatalf("%d commands in %d round trips: nothing was batched", c, p)
 		} else {
 			t.Logf("%d commands in %d round trips", c, p)

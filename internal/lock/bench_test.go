@@ -21,11 +21,11 @@ func benchEngine(b *testing.B) (*lock.Engine, *atomic.Int64) {
 	opts := &redis.Options{Addr: srv.Addr, PoolSize: 64}
 	lock.TuneClient(opts)
 	rdb := redis.NewClient(opts)
-	var n atomic.Int64
-	rdb.AddHook(countHook{n: &n})
+	n := &redistest.Counter{}
+	rdb.AddHook(n)
 	e := lock.New(rdb, lock.Options{})
 	b.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
-	return e, &n
+	return e, &n.Commands
 }
 
 func reportCalls(b *testing.B, n *atomic.Int64, start int64) {

@@ -555,8 +555,8 @@ func TestHistoryIsCapped(t *testing.T) {
 func TestOneRoundTripPerOperation(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	var sent atomic.Int64
-	rdb.AddHook(countHook{n: &sent})
+	sent := &redistest.Counter{}
+	rdb.AddHook(sent)
 	e := newEngine(t, rdb)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -583,7 +583,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			if _, err := e.Acquire(ctx, "rt:f", lock.AcquireRequest{Owner: "o", TTL: time.Second}); err != nil {
 				return err
 			}
-			sent.Store(0)
+			sent.Commands.Store(0)
 			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 				return err
 			}
@@ -595,38 +595,15 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		sent.Store(0)
+		sent.Commands.Store(0)
 		if err := op.run(); err != nil {
 			t.Fatalf("%s: %v", op.name, err)
 		}
 		stats := commandStats(t, admin)
-		if sent.Load() != 1 || stats["evalsha"] != 1 || stats["eval"] != 0 {
+		if sent.Commands.Load() != 1 || stats["evalsha"] != 1 || stats["eval"] != 0 {
 			t.Fatalf("%s: client sent %d commands; Redis counted evalsha=%d eval=%d",
-				op.name, sent.Load(), stats["evalsha"], stats["eval"])
+				op.name, sent.Commands.Load(), stats["evalsha"], stats["eval"])
 		}
-	}
-}
-
-// countHook counts the commands a client sends; with singles, only those
-// outside pipelines.
-type countHook struct {
-	n       *atomic.Int64
-	singles bool
-}
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !h.singles {
-			h.n.Add(int64(len(cmds)))
-		}
-		return next(ctx, cmds)
 	}
 }
 

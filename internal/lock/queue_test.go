@@ -467,9 +467,9 @@ func TestReleaseHandsOffLocally(t *testing.T) {
 	srv := redistest.Start(t)
 	// Calls outside pipelines: every engine operation is one; the
 	// liveness of the process is a pipeline.
-	var calls atomic.Int64
+	calls := &redistest.Counter{}
 	c := srv.Client(t)
-	c.AddHook(countHook{n: &calls, singles: true})
+	c.AddHook(calls)
 	e := lock.New(c, lock.Options{NoSweep: true, EpochRefresh: time.Hour})
 	t.Cleanup(func() { _ = e.Close() })
 	ctx := context.Background()
@@ -492,12 +492,12 @@ func TestReleaseHandsOffLocally(t *testing.T) {
 	// The waiter's queue tries once more when Redis confirms its
 	// subscription; let that pass.
 	time.Sleep(200 * time.Millisecond)
-	before := calls.Load()
+	before := calls.Singles.Load()
 	if _, err := e.Release(ctx, "handoff:k", h.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
 	l := <-got
-	n := calls.Load() - before
+	n := calls.Singles.Load() - before
 	if l.Owner != "next" || l.Fence <= h.Fence || l.TTL != 30*time.Second || l.Count != 1 || l.Token == "" {
 		t.Fatalf("handed lease: %+v", l)
 	}

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -35,22 +34,6 @@ import (
 //
 // Each runs time-boxed rounds itself (b.N is ignored beyond 1) so that lockd
 // and its yardstick are measured in one run, interleaved.
-
-// counter counts the commands a Redis client sends, and the round trips
-// they took (a pipeline is one).
-type counter struct{ n, trips atomic.Int64 }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); c.trips.Add(1); return next(ctx, cmd) }
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		c.trips.Add(1)
-		return next(ctx, cmds)
-	}
-}
 
 // bareServer is the yardstick: net/http and encoding/json around one
 // EVALSHA per request, with nothing else.
@@ -118,12 +101,12 @@ func engineServer(e *lock.Engine) http.Handler {
 type target struct {
 	name  string
 	base  string // URL prefix of /{key}/acquire and /{key}/release
-	calls *counter
+	calls *redistest.Counter
 }
 
 func benchTargets(b *testing.B) (lockd, bare, eng target, rs *redistest.Server) {
 	rs = redistest.Start(b)
-	lockdCalls, bareCalls, engineCalls := &counter{}, &counter{}, &counter{}
+	lockdCalls, bareCalls, engineCalls := &redistest.Counter{}, &redistest.Counter{}, &redistest.Counter{}
 	// Both clients as lockd serve configures its own.
 	opts := func() *redis.Options {
 		o := &redis.Options{Addr: rs.Addr, PoolSize: 64}
@@ -234,7 +217,7 @@ func percentile(lat []time.Duration, p float64) time.Duration {
 func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d time.Duration) loadResult {
 	var mu sync.Mutex
 	var res loadResult
-	calls0, trips0 := t.calls.n.Load(), t.calls.trips.Load()
+	calls0, trips0 := t.calls.Commands.Load(), t.calls.RoundTrips.Load()
 	rcpu0 := redistest.CPU(admin)
 	cpu0 := cpuTime() + rcpu0
 	var ms runtime.MemStats
@@ -267,8 +250,8 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 	wg.Wait()
 	res.elapsed = time.Since(start)
 	res.cycles = len(res.lat)
-	res.calls = t.calls.n.Load() - calls0
-	res.trips = t.calls.trips.Load() - trips0
+	res.calls = t.calls.Commands.Load() - calls0
+	res.trips = t.calls.RoundTrips.Load() - trips0
 	rcpu := redistest.CPU(admin)
 	res.cpu = cpuTime() + rcpu - cpu0
 	res.redisCPU = rcpu - rcpu0
@@ -353,7 +336,7 @@ func BenchmarkHandoff(b *testing.B) {
 		var mu sync.Mutex
 		var gaps []time.Duration
 		grants := make([]int, waiters)
-		calls0 := lockdT.calls.n.Load()
+		calls0 := lockdT.calls.Commands.Load()
 		start := time.Now()
 		deadline := start.Add(d)
 		var wg sync.WaitGroup
@@ -389,7 +372,7 @@ func BenchmarkHandoff(b *testing.B) {
 		for _, g := range grants {
 			total += g
 		}
-		calls := lockdT.calls.n.Load() - calls0
+		calls := lockdT.calls.Commands.Load() - calls0
 		b.Logf("hand-off: %d waiters, %.0f grants/s, gap p50 %.2f ms p99 %.2f ms, grants per waiter min %d max %d, %.2f Redis calls/grant",
 			waiters, float64(total)/elapsed.Seconds(), ms(percentile(gaps, .5)), ms(percentile(gaps, .99)),
 			slices.Min(grants), slices.Max(grants), float64(calls)/float64(total))
