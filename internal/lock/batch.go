@@ -16,9 +16,12 @@ import (
 // load most of a call's cost was its own write and read; batched, it is
 // shared.
 //
-// A few flushers each take whatever calls are queued when they come free,
-// so a lone call goes out at once (no timer, no added wait) and batches
-// grow only while earlier ones are in flight. Calls in one batch run in
+// As many round trips as there are slots (one per CPU, at least two) are
+// in flight at once. A call that finds a slot free and nobody queued runs
+// on its own goroutine; otherwise it queues, and a few flushers each take
+// whatever calls are queued once a slot frees and send them together. So a
+// lone call goes out at once (no timer, no hand-over) and batches grow
+// only while earlier round trips are in flight. Calls in one batch run in
 // the order they were queued, each one atomic as ever; a caller's context
 // still bounds its wait, and a call whose context ended before it was sent
 // is not sent.
@@ -29,6 +32,10 @@ import (
 type batcher struct {
 	rdb   redis.UniversalClient
 	calls chan *scriptCall
+	// slots holds one token per round trip in flight, a lone call's or a
+	// batch's: a call that finds a free slot and nobody queued goes out
+	// on its own goroutine, with no hand-over to a flusher.
+	slots chan struct{}
 	stop  chan struct{}
 	done  sync.WaitGroup
 	once  sync.Once
@@ -55,8 +62,8 @@ var errClosed = errors.New("lock: engine closed")
 // newBatcher starts its flushers: as many as there are CPUs (at least
 // two), so that a batch can be written while another is read.
 func newBatcher(rdb redis.UniversalClient) *batcher {
-	b := &batcher{rdb: rdb, calls: make(chan *scriptCall, 4*maxBatch), stop: make(chan struct{})}
 	n := max(2, runtime.GOMAXPROCS(0))
+	b := &batcher{rdb: rdb, calls: make(chan *scriptCall, 4*maxBatch), slots: make(chan struct{}, n), stop: make(chan struct{})}
 	b.done.Add(n)
 	for range n {
 		go b.flusher()
@@ -66,6 +73,21 @@ func newBatcher(rdb redis.UniversalClient) *batcher {
 
 // run queues the script and waits for its result or the end of ctx.
 func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
+	select {
+	case <-b.stop:
+		return nil, errClosed
+	default:
+	}
+	select {
+	case b.slots <- struct{}{}:
+		if len(b.calls) == 0 {
+			v, err := sc.Run(ctx, b.rdb, keys, args...).Result()
+			<-b.slots
+			return v, err
+		}
+		<-b.slots
+	default:
+	}
 	c := calls.Get().(*scriptCall)
 	c.ctx, c.sc, c.keys, c.args = ctx, sc, keys, args
 	select {
@@ -116,6 +138,12 @@ func (b *batcher) flusher() {
 		case <-b.stop:
 			return
 		}
+		select {
+		case b.slots <- struct{}{}:
+		case <-b.stop:
+			b.fail(batch)
+			return
+		}
 	more:
 		for len(batch) < maxBatch {
 			select {
@@ -126,6 +154,7 @@ func (b *batcher) flusher() {
 			}
 		}
 		cmds = b.send(batch, cmds[:0])
+		<-b.slots
 		clear(batch)
 		clear(cmds)
 	}
@@ -175,6 +204,14 @@ func (b *batcher) send(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 	return cmds
 }
 
+// fail answers calls errClosed.
+func (b *batcher) fail(batch []*scriptCall) {
+	for _, c := range batch {
+		c.err = errClosed
+		c.done <- struct{}{}
+	}
+}
+
 // close stops the flushers; calls still queued or made later answer
 // errClosed.
 func (b *batcher) close() {
@@ -184,8 +221,7 @@ func (b *batcher) close() {
 		for {
 			select {
 			case c := <-b.calls:
-				c.err = errClosed
-				c.done <- struct{}{}
+				b.fail([]*scriptCall{c})
 			default:
 				return
 			}
