@@ -71,7 +71,11 @@ func newBatcher(rdb redis.UniversalClient) *batcher {
 	return b
 }
 
-// run queues the script and waits for its result or the end of ctx.
+// run runs the script, on the caller's goroutine when a slot is free and
+// nobody is queued, else in the next batch, and waits for its result or
+// the end of ctx. A flusher waiting for a slot gets the next one freed
+// before any caller (a channel's blocked sender goes first), so queued
+// calls are not overtaken for long.
 func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
 	select {
 	case <-b.stop:
