@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +19,38 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	outcomes    *prometheus.CounterVec
 	waitSeconds prometheus.Histogram
+	// series keeps the request series by route, method and status, found
+	// once: WithLabelValues hashes and compares its labels on every call.
+	// The labels come from fixed sets, so this stays small.
+	series sync.Map // requestLabels → *requestSeries
+}
+
+type requestLabels struct {
+	route, method string
+	status        int
+}
+
+type requestSeries struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
+// request counts one request that took d.
+func (m *metrics) request(route, method string, status int, d time.Duration) {
+	if status < 100 || status > 599 {
+		status = 0 // statusLabel's "other"
+	}
+	k := requestLabels{route, method, status}
+	v, ok := m.series.Load(k)
+	if !ok {
+		v, _ = m.series.LoadOrStore(k, &requestSeries{
+			count:   m.requests.WithLabelValues(route, method, statusLabel(status)),
+			latency: m.duration.WithLabelValues(route),
+		})
+	}
+	s := v.(*requestSeries)
+	s.count.Inc()
+	s.latency.Observe(d.Seconds())
 }
 
 func newMetrics(reg prometheus.Registerer, e Engine) *metrics {

@@ -107,8 +107,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 
 		d := time.Since(start)
 		route, method, status := routePattern(r), methodLabel(r.Method), ww.Status()
-		s.metrics.requests.WithLabelValues(route, method, statusLabel(status)).Inc()
-		s.metrics.duration.WithLabelValues(route).Observe(d.Seconds())
+		s.metrics.request(route, method, status, d)
 		// The handler may have added the owner to the request's logger.
 		log := zerolog.Ctx(r.Context())
 		ev := log.Info()
