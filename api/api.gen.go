@@ -208,6 +208,7 @@ const (
 	ProblemCodeNoPermits            ProblemCode = "no_permits"
 	ProblemCodeNotFound             ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge      ProblemCode = "payload_too_large"
+	ProblemCodeQueued               ProblemCode = "queued"
 	ProblemCodeTooManyRequests      ProblemCode = "too_many_requests"
 	ProblemCodeUnauthorized         ProblemCode = "unauthorized"
 	ProblemCodeUnsupported          ProblemCode = "unsupported"
@@ -242,6 +243,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeNotFound:
 		return true
 	case ProblemCodePayloadTooLarge:
+		return true
+	case ProblemCodeQueued:
 		return true
 	case ProblemCodeTooManyRequests:
 		return true
@@ -551,6 +554,9 @@ type Problem struct {
 	Holder *string `json:"holder,omitempty"`
 	Key    *string `json:"key,omitempty"`
 
+	// Next The first request queued for a key (queued). A waiter holds nothing.
+	Next *QueuedWaiter `json:"next,omitempty"`
+
 	// RemainingMs How long the current lease has left (lock_held; no_permits, the permit that ends first).
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 
@@ -562,6 +568,9 @@ type Problem struct {
 
 	// Type Example: /problems/lock_held
 	Type string `json:"type"`
+
+	// Waiters How many requests are queued for the key (queued).
+	Waiters *int `json:"waiters,omitempty"`
 }
 
 // ProblemCode defines model for Problem.Code.
@@ -571,6 +580,13 @@ type ProblemCode string
 type Queued struct {
 	// Mode How a grant holds its key; `permit` is a semaphore's.
 	Mode         GrantMode `json:"mode"`
+	Owner        string    `json:"owner"`
+	WaitingSince time.Time `json:"waiting_since"`
+}
+
+// QueuedWaiter The first request queued for a key (queued). A waiter holds nothing.
+type QueuedWaiter struct {
+	// Owner Example: worker-9
 	Owner        string    `json:"owner"`
 	WaitingSince time.Time `json:"waiting_since"`
 }

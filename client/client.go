@@ -89,8 +89,10 @@ type AcquireOptions struct {
 	// TTL is the lease's time to live; the watchdog renews every TTL/3.
 	TTL time.Duration
 	// Wait is how long the server waits for a held key before answering
-	// ErrHeld (ErrNoPermits for a semaphore). Waiting requests are granted
-	// in the order they began to wait, across every lockd replica.
+	// ErrHeld (ErrNoPermits for a semaphore), or ErrQueued when the key is
+	// free but kept for requests that began to wait earlier. Waiting
+	// requests are granted in the order they began to wait, across every
+	// lockd replica.
 	Wait time.Duration
 	// Mode is Exclusive (the default) or Shared, for locks. A
 	// semaphore's permits have no other mode: leave it empty there.
@@ -364,6 +366,15 @@ func problemError(resp *http.Response, body []byte) error {
 		return &HeldError{APIError: ae, Key: key, Holder: holder, Remaining: remaining}
 	case api.ProblemCodeNoPermits:
 		return &NoPermitsError{APIError: ae, Name: key, Holder: holder, Remaining: remaining}
+	case api.ProblemCodeQueued:
+		qe := &QueuedError{APIError: ae, Key: key}
+		if ae.Problem.Waiters != nil {
+			qe.Waiters = *ae.Problem.Waiters
+		}
+		if ae.Problem.Next != nil {
+			qe.Next, qe.NextSince = ae.Problem.Next.Owner, ae.Problem.Next.WaitingSince
+		}
+		return qe
 	}
 	return &ae
 }

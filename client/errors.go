@@ -15,6 +15,10 @@ var (
 	// ErrHeld means another lease holds the key (after the wait, if any).
 	// The error is a *HeldError.
 	ErrHeld = errors.New("lockd: lock held")
+	// ErrQueued means nobody holds what was asked for, but requests that
+	// began to wait earlier come first (after the wait, if any): retry
+	// after the error's RetryAfter, or wait. The error is a *QueuedError.
+	ErrQueued = errors.New("lockd: queued behind earlier waiters")
 	// ErrNoPermits means every permit of the semaphore is held (after the
 	// wait, if any). The error is a *NoPermitsError.
 	ErrNoPermits = errors.New("lockd: no permit free")
@@ -78,6 +82,8 @@ func (e *APIError) Unwrap() error {
 	switch e.Problem.Code {
 	case api.ProblemCodeLockHeld:
 		return ErrHeld
+	case api.ProblemCodeQueued:
+		return ErrQueued
 	case api.ProblemCodeNoPermits:
 		return ErrNoPermits
 	case api.ProblemCodeLimitMismatch:
@@ -124,6 +130,27 @@ func (e *HeldError) Error() string {
 // Unwrap makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Unwrap() error { return ErrHeld }
 
+// QueuedError is the answer to an acquire that found what it asked for
+// free, but kept for requests that began to wait earlier. It names no
+// holder: a waiter holds nothing.
+type QueuedError struct {
+	APIError
+	Key string
+	// Waiters is how many requests are queued for the key.
+	Waiters int
+	// Next is the owner of the first of them, and since when it waits.
+	Next      string
+	NextSince time.Time
+}
+
+// Error says who comes first.
+func (e *QueuedError) Error() string {
+	return fmt.Sprintf("%s is kept for %d earlier waiter(s); next is %s", e.Key, e.Waiters, e.Next)
+}
+
+// Unwrap makes errors.Is(err, ErrQueued) true.
+func (e *QueuedError) Unwrap() error { return ErrQueued }
+
 // NoPermitsError is the answer to a semaphore acquire that found every
 // permit held. Holder and Remaining describe the permit that ends first:
 // the earliest a permit may come free without a release.
@@ -155,6 +182,10 @@ func retryAfter(err error) time.Duration {
 	var ne *NoPermitsError
 	if errors.As(err, &ne) {
 		return ne.RetryAfter
+	}
+	var qe *QueuedError
+	if errors.As(err, &qe) {
+		return qe.RetryAfter
 	}
 	return 0
 }

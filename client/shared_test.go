@@ -56,9 +56,13 @@ func TestSharedHoldersCoexist(t *testing.T) {
 	if len(st.Queue) != 1 || st.Queue[0].Owner != "writer" || st.Queue[0].Mode != api.GrantModeExclusive || st.Waiters != 1 {
 		t.Errorf("queue = %+v (waiters %d), want the writer", st.Queue, st.Waiters)
 	}
-	// No writer starvation: a new reader queues behind the writer.
-	if _, err := c.Acquire(ctx, key, withOwner(shared, "reader-3")); !errors.Is(err, client.ErrHeld) {
-		t.Errorf("shared acquire behind a waiting writer: %v, want ErrHeld", err)
+	// No writer starvation: a new reader queues behind the writer. The
+	// readers would let it in; the writer comes first: queued, naming the
+	// writer as next, not as holder.
+	_, err = c.Acquire(ctx, key, withOwner(shared, "reader-3"))
+	var queued *client.QueuedError
+	if !errors.As(err, &queued) || queued.Waiters != 1 || queued.Next != "writer" || queued.RetryAfter < time.Second {
+		t.Errorf("shared acquire behind a waiting writer: %v, want ErrQueued naming the writer next", err)
 	}
 
 	if err := r1.Release(ctx); err != nil {

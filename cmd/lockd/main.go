@@ -22,7 +22,7 @@ func main() {
 // Exit codes, the contract that scripts rely on.
 const (
 	exitOK          = 0
-	exitHeld        = 1 // held, or the wait timed out
+	exitHeld        = 1 // not granted: held, queued behind earlier waiters, no permit (after the wait)
 	exitUsage       = 2
 	exitLeaseLost   = 3 // token not the live one, or not found on renew/release
 	exitUnreachable = 4 // server unreachable or 5xx

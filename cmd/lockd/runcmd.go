@@ -111,7 +111,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		l, err = c.Acquire(ctx, key, opts)
 	}
 	if err != nil {
-		if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrNoPermits) {
+		if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrQueued) || errors.Is(err, client.ErrNoPermits) {
 			return &exitError{code: exitHeld, msg: fmt.Sprintf("%v (waited %v)", err, *wait)}
 		}
 		return failed(err)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -286,10 +285,7 @@ func answered503(t *testing.T, url string) float64 {
 // Signals to lockd run reach the command; this needs a real lockd process.
 func TestRunForwardsSignals(t *testing.T) {
 	ls := startCLIServer(t)
-	bin := filepath.Join(t.TempDir(), "lockd")
-	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	bin := buildLockd(t)
 	tests := []struct {
 		sig  syscall.Signal
 		name string

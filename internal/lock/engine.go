@@ -48,9 +48,11 @@ type Options struct {
 	// MaxTTL caps the quarantine (default 24 h): no lease lives longer.
 	MaxTTL time.Duration
 	// EpochRefresh is how often this process reads, from the markers it
-	// knows, the longest TTL granted through other processes (default 5 s):
-	// should Redis lose its data, the quarantine lasts as long as the
-	// longest lease granted by any lockd up to this long before.
+	// knows, until when leases granted through other processes may be live
+	// (default 1 s), and notices a loss of data without a request. After a
+	// loss the quarantine lasts until the last lease known to any lockd
+	// could end, and at least two refreshes, so that every lockd adds what
+	// it granted since its last read.
 	EpochRefresh time.Duration
 	// Sentinel, when Redis runs under Sentinel, names the sentinels, so
 	// that wake-ups follow a failover at once.
@@ -84,7 +86,7 @@ type Engine struct {
 
 	missedAcks atomic.Int64
 	epochs     epochs
-	stop       chan struct{} // ends refreshEpochs
+	stop       chan struct{} // ends keepEpochs and the sweeper
 	stopped    sync.WaitGroup
 	closeOnce  sync.Once
 	opts       Options
@@ -127,7 +129,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 		opts.MaxTTL = 24 * time.Hour
 	}
 	if opts.EpochRefresh <= 0 {
-		opts.EpochRefresh = 5 * time.Second
+		opts.EpochRefresh = time.Second
 	}
 	if opts.ReplicaAckTimeout <= 0 {
 		opts.ReplicaAckTimeout = 50 * time.Millisecond
@@ -174,7 +176,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	e.stopped.Add(1)
 	go func() {
 		defer e.stopped.Done()
-		e.refreshEpochs(e.stop)
+		e.keepEpochs(e.stop)
 	}()
 	e.feed = newFeed(e)
 	if !opts.NoSweep {
@@ -314,7 +316,7 @@ func (e *Engine) want(key string, req AcquireRequest) (string, error) {
 // waitable says whether a failed try should wait: the key is held, Redis
 // is away for a moment, or the restart quarantine has not ended.
 func waitable(err error) bool {
-	return errors.Is(err, ErrHeld) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrQueued) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
 }
 
 // queue waits in the hub. Every try of one waiter uses the same token, so a
@@ -363,11 +365,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		idem = hex.EncodeToString(sum[:])
 	}
 	sh := e.sharedOf(key)
-	marker := sh.epoch
-	seen, quarantine := e.epochs.get(marker)
-	if e.opts.NoQuarantine {
-		seen = ""
-	}
+	seen, live, least := e.epochArgs(sh)
 	mode := grantFree
 	if want == peekX {
 		want, mode = "x", peek
@@ -377,11 +375,11 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
 	v, err := e.write(ctx, e.scripts.acquire,
-		[]string{k.lease, k.fence, k.hist, k.queue, marker, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
+		[]string{k.lease, k.fence, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
 		e.arg.historyMax, e.arg.retention, k.wake, mode,
-		seen, min(quarantine, e.opts.MaxTTL).Milliseconds(), e.newEpochID(), e.epochs.ownLeft().Milliseconds(), e.arg.eventsMax,
-		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL)
+		seen, live, e.newEpochID(), least, e.arg.eventsMax,
+		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff())
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -402,13 +400,13 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		l := leaseFrom(key, r)
 		l.Outcome = Outcome(status)
 		l.Mode, l.Limit = modeOf(want), req.Limit
-		if status == "granted" && r.len() > 10 {
-			e.epochs.saw(marker, r.str(9), r.ms(10))
+		if status == "granted" && r.len() > 9 {
+			e.epochs.saw(sh, r.str(9))
 		}
-		e.epochs.lease(l)
+		e.epochs.lease(sh, r.ms(7))
 		return l, r.err
 	case "recovering":
-		e.epochs.saw(marker, r.str(1), 0)
+		e.epochs.saw(sh, r.str(1))
 		left := r.ms(2)
 		e.epochs.recovering(left)
 		return Lease{}, &RecoveringError{Remaining: left}
@@ -417,12 +415,16 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		l.Outcome = Replayed
 		l.Mode, l.Limit = modeOf(want), req.Limit
 		return l, r.err
-	case "held":
-		if r.len() > 4 && r.str(3) != "" {
-			e.epochs.saw(marker, r.str(3), r.ms(4))
+	case "held", "queued":
+		if r.str(3) != "" {
+			e.epochs.met(sh, r.str(3))
 		}
-		if en != nil && r.len() > 5 {
-			en.setPlace(r.str(5))
+		if en != nil {
+			en.setPlace(r.str(4))
+		}
+		if status == "queued" {
+			return Lease{}, &QueuedError{Key: key, Waiters: int(r.int(5)),
+				Next: Waiter{Owner: r.str(1), Since: r.time(6)}, RetryAfter: min(r.ms(2), queuedRetry)}
 		}
 		return Lease{}, &HeldError{Key: key, Owner: r.str(1), Remaining: r.ms(2)}
 	case "lost":
@@ -506,7 +508,7 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	sh := e.sharedOf(key)
-	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.queue, sh.epoch, sh.expiries, k.hist, k.holders, sh.events},
+	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
 		token, ttlArg, actor, e.arg.renewalsMax, e.arg.retention, k.wake, e.arg.historyMax, e.arg.eventsMax)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -526,7 +528,7 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 			l.Mode, l.Limit = Permit, int(r.int(10))
 		}
 	}
-	e.epochs.lease(l)
+	e.epochs.lease(sh, r.ms(7))
 	return l, r.err
 }
 
@@ -585,7 +587,7 @@ func (e *Engine) release(ctx context.Context, key, token, actor string, unclaime
 		self = ""
 	}
 	v, err := e.write(ctx, e.scripts.release,
-		[]string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas, k.fence, sh.epoch},
+		[]string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas, k.fence},
 		token, actor, e.arg.historyMax, k.wake, e.arg.eventsMax, self, e.arg.retention, giveBack(unclaimed))
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
@@ -614,7 +616,7 @@ func (e *Engine) release(ctx context.Context, key, token, actor string, unclaime
 			Key: key, Owner: r.str(4), Token: r.str(5), Fence: r.int(6), Count: 1, TTL: ttl,
 			AcquiredAt: at, ExpiresAt: at.Add(ttl), Outcome: Granted, Mode: Exclusive,
 		}}
-		e.epochs.lease(next.lease)
+		e.epochs.lease(sh, ttl)
 	}
 	return out, next, r.err
 }

@@ -10,28 +10,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// epochMarker is the Redis key of the restart-quarantine marker that the
-// acquire script checks for key (see acquire.lua): one for the whole
-// server, or on a Cluster one per slot, since a script may touch only keys
-// of its own slot.
-func (e *Engine) epochKey(key string) string {
-	return e.sharedOf(key).epoch
-}
-
-// epochs remembers, per marker, the id this process saw last, and the
-// longest TTL granted under any marker it saw: what acquire.lua needs to
-// notice a loss and to know how long to quarantine.
+// epochs is what this process knows of the buckets' epoch markers
+// (lib.lua, check_epoch), per marker: the id it saw last, and until when a
+// lease, shared hold or permit of the bucket may still be live, by this
+// process's clock. That end is what it read of the bucket's expiries at
+// its last refresh (epoch.lua, every Options.EpochRefresh) or, if later,
+// of a grant or renewal of its own since then; so after a loss of data
+// the quarantine lasts as long as the last forgotten lease could, and a
+// lease released before the last refresh does not count. Ends are kept as
+// a local reading of a duration left, so no two clocks are compared.
 type epochs struct {
 	// seed and made name the markers this process makes: seed-1, seed-2…
 	// (unique without a random read per acquire).
 	seed string
 	made atomic.Int64
 
-	mu     sync.Mutex
-	seen   map[string]string // marker → id
-	maxTTL time.Duration
-	own    time.Time // when the last lease this process granted or renewed ends
-	until  time.Time // the latest quarantine end this process was told of
+	mu      sync.Mutex
+	markers map[string]*epochSeen
+	until   time.Time // the latest quarantine end this process was told of
+}
+
+type epochSeen struct {
+	id    string
+	sched string    // the bucket's expiry schedule
+	read  time.Time // the bucket's last lease ends, as last read
+	own   time.Time // the last lease this process granted or renewed since ends
 }
 
 // newEpochID is the id of a marker this process would make (acquire.lua
@@ -40,32 +43,62 @@ func (e *Engine) newEpochID() string {
 	return e.epochs.seed + "-" + strconv.FormatInt(e.epochs.made.Add(1), 10)
 }
 
-func (p *epochs) get(marker string) (string, time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.seen[marker], p.maxTTL
-}
-
-func (p *epochs) saw(marker, id string, maxTTL time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.seen == nil {
-		p.seen = map[string]string{}
+func (p *epochs) of(sh *sharedKeys) *epochSeen {
+	if p.markers == nil {
+		p.markers = map[string]*epochSeen{}
 	}
-	p.seen[marker] = id
-	p.maxTTL = max(p.maxTTL, maxTTL)
+	s := p.markers[sh.epoch]
+	if s == nil {
+		s = &epochSeen{sched: sh.expiries}
+		p.markers[sh.epoch] = s
+	}
+	return s
 }
 
-func (p *epochs) markers() []string {
+// get is the id last seen in sh's marker and how long what this process
+// knows of in the bucket may still be live.
+func (p *epochs) get(sh *sharedKeys) (string, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]string, 0, len(p.seen))
-	for m := range p.seen {
-		out = append(out, m)
+	s := p.markers[sh.epoch]
+	if s == nil {
+		return "", 0
 	}
-	return out
+	return s.id, max(0, time.Until(s.read), time.Until(s.own))
 }
 
+// saw notes the id of a reply that checked the marker (check_epoch): a new
+// id is taken only from scripts that have already added what this process
+// knows to the new marker's quarantine, so nothing known is lost.
+func (p *epochs) saw(sh *sharedKeys, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.of(sh).id = id
+}
+
+// met notes the id read by a script that does not check the marker (a
+// held key): it counts only if this process knew none, so that a marker
+// made anew after a loss is still noticed as new.
+func (p *epochs) met(sh *sharedKeys, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.of(sh); s.id == "" {
+		s.id = id
+	}
+}
+
+// lease notes a lease, hold or permit that this process granted or
+// renewed in sh's bucket, which has left to live.
+func (p *epochs) lease(sh *sharedKeys, left time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.of(sh)
+	if end := time.Now().Add(left); end.After(s.own) {
+		s.own = end
+	}
+}
+
+// recovering notes a quarantine that lasts left more.
 func (p *epochs) recovering(left time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -82,49 +115,54 @@ func (e *Engine) Recovering() time.Duration {
 	return max(0, time.Until(e.epochs.until))
 }
 
-// lease notes a lease this process granted or renewed.
-func (p *epochs) lease(l Lease) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.maxTTL = max(p.maxTTL, l.TTL)
-	if l.ExpiresAt.After(p.own) {
-		p.own = l.ExpiresAt
+// epochArgs are what acquire.lua and epoch.lua need of this process's
+// knowledge of sh's bucket: the id it saw ("" with the quarantine off,
+// which then never starts one), how long what it knows of may be live,
+// and the shortest quarantine after a loss.
+func (e *Engine) epochArgs(sh *sharedKeys) (seen string, liveMs, minMs int64) {
+	seen, live := e.epochs.get(sh)
+	if e.opts.NoQuarantine {
+		seen = ""
 	}
+	return seen, min(live, e.opts.MaxTTL).Milliseconds(), e.minQuarantine().Milliseconds()
 }
 
-// ownLeft is how long the last lease this process granted or renewed lasts.
-func (p *epochs) ownLeft() time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return max(0, time.Until(p.own))
+// minQuarantine is the shortest quarantine after a loss: long enough for
+// every other lockd to notice it (one refresh) and add the leases it
+// granted to it before anything is granted, with a refresh to spare.
+func (e *Engine) minQuarantine() time.Duration {
+	return 2 * e.opts.EpochRefresh
+}
+
+// quarantineOff is acquire.lua's ARGV that grants whatever a marker's until
+// says: an operator who turned the quarantine off in this lockd means it.
+func (e *Engine) quarantineOff() string {
+	if e.opts.NoQuarantine {
+		return "off"
+	}
+	return ""
 }
 
 // seedEpoch reads the server's marker when the process starts, so that a
 // loss of data is noticed even if its first acquires come after it. (On a
 // Cluster, with a marker per slot, each is learnt from the first reply.)
 func (e *Engine) seedEpoch() {
-	if e.st.Sharded() || e.opts.NoQuarantine {
+	if e.st.Sharded() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
 	defer cancel()
-	marker := e.epochKey("")
-	v, err := e.st.Cmd().HMGet(ctx, marker, "id", "maxttl").Result()
-	if err != nil || len(v) != 2 {
-		return
-	}
-	id, _ := v[0].(string)
-	ms, _ := v[1].(string)
-	if id == "" {
-		return
-	}
-	n, _ := strconv.ParseInt(ms, 10, 64)
-	e.epochs.saw(marker, id, time.Duration(n)*time.Millisecond)
+	e.epochs.mu.Lock()
+	e.epochs.of(e.shared[0])
+	e.epochs.mu.Unlock()
+	e.refreshEpochs(ctx)
 }
 
-// refreshEpochs keeps epochs.maxTTL up with the grants of other processes,
-// one pipelined read of the known markers every Options.EpochRefresh.
-func (e *Engine) refreshEpochs(done <-chan struct{}) {
+// keepEpochs runs refreshEpochs every Options.EpochRefresh: this process
+// learns until when the leases of each bucket it knows may be live, and
+// should Redis have lost their data it starts the quarantine, or adds what
+// it knows to one another process started, without waiting for a request.
+func (e *Engine) keepEpochs(done <-chan struct{}) {
 	t := time.NewTicker(e.opts.EpochRefresh)
 	defer t.Stop()
 	for {
@@ -133,27 +171,88 @@ func (e *Engine) refreshEpochs(done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		markers := e.epochs.markers()
-		if len(markers) == 0 {
-			continue
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
-		cmds := make([]*redis.StringCmd, len(markers))
-		_ = e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, m := range markers {
-				cmds[i] = p.HGet(ctx, m, "maxttl")
+		e.refreshEpochs(ctx)
+		cancel()
+	}
+}
+
+// refreshEpochs runs epoch.lua on every marker this process knows, in one
+// pipeline (twice when Redis lost the script, as it does with its data).
+// What it reads replaces what this process read before, and its own
+// grants before the read: a lease released since no longer counts.
+func (e *Engine) refreshEpochs(ctx context.Context) {
+	type call struct {
+		marker string
+		s      *epochSeen
+		own    time.Time // s.own before the read
+		cmd    *redis.Cmd
+	}
+	e.epochs.mu.Lock()
+	calls := make([]call, 0, len(e.epochs.markers))
+	for m, s := range e.epochs.markers {
+		calls = append(calls, call{marker: m, s: s})
+	}
+	e.epochs.mu.Unlock()
+	if len(calls) == 0 {
+		return
+	}
+	run := func() error {
+		return e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range calls {
+				c := &calls[i]
+				sh := &sharedKeys{epoch: c.marker, expiries: c.s.sched}
+				seen, live, least := e.epochArgs(sh)
+				// Grants noted from now on may come after the read.
+				e.epochs.mu.Lock()
+				c.own, c.s.own = c.s.own, time.Time{}
+				e.epochs.mu.Unlock()
+				c.cmd = e.scripts.epoch.EvalSha(ctx, p, []string{c.marker, c.s.sched}, seen, live, least, e.newEpochID())
 			}
 			return nil
 		})
-		cancel()
-		longest := time.Duration(0)
-		for _, c := range cmds {
-			if ms, err := c.Int64(); err == nil {
-				longest = max(longest, time.Duration(ms)*time.Millisecond)
+	}
+	restore := func(c *call) {
+		if c.own.After(c.s.own) {
+			c.s.own = c.own
+		}
+	}
+	if err := run(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && e.st.Load(ctx, e.scripts.epoch) == nil {
+		e.epochs.mu.Lock()
+		for i := range calls {
+			restore(&calls[i])
+		}
+		e.epochs.mu.Unlock()
+		_ = run()
+	}
+	now := time.Now()
+	e.epochs.mu.Lock()
+	defer e.epochs.mu.Unlock()
+	for i := range calls {
+		c := &calls[i]
+		v, err := c.cmd.Result()
+		if err != nil {
+			restore(c)
+			continue
+		}
+		r, err := newReply(v)
+		if err != nil || r.len() < 3 {
+			restore(c)
+			continue
+		}
+		id, left, live := r.str(0), r.ms(1), r.ms(2)
+		if r.err != nil {
+			restore(c)
+			continue
+		}
+		if id != "" {
+			c.s.id = id
+		}
+		c.s.read = now.Add(live)
+		if left > 0 {
+			if u := now.Add(left); u.After(e.epochs.until) {
+				e.epochs.until = u
 			}
 		}
-		e.epochs.mu.Lock()
-		e.epochs.maxTTL = max(e.epochs.maxTTL, longest)
-		e.epochs.mu.Unlock()
 	}
 }

@@ -9,6 +9,10 @@ import (
 var (
 	// ErrHeld means another lease holds the key. The error is a *HeldError.
 	ErrHeld = errors.New("lock: held by another lease")
+	// ErrQueued means nobody holds what was asked for, but requests that
+	// began to wait earlier come first (the queue is FIFO). The error is a
+	// *QueuedError.
+	ErrQueued = errors.New("lock: queued behind earlier waiters")
 	// ErrLeaseLost means the token given is not the live lease's token.
 	ErrLeaseLost = errors.New("lock: lease lost")
 	// ErrNotFound means the key has no live lease.
@@ -45,6 +49,50 @@ func (e *HeldError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// QueuedError says that earlier waiters come first: how many wait, and
+// the first of them. It names no holder: a waiter holds nothing.
+type QueuedError struct {
+	Key     string
+	Waiters int
+	Next    Waiter
+	// RetryAfter is when a try may find the queue moved: the next waiter
+	// takes the key at once if it is live, or its entry lapses within the
+	// liveness window if its lockd died.
+	RetryAfter time.Duration
+}
+
+// Waiter is a request queued for a key.
+type Waiter struct {
+	Owner string
+	Since time.Time
+}
+
+// queuedRetry bounds QueuedError.RetryAfter: a live next waiter takes the
+// key at once, a dead one leaves the queue within aliveFor.
+const queuedRetry = aliveFor
+
+// Error describes the queue.
+func (e *QueuedError) Error() string {
+	return fmt.Sprintf("lock: %s is free but kept for %d earlier waiter(s), first %s", e.Key, e.Waiters, e.Next.Owner)
+}
+
+// Unwrap makes errors.Is(err, ErrQueued) true.
+func (e *QueuedError) Unwrap() error { return ErrQueued }
+
+// blockedFor says whether err is a key that someone else comes first for
+// (a holder, or earlier waiters), and how long that lasts at most.
+func blockedFor(err error) (time.Duration, bool) {
+	var held *HeldError
+	if errors.As(err, &held) {
+		return held.Remaining, true
+	}
+	var queued *QueuedError
+	if errors.As(err, &queued) {
+		return queued.RetryAfter, true
+	}
+	return 0, false
+}
 
 // RecoveringError says how long the restart quarantine still lasts.
 type RecoveringError struct {

@@ -21,8 +21,9 @@ import (
 func TestIdleWaitersCostNoCallPerWaiter(t *testing.T) {
 	srv := redistest.Start(t)
 	// Without the expiry sweeper, whose cost is per master, not per waiter
-	// (TestSweeperIdleCost).
-	e := lock.New(srv.Client(t), lock.Options{NoSweep: true})
+	// (TestSweeperIdleCost), nor the quarantine's refresh (one call per
+	// EpochRefresh, whatever the waiters).
+	e := lock.New(srv.Client(t), lock.Options{NoSweep: true, EpochRefresh: time.Hour})
 	t.Cleanup(func() { _ = e.Close() })
 	admin := srv.Client(t)
 	const keys, waiters = 100, 10_000

@@ -54,7 +54,8 @@ func TestRestartQuarantine(t *testing.T) {
 			switch {
 			case errors.As(err, &rec):
 				recovering = true
-				if rec.Remaining > ttl+50*time.Millisecond {
+				// The marker's live is rounded up to the next second.
+				if rec.Remaining > ttl+time.Second+50*time.Millisecond {
 					t.Fatalf("quarantine of %v for leases of %v", rec.Remaining, ttl)
 				}
 			case errors.Is(err, lock.ErrUnavailable):
@@ -172,4 +173,200 @@ func TestRestartWithoutPersistenceNoOverlap(t *testing.T) {
 	if overlaps != 0 {
 		t.Fatalf("%d overlapping holds", overlaps)
 	}
+}
+
+// afterLoss tries key through e until it is granted, from just after a
+// loss of data, and returns the first quarantine it met (nil: none) and
+// the grant. A grant must come within limit of the loss.
+func afterLoss(t *testing.T, e *lock.Engine, key string, lost time.Time, limit time.Duration) (*lock.RecoveringError, lock.Lease) {
+	t.Helper()
+	var first *lock.RecoveringError
+	for {
+		l, err := e.Acquire(context.Background(), key, lock.AcquireRequest{Owner: "after", TTL: time.Second})
+		var rec *lock.RecoveringError
+		switch {
+		case err == nil:
+			return first, l
+		case errors.As(err, &rec):
+			if first == nil {
+				first = rec
+			}
+			if rec.Remaining > limit {
+				t.Fatalf("quarantine of %v after the loss, want at most %v", rec.Remaining, limit)
+			}
+		case errors.Is(err, lock.ErrUnavailable):
+		default:
+			t.Fatalf("%s: %v", key, err)
+		}
+		if time.Since(lost) > limit+2*time.Second {
+			t.Fatalf("%s not granted %v after the loss", key, time.Since(lost))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The quarantine after a loss lasts as long as a lease that could have
+// been live then, not as long as the longest TTL ever granted: a 120 s
+// lease released before the loss does not count, a 60 s lease live at
+// the loss does, and a lease granted just before the loss through a lockd
+// that no other one heard from since counts too. With the default refresh.
+func TestRestartQuarantineFollowsLiveLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newEngine(t, srv.Client(t))
+	b := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	const refresh = time.Second // Options.EpochRefresh's default
+
+	t.Run("a long lease released before the loss", func(t *testing.T) {
+		mustAcquire(t, b, "ql:warm", lock.AcquireRequest{TTL: 100 * time.Millisecond})
+		long := mustAcquire(t, a, "ql:long", lock.AcquireRequest{TTL: 120 * time.Second})
+		if _, err := a.Release(ctx, "ql:long", long.Token, "t"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(refresh + 200*time.Millisecond) // b reads the marker
+		srv.Restart()
+		lost := time.Now()
+		rec, _ := afterLoss(t, b, "ql:k", lost, 5*time.Second)
+		if rec == nil {
+			t.Fatal("no quarantine after the loss")
+		}
+		t.Logf("nothing held at the loss: quarantine of %v, granted again %v after the restart",
+			rec.Remaining.Round(time.Millisecond), time.Since(lost).Round(time.Millisecond))
+		if since := time.Since(lost); since > 5*time.Second {
+			t.Fatalf("granted again only %v after the restart", since)
+		}
+	})
+
+	t.Run("a 60 s lease live at the loss", func(t *testing.T) {
+		live := mustAcquire(t, a, "ql:live", lock.AcquireRequest{TTL: 60 * time.Second})
+		time.Sleep(refresh + 200*time.Millisecond) // b reads the marker
+		srv.Restart()
+		var rec *lock.RecoveringError
+		retry(t, "an acquire after the restart", func() (lock.Lease, error) {
+			l, err := b.Acquire(ctx, "ql:other", lock.AcquireRequest{TTL: time.Second})
+			if errors.As(err, &rec) {
+				return l, nil
+			}
+			if err == nil {
+				t.Fatalf("granted at %v during the quarantine (the live lease ends at %v)", l.AcquiredAt, live.ExpiresAt)
+			}
+			return l, err
+		})
+		left := time.Until(live.ExpiresAt)
+		t.Logf("60 s lease live at the loss: quarantine of %v, the lease had %v left", rec.Remaining.Round(time.Millisecond), left.Round(time.Millisecond))
+		if rec.Remaining < left-time.Second || rec.Remaining > left+2*time.Second {
+			t.Fatalf("quarantine of %v, the lease live at the loss had %v left", rec.Remaining, left)
+		}
+		if err := b.Ready(ctx); !errors.As(err, &rec) {
+			t.Fatalf("Ready during the quarantine: %v", err)
+		}
+	})
+}
+
+// A lease granted just before the loss, through a lockd whose grant no
+// other one has read yet, still holds the quarantine up: the lockd that
+// finds the loss waits two refreshes, and the granting one adds its lease
+// to the quarantine with its next refresh, without a request of its own.
+func TestRestartQuarantineHearsEveryLockd(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := lock.Options{EpochRefresh: 300 * time.Millisecond}
+	a := lock.New(srv.Client(t), opts)
+	b := lock.New(srv.Client(t), opts)
+	t.Cleanup(func() { _, _ = a.Close(), b.Close() })
+	mustAcquire(t, b, "qh:warm", lock.AcquireRequest{TTL: 100 * time.Millisecond})
+	time.Sleep(400 * time.Millisecond)
+	live := mustAcquire(t, a, "qh:live", lock.AcquireRequest{TTL: 3 * time.Second})
+	srv.Restart() // before b's next refresh, most likely
+	lost := time.Now()
+	rec, l := afterLoss(t, b, "qh:k", lost, 6*time.Second)
+	if rec == nil {
+		t.Fatal("no quarantine after the loss")
+	}
+	if l.AcquiredAt.Before(live.ExpiresAt) {
+		t.Fatalf("granted at %v, before the forgotten lease's expiry %v", l.AcquiredAt, live.ExpiresAt)
+	}
+	t.Logf("granted again %v after the loss, %v after the forgotten lease ended", time.Since(lost).Round(time.Millisecond), l.AcquiredAt.Sub(live.ExpiresAt))
+}
+
+// quarantineOnTopology checks the quarantine of one topology: loses the
+// data of keys' bucket (one slot on a Cluster: keys share a hash tag), after
+// a released 120 s lease and a live 3 s one, and then grants again when the
+// live lease ends, not 120 s later. away is a key outside the lost data,
+// "" when none: it is granted at once.
+func quarantineOnTopology(t *testing.T, a, b *lock.Engine, keys [4]string, away string, lose func()) {
+	ctx := context.Background()
+	mustAcquire(t, b, keys[0], lock.AcquireRequest{TTL: 100 * time.Millisecond}) // b knows the marker
+	long := mustAcquire(t, a, keys[1], lock.AcquireRequest{TTL: 120 * time.Second})
+	if _, err := a.Release(ctx, keys[1], long.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	live := mustAcquire(t, a, keys[2], lock.AcquireRequest{TTL: 3 * time.Second})
+	time.Sleep(300 * time.Millisecond) // b reads the marker
+	lose()
+	lost := time.Now()
+	if away != "" {
+		l := retry(t, "a key outside the lost data", func() (lock.Lease, error) {
+			return b.Acquire(ctx, away, lock.AcquireRequest{TTL: time.Second})
+		})
+		if l.AcquiredAt.After(live.ExpiresAt) {
+			t.Fatalf("%s, outside the lost data, waited for the quarantine", away)
+		}
+	}
+	rec, l := afterLoss(t, b, keys[3], lost, 6*time.Second)
+	if rec == nil {
+		t.Fatal("no quarantine after the loss")
+	}
+	if l.AcquiredAt.Before(live.ExpiresAt) {
+		t.Fatalf("granted at %v, before the forgotten lease's expiry %v", l.AcquiredAt, live.ExpiresAt)
+	}
+	t.Logf("quarantine of %v with a 3 s lease live (a 120 s one released before); granted again %v after the loss",
+		rec.Remaining.Round(time.Millisecond), time.Since(lost).Round(time.Millisecond))
+}
+
+// sentinelQuarantine flushes the master under Sentinel (the replica
+// follows): the data of the one bucket is lost.
+func sentinelQuarantine(t *testing.T, s *redistest.Sentinel) {
+	opts := lock.Options{EpochRefresh: 100 * time.Millisecond}
+	a, b := sentinelEngine(t, s, opts), sentinelEngine(t, s, opts)
+	keys := [4]string{"sq:warm", "sq:long", "sq:live", "sq:after"}
+	quarantineOnTopology(t, a, b, keys, "", func() {
+		if err := s.Client().FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// clusterQuarantine flushes the master of one slot: its slots are
+// quarantined, a key on another master is granted at once.
+func clusterQuarantine(t *testing.T, c *redistest.Cluster) {
+	ctx := context.Background()
+	opts := lock.Options{EpochRefresh: 100 * time.Millisecond}
+	a, b := clusterEngine(t, c, opts), clusterEngine(t, c, opts)
+	// Four keys of one slot (lock keys have no hash tag of their own).
+	var keys [4]string
+	bySlot := map[int][]string{}
+	for i := 0; keys[3] == ""; i++ {
+		k := fmt.Sprint("cq:", i)
+		slot := redistest.KeySlot("{" + k + "}")
+		if bySlot[slot] = append(bySlot[slot], k); len(bySlot[slot]) == 4 {
+			copy(keys[:], bySlot[slot])
+		}
+	}
+	master, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+keys[0]+"}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	away := ""
+	for i := 0; away == ""; i++ {
+		k := fmt.Sprint("cq:away:", i)
+		if m, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+k+"}")); err == nil && m != master {
+			away = k
+		}
+	}
+	mustAcquire(t, b, away, lock.AcquireRequest{TTL: 100 * time.Millisecond}) // b knows that marker too
+	quarantineOnTopology(t, a, b, keys, away, func() {
+		if err := c.NodeClient(master).FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -149,14 +149,19 @@ func TestQueueTryOnceAndLeaving(t *testing.T) {
 }
 
 // TestQueueHelperProcess is not a test: it is the replica that
-// TestDeadReplicaLeavesQueue kills. It waits for a key and never returns.
+// TestDeadReplicaLeavesQueue kills and TestQueuedIsNotHeld stops. It waits
+// for a key (LOCKD_QUEUE_KEY, default dead:k) and never returns.
 func TestQueueHelperProcess(t *testing.T) {
 	addr := os.Getenv("LOCKD_QUEUE_HELPER")
 	if addr == "" {
 		t.Skip("only run by TestDeadReplicaLeavesQueue")
 	}
+	key := os.Getenv("LOCKD_QUEUE_KEY")
+	if key == "" {
+		key = "dead:k"
+	}
 	e := lock.New(redis.NewClient(&redis.Options{Addr: addr}), lock.Options{})
-	_, err := e.Acquire(context.Background(), "dead:k", lock.AcquireRequest{Owner: "doomed", TTL: time.Minute, Wait: time.Minute})
+	_, err := e.Acquire(context.Background(), key, lock.AcquireRequest{Owner: "doomed", TTL: time.Minute, Wait: time.Minute})
 	t.Fatalf("the helper was to be killed while waiting, got %v", err)
 }
 
@@ -218,7 +223,9 @@ func TestSharedAndExclusive(t *testing.T) {
 	writer := queueUp(t, a, key, lock.AcquireRequest{Owner: "writer", TTL: time.Minute, Wait: 30 * time.Second}, 1)
 	// No writer starvation: a reader after the writer waits.
 	reader := queueUp(t, b, key, lock.AcquireRequest{Owner: "late", Mode: lock.Shared, TTL: time.Minute, Wait: 30 * time.Second}, 2)
-	if _, err := b.Acquire(ctx, key, lock.AcquireRequest{Owner: "once", Mode: lock.Shared, TTL: time.Minute}); !errors.Is(err, lock.ErrHeld) {
+	// The key is shared by readers, but kept for the writer first: the
+	// answer says queued, naming no holder.
+	if _, err := b.Acquire(ctx, key, lock.AcquireRequest{Owner: "once", Mode: lock.Shared, TTL: time.Minute}); !errors.Is(err, lock.ErrQueued) {
 		t.Fatalf("shared try-once behind a waiting writer: %v", err)
 	}
 
@@ -514,5 +521,70 @@ func TestReleaseHandsOffLocally(t *testing.T) {
 	evs, _ := e.History(ctx, "handoff:k", 10)
 	if got := eventTypes(evs); got != "acquired released acquired" {
 		t.Fatalf("history: %s", got)
+	}
+}
+
+// A key that nobody holds but that is kept for an earlier waiter is not
+// "held": a try-once acquire answers ErrQueued with the queue's length and
+// its first waiter, never ErrHeld naming the waiter as holder. The waiter's
+// replica is stopped (SIGSTOP) so that the key stays free and kept.
+func TestQueuedIsNotHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	const key = "q409:k"
+	h := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+	if _, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "other", TTL: time.Second}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("try-once on a held key: %v, want ErrHeld", err)
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestQueueHelperProcess$")
+	cmd.Env = append(os.Environ(), "LOCKD_QUEUE_HELPER="+srv.Addr, "LOCKD_QUEUE_KEY="+key)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, key)
+		return err == nil && len(st.Queue) == 1 && st.Queue[0].Owner == "doomed"
+	})
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Release(ctx, key, h.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "other", TTL: time.Second})
+	var queued *lock.QueuedError
+	if !errors.As(err, &queued) || errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("try-once on a free key kept for a waiter: %v, want a QueuedError", err)
+	}
+	if queued.Waiters != 1 || queued.Next.Owner != "doomed" || queued.Next.Since.IsZero() ||
+		queued.RetryAfter <= 0 || queued.RetryAfter > 1600*time.Millisecond {
+		t.Fatalf("queued = %+v, want 1 waiter, next doomed, retry within the 1.6 s liveness", *queued)
+	}
+	t.Logf("%v", err)
+	// The stopped replica's entry lapses: the key is granted.
+	got := retryQueued(t, func() (lock.Lease, error) {
+		return e.Acquire(ctx, key, lock.AcquireRequest{Owner: "other", TTL: time.Second})
+	})
+	if got.Owner != "other" {
+		t.Fatalf("owner %q", got.Owner)
+	}
+}
+
+// retryQueued repeats op while it answers ErrQueued, for up to 5 s.
+func retryQueued(t *testing.T, op func() (lock.Lease, error)) lock.Lease {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := op()
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, lock.ErrQueued) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

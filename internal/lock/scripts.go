@@ -20,6 +20,8 @@ type scripts struct {
 	leave, alive *redis.Script
 	// fence writes a Redlock majority's fence back (redlock.go).
 	fence *redis.Script
+	// epoch reads and keeps the restart-quarantine marker (epoch.go).
+	epoch *redis.Script
 	// sweep records due lapses (expiry.go). On a Cluster it reads the
 	// slots of one node in one call, so it carries the flag that lets a
 	// script touch keys of several slots (Redis 7; only on a Cluster: the
@@ -49,6 +51,7 @@ func loadScripts(sharded bool) scripts {
 		leave:        s("leave"),
 		alive:        s("alive"),
 		fence:        s("fence"),
+		epoch:        s("epoch"),
 		sweep:        sweepScript(lib, sharded),
 	}
 }

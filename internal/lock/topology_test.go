@@ -185,6 +185,7 @@ func TestOnSentinel(t *testing.T) {
 			}
 		}
 	})
+	t.Run("quarantine after a flush", func(t *testing.T) { sentinelQuarantine(t, s) })
 }
 
 func TestOnCluster(t *testing.T) {
@@ -350,6 +351,7 @@ func TestOnCluster(t *testing.T) {
 			t.Fatalf("only %d grants", res.grants)
 		}
 	})
+	t.Run("quarantine of a flushed master's slots", func(t *testing.T) { clusterQuarantine(t, c) })
 }
 
 // loadResult counts what contended clients saw.
@@ -392,7 +394,7 @@ func contend(t *testing.T, engines []*lock.Engine, keys []string, during func())
 				switch {
 				case err == nil:
 					res.grants++
-				case errors.Is(err, lock.ErrHeld):
+				case errors.Is(err, lock.ErrHeld), errors.Is(err, lock.ErrQueued):
 					res.timeouts++
 				case errors.Is(err, lock.ErrUnavailable):
 					res.unavailable++

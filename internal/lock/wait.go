@@ -275,14 +275,14 @@ func (h *hub) join(key string, w *waiter, seen watch, first error) (q *queue, cr
 	h.insert(q, w, false)
 	h.adjust(q, +1)
 
-	var held *HeldError
+	blocked, isBlocked := blockedFor(first)
 	switch {
 	case seen.q != q || q.wakes != seen.wakes:
 		// The queue is new, or a message came between the caller's try
 		// and now: what the try saw may be stale.
 		h.poke(q)
-	case errors.As(first, &held):
-		h.retryBy(q, held.Remaining)
+	case isBlocked:
+		h.retryBy(q, blocked)
 	case first != nil:
 		q.failed = first
 		h.retryBy(q, q.backoff)
@@ -430,7 +430,7 @@ func (h *hub) attempt(q *queue, w *waiter) {
 		// Whatever this try saw, a release gave the waiter the key.
 		lease, err = *w.handed, nil
 	}
-	var held *HeldError
+	blocked, isBlocked := blockedFor(err)
 	switch {
 	case err == nil:
 		q.failed, q.backoff = nil, backoffMin
@@ -438,7 +438,7 @@ func (h *hub) attempt(q *queue, w *waiter) {
 		w.result <- outcome{lease: lease}
 		// If the new holder dies, its expiry frees the key for the next.
 		h.arm(q, time.Until(lease.ExpiresAt))
-	case errors.As(err, &held):
+	case isBlocked:
 		q.failed, q.backoff = nil, backoffMin
 		if w.abandoned {
 			h.adjust(q, -1)
@@ -453,7 +453,7 @@ func (h *hub) attempt(q *queue, w *waiter) {
 				q.poked = true
 			}
 		}
-		h.arm(q, held.Remaining)
+		h.arm(q, blocked)
 	case (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering)) && !w.abandoned && h.ctx.Err() == nil:
 		// Redis is away, or recovering from a loss of data: keep the
 		// waiter at the head and try again soon.

@@ -34,6 +34,8 @@ type Problem struct {
 	// lock_held), or the permit that ends first (Code no_permits).
 	Holder    string
 	Remaining time.Duration
+	// Queued describes the waiters that come first (Code queued).
+	Queued *lock.QueuedError
 	// Internal marks an error nobody expected: log it, and show only
 	// Detail, never the error's text.
 	Internal bool
@@ -56,6 +58,7 @@ var ErrShuttingDown = errors.New("server is shutting down")
 func Of(err error, key string) Problem {
 	var known Known
 	var held *lock.HeldError
+	var queued *lock.QueuedError
 	var recovering *lock.RecoveringError
 	key, sem := lock.SplitKey(key)
 	switch {
@@ -65,6 +68,15 @@ func Of(err error, key string) Problem {
 			p.RetryAfter = 1
 		}
 		return p
+	case errors.As(err, &queued):
+		what := "is free"
+		if sem {
+			what = "has a free permit"
+		}
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeQueued, Title: "Queued behind earlier waiters",
+			Detail: fmt.Sprintf("%s %s, but kept for %d earlier %s; next is %s, waiting since %s", key, what,
+				queued.Waiters, plural(queued.Waiters, "waiter", "waiters"), queued.Next.Owner, queued.Next.Since.Format(time.RFC3339Nano)),
+			RetryAfter: ceilSeconds(queued.RetryAfter), Queued: queued}
 	case errors.As(err, &held) && sem:
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNoPermits, Title: "No permit is free",
 			Detail:     fmt.Sprintf("every permit of %s is held; the first ends in %d ms (%s)", key, held.Remaining.Milliseconds(), held.Owner),
@@ -118,6 +130,13 @@ func Of(err error, key string) Problem {
 		return Problem{Status: http.StatusInternalServerError, Code: api.ProblemCodeInternal, Title: "Internal error",
 			Detail: "internal error; the server logged it", Internal: true}
 	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // ceilSeconds is d in whole seconds, rounded up, at least 1: a client that

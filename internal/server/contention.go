@@ -58,7 +58,7 @@ func newContention(reg prometheus.Registerer, cfg ContentionConfig) *contention 
 			Buckets: []float64{.01, .1, .5, 1, 5, 30, 60, 300, 1800, 3600, 21600, 86400},
 		}, []string{"prefix", "end"}),
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockd_lock_acquires_total", Help: "Acquires by key prefix (semaphores: sem/ and the name's prefix) and outcome: granted, reentered, replayed, held, lease_lost, limit_mismatch, unavailable, error.",
+			Name: "lockd_lock_acquires_total", Help: "Acquires by key prefix (semaphores: sem/ and the name's prefix) and outcome: granted, reentered, replayed, held, queued, lease_lost, limit_mismatch, unavailable, error.",
 		}, []string{"prefix", "outcome"}),
 		heldSoFar: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lockd_lock_held_at_renewal_seconds", Help: "How long leases had been held when they were renewed, by key prefix: a lease renewed long after its grant is a lock held for that long now.",
@@ -113,6 +113,8 @@ func outcomeLabel(o lock.Outcome, err error) string {
 		return string(o)
 	case errors.Is(err, lock.ErrHeld):
 		return "held"
+	case errors.Is(err, lock.ErrQueued):
+		return "queued"
 	case errors.Is(err, lock.ErrLeaseLost):
 		return "lease_lost"
 	case errors.Is(err, lock.ErrLimitMismatch):

@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"route"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockd_acquire_total", Help: "Acquire outcomes of locks and semaphores: granted, reentered, replayed, held, lease_lost, limit_mismatch, unavailable, error.",
+			Name: "lockd_acquire_total", Help: "Acquire outcomes of locks and semaphores: granted, reentered, replayed, held, queued, lease_lost, limit_mismatch, unavailable, error.",
 		}, []string{"outcome"}),
 		waitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "lockd_acquire_wait_seconds", Help: "Time acquires with wait_ms > 0 spent waiting, whatever the outcome.",

@@ -67,6 +67,10 @@ func toAPI(err error, key string) (api.Problem, http.Header, bool) {
 	if c.Code == api.ProblemCodeLockHeld || c.Code == api.ProblemCodeNoPermits {
 		p.Holder, p.RemainingMs = ptr(c.Holder), ptr(c.Remaining.Milliseconds())
 	}
+	if c.Queued != nil {
+		p.Waiters = ptr(c.Queued.Waiters)
+		p.Next = &api.QueuedWaiter{Owner: c.Queued.Next.Owner, WaitingSince: c.Queued.Next.Since}
+	}
 	if c.Status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="lockd"`)
 	}

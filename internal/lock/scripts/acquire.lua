@@ -11,10 +11,11 @@
 -- ARGV[9] wake channel      ARGV[10] "grant", or "peek" to leave a free
 --                            key alone (Redlock: others queue in process)
 -- ARGV[11] the epoch id this lockd saw last in KEYS[5], or ""
--- ARGV[12] quarantine_ms: how long a lease granted before a loss could
---          still be live (the longest TTL granted through any lockd)
+-- ARGV[12] live_ms: how long what this lockd knows of in the bucket (its
+--          last read of the bucket's expiries, its grants since) could
+--          still be live
 -- ARGV[13] a new epoch id, used if the marker must be made
--- ARGV[14] own_ms: how long the leases this lockd granted or renewed last
+-- ARGV[14] min_ms: the shortest quarantine after a loss (lib.lua)
 -- ARGV[15] the event stream's cap
 -- ARGV[16] want: "x" exclusive, "s" shared, "p" a semaphore's permit
 -- ARGV[17] the semaphore's limit (want "p")
@@ -22,14 +23,10 @@
 -- ARGV[19] this lockd's replica id   ARGV[20] liveness_ms
 -- ARGV[21] the waiter's deadline, ms from now   ARGV[22] its place in the
 --          queue from an earlier try, or ""     ARGV[23] the queue's TTL ms
+-- ARGV[24] "off": the restart quarantine is off in this lockd, grant
+--          whatever the marker's until says
 --
--- The epoch marker (a hash: id, until, maxttl; no TTL) says that Redis
--- still has the data it had: it disappears only with everything else (a
--- restart without persistence, a failover to an empty replica, a flush).
--- A lockd that saw it before and finds it gone, or finds another id, knows
--- leases may have been forgotten while their holders still work: no key is
--- granted until every such lease has expired ("until"), shared by every
--- lockd through the new marker.
+-- The epoch marker and the restart quarantine: lib.lua (check_epoch).
 --
 -- The queue is FIFO: a request is granted only when no live waiter queued
 -- before it would be blocked by it (ahead, lib.lua). A waiter's first try
@@ -40,16 +37,21 @@
 --
 -- Reply, one of:
 --   {"granted"|"reentered"|"idempotent", owner, token, fence, count, ttl_ms,
---    acquired_at_ms, pttl_ms, now_ms, [epoch_id, maxttl]}
---   {"held", owner, retry_ms, epoch_id or "", maxttl, place or ""}
+--    acquired_at_ms, pttl_ms, now_ms, [epoch_id]}
+--   {"held", owner, retry_ms, epoch_id or "", place or ""}
+--      a holder has the key: its owner and how long its lease has left
+--   {"queued", next owner, retry_ms, epoch_id or "", place or "",
+--    waiters, next's since_ms}
+--      nobody holds what the caller wants, but waiters queued before it
+--      come first: the first of them, and how many wait
 --   {"lost"}      the re-entry token is not the live one
 --   {"mismatch"}  the idempotency tag is the live lease's, owner or ttl not
 --   {"limit"}     the semaphore is held with another limit
 --   {"free"}      peek only: nobody holds the key
 --   {"recovering", epoch_id, ms_left}  quarantine after a loss of data
 --
--- Grants end with the epoch id and its maxttl (the longest TTL granted or
--- renewed under it), for the caller's cache.
+-- Fresh grants, held and queued answers carry the epoch id, for the
+-- caller's cache.
 local lease, fencekey, hist, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[9]
 local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
@@ -85,15 +87,31 @@ local function queued()
   return place
 end
 
--- held answers that the caller waits: for the holder, or for a waiter
--- queued before it.
+-- epoch_id is the marker's id: a lockd that only ever meets held keys
+-- must know the epoch too, to notice a loss later.
+local function epoch_id()
+  return redis.call('HGET', KEYS[5], 'id') or ''
+end
+
+-- held answers that the caller waits for the holder who, whose lease has
+-- retry ms left.
 local function held(who, retry)
   local place = queued()
   forget(q)
-  -- A lockd that only ever meets held keys must know the epoch too, to
-  -- notice a loss later.
-  local ep = redis.call('HMGET', KEYS[5], 'id', 'maxttl')
-  return {'held', who, retry, ep[1] or '', tonumber(ep[2]) or 0, place}
+  return {'held', who, retry, epoch_id(), place}
+end
+
+-- behind answers that the caller waits for the waiters queued before it,
+-- the first of them e (live until retry ms from now). How many wait is the
+-- queue's length, without the caller.
+local function behind(e, retry)
+  local place = queued()
+  forget(q)
+  local waiters = redis.call('ZCARD', q.queue)
+  if place ~= '' then
+    waiters = waiters - 1
+  end
+  return {'queued', e.owner, retry, epoch_id(), place, waiters, e.since}
 end
 
 local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl', 'mode', 'limit', 'handed')
@@ -116,9 +134,6 @@ if cur[2] then
     redis.call('PEXPIRE', lease, ttl)
     schedule(sched, ev.key, now_ms + ttl)
     record(hist, cap, retention + ttl, 'reentered', now_ms, cur[1], cur[3], ttl, count, actor, '', now_ms + ttl)
-    if ttl > (tonumber(redis.call('HGET', KEYS[5], 'maxttl')) or 0) then
-      redis.call('HSET', KEYS[5], 'maxttl', ttl)
-    end
     if redis.call('EXISTS', q.queue) == 1 then
       redis.call('PUBLISH', channel, 'renewed:' .. ttl)
     end
@@ -160,9 +175,6 @@ if multi then
     redis.call('ZADD', holders, h.e, reentry)
     settle(lease, holders, sched, ev.key, now_ms)
     record(hist, cap, retention + ttl, 'reentered', now_ms, h.o, h.f, ttl, h.c, actor, '', nil)
-    if ttl > (tonumber(redis.call('HGET', KEYS[5], 'maxttl')) or 0) then
-      redis.call('HSET', KEYS[5], 'maxttl', ttl)
-    end
     return {'reentered', h.o, reentry, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms}
   end
   if idem ~= '' then
@@ -197,36 +209,17 @@ end
 -- Blocked by waiters queued before the caller.
 local ok, e, retry = ahead(q, want, used, limit, wid, now_ms)
 if not ok then
-  return held(e.owner, retry)
+  return behind(e, retry)
 end
 if mode == 'peek' then
   forget(q)
   return {'free'}
 end
 
-local epoch, seen, qms = KEYS[5], ARGV[11], tonumber(ARGV[12])
-local ep = redis.call('HMGET', epoch, 'id', 'until', 'maxttl')
-if not ep[1] then
-  local untl = 0
-  if seen ~= '' then
-    untl = now_ms + qms
-  end
-  ep = {ARGV[13], untl, 0}
-  redis.call('HSET', epoch, 'id', ep[1], 'until', untl, 'maxttl', 0)
-elseif seen ~= '' and ep[1] ~= seen and tonumber(ep[2]) < now_ms + tonumber(ARGV[14]) then
-  -- Another lockd made the marker anew, maybe without knowing of the
-  -- leases this one granted.
-  ep[2] = now_ms + tonumber(ARGV[14])
-  redis.call('HSET', epoch, 'until', ep[2])
-end
-if tonumber(ep[2]) > now_ms then
+local epoch, untl = check_epoch(KEYS[5], ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[14]), ARGV[13], now_ms)
+if untl > now_ms and ARGV[24] ~= 'off' then
   queued()
-  return {'recovering', ep[1], tonumber(ep[2]) - now_ms}
-end
-local maxttl = tonumber(ep[3]) or 0
-if ttl > maxttl then
-  maxttl = ttl
-  redis.call('HSET', epoch, 'maxttl', ttl)
+  return {'recovering', epoch, int(untl - now_ms)}
 end
 
 if not multi then
@@ -266,4 +259,4 @@ if want ~= 'x' then
   end
 end
 forget(q)
-return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms, ep[1], maxttl}
+return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms, epoch}

@@ -25,6 +25,48 @@ local function str(v)
   return v
 end
 
+-- The epoch marker of a bucket (a hash, no TTL: id, until) says that
+-- Redis still has the data it had; it disappears only with everything else
+-- (a restart without persistence, a failover to an empty replica, a
+-- flush). A lockd that saw it before and finds it gone, or finds another
+-- id, knows leases may have been forgotten while their holders still
+-- work: no key of the bucket is granted until every such lease has
+-- expired (until). How long that is each lockd knows before the loss: it
+-- reads the bucket's latest expiry (epoch.lua) every refresh and adds its
+-- own grants since, so a lease released long ago never counts.
+--
+-- check_epoch reads the marker and, for a lockd that saw another id
+-- before (seen), starts or extends the quarantine: with the marker gone,
+-- a new one (id new_id) whose until is now + max(live_ms, min_ms); with
+-- another id (a lockd that noticed the loss first made it, maybe without
+-- knowing what this one granted), until at least now + live_ms. live_ms is
+-- how long what the caller knows of could still be live; min_ms gives
+-- every other lockd one refresh to add what it knows. It returns the id
+-- and until (a number).
+local function check_epoch(epoch, seen, live_ms, min_ms, new_id, now)
+  local ep = redis.call('HMGET', epoch, 'id', 'until')
+  local untl = tonumber(ep[2]) or 0
+  if not ep[1] then
+    if seen ~= '' then
+      untl = now + math.max(live_ms, min_ms)
+    end
+    redis.call('HSET', epoch, 'id', new_id, 'until', string.format('%d', untl))
+    return new_id, untl
+  end
+  if seen ~= '' and ep[1] ~= seen and untl < now + live_ms then
+    untl = now + live_ms
+    redis.call('HSET', epoch, 'until', string.format('%d', untl))
+  end
+  return ep[1], untl
+end
+
+-- latest_of names a bucket's set of shared and semaphore keys by the
+-- expiry of their last holder (settle): the expiry schedule holds their
+-- first, which is what the sweeper needs, and epoch.lua needs the last.
+local function latest_of(sched)
+  return sched .. ':latest'
+end
+
 -- ev says where record also appends lifecycle events for the event stream
 -- (GET /v1/events, webhooks): stream is the bucket's event stream (the
 -- shared one, or on a Cluster the key's slot outbox, see events.go), cap
@@ -259,16 +301,19 @@ local function holder_of(lease, holders, hist, cap, sched, key, token, now)
   end
   redis.call('DEL', lease, holders)
   redis.call('ZREM', sched, key)
+  redis.call('ZREM', latest_of(sched), key)
   return nil, 'not_found'
 end
 
 -- settle sets the TTLs and the expiry schedule of a key's holders after a
--- change, or deletes the key when none is left; it returns how many hold it.
+-- change (and when its last holder's lease ends, for epoch.lua), or
+-- deletes the key when none is left; it returns how many hold it.
 local function settle(lease, holders, sched, key, now)
   local n = redis.call('ZCARD', holders)
   if n == 0 then
     redis.call('DEL', lease, holders)
     redis.call('ZREM', sched, key)
+    redis.call('ZREM', latest_of(sched), key)
     return 0
   end
   local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
@@ -277,6 +322,7 @@ local function settle(lease, holders, sched, key, now)
   redis.call('PEXPIRE', lease, keep)
   redis.call('PEXPIRE', holders, keep)
   schedule(sched, key, first[2])
+  redis.call('ZADD', latest_of(sched), last[2], key)
   return n
 end
 

@@ -5,7 +5,7 @@
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] holders (shared or permits)    KEYS[6] wait queue
 -- KEYS[7] the queue's entries   KEYS[8] the bucket's replica liveness set
--- KEYS[9] fence counter         KEYS[10] epoch marker (acquire.lua)
+-- KEYS[9] fence counter
 -- ARGV[1] token        ARGV[2] actor   ARGV[3] history cap
 -- ARGV[4] wake channel ARGV[5] the event stream's cap
 -- ARGV[6] this lockd's replica id, or "" to hand the key to nobody
@@ -82,9 +82,6 @@ if nx and nx.r == ARGV[6] and nx.m == 'x' then
   local fence = grant_x(lease, KEYS[9], hist, cap, tonumber(ARGV[7]), sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us)
   -- Until the waiter's own try claims it, a give-back (ARGV[8]) may undo it.
   redis.call('HSET', lease, 'handed', 1)
-  if ttl > (tonumber(redis.call('HGET', KEYS[10], 'maxttl')) or 0) then
-    redis.call('HSET', KEYS[10], 'maxttl', ttl)
-  end
   redis.call('ZREM', q.queue, nx.id)
   redis.call('HDEL', q.info, nx.id)
   forget(q)

@@ -1,9 +1,8 @@
 -- renew: extend a live grant if the token is the live one (compare-and-pexpire).
 --
 -- KEYS[1] lease hash   KEYS[2] renewals stream   KEYS[3] wait queue
--- KEYS[4] epoch marker (acquire.lua): its maxttl grows with a longer TTL
--- KEYS[5] the bucket's expiry schedule   KEYS[6] history stream
--- KEYS[7] holders (shared or permits)    KEYS[8] the bucket's event stream
+-- KEYS[4] the bucket's expiry schedule   KEYS[5] history stream
+-- KEYS[6] holders (shared or permits)    KEYS[7] the bucket's event stream
 -- ARGV[1] token        ARGV[2] ttl_ms or "" (keep the lease's own)
 -- ARGV[3] actor        ARGV[4] renewals cap     ARGV[5] retention_ms
 -- ARGV[6] wake channel ARGV[7] history cap      ARGV[8] the event stream's cap
@@ -15,16 +14,16 @@
 --
 -- Reply: {"ok", owner, token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms,
 --         [mode, limit] (shared holders or permits)} | {"not_found"} | {"lost"}
-local lease, renewals, queue, epoch, sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, renewals, queue, sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, actor, cap, retention, channel = ARGV[1], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 
 local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'ttl_ms', 'acquired_at', 'mode', 'limit')
 local now_ms = clock()
 if cur[7] then
   -- One of several holders.
-  local holders = KEYS[7]
-  ev = {stream = KEYS[8], cap = ARGV[8], key = lock_of(lease)}
-  local h, status = holder_of(lease, holders, KEYS[6], ARGV[7], sched, ev.key, token, now_ms)
+  local holders = KEYS[6]
+  ev = {stream = KEYS[7], cap = ARGV[8], key = lock_of(lease)}
+  local h, status = holder_of(lease, holders, KEYS[5], ARGV[7], sched, ev.key, token, now_ms)
   if not h then
     return {status}
   end
@@ -34,13 +33,10 @@ if cur[7] then
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))
   redis.call('ZADD', holders, h.e, token)
   settle(lease, holders, sched, ev.key, now_ms)
-  if ARGV[2] ~= '' and ttl > (tonumber(redis.call('HGET', epoch, 'maxttl')) or 0) then
-    redis.call('HSET', epoch, 'maxttl', ttl)
-  end
   redis.call('XADD', renewals, 'MAXLEN', '~', cap, '*', 'type', 'renewed', 'at', now_ms, 'owner', h.o,
     'fence', h.f, 'ttl_ms', ttl, 'count', h.c, 'actor', actor, 'reason', '', 'left_ms', left)
   redis.call('PEXPIRE', renewals, retention + ttl)
-  redis.call('PEXPIRE', KEYS[6], retention + ttl)
+  redis.call('PEXPIRE', KEYS[5], retention + ttl)
   return {'ok', h.o, token, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms, cur[7], tonumber(cur[8])}
 end
 if not cur[2] then
@@ -55,9 +51,6 @@ local ttl_s, now_s = str(ttl), str(now_ms)
 
 redis.call('PEXPIRE', lease, ttl_s)
 redis.call('HSET', lease, 'ttl_ms', ttl_s, 'renewed_at', now_s, 'left_ms', left)
-if ARGV[2] ~= '' and ttl > (tonumber(redis.call('HGET', epoch, 'maxttl')) or 0) then
-  redis.call('HSET', epoch, 'maxttl', ttl)
-end
 redis.call('HINCRBY', lease, 'renewals', 1)
 schedule(sched, lock_of(lease), now_ms + ttl)
 redis.call('XADD', renewals, 'MAXLEN', '~', cap, '*', 'type', 'renewed', 'at', now_s, 'owner', cur[1],
@@ -66,7 +59,7 @@ local keep = str(retention + ttl)
 redis.call('PEXPIRE', renewals, keep)
 -- The history outlives the lease's end by the retention, however long it
 -- is renewed.
-redis.call('PEXPIRE', KEYS[6], keep)
+redis.call('PEXPIRE', KEYS[5], keep)
 if redis.call('EXISTS', queue) == 1 then
   redis.call('PUBLISH', channel, 'renewed:' .. ttl)
 end
