@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
@@ -52,13 +53,20 @@ func mustKeys(t *testing.T, yaml string) *auth.Keyring {
 // each 303.
 func newAuthEnv(t *testing.T) (*env, *lockdtest.Buffer) {
 	t.Helper()
+	return newAuthEnvLimited(t, authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill))
+}
+
+// newAuthEnvLimited is newAuthEnv whose API and sign-in share unknownKeys,
+// as in lockd serve.
+func newAuthEnvLimited(t *testing.T, unknownKeys *authlimit.Limiter) (*env, *lockdtest.Buffer) {
+	t.Helper()
 	keys := mustKeys(t, keysYAML)
 	var dash *Dashboard
 	ld := lockdtest.Start(t, lockdtest.Options{
-		Configure: func(c *server.Config) { c.Keys = keys },
+		Configure: func(c *server.Config) { c.Keys, c.UnknownKeys = keys, unknownKeys },
 		Dashboard: func(e *lock.Engine, log zerolog.Logger) server.Dashboard {
 			dash = NewDashboard(e, log)
-			if err := dash.RequireLogin(Login{Keys: keys, Secret: []byte(secret)}); err != nil {
+			if err := dash.RequireLogin(Login{Keys: keys, Secret: []byte(secret), UnknownKeys: unknownKeys}); err != nil {
 				t.Fatal(err)
 			}
 			return dash

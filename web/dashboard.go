@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/hlog"
 
+	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/problem"
 )
@@ -100,8 +101,11 @@ type Dashboard struct {
 	identify identifyFunc
 	csrf     csrf
 	sessions *sessions // nil: no sign-in (auth off)
-	pageSize int
-	now      func() time.Time
+	// unknownKeys limits refused sign-ins per client address (with
+	// sessions only).
+	unknownKeys *authlimit.Limiter
+	pageSize    int
+	now         func() time.Time
 }
 
 // NewDashboard returns the dashboard on engine, with auth off (anonymous).

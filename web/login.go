@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/authlimit"
 )
 
 // Sign-in pages; only routed when RequireLogin was called.
@@ -20,8 +22,9 @@ const (
 	logoutPath = "/ui/logout"
 )
 
-// loginDelay slows down each refused key a little: guessing stays slow
-// without locking anyone out.
+// loginDelay slows down each refused sign-in a little (a person does not
+// notice; a script sending keys one after another does), within the limit
+// on unknown keys and past it alike.
 const loginDelay = 400 * time.Millisecond
 
 // Login configures the dashboard's sign-in (RequireLogin).
@@ -36,6 +39,12 @@ type Login struct {
 	Secret []byte
 	// TTL is how long a sign-in lasts; 0 means DefaultSessionTTL.
 	TTL time.Duration
+	// UnknownKeys limits the refused sign-ins per client address; beyond
+	// it, a wrong key gets 429 and a valid key still signs in. lockd serve
+	// passes the API's limiter (server.Config.UnknownKeys), so that an
+	// address has one limit on the API and here. Nil: a limiter of the
+	// dashboard's own, at authlimit's defaults.
+	UnknownKeys *authlimit.Limiter
 }
 
 // RequireLogin puts every page behind a sign-in with an API key: the
@@ -61,6 +70,10 @@ func (d *Dashboard) RequireLogin(l Login) error {
 	}
 	d.csrf = csrf{secret: derive(secret, "lockd dashboard csrf v1")}
 	d.identify = sessionIdentity
+	d.unknownKeys = l.UnknownKeys
+	if d.unknownKeys == nil {
+		d.unknownKeys = authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)
+	}
 	return nil
 }
 
@@ -202,10 +215,24 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 			Error: "This sign-in form has expired (lockd may have restarted). Nothing was checked: enter the key again."}))
 		return
 	}
+	// The key is looked up before the limit is consulted: a valid key signs
+	// in whatever others at the same address have sent.
 	k, ok := d.sessions.keys.Lookup(strings.TrimSpace(r.PostFormValue("key")))
 	if !ok || !k.Can(auth.Read) {
-		d.logger(r).Info().Str("remote", remoteHost(r)).Msg("dashboard sign-in refused")
+		addr := authlimit.ClientAddr(r)
+		wait, allowed := d.unknownKeys.Take(addr)
+		// Limited or not, a refused key waits the same: past the limit,
+		// answers must not come faster than before it.
 		pause(r.Context(), loginDelay)
+		if !allowed {
+			secs := authlimit.RetryAfter(wait)
+			d.logger(r).Warn().Str("remote", addr).Msg("too many refused keys from this address")
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			d.render(w, r, http.StatusTooManyRequests, loginPage(loginView{CSRF: d.csrf.token(w, r), Next: next,
+				Error: fmt.Sprintf("Sign-in failed: too many wrong keys were sent from your address. Try again in %d s.", secs)}))
+			return
+		}
+		d.logger(r).Info().Str("remote", remoteHost(r)).Msg("dashboard sign-in refused")
 		d.render(w, r, http.StatusUnauthorized, loginPage(loginView{CSRF: d.csrf.token(w, r), Next: next,
 			Error: "Sign-in failed: that API key was not accepted."}))
 		return

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/server"
@@ -267,9 +268,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	} else {
 		engine = lock.New(topo.client, opts)
 	}
+	// One limit on unknown keys per client address, shared by the API and
+	// the dashboard's sign-in: alternating between them buys no guesses.
+	unknownKeys := authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
-		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth,
+		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth, UnknownKeys: unknownKeys,
 		CheckHost: cfg.checkHost(), AllowedHosts: cfg.allowedHosts,
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, max(1, cfg.maxWaiters/2)),
 		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
@@ -277,7 +281,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	stopHooks := startWebhooks(cfg, engine, log, reg)
 	defer stopHooks()
 
-	dash, err := dashboard(cfg, getenv, engine, log)
+	dash, err := dashboard(cfg, getenv, engine, unknownKeys, log)
 	if err != nil {
 		_ = engine.Close()
 		return err
@@ -512,7 +516,7 @@ type lockEngine interface {
 	Close() error
 }
 
-func dashboard(cfg serveConfig, getenv func(string) string, engine web.Engine, log zerolog.Logger) (server.Dashboard, error) {
+func dashboard(cfg serveConfig, getenv func(string) string, engine web.Engine, unknownKeys *authlimit.Limiter, log zerolog.Logger) (server.Dashboard, error) {
 	d := web.NewDashboard(engine, log)
 	if !cfg.keys.Enabled() {
 		return d, nil
@@ -522,7 +526,7 @@ func dashboard(cfg serveConfig, getenv func(string) string, engine web.Engine, l
 		log.Warn().Msg("LOCKD_SESSION_SECRET is not set: dashboard sessions use a random secret, end when lockd restarts " +
 			"and are not shared between replicas")
 	}
-	if err := d.RequireLogin(web.Login{Keys: cfg.keys, Secret: []byte(secret)}); err != nil {
+	if err := d.RequireLogin(web.Login{Keys: cfg.keys, Secret: []byte(secret), UnknownKeys: unknownKeys}); err != nil {
 		return nil, usageError("LOCKD_SESSION_SECRET must be at least %d bytes (e.g. openssl rand -hex 32)", web.MinSecretLen)
 	}
 	return d, nil

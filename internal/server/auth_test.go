@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
@@ -41,7 +43,7 @@ func authFixture(t *testing.T, metricsAuth bool) *fixture {
 		c.Keys = keys
 		c.MetricsAuth = metricsAuth
 		// These tests send many unknown keys from one address on purpose.
-		c.AuthFailBurst = 1000
+		c.UnknownKeys = authlimit.New(1000, time.Second)
 	})
 }
 

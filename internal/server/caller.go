@@ -92,7 +92,8 @@ func requiredScope(op api.Operation) auth.Scope {
 }
 
 // authorize answers 401 or 403 unless the caller may run this operation on
-// this lock key.
+// this lock key; 429 instead of 401 when the caller's address has sent too
+// many unknown keys (refuseUnknownKey).
 func (s *Server) authorize(r *http.Request) error {
 	keys := s.cfg.Keys
 	op, _ := operationOf(r)
@@ -101,12 +102,15 @@ func (s *Server) authorize(r *http.Request) error {
 		return nil
 	}
 	c := callerOf(r.Context())
+	if c.key == nil && c.presented {
+		// A wrong key (or a malformed Authorization header): the only
+		// requests the limit on unknown keys counts.
+		return s.refuseUnknownKey(r)
+	}
 	if c.key == nil {
-		detail := "an API key is required: Authorization: Bearer <key>"
-		if c.presented {
-			detail = "unknown API key"
-		}
-		return &problemError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized", detail: detail}
+		// No key at all guesses nothing: a plain 401, never limited.
+		return &problemError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized",
+			detail: "an API key is required: Authorization: Bearer <key>"}
 	}
 	if need := requiredScope(op); !c.key.Can(need) {
 		return &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",

@@ -33,7 +33,6 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		recoverer,
 		s.checkHost,
 		crossOrigin(),
-		s.limitAuthFailures,
 		s.identify,
 		// HEAD is served wherever GET is (the probes, /metrics, the
 		// dashboard's pages): load balancers and uptime checkers use it.

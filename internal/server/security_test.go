@@ -23,6 +23,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
@@ -339,9 +340,10 @@ func TestListCursorRevealsNothing(t *testing.T) {
 	}
 }
 
-// F12: refused keys are limited per client address: after the burst, every
-// request that presents a key, right or wrong, gets 429 with Retry-After,
-// so that guessing is slow; requests without a key are not affected.
+// F12: unknown keys are limited per client address: after the burst, a
+// request with an unknown key gets 429 with Retry-After. Valid keys are
+// looked up first and served as usual (N2 of the second audit); requests
+// without a key, and endpoints that need none, are not limited.
 func TestAuthFailuresLimited(t *testing.T) {
 	keys, err := auth.Parse([]byte(authYAML))
 	if err != nil {
@@ -349,30 +351,47 @@ func TestAuthFailuresLimited(t *testing.T) {
 	}
 	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
 		c.Keys = keys
-		c.AuthFailBurst, c.AuthFailRefill = 3, time.Hour
+		c.UnknownKeys = authlimit.New(3, time.Hour)
 	})
-	const good = "read-key-0123456789"
+	const good = "Bearer read-key-0123456789"
 	tests := []struct {
-		name, path, key string
-		status          int
+		name, path, authorization string
+		status                    int
 	}{
 		{"good key first", "/v1/locks", good, 200},
-		{"guess 1", "/v1/locks", "guess-0000000000000001", 401},
-		{"guess 2", "/v1/locks/k", "guess-0000000000000002", 401},
-		{"guess 3", "/v1/locks", "guess-0000000000000003", 401},
-		{"guess 4 limited", "/v1/locks", "guess-0000000000000004", 429},
-		{"good key limited too", "/v1/locks", good, 429},
+		{"guess 1", "/v1/locks", "Bearer guess-0000000000000001", 401},
+		{"guess 2", "/v1/locks/k", "Bearer guess-0000000000000002", 401},
+		{"guess 3", "/v1/locks", "Bearer guess-0000000000000003", 401},
+		{"guess 4 limited", "/v1/locks", "Bearer guess-0000000000000004", 429},
+		{"good key served while limited", "/v1/locks", good, 200},
+		{"good key, another route", "/v1/locks/k", good, 404},
+		{"lower-case bearer counts as unknown", "/v1/locks", "bearer read-key-0123456789", 429},
+		{"another scheme counts as unknown", "/v1/locks", "Basic cmVhZDprZXk=", 429},
 		{"no key: plain 401", "/v1/locks", "", 401},
-		{"probe", "/healthz", "", 200},
+		{"probe with a wrong key", "/healthz", "Bearer guess-0000000000000005", 200},
+		{"no such endpoint with a wrong key", "/v2/nothing", "Bearer guess-0000000000000006", 404},
+		{"good key still served", "/v1/semaphores", good, 200},
 	}
 	for _, tc := range tests {
-		status, body, h := call(t, http.MethodGet, f.url+tc.path, tc.key, "")
-		if status != tc.status {
-			t.Fatalf("%s: %d, want %d: %s", tc.name, status, tc.status, body)
+		req, err := http.NewRequest(http.MethodGet, f.url+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if status == 429 {
-			if ra, _ := strconv.Atoi(h.Get("Retry-After")); ra < 3000 || !strings.Contains(body, "too_many_requests") {
-				t.Fatalf("%s: Retry-After %q: %s", tc.name, h.Get("Retry-After"), body)
+		if tc.authorization != "" {
+			req.Header.Set("Authorization", tc.authorization)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.status {
+			t.Fatalf("%s: %d, want %d: %s", tc.name, res.StatusCode, tc.status, b)
+		}
+		if res.StatusCode == 429 {
+			if ra, _ := strconv.Atoi(res.Header.Get("Retry-After")); ra < 3000 || !strings.Contains(string(b), "too_many_requests") {
+				t.Fatalf("%s: Retry-After %q: %s", tc.name, res.Header.Get("Retry-After"), b)
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/lock"
 )
 
@@ -64,11 +65,11 @@ type Config struct {
 	CheckHost bool
 	// AllowedHosts are the extra Host names accepted when CheckHost is set.
 	AllowedHosts []string
-	// AuthFailBurst refused API keys in a row are allowed per client
-	// address, then one more per AuthFailRefill; beyond, 429. Zero values
-	// mean 10 and 1 s.
-	AuthFailBurst  int
-	AuthFailRefill time.Duration
+	// UnknownKeys limits the unknown API keys answered per client address;
+	// beyond its limit, a request with an unknown key gets 429. Valid keys
+	// are never limited. lockd serve shares it with the dashboard's
+	// sign-in. Nil means authlimit's defaults (10, then 1 per second).
+	UnknownKeys *authlimit.Limiter
 }
 
 // DefaultConfig is the contract's defaults.
@@ -85,10 +86,10 @@ type Server struct {
 	metrics *metrics
 	holds   chan struct{} // one slot per open hold stream
 	quotas  *quotas       // hold streams and waiters of each API key
-	// authFails limits refused API keys per client address.
-	authFails *authLimiter
-	closing   chan struct{} // closed by Shutdown: ends hold streams
-	streams   chan struct{} // one slot per open event stream
+	// unknownKeys limits unknown API keys per client address.
+	unknownKeys *authlimit.Limiter
+	closing     chan struct{} // closed by Shutdown: ends hold streams
+	streams     chan struct{} // one slot per open event stream
 
 	// contention are the per-prefix wait, hold and acquire series.
 	contention *contention
@@ -123,26 +124,23 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	if cfg.MaxEventStreams <= 0 {
 		cfg.MaxEventStreams = 1000
 	}
-	if cfg.AuthFailBurst <= 0 {
-		cfg.AuthFailBurst = defaultAuthFailBurst
-	}
-	if cfg.AuthFailRefill <= 0 {
-		cfg.AuthFailRefill = defaultAuthFailRefill
+	if cfg.UnknownKeys == nil {
+		cfg.UnknownKeys = authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)
 	}
 	cont := newContention(reg, cfg.Contention)
 	if l, ok := engine.(interface{ OnLapse(lock.LapseFunc) }); ok {
 		l.OnLapse(cont.lapsed)
 	}
 	s := &Server{
-		authFails: newAuthLimiter(cfg.AuthFailBurst, cfg.AuthFailRefill),
-		quotas:    newQuotas(),
-		engine:    engine,
-		log:       log,
-		cfg:       cfg,
-		metrics:   newMetrics(reg, engine),
-		holds:     make(chan struct{}, cfg.MaxHolds),
-		streams:   make(chan struct{}, cfg.MaxEventStreams),
-		closing:   make(chan struct{}),
+		unknownKeys: cfg.UnknownKeys,
+		quotas:      newQuotas(),
+		engine:      engine,
+		log:         log,
+		cfg:         cfg,
+		metrics:     newMetrics(reg, engine),
+		holds:       make(chan struct{}, cfg.MaxHolds),
+		streams:     make(chan struct{}, cfg.MaxEventStreams),
+		closing:     make(chan struct{}),
 	}
 	s.contention = cont
 	return s
