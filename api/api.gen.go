@@ -205,6 +205,7 @@ const (
 	ProblemCodeLimitMismatch        ProblemCode = "limit_mismatch"
 	ProblemCodeLockHeld             ProblemCode = "lock_held"
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
+	ProblemCodeModeMismatch         ProblemCode = "mode_mismatch"
 	ProblemCodeNoPermits            ProblemCode = "no_permits"
 	ProblemCodeNotFound             ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge      ProblemCode = "payload_too_large"
@@ -237,6 +238,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeLockHeld:
 		return true
 	case ProblemCodeMethodNotAllowed:
+		return true
+	case ProblemCodeModeMismatch:
 		return true
 	case ProblemCodeNoPermits:
 		return true

@@ -26,6 +26,9 @@ var (
 	// limit than the one asked for: every holder of a semaphore must use
 	// the same limit.
 	ErrLimitMismatch = errors.New("lockd: semaphore held with another limit")
+	// ErrModeMismatch means a re-entry asked for another mode than the
+	// lease's (a shared holder cannot upgrade to exclusive by re-entering).
+	ErrModeMismatch = errors.New("lockd: re-entry with another mode than the lease's")
 	// ErrLeaseLost means the lease is no longer ours: its token is not the
 	// live one, the key has no live lease on renew or release, or it could
 	// not be renewed before it expired. Stop the protected work.
@@ -88,6 +91,8 @@ func (e *APIError) Unwrap() error {
 		return ErrNoPermits
 	case api.ProblemCodeLimitMismatch:
 		return ErrLimitMismatch
+	case api.ProblemCodeModeMismatch:
+		return ErrModeMismatch
 	case api.ProblemCodeUnsupported:
 		return ErrUnsupported
 	case api.ProblemCodeLeaseLost:

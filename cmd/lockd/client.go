@@ -99,7 +99,7 @@ func failed(err error) error {
 		code = exitLeaseLost
 	case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
 		code = exitAuth
-	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrLimitMismatch), errors.Is(err, client.ErrUnsupported):
+	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrLimitMismatch), errors.Is(err, client.ErrModeMismatch), errors.Is(err, client.ErrUnsupported):
 		// A semaphore held with another limit, or a server (Redlock)
 		// without shared holds or semaphores: the command line must change.
 		code = exitUsage

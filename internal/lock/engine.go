@@ -379,7 +379,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
 		e.arg.historyMax, e.arg.retention, k.wake, mode,
 		seen, live, e.newEpochID(), least, e.arg.eventsMax,
-		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff())
+		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff(), named(req))
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -399,9 +399,8 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		e.noted(key)
 		l := leaseFrom(key, r)
 		l.Outcome = Outcome(status)
-		l.Mode, l.Limit = modeOf(want), req.Limit
-		if status == "granted" && r.len() > 9 {
-			e.epochs.saw(sh, r.str(9))
+		if id := r.str(9); id != "" {
+			e.epochs.saw(sh, id)
 		}
 		e.epochs.lease(sh, r.ms(7))
 		return l, r.err
@@ -413,7 +412,6 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	case "idempotent":
 		l := leaseFrom(key, r)
 		l.Outcome = Replayed
-		l.Mode, l.Limit = modeOf(want), req.Limit
 		return l, r.err
 	case "held", "queued":
 		if r.str(3) != "" {
@@ -431,6 +429,8 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		return Lease{}, ErrLeaseLost
 	case "mismatch":
 		return Lease{}, ErrIdempotencyMismatch
+	case "mode":
+		return Lease{}, &ModeMismatchError{Held: modeOf(r.str(1)), Asked: modeOf(want)}
 	case "limit":
 		return Lease{}, ErrLimitMismatch
 	case "free":
@@ -484,9 +484,10 @@ func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // leaseFrom reads {status, owner, token, fence, count, ttl_ms, acquired_at,
-// pttl_ms, now_ms}.
+// pttl_ms, now_ms, [epoch_id, mode, limit]}: with the mode and limit, what
+// Redis holds, never what was asked.
 func leaseFrom(key string, r *reply) Lease {
-	return Lease{
+	l := Lease{
 		Key:        key,
 		Owner:      r.str(1),
 		Token:      r.str(2),
@@ -496,6 +497,20 @@ func leaseFrom(key string, r *reply) Lease {
 		AcquiredAt: r.time(6),
 		ExpiresAt:  r.time(8).Add(r.ms(7)),
 	}
+	if r.len() > 11 {
+		l.Mode, l.Limit = modeOf(r.str(10)), int(r.int(11))
+	}
+	return l
+}
+
+// named says whether req names its mode (or a semaphore's limit), so that
+// a re-entry or replay must match the lease's: without one, it takes the
+// lease as it is.
+func named(req AcquireRequest) string {
+	if req.Mode != "" || req.Limit > 0 {
+		return "1"
+	}
+	return ""
 }
 
 // Renew sets the lease's expiry to now + ttl (ttl 0: the lease's own TTL).

@@ -30,7 +30,11 @@ var (
 	ErrTooManyWaiters = errors.New("lock: too many waiters")
 	// ErrIdempotencyMismatch means an acquire repeated the Idempotency-Key
 	// of a live lease but asked for another owner or TTL.
-	ErrIdempotencyMismatch = errors.New("lock: idempotency key reused with another owner or ttl")
+	ErrIdempotencyMismatch = errors.New("lock: idempotency key reused with another owner, ttl, mode or limit")
+	// ErrModeMismatch means a re-entry asked for another mode than the
+	// lease's (a shared holder asking to re-enter exclusive: an upgrade,
+	// which lockd does not do). The error is a *ModeMismatchError.
+	ErrModeMismatch = errors.New("lock: re-entry with another mode than the lease's")
 	// ErrInvalidCursor means a list cursor was not one this engine handed out.
 	ErrInvalidCursor = errors.New("lock: invalid cursor")
 )
@@ -93,6 +97,19 @@ func blockedFor(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// ModeMismatchError says which mode the lease has.
+type ModeMismatchError struct {
+	Held, Asked Mode
+}
+
+// Error names both modes.
+func (e *ModeMismatchError) Error() string {
+	return fmt.Sprintf("lock: the lease is held %s; a re-entry cannot make it %s", e.Held, e.Asked)
+}
+
+// Unwrap makes errors.Is(err, ErrModeMismatch) true.
+func (e *ModeMismatchError) Unwrap() error { return ErrModeMismatch }
 
 // RecoveringError says how long the restart quarantine still lasts.
 type RecoveringError struct {

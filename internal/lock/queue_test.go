@@ -588,3 +588,74 @@ func retryQueued(t *testing.T, op func() (lock.Lease, error)) lock.Lease {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A grant's answer describes the lease Redis holds, never the request: a
+// re-entry or replay without a mode takes the lease's mode and limit, one
+// that names another is refused before anything is written.
+func TestGrantAnswersTheLeaseHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	const key = "held:as"
+	r1 := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute, IdempotencyKey: "d1"})
+	mustAcquire(t, e, key, lock.AcquireRequest{Owner: "r2", Mode: lock.Shared, TTL: time.Minute})
+	sem := lock.SemaphoreKey("held")
+	p := mustAcquire(t, e, sem, lock.AcquireRequest{Owner: "p", Limit: 2, TTL: time.Minute, IdempotencyKey: "d2"})
+	x := mustAcquire(t, e, "held:x", lock.AcquireRequest{Owner: "x", TTL: time.Minute, IdempotencyKey: "d3"})
+
+	tests := []struct {
+		name      string
+		key       string
+		req       lock.AcquireRequest
+		err       error
+		mode      lock.Mode
+		limit     int
+		outcome   lock.Outcome
+		countLeft int // the holder's count after the call
+	}{
+		{"shared re-entry naming exclusive", key, lock.AcquireRequest{Token: r1.Token, Mode: lock.Exclusive}, lock.ErrModeMismatch, "", 0, "", 1},
+		{"shared re-entry without a mode", key, lock.AcquireRequest{Token: r1.Token}, nil, lock.Shared, 0, lock.Reentered, 2},
+		{"shared replay without a mode", key, lock.AcquireRequest{Owner: "r1", IdempotencyKey: "d1"}, nil, lock.Shared, 0, lock.Replayed, 2},
+		{"shared replay naming exclusive", key, lock.AcquireRequest{Owner: "r1", Mode: lock.Exclusive, IdempotencyKey: "d1"}, lock.ErrIdempotencyMismatch, "", 0, "", 2},
+		{"exclusive re-entry naming shared", "held:x", lock.AcquireRequest{Token: x.Token, Mode: lock.Shared}, lock.ErrModeMismatch, "", 0, "", 1},
+		{"exclusive replay naming shared", "held:x", lock.AcquireRequest{Owner: "x", Mode: lock.Shared, IdempotencyKey: "d3"}, lock.ErrIdempotencyMismatch, "", 0, "", 1},
+		{"exclusive replay without a mode", "held:x", lock.AcquireRequest{Owner: "x", IdempotencyKey: "d3"}, nil, lock.Exclusive, 0, lock.Replayed, 1},
+		{"permit re-entry with another limit", sem, lock.AcquireRequest{Token: p.Token, Limit: 7}, lock.ErrLimitMismatch, "", 0, "", 1},
+		{"permit re-entry with its limit", sem, lock.AcquireRequest{Token: p.Token, Limit: 2}, nil, lock.Permit, 2, lock.Reentered, 2},
+		{"permit replay with another limit", sem, lock.AcquireRequest{Owner: "p", Limit: 7, IdempotencyKey: "d2"}, lock.ErrIdempotencyMismatch, "", 0, "", 2},
+		{"permit replay with its limit", sem, lock.AcquireRequest{Owner: "p", Limit: 2, IdempotencyKey: "d2"}, nil, lock.Permit, 2, lock.Replayed, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.TTL = time.Minute
+			if tc.req.Owner == "" {
+				tc.req.Owner = "again"
+			}
+			l, err := e.Acquire(ctx, tc.key, tc.req)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("%v, want %v", err, tc.err)
+				}
+			} else if err != nil || l.Mode != tc.mode || l.Limit != tc.limit || l.Outcome != tc.outcome {
+				t.Fatalf("%+v (%v), want mode %s limit %d outcome %s", l, err, tc.mode, tc.limit, tc.outcome)
+			}
+			st, err := e.State(ctx, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner := map[string]string{key: "r1", "held:x": "x", sem: "p"}[tc.key]
+			count := -1
+			if len(st.Holders) == 0 && st.Owner == owner {
+				count = st.Count
+			}
+			for _, h := range st.Holders {
+				if h.Owner == owner {
+					count = h.Count
+				}
+			}
+			if count != tc.countLeft {
+				t.Fatalf("%s's count is %d, want %d: a refused call wrote", owner, count, tc.countLeft)
+			}
+		})
+	}
+}

@@ -59,6 +59,7 @@ func Of(err error, key string) Problem {
 	var known Known
 	var held *lock.HeldError
 	var queued *lock.QueuedError
+	var mode *lock.ModeMismatchError
 	var recovering *lock.RecoveringError
 	key, sem := lock.SplitKey(key)
 	switch {
@@ -90,7 +91,11 @@ func Of(err error, key string) Problem {
 			Detail: "the token is not the live lease's token: stop the protected work"}
 	case errors.Is(err, lock.ErrIdempotencyMismatch):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeIdempotencyMismatch, Title: "Idempotency key reused",
-			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner or ttl_ms; nothing was changed"}
+			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner, ttl_ms, mode or limit; nothing was changed"}
+	case errors.As(err, &mode):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeModeMismatch, Title: "Mode mismatch",
+			Detail: fmt.Sprintf("%s is held %s by this token; a re-entry keeps the lease's mode (leave mode out, or release and acquire %s); nothing was changed", key, mode.Held, mode.Asked),
+			Field:  "mode"}
 	case errors.Is(err, lock.ErrLimitMismatch):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
 			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}

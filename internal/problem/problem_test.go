@@ -44,6 +44,8 @@ func TestOf(t *testing.T) {
 			409, "queued", "Queued behind earlier waiters", "k is free, but kept for 3 earlier waiters; next is w9", "", 2, false},
 		{"queued, one", &lock.QueuedError{Key: "k", Waiters: 1, Next: lock.Waiter{Owner: "w9"}, RetryAfter: 300 * time.Millisecond},
 			409, "queued", "Queued behind earlier waiters", "kept for 1 earlier waiter;", "", 1, false},
+		{"mode mismatch", wrapped(&lock.ModeMismatchError{Held: lock.Shared, Asked: lock.Exclusive}),
+			409, "mode_mismatch", "Mode mismatch", "k is held shared by this token", "mode", 0, false},
 		{"lease lost", wrapped(lock.ErrLeaseLost), 409, "lease_lost", "Lease lost", "stop the protected work", "", 0, false},
 		{"idempotency mismatch", lock.ErrIdempotencyMismatch, 409, "idempotency_mismatch", "Idempotency key reused", "nothing was changed", "", 0, false},
 		{"not found", wrapped(lock.ErrNotFound), 404, "not_found", "No live lease", "k has no live lease", "", 0, false},

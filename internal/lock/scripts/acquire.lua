@@ -25,6 +25,8 @@
 --          queue from an earlier try, or ""     ARGV[23] the queue's TTL ms
 -- ARGV[24] "off": the restart quarantine is off in this lockd, grant
 --          whatever the marker's until says
+-- ARGV[25] "1" when the caller named its mode (or a limit): a re-entry or
+--          replay must then match the lease's mode and limit
 --
 -- The epoch marker and the restart quarantine: lib.lua (check_epoch).
 --
@@ -37,7 +39,9 @@
 --
 -- Reply, one of:
 --   {"granted"|"reentered"|"idempotent", owner, token, fence, count, ttl_ms,
---    acquired_at_ms, pttl_ms, now_ms, [epoch_id]}
+--    acquired_at_ms, pttl_ms, now_ms, epoch_id or "", mode, limit}
+--      mode ("x", "s" or "p") and limit are the lease's, as Redis holds
+--      it, never the request's
 --   {"held", owner, retry_ms, epoch_id or "", place or ""}
 --      a holder has the key: its owner and how long its lease has left
 --   {"queued", next owner, retry_ms, epoch_id or "", place or "",
@@ -45,8 +49,10 @@
 --      nobody holds what the caller wants, but waiters queued before it
 --      come first: the first of them, and how many wait
 --   {"lost"}      the re-entry token is not the live one
---   {"mismatch"}  the idempotency tag is the live lease's, owner or ttl not
---   {"limit"}     the semaphore is held with another limit
+--   {"mismatch"}  the idempotency tag is the live lease's, but owner, ttl,
+--                 or a named mode or limit is not
+--   {"mode", mode}  a re-entry named another mode than the lease's
+--   {"limit"}     the semaphore is held with another limit (also a re-entry)
 --   {"free"}      peek only: nobody holds the key
 --   {"recovering", epoch_id, ms_left}  quarantine after a loss of data
 --
@@ -57,6 +63,7 @@ local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
 local cap, retention, channel, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
 local want, limit, wid = ARGV[16], tonumber(ARGV[17]) or 0, ARGV[18]
+local named = ARGV[25] == '1'
 local sched = KEYS[6]
 ev = {stream = KEYS[7], cap = ARGV[15], key = lock_of(lease)}
 local q = {queue = KEYS[4], info = KEYS[8], replicas = KEYS[10], alive = {}, dead = {}}
@@ -123,11 +130,14 @@ if cur[2] then
       -- give-back (release.lua) leaves it alone.
       redis.call('HDEL', lease, 'handed')
     end
-    return {'granted', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms)}
+    return {'granted', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms), '', 'x', 0}
   end
   if reentry ~= '' then
     if cur[2] ~= reentry then
       return {'lost'}
+    end
+    if named and want ~= 'x' then
+      return {'mode', 'x'}
     end
     local count = redis.call('HINCRBY', lease, 'count', 1)
     redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms)
@@ -137,13 +147,13 @@ if cur[2] then
     if redis.call('EXISTS', q.queue) == 1 then
       redis.call('PUBLISH', channel, 'renewed:' .. ttl)
     end
-    return {'reentered', cur[1], cur[2], cur[3], count, ttl, cur[5], ttl, now_ms}
+    return {'reentered', cur[1], cur[2], cur[3], count, ttl, cur[5], ttl, now_ms, '', 'x', 0}
   end
   if idem ~= '' and cur[6] == idem then
-    if cur[1] ~= owner or cur[8] ~= ARGV[3] then
+    if cur[1] ~= owner or cur[8] ~= ARGV[3] or (named and want ~= 'x') then
       return {'mismatch'}
     end
-    return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms)}
+    return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms), '', 'x', 0}
   end
   return held(cur[1], pttl)
 end
@@ -158,16 +168,24 @@ if multi then
     multi = nil
   end
 end
+local held_as, held_limit = 'x', 0
 if multi then
+  held_as, held_limit = multi == 'shared' and 's' or 'p', tonumber(cur[10]) or 0
   local mine = redis.call('HGET', lease, 'h:' .. token)
   if mine then
     local h = cjson.decode(mine)
-    return {'granted', h.o, token, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms)}
+    return {'granted', h.o, token, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms), '', held_as, held_limit}
   end
   if reentry ~= '' then
     local raw = redis.call('HGET', lease, 'h:' .. reentry)
     if not raw then
       return {'lost'}
+    end
+    if named and want ~= held_as then
+      return {'mode', held_as}
+    end
+    if held_as == 'p' and limit ~= held_limit then
+      return {'limit'}
     end
     local h = cjson.decode(raw)
     h.c, h.t, h.r, h.e = int(tonumber(h.c) + 1), ARGV[3], int(now_ms), int(now_ms + ttl)
@@ -175,17 +193,17 @@ if multi then
     redis.call('ZADD', holders, h.e, reentry)
     settle(lease, holders, sched, ev.key, now_ms)
     record(hist, cap, retention + ttl, 'reentered', now_ms, h.o, h.f, ttl, h.c, actor, '', nil)
-    return {'reentered', h.o, reentry, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms}
+    return {'reentered', h.o, reentry, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms, '', held_as, held_limit}
   end
   if idem ~= '' then
     local t = redis.call('HGET', lease, 'i:' .. idem)
     local raw = t and redis.call('HGET', lease, 'h:' .. t)
     if raw then
       local h = cjson.decode(raw)
-      if h.o ~= owner or h.it ~= ARGV[3] then
+      if h.o ~= owner or h.it ~= ARGV[3] or (named and want ~= held_as) or (held_as == 'p' and limit ~= held_limit) then
         return {'mismatch'}
       end
-      return {'idempotent', h.o, t, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms)}
+      return {'idempotent', h.o, t, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms), '', held_as, held_limit}
     end
   end
   if want == 'p' and tonumber(cur[10]) ~= limit then
@@ -259,4 +277,4 @@ if want ~= 'x' then
   end
 end
 forget(q)
-return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms, epoch}
+return {'granted', owner, token, fence, 1, ttl, now_ms, ttl, now_ms, epoch, want, want == 'p' and limit or 0}
