@@ -2,6 +2,7 @@ package lock
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -64,4 +65,8 @@ var (
 	// ErrUnsupported means the engine cannot do what was asked (shared
 	// holds and semaphores are not available with Redlock).
 	ErrUnsupported = errors.New("lock: not supported by this engine")
+	// ErrNoSemaphores is Redlock's ErrUnsupported for any semaphore
+	// operation, the list included: an empty list or a 404 would read as
+	// "no semaphore is in use".
+	ErrNoSemaphores = fmt.Errorf("%w: Redlock has no semaphores: they need one Redis, Sentinel or Cluster", ErrUnsupported)
 )

@@ -345,6 +345,9 @@ func (r *Redlock) undo(key, token, actor string, on []int) {
 
 // Renew extends the lease on every master; a majority must confirm.
 func (r *Redlock) Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error) {
+	if err := noSemaphore(key); err != nil {
+		return Lease{}, err
+	}
 	leases, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Lease, error) {
 		return n.Renew(ctx, key, token, ttl, actor)
 	})
@@ -363,6 +366,9 @@ func (r *Redlock) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // Release gives back one level of the lease on every master; a majority
 // must confirm.
 func (r *Redlock) Release(ctx context.Context, key, token, actor string) (Released, error) {
+	if err := noSemaphore(key); err != nil {
+		return Released{}, err
+	}
 	rels, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Released, error) {
 		return n.Release(ctx, key, token, actor)
 	})
@@ -412,6 +418,9 @@ func (r *Redlock) lostOr(errs []error, op string) error {
 // ForceReleaseFence breaks the lease (with this fence only, unless 0) on
 // every master; a majority must confirm.
 func (r *Redlock) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
+	if err := noSemaphore(key); err != nil {
+		return Broken{}, err
+	}
 	bs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Broken, error) {
 		return n.ForceReleaseFence(ctx, key, fence, actor, reason)
 	})
@@ -436,6 +445,9 @@ func (r *Redlock) ForceReleaseFence(ctx context.Context, key string, fence int64
 // State is the lease as a majority of masters has it: the newest holder,
 // with the time left until a majority no longer has it.
 func (r *Redlock) State(ctx context.Context, key string) (State, error) {
+	if err := noSemaphore(key); err != nil {
+		return State{}, err
+	}
 	sts, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (State, error) {
 		return n.State(ctx, key)
 	})
@@ -487,6 +499,9 @@ func mergeStates(found []State, quorum int) State {
 // History reads the key's history from every master and returns the
 // fullest (each master records the events it took part in).
 func (r *Redlock) History(ctx context.Context, key string, limit int) ([]Event, error) {
+	if err := noSemaphore(key); err != nil {
+		return nil, err
+	}
 	hs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]Event, error) {
 		return n.History(ctx, key, limit)
 	})
@@ -495,6 +510,9 @@ func (r *Redlock) History(ctx context.Context, key string, limit int) ([]Event, 
 
 // Renewals reads the key's renewals as History does.
 func (r *Redlock) Renewals(ctx context.Context, key string, limit int) ([]Event, error) {
+	if err := noSemaphore(key); err != nil {
+		return nil, err
+	}
 	hs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]Event, error) {
 		return n.Renewals(ctx, key, limit)
 	})
@@ -524,9 +542,19 @@ func fullest(hs [][]Event, errs []error, quorum int, op string) ([]Event, error)
 	return best, nil
 }
 
-// ListSemaphores lists nothing: Redlock grants no permits.
+// ListSemaphores answers ErrNoSemaphores: Redlock grants no permits, and
+// an empty page would read as "none in use".
 func (r *Redlock) ListSemaphores(ctx context.Context, prefix string, limit int, after string) (Page, error) {
-	return Page{Locks: []State{}}, nil
+	return Page{}, ErrNoSemaphores
+}
+
+// noSemaphore is ErrNoSemaphores for a semaphore's engine key: a 404 or an
+// empty history would read as "not in use now", not "never here".
+func noSemaphore(key string) error {
+	if _, sem := SplitKey(key); sem {
+		return ErrNoSemaphores
+	}
+	return nil
 }
 
 // List walks the masters one after another and lists each key that a

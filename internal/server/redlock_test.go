@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,13 +18,19 @@ import (
 	"github.com/lockd/lockd/internal/server"
 )
 
-// Redlock has neither shared holds nor semaphores: asking for them is a
-// 400 unsupported that says so (never a 500, never an exclusive grant in
-// their place), while exclusive locks work and show their one holder.
-func TestRedlockRefusesSharedAndSemaphores(t *testing.T) {
-	clients := make([]*redis.Client, 3)
-	for i := range clients {
-		clients[i] = redistest.Start(t).Client(t)
+// threeMasters starts three independent redis-servers.
+func threeMasters(t *testing.T) []*redistest.Server {
+	return []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+}
+
+// redlockServer is lockd's server (API only) on a Redlock over masters,
+// every exchange checked against api/openapi.yaml, with its own metrics
+// registry.
+func redlockServer(t *testing.T, masters []*redistest.Server) (*lock.Redlock, *httptest.Server, *prometheus.Registry) {
+	t.Helper()
+	clients := make([]*redis.Client, len(masters))
+	for i, m := range masters {
+		clients[i] = m.Client(t)
 	}
 	engine, err := lock.NewRedlock(clients, lock.Options{})
 	if err != nil {
@@ -34,6 +41,14 @@ func TestRedlockRefusesSharedAndSemaphores(t *testing.T) {
 	srv := server.New(engine, zerolog.Nop(), server.DefaultConfig(), reg)
 	ts := httptest.NewServer(lockdtest.ValidateSpec(srv.Handler(reg, nil), t.Errorf))
 	t.Cleanup(func() { srv.Shutdown(); ts.Close() })
+	return engine, ts, reg
+}
+
+// Redlock has neither shared holds nor semaphores: asking for them is a
+// 400 unsupported that says so (never a 500, never an exclusive grant in
+// their place), while exclusive locks work and show their one holder.
+func TestRedlockRefusesSharedAndSemaphores(t *testing.T) {
+	engine, ts, _ := redlockServer(t, threeMasters(t))
 
 	for _, tc := range []struct {
 		name, path, body, field string
@@ -79,8 +94,41 @@ func TestRedlockRefusesSharedAndSemaphores(t *testing.T) {
 		st.JSON200.Holders[0].Owner != "w" || st.JSON200.Queue == nil {
 		t.Fatalf("state: %v %s", err, st.Body)
 	}
-	sems, err := c.ListSemaphoresWithResponse(ctx, nil)
-	if err != nil || sems.JSON200 == nil || len(sems.JSON200.Semaphores) != 0 {
-		t.Fatalf("list semaphores: %v %s", err, sems.Body)
+}
+
+// Every semaphore endpoint, the list included, answers 400 unsupported
+// under Redlock: never an empty page, a 404 or an empty history, which
+// would read as "no semaphore is in use".
+func TestRedlockSemaphoresUnsupported(t *testing.T) {
+	_, ts, _ := redlockServer(t, threeMasters(t))
+	for _, tc := range []struct {
+		method, path, body string
+	}{
+		{http.MethodGet, "/v1/semaphores", ""},
+		{http.MethodGet, "/v1/semaphores?prefix=rl:", ""},
+		{http.MethodGet, "/v1/semaphores/rl:pool", ""},
+		{http.MethodGet, "/v1/semaphores/rl:pool/history", ""},
+		{http.MethodGet, "/v1/semaphores/rl:pool/history?type=renewed", ""},
+		{http.MethodPost, "/v1/semaphores/rl:pool/renew", `{"token":"t0123456789012345678901"}`},
+		{http.MethodPost, "/v1/semaphores/rl:pool/release", `{"token":"t0123456789012345678901"}`},
+		{http.MethodPost, "/v1/semaphores/rl:pool/force-release", `{}`},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			ct := ""
+			if tc.body != "" {
+				ct = "application/json"
+			}
+			res, body, err := do(tc.method, ts.URL+tc.path, ct, tc.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != 400 {
+				t.Fatalf("%d %s, want 400 unsupported", res.StatusCode, body)
+			}
+			p := problemOf(t, res, body)
+			if p.Code != api.ProblemCodeUnsupported || p.Detail == nil || !strings.Contains(*p.Detail, "semaphores") || p.Field != nil {
+				t.Fatalf("%s, want unsupported saying Redlock has no semaphores", body)
+			}
+		})
 	}
 }
