@@ -1,10 +1,12 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +58,19 @@ func TestSemaphores_RedlockSaysUnsupported(t *testing.T) {
 		if doc.Find(`[data-testid="empty"], [data-testid="semaphores"]`).Length() != 0 {
 			t.Errorf("%s shows an empty list or a table", path)
 		}
+	}
+	// No live updates either: the event stream is refused (the pages then
+	// refresh every 10 s, as when the stream cannot be opened).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/ui/events", nil)
+	res, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest {
+		t.Errorf("/ui/events: %d %s, want 400", res.StatusCode, res.Header.Get("Content-Type"))
 	}
 	if status, doc := get("/"); status != http.StatusOK || doc.Find(`[data-testid="empty"]`).Length() != 1 {
 		t.Errorf("locks page: %d", status)

@@ -31,6 +31,10 @@ import (
 // expired (the restart quarantine), and afterwards any majority it joins
 // holds a master that has the counter. (Every fence is also floored at the
 // masters' clocks in microseconds.) docs/safety.md has the argument.
+//
+// What needs one Redis's view of every holder or every event answers
+// ErrUnsupported (ErrNoSemaphores, ErrNoEventStream), never an empty
+// answer: shared holds, semaphores, the event stream.
 type Redlock struct {
 	nodes  []*Engine
 	quorum int
@@ -768,16 +772,12 @@ func (f *fanIn) Close() error {
 	return errors.Join(errs...)
 }
 
-// Subscribe follows the event stream of the first master that answers:
-// every master records the events it took part in.
+// Subscribe answers ErrNoEventStream. Each master records the events it
+// took part in: a grant that got no majority is an acquired and a released
+// event on the masters that granted it, a master that was down misses
+// events, and the masters' event IDs differ, so no one master's stream
+// (nor a merge of them) is the true and whole story that GET /v1/events
+// and webhooks promise.
 func (r *Redlock) Subscribe(ctx context.Context, after string) (*Subscription, error) {
-	var errs []error
-	for _, n := range r.nodes {
-		s, err := n.Subscribe(ctx, after)
-		if err == nil {
-			return s, nil
-		}
-		errs = append(errs, err)
-	}
-	return nil, errors.Join(errs...)
+	return nil, ErrNoEventStream
 }

@@ -2,10 +2,12 @@ package server_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -130,5 +132,28 @@ func TestRedlockSemaphoresUnsupported(t *testing.T) {
 				t.Fatalf("%s, want unsupported saying Redlock has no semaphores", body)
 			}
 		})
+	}
+}
+
+// GET /v1/events answers 400 unsupported under Redlock: no master has
+// every event (each records those it took part in, failed attempts
+// included), so one master's stream would be neither whole nor true.
+func TestRedlockEventStreamUnsupported(t *testing.T) {
+	_, ts, _ := redlockServer(t, threeMasters(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/v1/events", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 400 {
+		t.Fatalf("GET /v1/events: %d %s, want 400 unsupported", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	body, _ := io.ReadAll(res.Body)
+	p := problemOf(t, res, body)
+	if p.Code != api.ProblemCodeUnsupported || p.Detail == nil || !strings.Contains(*p.Detail, "event stream") || p.Field != nil {
+		t.Fatalf("%s, want unsupported saying Redlock has no event stream", body)
 	}
 }
