@@ -34,7 +34,8 @@ import (
 //
 // What needs one Redis's view of every holder or every event answers
 // ErrUnsupported (ErrNoSemaphores, ErrNoEventStream), never an empty
-// answer: shared holds, semaphores, the event stream.
+// answer: shared holds, semaphores, the event stream. Replica acks are
+// refused at the start.
 type Redlock struct {
 	nodes  []*Engine
 	quorum int
@@ -47,6 +48,11 @@ type Redlock struct {
 func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	if len(clients) < 3 || len(clients)%2 == 0 {
 		return nil, fmt.Errorf("lock: redlock needs an odd number of masters, at least 3, not %d", len(clients))
+	}
+	if opts.ReplicaAcks > 0 {
+		// Each master would wait for replicas of its own, and a master that
+		// missed them would count as a no: not what the setting promises.
+		return nil, fmt.Errorf("lock: replica acks do not apply to redlock's independent masters")
 	}
 	r := &Redlock{quorum: len(clients)/2 + 1}
 	subs := make([]subscription, len(clients))
@@ -694,9 +700,6 @@ func (r *Redlock) Topology(ctx context.Context) Topology {
 	}
 	return t
 }
-
-// MissedAcks is always 0: replica acks do not apply to independent masters.
-func (r *Redlock) MissedAcks() int64 { return 0 }
 
 // Recovering is the longest restart quarantine a master is in.
 func (r *Redlock) Recovering() time.Duration {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,25 @@ func TestRedlockNeedsAnOddMajority(t *testing.T) {
 		if _, err := lock.NewRedlock(make([]*redis.Client, n), lock.Options{}); err == nil {
 			t.Errorf("%d masters accepted", n)
 		}
+	}
+}
+
+// Replica acks do not apply to independent masters: NewRedlock refuses
+// them, as lockd serve refuses --replica-acks with --redlock, rather than
+// wait on each master's own replicas and count a miss as that master's no.
+func TestRedlockRefusesReplicaAcks(t *testing.T) {
+	servers := threeMasters(t)
+	clients := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		clients[i] = tunedClient(t, s)
+	}
+	r, err := lock.NewRedlock(clients, lock.Options{ReplicaAcks: 1})
+	if err == nil {
+		_ = r.Close()
+		t.Fatal("NewRedlock accepted ReplicaAcks")
+	}
+	if !strings.Contains(err.Error(), "replica acks") {
+		t.Fatalf("error %q does not name replica acks", err)
 	}
 }
 

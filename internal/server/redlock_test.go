@@ -157,3 +157,15 @@ func TestRedlockEventStreamUnsupported(t *testing.T) {
 		t.Fatalf("%s, want unsupported saying Redlock has no event stream", body)
 	}
 }
+
+// The replica-acks counter, which can only stay 0 under Redlock
+// (--replica-acks does not apply to independent masters), is not exported.
+func TestRedlockNoReplicaAcksMetric(t *testing.T) {
+	_, _, reg := redlockServer(t, threeMasters(t))
+	if seriesOf(t, reg, "lockd_replica_acks_missed_total") != 0 {
+		t.Fatal("lockd_replica_acks_missed_total is exported under Redlock, where it can only be 0")
+	}
+	if seriesOf(t, reg, "lockd_waiters") != 1 {
+		t.Fatal("no lockd_waiters: the registry is not the server's")
+	}
+}
