@@ -41,10 +41,15 @@ type Redlock struct {
 	quorum int
 	opts   Options
 	hub    *hub
+	lapses *lapseTally
+	stop   chan struct{} // ends sweepLoop
+	swept  sync.WaitGroup
+	closed sync.Once
 }
 
 // NewRedlock returns a quorum engine over clients, an odd number (at least
-// three) of independent masters, and starts its waiter hub.
+// three) of independent masters, and starts its waiter hub and (unless
+// opts.NoSweep) its sweeper.
 func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	if len(clients) < 3 || len(clients)%2 == 0 {
 		return nil, fmt.Errorf("lock: redlock needs an odd number of masters, at least 3, not %d", len(clients))
@@ -54,13 +59,23 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 		// missed them would count as a no: not what the setting promises.
 		return nil, fmt.Errorf("lock: replica acks do not apply to redlock's independent masters")
 	}
-	r := &Redlock{quorum: len(clients)/2 + 1}
+	sweep := !opts.NoSweep
+	// The masters' own sweepers stay off: the Redlock sweeper runs them
+	// (redlock_sweep.go).
+	opts.NoSweep = true
+	r := &Redlock{quorum: len(clients)/2 + 1, stop: make(chan struct{})}
 	subs := make([]subscription, len(clients))
 	for i, c := range clients {
 		r.nodes = append(r.nodes, New(c, opts))
 		subs[i] = newNodeSubscription(c, nil)
 	}
 	r.opts = r.nodes[0].opts // with the defaults
+	r.lapses = newLapseTally(r.quorum, len(r.nodes), 2*r.opts.CallTimeout+4*r.opts.SweepInterval)
+	for i, n := range r.nodes {
+		n.OnLapse(func(key string, lapsed, noticed time.Time, held time.Duration) {
+			r.lapses.report(i, key, lapsed, noticed, held)
+		})
+	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	r.hub = newHub(hubConfig{
@@ -71,15 +86,27 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 		maxTotal:  r.opts.MaxWaiters,
 		maxPerKey: r.opts.MaxWaitersPerKey,
 	})
+	if sweep {
+		r.swept.Add(1)
+		go func() {
+			defer r.swept.Done()
+			r.sweepLoop(r.stop)
+		}()
+	}
 	return r, nil
 }
 
-// Close wakes every waiting caller with ErrClosed and stops the engines.
+// Close wakes every waiting caller with ErrClosed and stops the sweeper and
+// the engines.
 func (r *Redlock) Close() error {
-	r.hub.close()
-	for _, n := range r.nodes {
-		_ = n.Close()
-	}
+	r.closed.Do(func() {
+		r.hub.close()
+		close(r.stop)
+		r.swept.Wait()
+		for _, n := range r.nodes {
+			_ = n.Close()
+		}
+	})
 	return nil
 }
 

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -167,5 +168,62 @@ func TestRedlockNoReplicaAcksMetric(t *testing.T) {
 	}
 	if seriesOf(t, reg, "lockd_waiters") != 1 {
 		t.Fatal("no lockd_waiters: the registry is not the server's")
+	}
+}
+
+// Lapses are counted under Redlock, each once, whichever of two lockd
+// replicas notices it: lockd_lock_hold_seconds{end="expired"} and
+// lockd_expiry_notice_delay_seconds.
+func TestRedlockLapseMetrics(t *testing.T) {
+	masters := threeMasters(t)
+	a, _, regA := redlockServer(t, masters)
+	_, _, regB := redlockServer(t, masters)
+	const n = 8
+	for i := range n {
+		if _, err := a.Acquire(context.Background(), fmt.Sprintf("rl:lapse:%d", i), lock.AcquireRequest{
+			Owner: "w", TTL: time.Duration(300+20*i) * time.Millisecond,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := func() (held, noticed uint64) {
+		for _, reg := range []*prometheus.Registry{regA, regB} {
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				for _, m := range mf.GetMetric() {
+					switch mf.GetName() {
+					case "lockd_lock_hold_seconds":
+						for _, l := range m.GetLabel() {
+							if l.GetName() == "end" && l.GetValue() == "expired" {
+								held += m.GetHistogram().GetSampleCount()
+							}
+						}
+					case "lockd_expiry_notice_delay_seconds":
+						noticed += m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+		return held, noticed
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		held, noticed := counts()
+		if held == n && noticed == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 s: %d expired holds and %d notice delays counted, want %d each", held, noticed, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Each master records each lapse; none of those records is counted
+	// twice.
+	time.Sleep(time.Second)
+	if held, noticed := counts(); held != n || noticed != n {
+		t.Fatalf("%d expired holds and %d notice delays counted, want %d each", held, noticed, n)
 	}
 }
