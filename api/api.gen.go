@@ -1036,6 +1036,10 @@ type ClientInterface interface {
 	// events (default 100 000). On Redis Cluster an event may come twice
 	// (same key, type, fence and `at`; see docs/operations.md).
 	//
+	// A server in Redlock mode has no event stream and answers 400
+	// `unsupported`: each master records only the events it took part in,
+	// so no one stream is whole and true.
+	//
 	// ```
 	// id: 1763812345678-0
 	// event: expired
@@ -1275,7 +1279,9 @@ type ClientInterface interface {
 	// As `GET /v1/locks`, for the semaphores with at least one permit
 	// held (each with `limit` and its holders). Locks are not listed here,
 	// nor semaphores under `/v1/locks`. Here `limit` is the page size;
-	// each semaphore's own limit is in its state.
+	// each semaphore's own limit is in its state. A server in Redlock mode
+	// has no semaphores and answers 400 `unsupported` (never an empty
+	// page), as every `/v1/semaphores` operation does there.
 	//
 	// Corresponds with GET /v1/semaphores (the `ListSemaphores` operationId).
 	ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1487,6 +1493,10 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // it, as long as the server still keeps it: the last `--events-max`
 // events (default 100 000). On Redis Cluster an event may come twice
 // (same key, type, fence and `at`; see docs/operations.md).
+//
+// A server in Redlock mode has no event stream and answers 400
+// `unsupported`: each master records only the events it took part in,
+// so no one stream is whole and true.
 //
 // ```
 // id: 1763812345678-0
@@ -1867,7 +1877,9 @@ func (c *Client) RenewLock(ctx context.Context, key Key, body RenewLockJSONReque
 // As `GET /v1/locks`, for the semaphores with at least one permit
 // held (each with `limit` and its holders). Locks are not listed here,
 // nor semaphores under `/v1/locks`. Here `limit` is the page size;
-// each semaphore's own limit is in its state.
+// each semaphore's own limit is in its state. A server in Redlock mode
+// has no semaphores and answers 400 `unsupported` (never an empty
+// page), as every `/v1/semaphores` operation does there.
 //
 // Corresponds with GET /v1/semaphores (the `ListSemaphores` operationId).
 func (c *Client) ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3230,6 +3242,10 @@ type ClientWithResponsesInterface interface {
 	// events (default 100 000). On Redis Cluster an event may come twice
 	// (same key, type, fence and `at`; see docs/operations.md).
 	//
+	// A server in Redlock mode has no event stream and answers 400
+	// `unsupported`: each master records only the events it took part in,
+	// so no one stream is whole and true.
+	//
 	// ```
 	// id: 1763812345678-0
 	// event: expired
@@ -3477,7 +3493,9 @@ type ClientWithResponsesInterface interface {
 	// As `GET /v1/locks`, for the semaphores with at least one permit
 	// held (each with `limit` and its holders). Locks are not listed here,
 	// nor semaphores under `/v1/locks`. Here `limit` is the page size;
-	// each semaphore's own limit is in its state.
+	// each semaphore's own limit is in its state. A server in Redlock mode
+	// has no semaphores and answers 400 `unsupported` (never an empty
+	// page), as every `/v1/semaphores` operation does there.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5752,6 +5770,10 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // events (default 100 000). On Redis Cluster an event may come twice
 // (same key, type, fence and `at`; see docs/operations.md).
 //
+// A server in Redlock mode has no event stream and answers 400
+// `unsupported`: each master records only the events it took part in,
+// so no one stream is whole and true.
+//
 // ```
 // id: 1763812345678-0
 // event: expired
@@ -6083,7 +6105,9 @@ func (c *ClientWithResponses) RenewLockWithResponse(ctx context.Context, key Key
 // As `GET /v1/locks`, for the semaphores with at least one permit
 // held (each with `limit` and its holders). Locks are not listed here,
 // nor semaphores under `/v1/locks`. Here `limit` is the page size;
-// each semaphore's own limit is in its state.
+// each semaphore's own limit is in its state. A server in Redlock mode
+// has no semaphores and answers 400 `unsupported` (never an empty
+// page), as every `/v1/semaphores` operation does there.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd/lockd/internal/redistest"
 )
@@ -62,5 +67,52 @@ func TestServeRedlockUsage(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// lockd serve --redlock refuses what Redlock cannot do before it listens,
+// with exit code 2 and a message that names the flags: webhooks (no master
+// has the whole event stream, so nothing could be delivered truthfully)
+// and --replica-acks (independent masters have no replicas to wait for).
+func TestServeRedlockRefusesWebhooksAndReplicaAcks(t *testing.T) {
+	masters := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+	urls := make([]string, len(masters))
+	for i, m := range masters {
+		urls[i] = m.URL()
+	}
+	hooks := filepath.Join(t.TempDir(), "hooks.yaml")
+	if err := os.WriteFile(hooks, []byte("webhooks:\n  - url: https://ops.example.com/hook\n    secret: very-secret-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	redlock := strings.Join(urls, ",")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"--webhooks-file", []string{"--redlock", redlock, "--webhooks-file", hooks}, nil, []string{"--webhooks-file", "--redlock"}},
+		{"LOCKD_WEBHOOKS_FILE", []string{"--redlock", redlock}, map[string]string{"LOCKD_WEBHOOKS_FILE": hooks}, []string{"--webhooks-file", "--redlock"}},
+		{"--replica-acks", []string{"--redlock", redlock, "--replica-acks", "1"}, nil, []string{"--replica-acks", "--redlock"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var stdout, stderr strings.Builder
+			err := run(ctx, append([]string{"lockd", "serve", "--listen", "127.0.0.1:0"}, tc.args...),
+				func(k string) string { return tc.env[k] }, &stdout, io.Discard)
+			code := exitCode(err, &stderr)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d (usage); stderr %q", code, exitUsage, stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q does not name %s", stderr.String(), w)
+				}
+			}
+			if strings.Contains(stdout.String(), `"listening"`) {
+				t.Errorf("lockd listened before refusing:\n%s", stdout.String())
+			}
+		})
 	}
 }

@@ -219,7 +219,8 @@ func TestCLIStatusShowsHoldersAndQueue(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // A Redlock server has neither shared holds nor semaphores: the CLI says
-// so and exits 2, and lockd run never starts COMMAND.
+// so and exits 2, for reads as for grants, and lockd run never starts
+// COMMAND.
 func TestCLIRedlockRefusesSharedAndSemaphores(t *testing.T) {
 	masters := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
 	urls := make([]string, len(masters))
@@ -236,6 +237,11 @@ func TestCLIRedlockRefusesSharedAndSemaphores(t *testing.T) {
 		{"sem acquire", []string{"sem", "acquire", "--limit", "2", "rl:pool"}},
 		{"run --shared", []string{"run", "--shared", "rl:k", "--", "sh", "-c", "echo ran"}},
 		{"run --semaphore", []string{"run", "--semaphore", "rl:pool", "--limit", "2", "--", "sh", "-c", "echo ran"}},
+		// Reads too: "no semaphore has a permit held" would read as "none
+		// in use", not "none here".
+		{"sem list", []string{"sem", "list"}},
+		{"sem status", []string{"sem", "status", "rl:pool"}},
+		{"sem history", []string{"sem", "history", "rl:pool"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

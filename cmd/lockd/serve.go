@@ -102,7 +102,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redlock, "redlock", env.str("redlock", ""), "comma-separated redis:// or rediss:// URLs of an odd number (3 or more) of independent Redis masters: grant by majority (Redlock) instead of --redis")
 	fs.BoolVar(&c.quarantine, "restart-quarantine", env.bool("restart-quarantine", true), "after Redis lost its data (restart without persistence, failover to an empty replica, flush), grant nothing until every lease it may have forgotten has expired")
 	fs.IntVar(&c.eventsMax, "events-max", env.int("events-max", 100_000), "lifecycle events kept in the shared event stream (GET /v1/events resume, webhook backlog)")
-	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes); see docs/operations.md")
+	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes); see docs/operations.md; not with --redlock, which has no event stream")
 	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
 	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
 	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
@@ -199,6 +199,11 @@ func (c serveConfig) validate() error {
 		return usageError("--redis and --redlock exclude each other: give one")
 	case c.redlock != "" && c.replicaAcks > 0:
 		return usageError("--replica-acks does not apply to --redlock's independent masters")
+	case c.redlock != "" && c.webhooksFile != "":
+		// Delivering from one master's stream would send grants that no
+		// majority made and miss events that master did not take part in.
+		return usageError("--webhooks-file (LOCKD_WEBHOOKS_FILE) does not work with --redlock: Redlock has no event stream " +
+			"(each master records only the events it took part in); webhooks need --redis")
 	case c.replicaAcks > 0 && c.redisURL == "":
 		return usageError("--replica-acks needs --redis: the embedded store has no replicas")
 	case c.eventsMax < 100:
@@ -278,7 +283,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, max(1, cfg.maxWaiters/2)),
 		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
 	}, reg)
-	stopHooks := startWebhooks(cfg, engine, log, reg)
+	stopHooks, err := startWebhooks(cfg, engine, log, reg)
+	if err != nil {
+		_ = engine.Close()
+		return err
+	}
 	defer stopHooks()
 
 	dash, err := dashboard(cfg, getenv, engine, unknownKeys, log)

@@ -22,14 +22,15 @@ type eventSource interface {
 // startWebhooks delivers the event stream to --webhooks-file's endpoints
 // until the returned function is called. Every replica runs a dispatcher;
 // the consumer groups in Redis make each event one replica's to deliver.
-func startWebhooks(cfg serveConfig, engine any, log zerolog.Logger, reg prometheus.Registerer) func() {
+// An engine without an event stream (Redlock) is a usage error, never a
+// server that quietly delivers nothing; validate refuses it first.
+func startWebhooks(cfg serveConfig, engine any, log zerolog.Logger, reg prometheus.Registerer) (func(), error) {
 	if len(cfg.webhooks) == 0 {
-		return func() {}
+		return func() {}, nil
 	}
 	src, ok := engine.(eventSource)
 	if !ok {
-		log.Warn().Msg("--webhooks-file is not supported with --redlock: no webhook is delivered")
-		return func() {}
+		return nil, usageError("--webhooks-file needs an event stream, which this topology does not have")
 	}
 	host, _ := os.Hostname()
 	d := webhook.New(src.EventClient(), src.EventStream(), cfg.webhooks, webhook.Options{
@@ -50,5 +51,5 @@ func startWebhooks(cfg serveConfig, engine any, log zerolog.Logger, reg promethe
 		names[i] = h.Name
 	}
 	log.Info().Strs("webhooks", names).Msg("delivering events to webhooks")
-	return func() { cancel(); wg.Wait() }
+	return func() { cancel(); wg.Wait() }, nil
 }

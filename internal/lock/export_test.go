@@ -9,3 +9,7 @@ import "context"
 func (e *Engine) ForceRelease(ctx context.Context, key, actor, reason string) (Broken, error) {
 	return e.ForceReleaseFence(ctx, key, 0, actor, reason)
 }
+
+// SweeperID is the id with which the engine of master i takes that
+// master's sweeper lease (sweep.lua).
+func (r *Redlock) SweeperID(i int) string { return r.nodes[i].hub.id }

@@ -31,26 +31,51 @@ import (
 // expired (the restart quarantine), and afterwards any majority it joins
 // holds a master that has the counter. (Every fence is also floored at the
 // masters' clocks in microseconds.) docs/safety.md has the argument.
+//
+// What needs one Redis's view of every holder or every event answers
+// ErrUnsupported (ErrNoSemaphores, ErrNoEventStream), never an empty
+// answer: shared holds, semaphores, the event stream. Replica acks are
+// refused at the start.
 type Redlock struct {
 	nodes  []*Engine
 	quorum int
 	opts   Options
 	hub    *hub
+	lapses *lapseTally
+	stop   chan struct{} // ends sweepLoop
+	swept  sync.WaitGroup
+	closed sync.Once
 }
 
 // NewRedlock returns a quorum engine over clients, an odd number (at least
-// three) of independent masters, and starts its waiter hub.
+// three) of independent masters, and starts its waiter hub and (unless
+// opts.NoSweep) its sweeper.
 func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	if len(clients) < 3 || len(clients)%2 == 0 {
 		return nil, fmt.Errorf("lock: redlock needs an odd number of masters, at least 3, not %d", len(clients))
 	}
-	r := &Redlock{quorum: len(clients)/2 + 1}
+	if opts.ReplicaAcks > 0 {
+		// Each master would wait for replicas of its own, and a master that
+		// missed them would count as a no: not what the setting promises.
+		return nil, fmt.Errorf("lock: replica acks do not apply to redlock's independent masters")
+	}
+	sweep := !opts.NoSweep
+	// The masters' own sweepers stay off: the Redlock sweeper runs them
+	// (redlock_sweep.go).
+	opts.NoSweep = true
+	r := &Redlock{quorum: len(clients)/2 + 1, stop: make(chan struct{})}
 	subs := make([]subscription, len(clients))
 	for i, c := range clients {
 		r.nodes = append(r.nodes, New(c, opts))
 		subs[i] = newNodeSubscription(c, nil)
 	}
 	r.opts = r.nodes[0].opts // with the defaults
+	r.lapses = newLapseTally(r.quorum, len(r.nodes), 2*r.opts.CallTimeout+4*r.opts.SweepInterval)
+	for i, n := range r.nodes {
+		n.OnLapse(func(key string, lapsed, noticed time.Time, held time.Duration) {
+			r.lapses.report(i, key, lapsed, noticed, held)
+		})
+	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	r.hub = newHub(hubConfig{
@@ -61,15 +86,27 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 		maxTotal:  r.opts.MaxWaiters,
 		maxPerKey: r.opts.MaxWaitersPerKey,
 	})
+	if sweep {
+		r.swept.Add(1)
+		go func() {
+			defer r.swept.Done()
+			r.sweepLoop(r.stop)
+		}()
+	}
 	return r, nil
 }
 
-// Close wakes every waiting caller with ErrClosed and stops the engines.
+// Close wakes every waiting caller with ErrClosed and stops the sweeper and
+// the engines.
 func (r *Redlock) Close() error {
-	r.hub.close()
-	for _, n := range r.nodes {
-		_ = n.Close()
-	}
+	r.closed.Do(func() {
+		r.hub.close()
+		close(r.stop)
+		r.swept.Wait()
+		for _, n := range r.nodes {
+			_ = n.Close()
+		}
+	})
 	return nil
 }
 
@@ -345,6 +382,9 @@ func (r *Redlock) undo(key, token, actor string, on []int) {
 
 // Renew extends the lease on every master; a majority must confirm.
 func (r *Redlock) Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error) {
+	if err := noSemaphore(key); err != nil {
+		return Lease{}, err
+	}
 	leases, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Lease, error) {
 		return n.Renew(ctx, key, token, ttl, actor)
 	})
@@ -363,6 +403,9 @@ func (r *Redlock) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // Release gives back one level of the lease on every master; a majority
 // must confirm.
 func (r *Redlock) Release(ctx context.Context, key, token, actor string) (Released, error) {
+	if err := noSemaphore(key); err != nil {
+		return Released{}, err
+	}
 	rels, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Released, error) {
 		return n.Release(ctx, key, token, actor)
 	})
@@ -412,6 +455,9 @@ func (r *Redlock) lostOr(errs []error, op string) error {
 // ForceReleaseFence breaks the lease (with this fence only, unless 0) on
 // every master; a majority must confirm.
 func (r *Redlock) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
+	if err := noSemaphore(key); err != nil {
+		return Broken{}, err
+	}
 	bs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Broken, error) {
 		return n.ForceReleaseFence(ctx, key, fence, actor, reason)
 	})
@@ -436,6 +482,9 @@ func (r *Redlock) ForceReleaseFence(ctx context.Context, key string, fence int64
 // State is the lease as a majority of masters has it: the newest holder,
 // with the time left until a majority no longer has it.
 func (r *Redlock) State(ctx context.Context, key string) (State, error) {
+	if err := noSemaphore(key); err != nil {
+		return State{}, err
+	}
 	sts, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (State, error) {
 		return n.State(ctx, key)
 	})
@@ -487,6 +536,9 @@ func mergeStates(found []State, quorum int) State {
 // History reads the key's history from every master and returns the
 // fullest (each master records the events it took part in).
 func (r *Redlock) History(ctx context.Context, key string, limit int) ([]Event, error) {
+	if err := noSemaphore(key); err != nil {
+		return nil, err
+	}
 	hs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]Event, error) {
 		return n.History(ctx, key, limit)
 	})
@@ -495,6 +547,9 @@ func (r *Redlock) History(ctx context.Context, key string, limit int) ([]Event, 
 
 // Renewals reads the key's renewals as History does.
 func (r *Redlock) Renewals(ctx context.Context, key string, limit int) ([]Event, error) {
+	if err := noSemaphore(key); err != nil {
+		return nil, err
+	}
 	hs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]Event, error) {
 		return n.Renewals(ctx, key, limit)
 	})
@@ -524,9 +579,19 @@ func fullest(hs [][]Event, errs []error, quorum int, op string) ([]Event, error)
 	return best, nil
 }
 
-// ListSemaphores lists nothing: Redlock grants no permits.
+// ListSemaphores answers ErrNoSemaphores: Redlock grants no permits, and
+// an empty page would read as "none in use".
 func (r *Redlock) ListSemaphores(ctx context.Context, prefix string, limit int, after string) (Page, error) {
-	return Page{Locks: []State{}}, nil
+	return Page{}, ErrNoSemaphores
+}
+
+// noSemaphore is ErrNoSemaphores for a semaphore's engine key: a 404 or an
+// empty history would read as "not in use now", not "never here".
+func noSemaphore(key string) error {
+	if _, sem := SplitKey(key); sem {
+		return ErrNoSemaphores
+	}
+	return nil
 }
 
 // List walks the masters one after another and lists each key that a
@@ -663,9 +728,6 @@ func (r *Redlock) Topology(ctx context.Context) Topology {
 	return t
 }
 
-// MissedAcks is always 0: replica acks do not apply to independent masters.
-func (r *Redlock) MissedAcks() int64 { return 0 }
-
 // Recovering is the longest restart quarantine a master is in.
 func (r *Redlock) Recovering() time.Duration {
 	var d time.Duration
@@ -740,16 +802,12 @@ func (f *fanIn) Close() error {
 	return errors.Join(errs...)
 }
 
-// Subscribe follows the event stream of the first master that answers:
-// every master records the events it took part in.
+// Subscribe answers ErrNoEventStream. Each master records the events it
+// took part in: a grant that got no majority is an acquired and a released
+// event on the masters that granted it, a master that was down misses
+// events, and the masters' event IDs differ, so no one master's stream
+// (nor a merge of them) is the true and whole story that GET /v1/events
+// and webhooks promise.
 func (r *Redlock) Subscribe(ctx context.Context, after string) (*Subscription, error) {
-	var errs []error
-	for _, n := range r.nodes {
-		s, err := n.Subscribe(ctx, after)
-		if err == nil {
-			return s, nil
-		}
-		errs = append(errs, err)
-	}
-	return nil, errors.Join(errs...)
+	return nil, ErrNoEventStream
 }

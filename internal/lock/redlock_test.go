@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,25 @@ func TestRedlockNeedsAnOddMajority(t *testing.T) {
 		if _, err := lock.NewRedlock(make([]*redis.Client, n), lock.Options{}); err == nil {
 			t.Errorf("%d masters accepted", n)
 		}
+	}
+}
+
+// Replica acks do not apply to independent masters: NewRedlock refuses
+// them, as lockd serve refuses --replica-acks with --redlock, rather than
+// wait on each master's own replicas and count a miss as that master's no.
+func TestRedlockRefusesReplicaAcks(t *testing.T) {
+	servers := threeMasters(t)
+	clients := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		clients[i] = tunedClient(t, s)
+	}
+	r, err := lock.NewRedlock(clients, lock.Options{ReplicaAcks: 1})
+	if err == nil {
+		_ = r.Close()
+		t.Fatal("NewRedlock accepted ReplicaAcks")
+	}
+	if !strings.Contains(err.Error(), "replica acks") {
+		t.Fatalf("error %q does not name replica acks", err)
 	}
 }
 
@@ -181,6 +201,130 @@ func TestRedlockFenceCounterexample(t *testing.T) {
 	g2 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g2", TTL: 3 * time.Second, Wait: 10 * time.Second})
 	if g2.Fence <= g1.Fence {
 		t.Fatalf("grant on {2,3} got fence %d after %d from {1,2}", g2.Fence, g1.Fence)
+	}
+}
+
+// Each lease that lapses is counted once (OnLapse), whichever of two lockd
+// replicas sweeps, within about a second; also when a master is paused
+// while the leases lapse and reports their lapses late, when it resumes.
+// Every master records each lapse in its own history.
+func TestRedlockLapsesCountedOnce(t *testing.T) {
+	servers := threeMasters(t)
+	replicas := []*lock.Redlock{redlockOn(t, servers, lock.Options{}), redlockOn(t, servers, lock.Options{})}
+	var mu sync.Mutex
+	counted := map[string]int{}
+	late := time.Duration(0)
+	for _, r := range replicas {
+		r.OnLapse(func(key string, lapsed, noticed time.Time, held time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			counted[key]++
+			late = max(late, noticed.Sub(lapsed))
+			if held <= 0 {
+				t.Errorf("%s: held %v", key, held)
+			}
+		})
+	}
+	lapse := func(batch string) []string {
+		var keys []string
+		for i := range 10 {
+			key := fmt.Sprintf("rl:lapse:%s:%d", batch, i)
+			keys = append(keys, key)
+			// Each master has 1 % of the TTL to answer (10 ms): a busy
+			// machine may miss that, and the grant is then refused.
+			retry(t, "acquire "+key, func() (lock.Lease, error) {
+				return replicas[i%2].Acquire(context.Background(), key, lock.AcquireRequest{Owner: "w", TTL: time.Duration(300+20*i) * time.Millisecond})
+			})
+		}
+		return keys
+	}
+	all := func(keys []string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			if counted[k] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+
+	first := lapse("all-up")
+	waitFor(t, func() bool { return all(first) })
+	paused := lapse("paused")
+	servers[0].Pause()
+	waitFor(t, func() bool { return all(paused) })
+	servers[0].Resume()
+	// Master 0 now records the lapses it missed; none is counted again.
+	waitFor(t, func() bool {
+		n, err := servers[0].Client(t).XLen(context.Background(), "lockd:{"+paused[len(paused)-1]+"}:hist").Result()
+		return err == nil && n == 2
+	})
+	time.Sleep(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range append(first, paused...) {
+		if counted[k] != 1 {
+			t.Errorf("%s counted %d times, want once", k, counted[k])
+		}
+	}
+	t.Logf("lapses noticed at most %v after they happened", late)
+	if late > 1500*time.Millisecond {
+		t.Errorf("a lapse was counted %v after it happened", late)
+	}
+	for i, s := range servers {
+		types, err := s.Client(t).XRange(context.Background(), "lockd:{"+first[0]+"}:hist", "-", "+").Result()
+		if err != nil || len(types) != 2 || types[1].Values["type"] != "expired" {
+			t.Errorf("master %d: history of %s %v, %v; want acquired, expired", i, first[0], types, err)
+		}
+	}
+}
+
+// Three lockd replicas whose masters' own sweeper leases went one to each
+// (as a restart or a failover can leave them, and as they stay while each
+// finds work there): each replica alone hears of one master's lapses, never
+// of a majority. The Redlock sweeper lease puts one of them in charge of
+// every master, so every lapse is still counted, once.
+func TestRedlockLapsesCountedAfterASplitSweep(t *testing.T) {
+	servers := threeMasters(t)
+	replicas := []*lock.Redlock{
+		redlockOn(t, servers, lock.Options{}), redlockOn(t, servers, lock.Options{}), redlockOn(t, servers, lock.Options{}),
+	}
+	ctx := context.Background()
+	for i, s := range servers {
+		if err := s.Client(t).Set(ctx, "lockd:sweeper", replicas[i].SweeperID(i), time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	counted := map[string]int{}
+	for _, r := range replicas {
+		r.OnLapse(func(key string, _, _ time.Time, _ time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			counted[key]++
+		})
+	}
+	var keys []string
+	for i := range 30 {
+		key := fmt.Sprintf("rl:split:%d", i)
+		keys = append(keys, key)
+		retry(t, "acquire "+key, func() (lock.Lease, error) {
+			return replicas[i%3].Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Duration(200+100*i) * time.Millisecond})
+		})
+	}
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(counted) == len(keys)
+	})
+	time.Sleep(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys {
+		if counted[k] != 1 {
+			t.Errorf("%s counted %d times, want once", k, counted[k])
+		}
 	}
 }
 

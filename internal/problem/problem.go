@@ -99,7 +99,11 @@ func Of(err error, key string) Problem {
 	case errors.Is(err, lock.ErrLimitMismatch):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
 			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}
-	case errors.Is(err, lock.ErrUnsupported) && sem:
+	case errors.Is(err, lock.ErrNoEventStream):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Detail: "this server runs Redlock, which has no event stream: each master records only the events it took part in, " +
+				"so no one stream has them all; GET /v1/events, the dashboard's live updates and webhooks need one Redis, Sentinel or Cluster"}
+	case errors.Is(err, lock.ErrUnsupported) && (sem || errors.Is(err, lock.ErrNoSemaphores)):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no semaphores: they need one Redis, Sentinel or Cluster"}
 	case errors.Is(err, lock.ErrUnsupported):
