@@ -210,6 +210,7 @@ const (
 	ProblemCodeNotFound             ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge      ProblemCode = "payload_too_large"
 	ProblemCodeQueued               ProblemCode = "queued"
+	ProblemCodeTooManyHolders       ProblemCode = "too_many_holders"
 	ProblemCodeTooManyRequests      ProblemCode = "too_many_requests"
 	ProblemCodeUnauthorized         ProblemCode = "unauthorized"
 	ProblemCodeUnsupported          ProblemCode = "unsupported"
@@ -248,6 +249,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodePayloadTooLarge:
 		return true
 	case ProblemCodeQueued:
+		return true
+	case ProblemCodeTooManyHolders:
 		return true
 	case ProblemCodeTooManyRequests:
 		return true
@@ -521,8 +524,12 @@ type LockState struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	Fence     int64     `json:"fence"`
 
-	// Holders The live grants, oldest first (one for an exclusive lock).
+	// Holders The live grants, oldest first (one for an exclusive lock): at most
+	// the 100 that end first, and the newest; `holders_total` counts them all.
 	Holders []Holder `json:"holders"`
+
+	// HoldersTotal How many live grants the key has (`holders` lists at most about 100 of them).
+	HoldersTotal *int `json:"holders_total,omitempty"`
 
 	// Key The lock key or semaphore name.
 	Key string `json:"key"`
@@ -534,14 +541,17 @@ type LockState struct {
 	Mode  GrantMode `json:"mode"`
 	Owner string    `json:"owner"`
 
-	// Queue The waiting requests, in the order they will be granted, across every replica.
+	// Queue The waiting requests, in the order they will be granted, across
+	// every replica: the live ones among the first 100 queued.
 	Queue       []Queued  `json:"queue"`
 	RemainingMs int64     `json:"remaining_ms"`
 	Renewals    int64     `json:"renewals"`
 	RenewedAt   time.Time `json:"renewed_at"`
 	TtlMs       int64     `json:"ttl_ms"`
 
-	// Waiters Requests now waiting on the key, across every lockd replica (the length of `queue`).
+	// Waiters Requests now waiting on the key, across every lockd replica (the
+	// queue's whole length; `queue` lists at most 100; entries of a lockd
+	// that died count until they lapse, within 1.6 s).
 	Waiters int `json:"waiters"`
 }
 

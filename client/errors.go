@@ -29,6 +29,9 @@ var (
 	// ErrModeMismatch means a re-entry asked for another mode than the
 	// lease's (a shared holder cannot upgrade to exclusive by re-entering).
 	ErrModeMismatch = errors.New("lockd: re-entry with another mode than the lease's")
+	// ErrTooManyHolders means the key has as many live shared holders or
+	// permits as the server allows for one key.
+	ErrTooManyHolders = errors.New("lockd: too many holders of one key")
 	// ErrLeaseLost means the lease is no longer ours: its token is not the
 	// live one, the key has no live lease on renew or release, or it could
 	// not be renewed before it expired. Stop the protected work.
@@ -93,6 +96,8 @@ func (e *APIError) Unwrap() error {
 		return ErrLimitMismatch
 	case api.ProblemCodeModeMismatch:
 		return ErrModeMismatch
+	case api.ProblemCodeTooManyHolders:
+		return ErrTooManyHolders
 	case api.ProblemCodeUnsupported:
 		return ErrUnsupported
 	case api.ProblemCodeLeaseLost:

@@ -135,6 +135,9 @@ type detailView struct {
 	// requests in grant order.
 	Holders []holderRow
 	Queue   []queuedRow
+	// HolderTotal and WaitTotal count every live holder and waiter; the
+	// state lists at most lock.StatePage of each.
+	HolderTotal, WaitTotal int
 	// ForceAllURL confirms breaking every holder.
 	ForceAllURL string
 	Events      []eventRow
@@ -356,7 +359,7 @@ func newLockRow(s lock.State) lockRow {
 		DetailURL: detailURL(s.Key),
 		ForceURL:  forceURL(s.Key),
 		Mode:      modeOf(s, lock.Exclusive),
-		Holders:   len(holdersOf(s, lock.Exclusive)),
+		Holders:   max(s.HoldersTotal, len(holdersOf(s, lock.Exclusive))),
 	}
 	if r.Renewed {
 		r.LastRenewal = ago(s.RenewedAt, now)
@@ -382,6 +385,7 @@ func newKindDetailView(k kind, name string, st lock.State, held bool, events []l
 		Limit:       st.Limit,
 		Holders:     []holderRow{},
 		Queue:       newQueuedRows(st, def, now),
+		WaitTotal:   max(st.Waiters, len(st.Queue)),
 		ForceAllURL: k.allForceURL(name),
 		Events:      make([]eventRow, 0, len(events)),
 		Updated:     ago(now, now),
@@ -393,6 +397,7 @@ func newKindDetailView(k kind, name string, st lock.State, held bool, events []l
 		v.Lock = newLockRow(st)
 		v.Lock.Key, v.Lock.DetailURL, v.Lock.ForceURL = name, k.detailURL(name), k.forceURL(name)
 		v.Holders = newHolderRows(k, name, st, def)
+		v.HolderTotal = max(st.HoldersTotal, len(v.Holders))
 		v.Single = !k.sem && len(v.Holders) == 1
 	}
 	for _, e := range events {

@@ -93,7 +93,7 @@ func printJSON(w io.Writer, v any) error {
 func failed(err error) error {
 	code := exitUnreachable
 	switch {
-	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrQueued), errors.Is(err, client.ErrNoPermits):
+	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrQueued), errors.Is(err, client.ErrNoPermits), errors.Is(err, client.ErrTooManyHolders):
 		code = exitHeld
 	case errors.Is(err, client.ErrLeaseLost), errors.Is(err, client.ErrNotFound):
 		code = exitLeaseLost

@@ -43,6 +43,7 @@ type serveConfig struct {
 	metricsAuth      bool
 	maxWaiters       int
 	maxWaitersPerKey int
+	maxHoldersPerKey int
 	insecureNoAuth   bool
 	defaultTTL       time.Duration
 	maxTTL           time.Duration
@@ -85,6 +86,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", false), "require an API key with the read scope for /metrics")
 	fs.IntVar(&c.maxWaiters, "max-waiters", env.int("max-waiters", 10000), "most requests waiting at once in this process (beyond: 429)")
 	fs.IntVar(&c.maxWaitersPerKey, "max-waiters-per-key", env.int("max-waiters-per-key", 1000), "most requests waiting on one key in this process (beyond: 429)")
+	fs.IntVar(&c.maxHoldersPerKey, "max-holders-per-key", env.int("max-holders-per-key", lock.MaxLimit), "most live shared holders or permits of one key (beyond: 409 too_many_holders)")
 	fs.DurationVar(&c.defaultTTL, "default-ttl", env.dur("default-ttl", 30*time.Second), "lease TTL when a request gives none")
 	fs.DurationVar(&c.maxTTL, "max-ttl", env.dur("max-ttl", 24*time.Hour), "longest TTL a request may ask for")
 	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
@@ -185,6 +187,8 @@ func (c serveConfig) validate() error {
 		return usageError("--max-holds must be at least 1")
 	case c.maxWaiters < 1 || c.maxWaitersPerKey < 1:
 		return usageError("--max-waiters and --max-waiters-per-key must be at least 1")
+	case c.maxHoldersPerKey < 1 || c.maxHoldersPerKey > lock.MaxLimit:
+		return usageError("--max-holders-per-key must be within 1…%d", lock.MaxLimit)
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return usageError("--tls-cert and --tls-key go together")
 	case c.historyMax < 1:
@@ -261,7 +265,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	opts := lock.Options{
 		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
-		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey,
+		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey, MaxHoldersPerKey: cfg.maxHoldersPerKey,
 		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
 		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL, EventsMax: cfg.eventsMax,
 	}

@@ -34,6 +34,10 @@ type Options struct {
 	// process; beyond them Acquire answers ErrTooManyWaiters at once.
 	MaxWaiters       int
 	MaxWaitersPerKey int
+	// MaxHoldersPerKey caps the live shared holders or permits of one key
+	// (default and at most MaxLimit): past it a shared acquire is
+	// ErrTooManyHolders, so no key makes Redis's work per call unbounded.
+	MaxHoldersPerKey int
 	// CallTimeout bounds each call to Redis as a whole (default 1.9 s).
 	CallTimeout time.Duration
 	// ReplicaAcks, when above 0, answers a grant, renewal or release only
@@ -121,6 +125,9 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	}
 	if opts.MaxWaitersPerKey <= 0 {
 		opts.MaxWaitersPerKey = defaultMaxPerKey
+	}
+	if opts.MaxHoldersPerKey <= 0 || opts.MaxHoldersPerKey > MaxLimit {
+		opts.MaxHoldersPerKey = MaxLimit
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = defaultCall
@@ -379,7 +386,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
 		e.arg.historyMax, e.arg.retention, k.wake, mode,
 		seen, live, e.newEpochID(), least, e.arg.eventsMax,
-		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff(), named(req))
+		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff(), named(req), e.opts.MaxHoldersPerKey)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -421,14 +428,19 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 			en.setPlace(r.str(4))
 		}
 		if status == "queued" {
-			return Lease{}, &QueuedError{Key: key, Waiters: int(r.int(5)),
-				Next: Waiter{Owner: r.str(1), Since: r.time(6)}, RetryAfter: min(r.ms(2), queuedRetry)}
+			qe := &QueuedError{Key: key, Waiters: int(r.int(5)), RetryAfter: min(r.ms(2), queuedRetry)}
+			if r.str(1) != "" {
+				qe.Next = Waiter{Owner: r.str(1), Since: r.time(6)}
+			}
+			return Lease{}, qe
 		}
 		return Lease{}, &HeldError{Key: key, Owner: r.str(1), Remaining: r.ms(2)}
 	case "lost":
 		return Lease{}, ErrLeaseLost
 	case "mismatch":
 		return Lease{}, ErrIdempotencyMismatch
+	case "full":
+		return Lease{}, &TooManyHoldersError{Holders: int(r.int(1))}
 	case "mode":
 		return Lease{}, &ModeMismatchError{Held: modeOf(r.str(1)), Asked: modeOf(want)}
 	case "limit":
@@ -647,8 +659,33 @@ type Broken struct {
 // ForceReleaseFence deletes the lease with this fence (0: whoever holds
 // the key), records actor and reason in history and wakes waiters. Another
 // lease is ErrLeaseLost: a person who confirmed breaking one holder's lease
-// does not break the next holder's.
+// does not break the next holder's. Shared holders and permits are broken
+// at most a hundred per script call (force_release.lua), so breaking every
+// holder of a key may take several calls; Broken describes the newest.
 func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
+	var out Broken
+	for range MaxLimit/100 + 1 {
+		b, more, err := e.forceRelease(ctx, key, fence, actor, reason)
+		if err != nil {
+			if out.Fence != 0 && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost)) {
+				// The holders left went by themselves meanwhile.
+				return out, nil
+			}
+			return out, err
+		}
+		if b.Fence > out.Fence {
+			out = b
+		}
+		if !more {
+			break
+		}
+	}
+	return out, nil
+}
+
+// forceRelease runs force_release.lua once; more says holders are left
+// that this call did not reach.
+func (e *Engine) forceRelease(ctx context.Context, key string, fence int64, actor, reason string) (Broken, bool, error) {
 	k := keysOf(key)
 	fenceArg := ""
 	if fence != 0 {
@@ -660,21 +697,21 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64,
 	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
 		actor, reason, e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax)
 	if err != nil {
-		return Broken{}, wrap("force-release", err)
+		return Broken{}, false, wrap("force-release", err)
 	}
 	r, err := newReply(v)
 	if err != nil {
-		return Broken{}, err
+		return Broken{}, false, err
 	}
 	if err := statusErr(r); err != nil {
-		return Broken{}, err
+		return Broken{}, false, err
 	}
 	e.noted(key)
 	out := Broken{Owner: r.str(1), Fence: r.int(2)}
 	if r.len() > 3 {
 		out.HeldFor = heldSince(r.int(3))
 	}
-	return out, r.err
+	return out, r.len() > 4 && r.int(4) == 1, r.err
 }
 
 func statusErr(r *reply) error {
@@ -703,8 +740,12 @@ type State struct {
 	ExpiresAt  time.Time
 	Renewals   int64
 	// Waiters counts requests waiting on the key across every process:
-	// len(Queue).
+	// the queue's length (the entries of a lockd that died count until
+	// they lapse, within 1.6 s).
 	Waiters int
+	// HoldersTotal counts the live holders; Holders lists at most
+	// StatePage of them (by expiry) and the newest.
+	HoldersTotal int
 	// Mode is the mode the key is held in: Exclusive, Shared or Permit.
 	Mode Mode
 	// Limit is a semaphore's limit; 0 for a lock.
@@ -714,7 +755,7 @@ type State struct {
 	// one.
 	Holders []Holder
 	// Queue is the requests waiting for the key, in the order they will
-	// be granted.
+	// be granted: the live ones among the first StatePage.
 	Queue []Queued
 	// LeftAtRenewal is how much of the lease was left when it was last
 	// renewed (0 before the first renewal).
@@ -756,6 +797,10 @@ func stateFrom(key string, v any) (State, error) {
 	s := State{Key: key, Queue: queueFrom(r, 2)}
 	s.Waiters = len(s.Queue)
 	if r.str(0) == "x" {
+		if r.len() > 12 {
+			s.Waiters = int(r.int(12))
+		}
+		s.HoldersTotal = 1
 		remaining := r.ms(10)
 		h := Holder{
 			Owner:      r.str(3),
@@ -784,6 +829,9 @@ func stateFrom(key string, v any) (State, error) {
 	hs, err := newReply(r.vals[5])
 	if err != nil {
 		return State{}, err
+	}
+	if r.len() > 7 {
+		s.Waiters, s.HoldersTotal = int(r.int(6)), int(r.int(7))
 	}
 	// Each holder: owner, fence, count, ttl, acquired, renewed, renewals,
 	// expires, left.

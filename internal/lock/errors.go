@@ -28,6 +28,10 @@ var (
 	// ErrTooManyWaiters means the process already has as many waiting
 	// callers, in all or on the key, as Options allow.
 	ErrTooManyWaiters = errors.New("lock: too many waiters")
+	// ErrTooManyHolders means a key has as many live shared holders or
+	// permits as Options.MaxHoldersPerKey allows. The error is a
+	// *TooManyHoldersError.
+	ErrTooManyHolders = errors.New("lock: too many holders of one key")
 	// ErrIdempotencyMismatch means an acquire repeated the Idempotency-Key
 	// of a live lease but asked for another owner or TTL.
 	ErrIdempotencyMismatch = errors.New("lock: idempotency key reused with another owner, ttl, mode or limit")
@@ -97,6 +101,19 @@ func blockedFor(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// TooManyHoldersError says how many hold the key.
+type TooManyHoldersError struct {
+	Holders int
+}
+
+// Error says how many hold the key.
+func (e *TooManyHoldersError) Error() string {
+	return fmt.Sprintf("lock: the key already has %d live holders, the most one key may have", e.Holders)
+}
+
+// Unwrap makes errors.Is(err, ErrTooManyHolders) true.
+func (e *TooManyHoldersError) Unwrap() error { return ErrTooManyHolders }
 
 // ModeMismatchError says which mode the lease has.
 type ModeMismatchError struct {

@@ -18,8 +18,14 @@ const (
 	Permit    Mode = "permit"
 )
 
-// MaxLimit is the largest semaphore limit.
+// MaxLimit is the largest semaphore limit, and the most shared holders a
+// key may have (Options.MaxHoldersPerKey).
 const MaxLimit = 10_000
+
+// StatePage is the most holders and queue entries a state lists: a key's
+// state costs Redis the same whatever it holds (State.HoldersTotal and
+// State.Waiters count them all).
+const StatePage = 100
 
 // semPrefix starts the engine key of a semaphore. "/" is outside the key
 // alphabet (ValidKey), so no lock key starts with it: a semaphore and a

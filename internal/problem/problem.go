@@ -60,6 +60,7 @@ func Of(err error, key string) Problem {
 	var held *lock.HeldError
 	var queued *lock.QueuedError
 	var mode *lock.ModeMismatchError
+	var full *lock.TooManyHoldersError
 	var recovering *lock.RecoveringError
 	key, sem := lock.SplitKey(key)
 	switch {
@@ -74,10 +75,12 @@ func Of(err error, key string) Problem {
 		if sem {
 			what = "has a free permit"
 		}
+		detail := fmt.Sprintf("%s %s, but kept for %d earlier %s", key, what, queued.Waiters, plural(queued.Waiters, "waiter", "waiters"))
+		if queued.Next.Owner != "" {
+			detail += fmt.Sprintf("; next is %s, waiting since %s", queued.Next.Owner, queued.Next.Since.Format(time.RFC3339Nano))
+		}
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeQueued, Title: "Queued behind earlier waiters",
-			Detail: fmt.Sprintf("%s %s, but kept for %d earlier %s; next is %s, waiting since %s", key, what,
-				queued.Waiters, plural(queued.Waiters, "waiter", "waiters"), queued.Next.Owner, queued.Next.Since.Format(time.RFC3339Nano)),
-			RetryAfter: ceilSeconds(queued.RetryAfter), Queued: queued}
+			Detail: detail, RetryAfter: ceilSeconds(queued.RetryAfter), Queued: queued}
 	case errors.As(err, &held) && sem:
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNoPermits, Title: "No permit is free",
 			Detail:     fmt.Sprintf("every permit of %s is held; the first ends in %d ms (%s)", key, held.Remaining.Milliseconds(), held.Owner),
@@ -92,6 +95,10 @@ func Of(err error, key string) Problem {
 	case errors.Is(err, lock.ErrIdempotencyMismatch):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeIdempotencyMismatch, Title: "Idempotency key reused",
 			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner, ttl_ms, mode or limit; nothing was changed"}
+	case errors.As(err, &full):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeTooManyHolders, Title: "Too many holders",
+			Detail: fmt.Sprintf("%s already has %d live holders, the most one key may have; retry when some have released", key, full.Holders),
+			RetryAfter: 1}
 	case errors.As(err, &mode):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeModeMismatch, Title: "Mode mismatch",
 			Detail: fmt.Sprintf("%s is held %s by this token; a re-entry keeps the lease's mode (leave mode out, or release and acquire %s); nothing was changed", key, mode.Held, mode.Asked),

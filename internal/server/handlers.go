@@ -420,7 +420,7 @@ func stateOf(s lock.State) api.LockState {
 		Key: name, Mode: modeOf(s.Mode, sem), Owner: s.Owner, Fence: s.Fence, Count: s.Count,
 		TtlMs: s.TTL.Milliseconds(), RemainingMs: s.Remaining.Milliseconds(),
 		AcquiredAt: s.AcquiredAt, RenewedAt: s.RenewedAt, ExpiresAt: s.ExpiresAt,
-		Renewals: s.Renewals, Waiters: s.Waiters, AtRisk: s.AtRisk,
+		Renewals: s.Renewals, Waiters: s.Waiters, AtRisk: s.AtRisk, HoldersTotal: ptr(s.HoldersTotal),
 		Holders: make([]api.Holder, 0, max(1, len(s.Holders))),
 		Queue:   make([]api.Queued, 0, len(s.Queue)),
 	}

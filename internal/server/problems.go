@@ -69,7 +69,9 @@ func toAPI(err error, key string) (api.Problem, http.Header, bool) {
 	}
 	if c.Queued != nil {
 		p.Waiters = ptr(c.Queued.Waiters)
-		p.Next = &api.QueuedWaiter{Owner: c.Queued.Next.Owner, WaitingSince: c.Queued.Next.Since}
+		if c.Queued.Next.Owner != "" {
+			p.Next = &api.QueuedWaiter{Owner: c.Queued.Next.Owner, WaitingSince: c.Queued.Next.Since}
+		}
 	}
 	if c.Status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="lockd"`)

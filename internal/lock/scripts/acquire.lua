@@ -27,6 +27,7 @@
 --          whatever the marker's until says
 -- ARGV[25] "1" when the caller named its mode (or a limit): a re-entry or
 --          replay must then match the lease's mode and limit
+-- ARGV[26] the most shared holders or permits a key may have
 --
 -- The epoch marker and the restart quarantine: lib.lua (check_epoch).
 --
@@ -53,6 +54,8 @@
 --                 or a named mode or limit is not
 --   {"mode", mode}  a re-entry named another mode than the lease's
 --   {"limit"}     the semaphore is held with another limit (also a re-entry)
+--   {"full", n}   the key has n live shared holders or permits, the most
+--                 it may have (ARGV[26])
 --   {"free"}      peek only: nobody holds the key
 --   {"recovering", epoch_id, ms_left}  quarantine after a loss of data
 --
@@ -109,8 +112,9 @@ local function held(who, retry)
 end
 
 -- behind answers that the caller waits for the waiters queued before it,
--- the first of them e (live until retry ms from now). How many wait is the
--- queue's length, without the caller.
+-- the first of them e (live until retry ms from now; nil when the walk
+-- met only dead entries up to its bound). How many wait is the queue's
+-- length, without the caller.
 local function behind(e, retry)
   local place = queued()
   forget(q)
@@ -118,7 +122,23 @@ local function behind(e, retry)
   if place ~= '' then
     waiters = waiters - 1
   end
+  if not e then
+    return {'queued', '', 0, epoch_id(), place, waiters, ''}
+  end
   return {'queued', e.owner, retry, epoch_id(), place, waiters, e.since}
+end
+
+-- live_holder decodes a holder's JSON if its lease has not lapsed (prune
+-- takes a bounded number per call, so a lapsed one may still be there).
+local function live_holder(raw)
+  if not raw then
+    return nil
+  end
+  local h = cjson.decode(raw)
+  if tonumber(h.e) <= now_ms then
+    return nil
+  end
+  return h
 end
 
 local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl', 'mode', 'limit', 'handed')
@@ -162,7 +182,7 @@ end
 local multi, used = cur[9], 0
 if multi then
   prune(lease, holders, hist, cap, now_ms)
-  used = redis.call('ZCARD', holders)
+  used = live_holders(holders, now_ms)
   if used == 0 then
     redis.call('DEL', lease, holders)
     multi = nil
@@ -171,14 +191,13 @@ end
 local held_as, held_limit = 'x', 0
 if multi then
   held_as, held_limit = multi == 'shared' and 's' or 'p', tonumber(cur[10]) or 0
-  local mine = redis.call('HGET', lease, 'h:' .. token)
-  if mine then
-    local h = cjson.decode(mine)
+  local h = live_holder(redis.call('HGET', lease, 'h:' .. token))
+  if h then
     return {'granted', h.o, token, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms), '', held_as, held_limit}
   end
   if reentry ~= '' then
-    local raw = redis.call('HGET', lease, 'h:' .. reentry)
-    if not raw then
+    local h = live_holder(redis.call('HGET', lease, 'h:' .. reentry))
+    if not h then
       return {'lost'}
     end
     if named and want ~= held_as then
@@ -187,7 +206,6 @@ if multi then
     if held_as == 'p' and limit ~= held_limit then
       return {'limit'}
     end
-    local h = cjson.decode(raw)
     h.c, h.t, h.r, h.e = int(tonumber(h.c) + 1), ARGV[3], int(now_ms), int(now_ms + ttl)
     redis.call('HSET', lease, 'h:' .. reentry, cjson.encode(h))
     redis.call('ZADD', holders, h.e, reentry)
@@ -197,9 +215,8 @@ if multi then
   end
   if idem ~= '' then
     local t = redis.call('HGET', lease, 'i:' .. idem)
-    local raw = t and redis.call('HGET', lease, 'h:' .. t)
-    if raw then
-      local h = cjson.decode(raw)
+    local h = t and live_holder(redis.call('HGET', lease, 'h:' .. t))
+    if h then
       if h.o ~= owner or h.it ~= ARGV[3] or (named and want ~= held_as) or (held_as == 'p' and limit ~= held_limit) then
         return {'mismatch'}
       end
@@ -219,9 +236,17 @@ end
 if multi and (want == 'x' or (want == 'p' and used >= limit)) then
   -- The key frees when the last shared holder lets go, a permit when the
   -- first does.
-  local at = redis.call('ZRANGE', holders, want == 'p' and 0 or -1, want == 'p' and 0 or -1, 'WITHSCORES')
+  local at
+  if want == 'p' then
+    at = redis.call('ZRANGEBYSCORE', holders, '(' .. int(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  else
+    at = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  end
   local h = cjson.decode(redis.call('HGET', lease, 'h:' .. at[1]))
   return held(h.o, tonumber(at[2]) - now_ms)
+end
+if multi and used >= tonumber(ARGV[26]) then
+  return {'full', used}
 end
 
 -- Blocked by waiters queued before the caller.
@@ -249,12 +274,14 @@ if want == 'x' then
   fence = grant_x(lease, fencekey, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us)
 else
   if not multi then
-    redis.call('HSET', lease, 'mode', want == 's' and 'shared' or 'permit', 'limit', limit)
+    -- fx: every holder of this lease is in the fence index (f:<fence>).
+    redis.call('HSET', lease, 'mode', want == 's' and 'shared' or 'permit', 'limit', limit, 'fx', '1')
   end
   fence = next_fence(fencekey, retention, now_us)
   local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0',
     e = int(now_ms + ttl), i = idem, it = ARGV[3], l = ''}
-  redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))
+  -- last: the newest holder, which a state describes (state.lua).
+  redis.call('HSET', lease, 'h:' .. token, cjson.encode(h), 'last', token, 'f:' .. fence, token)
   if idem ~= '' then
     redis.call('HSET', lease, 'i:' .. idem, token)
   end

@@ -8,22 +8,39 @@
 -- ARGV[4] wake channel ARGV[5] the fence to break, or "" for every holder
 -- ARGV[6] the event stream's cap
 --
--- Reply: {"ok", owner, fence, acquired_at_ms} (of the newest holder broken)
+-- Reply: {"ok", owner, fence, acquired_at_ms, more} (of the newest holder
+--        broken; more is 1 when holders are left that a call for every
+--        holder did not reach: force_max per call)
 --      | {"not_found"} | {"lost"} (no holder has that fence)
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local actor, reason, cap, channel, want = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 ev = {stream = KEYS[4], cap = ARGV[6], key = lock_of(lease)}
 
-local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count', 'acquired_at', 'mode')
+-- force_max bounds the holders one call breaks; Go calls again while more
+-- are left (engine.go), so each call's time stays bounded.
+local force_max = 100
+
+local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count', 'acquired_at', 'mode', 'fx')
 if cur[6] then
   local now_ms = clock()
   prune(lease, holders, hist, cap, now_ms)
+  local tokens
+  if want == '' then
+    tokens = redis.call('ZRANGEBYSCORE', holders, '(' .. int(now_ms), '+inf', 'LIMIT', 0, force_max)
+  elseif cur[7] then
+    tokens = {redis.call('HGET', lease, 'f:' .. want)}
+  else
+    -- A lease made before the fence index: look at each holder (at most
+    -- the holders' cap).
+    tokens = redis.call('ZRANGE', holders, 0, -1)
+  end
   local broken = nil
-  for _, t in ipairs(redis.call('ZRANGE', holders, 0, -1)) do
-    local h = cjson.decode(redis.call('HGET', lease, 'h:' .. t))
-    if want == '' or h.f == want then
+  for _, t in ipairs(tokens) do
+    local raw = t and redis.call('HGET', lease, 'h:' .. t)
+    local h = raw and cjson.decode(raw)
+    if h and (want == '' or h.f == want) and tonumber(h.e) > now_ms then
       record(hist, cap, nil, 'force_released', now_ms, h.o, h.f, h.t, h.c, actor, reason, nil)
-      redis.call('HDEL', lease, 'h:' .. t)
+      redis.call('HDEL', lease, 'h:' .. t, 'f:' .. h.f)
       if h.i ~= '' then
         redis.call('HDEL', lease, 'i:' .. h.i)
       end
@@ -41,7 +58,11 @@ if cur[6] then
     return {'not_found'}
   end
   redis.call('PUBLISH', channel, 'released')
-  return {'ok', broken.o, broken.f, broken.a}
+  local more = 0
+  if want == '' and left > 0 then
+    more = 1
+  end
+  return {'ok', broken.o, broken.f, broken.a, more}
 end
 if not cur[1] then
   return {'not_found'}

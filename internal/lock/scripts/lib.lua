@@ -186,12 +186,21 @@ local function live_until(q, e, now)
   return u
 end
 
+-- walk_max bounds the queue entries one call looks at (and so the dead
+-- ones it forgets), whatever the queue's length: a script's time stays
+-- bounded, and no list is unpacked past what Lua allows (about 8,000).
+local walk_max = 256
+
 -- walk calls f(id, entry, live_until) for each live entry of the queue,
 -- in order, until f returns something, and returns that; dead entries
--- met on the way are put on q.dead (see forget).
+-- met on the way are put on q.dead (see forget). It returns nil, true when
+-- it stopped at walk_max entries without an answer.
 local function walk(q, now, f)
   local i = 0
   while true do
+    if i >= walk_max then
+      return nil, true
+    end
     local ids = redis.call('ZRANGE', q.queue, i, i + 15)
     if not ids[1] then
       return nil
@@ -217,12 +226,17 @@ end
 -- not queued) and says whether a request of mode want ('x' exclusive,
 -- 's' shared, 'p' a permit of limit with used held) may be granted now:
 -- true, or false and the entry that blocks it with how long it stays
--- live.
+-- live. Past walk_max entries it answers false, with the first live entry
+-- it met (nil if none: the dead ones it met are forgotten, and a retry
+-- looks further).
 local function ahead(q, want, used, limit, wid, now)
-  local live = 0
-  local r = walk(q, now, function(id, e, u)
+  local live, first, until_first = 0, nil, 0
+  local r, cut = walk(q, now, function(id, e, u)
     if id == wid then
       return {true}
+    end
+    if not first then
+      first, until_first = e, u
     end
     if want == 'x' or (want == 's' and e.mode ~= 's') then
       return {false, e, u - now}
@@ -234,6 +248,9 @@ local function ahead(q, want, used, limit, wid, now)
       end
     end
   end)
+  if cut then
+    return false, first, first and until_first - now or 0
+  end
   if not r then
     return true
   end
@@ -259,24 +276,35 @@ local function first_live(q, now)
 end
 
 -- Holders of a shared lock or a semaphore: the lease hash has mode
--- ('shared' or 'permit'), limit, and per holder "h:<token>" (JSON, every
--- number a string) and "i:<idempotency tag>" → token; the holders sorted
+-- ('shared' or 'permit'), limit, last (the newest holder's token), and per
+-- holder "h:<token>" (JSON, every number a string), "i:<idempotency tag>"
+-- → token and "f:<fence>" → token (with fx set; a lease made before the
+-- fence index has no fx); the holders sorted
 -- set has each token by its expiry. The hash and the set outlive the last
 -- expiry by grace_ms, so that a lapse is still recorded (prune) when the
 -- sweeper or the next caller comes.
 local grace_ms = 60000
 
--- prune records and removes the holders whose lease lapsed; it returns
--- them (decoded).
+-- prune_max bounds the lapsed holders one call records and removes: when
+-- thousands lapse together, the sweeper comes back for the rest.
+local prune_max = 100
+
+-- live_holders is how many holders' leases have not lapsed, pruned or not.
+local function live_holders(holders, now)
+  return redis.call('ZCOUNT', holders, '(' .. string.format('%d', now), '+inf')
+end
+
+-- prune records and removes up to prune_max holders whose lease lapsed;
+-- it returns them (decoded).
 local function prune(lease, holders, hist, cap, now)
-  local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
+  local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', string.format('%d', now), 'LIMIT', 0, prune_max)
   local out = {}
   for _, t in ipairs(gone) do
     local raw = redis.call('HGET', lease, 'h:' .. t)
     if raw then
       local h = cjson.decode(raw)
       record(hist, cap, nil, 'expired', h.e, h.o, h.f, h.t, h.c, '', '', nil)
-      redis.call('HDEL', lease, 'h:' .. t)
+      redis.call('HDEL', lease, 'h:' .. t, 'f:' .. h.f)
       if h.i ~= '' then
         redis.call('HDEL', lease, 'i:' .. h.i)
       end
@@ -294,9 +322,13 @@ local function holder_of(lease, holders, hist, cap, sched, key, token, now)
   prune(lease, holders, hist, cap, now)
   local raw = redis.call('HGET', lease, 'h:' .. token)
   if raw then
-    return cjson.decode(raw)
+    local h = cjson.decode(raw)
+    -- Lapsed, but past what this call prunes.
+    if tonumber(h.e) > now then
+      return h
+    end
   end
-  if redis.call('ZCARD', holders) > 0 then
+  if live_holders(holders, now) > 0 then
     return nil, 'lost'
   end
   redis.call('DEL', lease, holders)
@@ -307,7 +339,9 @@ end
 
 -- settle sets the TTLs and the expiry schedule of a key's holders after a
 -- change (and when its last holder's lease ends, for epoch.lua), or
--- deletes the key when none is left; it returns how many hold it.
+-- deletes the key when none is left; it returns how many live holders
+-- there are. Lapsed holders prune has not reached yet keep the schedule in
+-- the past, so that the sweeper comes back for them.
 local function settle(lease, holders, sched, key, now)
   local n = redis.call('ZCARD', holders)
   if n == 0 then
@@ -323,7 +357,7 @@ local function settle(lease, holders, sched, key, now)
   redis.call('PEXPIRE', holders, keep)
   schedule(sched, key, first[2])
   redis.call('ZADD', latest_of(sched), last[2], key)
-  return n
+  return live_holders(holders, now)
 end
 
 -- next_fence takes a key's next fence. Fences never go backwards: the

@@ -36,7 +36,7 @@ if cur[7] then
     record(hist, cap, nil, 'released', now_ms, h.o, h.f, h.t, count, actor, '', nil)
     return {'ok', count, h.a}
   end
-  redis.call('HDEL', lease, 'h:' .. token)
+  redis.call('HDEL', lease, 'h:' .. token, 'f:' .. h.f)
   if h.i ~= '' then
     redis.call('HDEL', lease, 'i:' .. h.i)
   end

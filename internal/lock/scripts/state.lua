@@ -5,11 +5,16 @@
 --
 -- Reply: {} when nobody holds the key, else
 --   {"x", now_ms, queue, owner, fence, count, ttl_ms, acquired_at_ms,
---    renewed_at_ms, renewals, pttl_ms, left_ms}        one exclusive holder
---   {"m", now_ms, queue, mode, limit, holders}          shared holders or permits
--- queue: {owner, mode, since_ms, …} flat, live waiters in grant order
+--    renewed_at_ms, renewals, pttl_ms, left_ms, waiters} one exclusive holder
+--   {"m", now_ms, queue, mode, limit, holders, waiters, holders_total}
+--                                                       shared holders or permits
+-- queue: {owner, mode, since_ms, …} flat, live waiters in grant order among
+--        the first page_max entries; waiters: the queue's length
 -- holders: {owner, fence, count, ttl_ms, acquired_at_ms, renewed_at_ms,
---           renewals, expires_at_ms, left_ms, …} flat, live ones
+--           renewals, expires_at_ms, left_ms, …} flat, the first page_max
+--           live ones by expiry, and the newest (the "last" token) if live;
+--           holders_total: how many are live
+-- Whatever a key holds, one call reads a bounded part of it.
 -- left_ms: how much of the grant was left at its last renewal ("" before
 -- the first). Nothing is written: lapsed holders and dead waiters are only
 -- left out.
@@ -17,9 +22,11 @@ local lease = KEYS[1]
 local now_ms = clock()
 local q = {queue = KEYS[2], info = KEYS[3], replicas = KEYS[5], alive = {}, dead = {}}
 
+local page_max = 100
+
 local function waiting()
   local out = {}
-  local ids = redis.call('ZRANGE', q.queue, 0, -1)
+  local ids = redis.call('ZRANGE', q.queue, 0, page_max - 1)
   if not ids[1] then
     return out
   end
@@ -35,12 +42,22 @@ local function waiting()
   return out
 end
 
-local cur = redis.call('HMGET', lease, 'owner', 'fence', 'count', 'ttl_ms', 'acquired_at', 'renewed_at', 'renewals', 'left_ms', 'mode', 'limit')
+local cur = redis.call('HMGET', lease, 'owner', 'fence', 'count', 'ttl_ms', 'acquired_at', 'renewed_at', 'renewals', 'left_ms', 'mode', 'limit', 'last')
 if cur[9] then
   local hs = {}
-  local live = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now_ms, '+inf')
+  local since = '(' .. int(now_ms)
+  local live = redis.call('ZRANGEBYSCORE', KEYS[4], since, '+inf', 'LIMIT', 0, page_max)
+  if cur[11] and #live == page_max then
+    -- The newest holder, which the state describes, may be past the page.
+    local at = tonumber(redis.call('ZSCORE', KEYS[4], cur[11]))
+    if at and at > now_ms then
+      live[#live + 1] = cur[11]
+    end
+  end
+  local seen = {}
   for _, t in ipairs(live) do
-    local raw = redis.call('HGET', lease, 'h:' .. t)
+    local raw = not seen[t] and redis.call('HGET', lease, 'h:' .. t)
+    seen[t] = true
     if raw then
       local h = cjson.decode(raw)
       for _, v in ipairs({h.o, h.f, h.c, h.t, h.a, h.r, h.n, h.e, h.l}) do
@@ -51,11 +68,12 @@ if cur[9] then
   if not hs[1] then
     return {}
   end
-  return {'m', int(now_ms), waiting(), cur[9], cur[10], hs}
+  return {'m', int(now_ms), waiting(), cur[9], cur[10], hs, redis.call('ZCARD', q.queue),
+    redis.call('ZCOUNT', KEYS[4], since, '+inf')}
 end
 if not cur[1] then
   return {}
 end
 local pttl = redis.call('PTTL', lease)
 return {'x', int(now_ms), waiting(), cur[1], cur[2], tonumber(cur[3]), tonumber(cur[4]), cur[5], cur[6],
-  tonumber(cur[7]), pttl, cur[8]}
+  tonumber(cur[7]), pttl, cur[8], redis.call('ZCARD', q.queue)}

@@ -94,6 +94,10 @@ local function sweep_bucket(b)
         local holders = 'lockd:{' .. key .. '}:holders'
         local gone = prune(lease, holders, 'lockd:{' .. key .. '}:hist', cap, now)
         settle(lease, holders, sched, key, now)
+        if #gone == prune_max then
+          -- More lapsed together than one call records: come back now.
+          more = 1
+        end
         if gone[1] then
           redis.call('PUBLISH', 'lockd:{' .. key .. '}:wake', 'expired')
         end
