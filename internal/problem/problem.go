@@ -97,7 +97,7 @@ func Of(err error, key string) Problem {
 			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner, ttl_ms, mode or limit; nothing was changed"}
 	case errors.As(err, &full):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeTooManyHolders, Title: "Too many holders",
-			Detail: fmt.Sprintf("%s already has %d live holders, the most one key may have; retry when some have released", key, full.Holders),
+			Detail:     fmt.Sprintf("%s already has %d live holders, the most one key may have; retry when some have released", key, full.Holders),
 			RetryAfter: 1}
 	case errors.As(err, &mode):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeModeMismatch, Title: "Mode mismatch",
