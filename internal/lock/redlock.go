@@ -48,7 +48,7 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	subs := make([]subscription, len(clients))
 	for i, c := range clients {
 		r.nodes = append(r.nodes, New(c, opts))
-		subs[i] = newNodeSubscription(c, nil)
+		subs[i] = newNodeSubscription(c)
 	}
 	r.opts = r.nodes[0].opts // with the defaults
 	var id [8]byte
