@@ -67,7 +67,7 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	subs := make([]subscription, len(clients))
 	for i, c := range clients {
 		r.nodes = append(r.nodes, New(c, opts))
-		subs[i] = newNodeSubscription(c, nil)
+		subs[i] = newNodeSubscription(c)
 	}
 	r.opts = r.nodes[0].opts // with the defaults
 	r.lapses = newLapseTally(r.quorum, len(r.nodes), 2*r.opts.CallTimeout+4*r.opts.SweepInterval)

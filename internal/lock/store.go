@@ -272,7 +272,10 @@ func (s *redisStore) Subscribe() subscription {
 	if s.cluster != nil {
 		return newClusterSubscription(s.cluster)
 	}
-	return newNodeSubscription(s.rdb, s.sentinel)
+	if c, ok := s.rdb.(*redis.Client); ok && s.sentinel != nil {
+		return newSentinelSubscription(c, s.sentinel)
+	}
+	return newNodeSubscription(s.rdb)
 }
 
 // slotOwner is one range of slots and the address of its master.

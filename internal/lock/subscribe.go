@@ -3,11 +3,16 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // noticeKind says what a notice tells the hub.
@@ -40,39 +45,29 @@ type subscription interface {
 	Close() error
 }
 
-// nodeSubscription is one pub/sub connection to one server. With Sentinel
-// it also watches which server is master and, when that changes, moves the
-// subscription there: go-redis reconnects a broken pub/sub connection to the
-// new master, but after a graceful failover the old connection stays open
-// on the old master, which is not demoted for seconds, and every wake-up
-// published on the new master meanwhile would be lost.
+// nodeSubscription is one pub/sub connection to one server. go-redis
+// reconnects it after an error and subscribes again; the confirmations
+// that follow tell the hub to re-check those keys.
 type nodeSubscription struct {
-	rdb      redis.UniversalClient
-	sentinel *Sentinel
-	out      chan notice
+	out chan notice
 
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	wanted map[string]bool
+	mu sync.Mutex
+	ps *redis.PubSub
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func newNodeSubscription(rdb redis.UniversalClient, sentinel *Sentinel) *nodeSubscription {
+func newNodeSubscription(rdb redis.UniversalClient) *nodeSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &nodeSubscription{
-		rdb: rdb, sentinel: sentinel, out: make(chan notice, 256),
-		wanted: map[string]bool{}, ctx: ctx, cancel: cancel,
-	}
+	n := &nodeSubscription{out: make(chan notice, 256), ctx: ctx, cancel: cancel}
 	n.ps = rdb.Subscribe(ctx)
 	n.wg.Add(1)
-	go n.receive(n.ps)
-	if sentinel != nil {
-		n.wg.Add(1)
-		go n.watchMaster()
-	}
+	go func() {
+		defer n.wg.Done()
+		pump(n.ctx, n.ps, n.out, nil)
+	}()
 	return n
 }
 
@@ -81,16 +76,12 @@ func (n *nodeSubscription) Notices() <-chan notice { return n.out }
 func (n *nodeSubscription) Subscribe(ctx context.Context, channel string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.wanted[channel] = true
 	return n.ps.Subscribe(ctx, channel)
 }
 
 func (n *nodeSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, c := range channels {
-		delete(n.wanted, c)
-	}
 	return n.ps.Unsubscribe(ctx, channels...)
 }
 
@@ -101,14 +92,6 @@ func (n *nodeSubscription) Close() error {
 	n.mu.Unlock()
 	n.wg.Wait()
 	return err
-}
-
-// receive pumps one PubSub's messages until it is closed. go-redis
-// reconnects and resubscribes after an error; the confirmations that follow
-// tell the hub to re-check those keys.
-func (n *nodeSubscription) receive(ps *redis.PubSub) {
-	defer n.wg.Done()
-	pump(n.ctx, ps, n.out, nil)
 }
 
 // pump forwards a PubSub's messages as notices until ctx ends or the PubSub
@@ -164,56 +147,273 @@ func pump(ctx context.Context, ps *redis.PubSub, out chan<- notice, broken func(
 	}
 }
 
-// watchMaster asks the sentinels which server is master every
-// masterPoll, and moves the subscription when it changed.
-func (n *nodeSubscription) watchMaster() {
-	defer n.wg.Done()
-	t := time.NewTicker(masterPoll)
-	defer t.Stop()
-	last := ""
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-		}
-		addr, err := n.masterAddr()
-		if err != nil || addr == "" {
-			continue
-		}
-		if last != "" && addr != last {
-			n.move()
-		}
-		last = addr
-	}
+// sentinelSubscription is the wake-up subscription under Sentinel: one
+// pub/sub connection to the server that the sentinels name as master,
+// moved when they name another.
+//
+// It is made on a client of that one server, not through the failover
+// client, whose PubSub go-redis dials to the master named by the one
+// sentinel it picked. Sentinels learn of a failover at different times:
+// the leader first, the others from its hello messages (about 0.1 s later
+// when the machine is quiet, longer when it is busy). When this
+// subscription saw the switch first and moved, go-redis could dial the old
+// master again, and nothing moved it after that. Sentinel leaves the old
+// master a writable master for about 10 s after SENTINEL FAILOVER, hearing
+// nothing published on the new one, until it demotes it and disconnects its
+// clients; waiters were then woken about 10 s late (4 of 20 runs under
+// load, TestWakeAfterFailoverUnderLoad).
+type sentinelSubscription struct {
+	sentinel  *Sentinel
+	data      *redis.Options // the failover client's options, for the data nodes
+	sentinels []*redis.SentinelClient
+	out       chan notice
+	// changed is signalled when a sentinel announces a new master
+	// (+switch-master), so that the subscription moves without waiting
+	// for the next poll.
+	changed chan struct{}
+
+	mu     sync.Mutex
+	addr   string        // the master the subscription is on; "" until known
+	node   *redis.Client // a client of addr alone
+	ps     *redis.PubSub // on node; nil until the master is known
+	wanted map[string]bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
-// masterPoll is how often lockd asks the sentinels for the master: a
-// wake-up published on a new master is heard at most this much later
-// (the PTTL timer stays as the fallback).
+// masterPoll is how often lockd asks the sentinels for the master, in case
+// it missed a +switch-master (a sentinel's connection was down).
 const masterPoll = 250 * time.Millisecond
 
-func (n *nodeSubscription) masterAddr() (string, error) {
-	return masterAddr(n.ctx, n.sentinel)
+func newSentinelSubscription(rdb *redis.Client, sentinel *Sentinel) *sentinelSubscription {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &sentinelSubscription{
+		sentinel: sentinel, data: rdb.Options(), out: make(chan notice, 256),
+		changed: make(chan struct{}, 1), wanted: map[string]bool{}, ctx: ctx, cancel: cancel,
+	}
+	for _, addr := range sentinel.Addrs {
+		// TLS as go-redis's own sentinel clients have it: the failover
+		// client's.
+		s.sentinels = append(s.sentinels, redis.NewSentinelClient(&redis.Options{
+			Addr: addr, Username: sentinel.Username, Password: sentinel.Password, TLSConfig: s.data.TLSConfig,
+			DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+			MaxRetries: -1, PoolSize: 2, Protocol: 2, DisableIdentity: true,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		}))
+	}
+	for _, sc := range s.sentinels {
+		s.wg.Add(1)
+		go s.announcements(sc)
+	}
+	s.wg.Add(1)
+	go s.watch()
+	return s
 }
 
-// move replaces the PubSub by a new one on the current master, subscribed
-// to every wanted channel, and tells the hub to re-check every key.
-func (n *nodeSubscription) move() {
-	n.mu.Lock()
-	old := n.ps
-	channels := make([]string, 0, len(n.wanted))
-	for c := range n.wanted {
+func (s *sentinelSubscription) Notices() <-chan notice { return s.out }
+
+func (s *sentinelSubscription) Subscribe(ctx context.Context, channel string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wanted[channel] = true
+	if s.ps == nil {
+		// No master known yet: the first move subscribes the channel, and
+		// its confirmation tells the hub.
+		return nil
+	}
+	return s.ps.Subscribe(ctx, channel)
+}
+
+func (s *sentinelSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range channels {
+		delete(s.wanted, c)
+	}
+	if s.ps == nil {
+		return nil
+	}
+	return s.ps.Unsubscribe(ctx, channels...)
+}
+
+func (s *sentinelSubscription) Close() error {
+	s.cancel()
+	s.mu.Lock()
+	var err error
+	if s.ps != nil {
+		err = s.ps.Close()
+		_ = s.node.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	for _, sc := range s.sentinels {
+		_ = sc.Close()
+	}
+	return err
+}
+
+// announcements listens for +switch-master on one sentinel. Each sentinel
+// announces the switch when it learns of it, so the first announcement
+// comes from the first sentinel that knows.
+func (s *sentinelSubscription) announcements(sc *redis.SentinelClient) {
+	defer s.wg.Done()
+	ps := sc.Subscribe(s.ctx, "+switch-master")
+	defer ps.Close()
+	ch := ps.Channel()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			// "<master name> <old ip> <old port> <new ip> <new port>"
+			if name, _, _ := strings.Cut(m.Payload, " "); name == s.sentinel.MasterName {
+				select {
+				case s.changed <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// watch asks the sentinels for the master at once, then every masterPoll
+// and on every announcement, and moves the subscription when the master
+// changed.
+func (s *sentinelSubscription) watch() {
+	defer s.wg.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.changed:
+		}
+		if addr, err := s.master(); err == nil && addr != s.current() {
+			s.move(addr)
+		}
+		t.Reset(masterPoll)
+	}
+}
+
+func (s *sentinelSubscription) current() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// master asks every sentinel at once which server is master, and believes
+// the one with the highest configuration epoch: a sentinel that has not yet
+// heard of a failover names the old master, with the old epoch. Each is
+// asked for its epoch (SENTINEL MASTER) before the address
+// (GET-MASTER-ADDR-BY-NAME), so that the address is never older than the
+// epoch it is judged by. (SENTINEL MASTER's own address is not used: the
+// leader of a failover gives the new epoch with the old address there
+// while it reconfigures, and GET-MASTER-ADDR-BY-NAME already names the new
+// master.)
+func (s *sentinelSubscription) master() (string, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 500*time.Millisecond)
+	defer cancel()
+	type answer struct {
+		addr  string
+		epoch int64
+	}
+	answers := make([]answer, len(s.sentinels))
+	var wg sync.WaitGroup
+	for i, sc := range s.sentinels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = answer{epoch: -1}
+			m, err := sc.Master(ctx, s.sentinel.MasterName).Result()
+			if err != nil {
+				return
+			}
+			epoch, err := strconv.ParseInt(m["config-epoch"], 10, 64)
+			if err != nil {
+				return
+			}
+			hp, err := sc.GetMasterAddrByName(ctx, s.sentinel.MasterName).Result()
+			if err != nil || len(hp) != 2 {
+				return
+			}
+			answers[i] = answer{addr: net.JoinHostPort(hp[0], hp[1]), epoch: epoch}
+		}()
+	}
+	wg.Wait()
+	best := answer{epoch: -1}
+	for _, a := range answers {
+		if a.epoch > best.epoch {
+			best = a
+		}
+	}
+	if best.addr == "" {
+		return "", fmt.Errorf("lock: no sentinel answered for %s", s.sentinel.MasterName)
+	}
+	return best.addr, nil
+}
+
+// move puts the subscription on the server at addr: a new PubSub there,
+// subscribed to every wanted channel, then the old one closed. Redis
+// confirms each channel on the new connection, and each confirmation has
+// the hub try that key again: a release published while nobody listened
+// on the new master (between the switch and this move) is not missed.
+func (s *sentinelSubscription) move(addr string) {
+	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		return // closed
+	}
+	oldNode, oldPS := s.node, s.ps
+	channels := make([]string, 0, len(s.wanted))
+	for c := range s.wanted {
 		channels = append(channels, c)
 	}
-	n.ps = n.rdb.Subscribe(n.ctx, channels...)
-	n.wg.Add(1)
-	go n.receive(n.ps)
-	n.mu.Unlock()
-	_ = old.Close()
-	select {
-	case n.out <- notice{kind: noticeReset}:
-	case <-n.ctx.Done():
+	s.addr = addr
+	s.node = redis.NewClient(dataNodeOptions(s.data, addr))
+	s.ps = s.node.Subscribe(s.ctx, channels...)
+	ps := s.ps
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		pump(s.ctx, ps, s.out, nil)
+	}()
+	s.mu.Unlock()
+	if oldPS != nil {
+		_ = oldPS.Close()
+		_ = oldNode.Close()
+	}
+}
+
+// dataNodeOptions are the options of a client of the data node at addr
+// alone: the failover client's credentials, database, TLS and timeouts,
+// without its dialer, which dials whichever master its sentinel names.
+func dataNodeOptions(fo *redis.Options, addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                       addr,
+		Username:                   fo.Username,
+		Password:                   fo.Password,
+		CredentialsProvider:        fo.CredentialsProvider,
+		CredentialsProviderContext: fo.CredentialsProviderContext,
+		DB:                         fo.DB,
+		TLSConfig:                  fo.TLSConfig,
+		Protocol:                   fo.Protocol,
+		DialTimeout:                fo.DialTimeout,
+		ReadTimeout:                fo.ReadTimeout,
+		WriteTimeout:               fo.WriteTimeout,
+		PoolTimeout:                fo.PoolTimeout,
+		MaxRetries:                 fo.MaxRetries,
+		ContextTimeoutEnabled:      fo.ContextTimeoutEnabled,
+		DisableIdentity:            fo.DisableIdentity,
+		MaintNotificationsConfig:   &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		// Only the PubSub is used, on its own connection.
+		PoolSize: 1,
 	}
 }
 

@@ -366,10 +366,28 @@ func checkRole(ctx context.Context, c *redis.Client, role, masterAddr string) er
 // returns once Ready, so that the next test again finds one master and one
 // replica.
 func (s *Sentinel) Failover(ctx context.Context) (time.Duration, error) {
-	start := time.Now()
-	old, next, err := s.roles(ctx)
+	old, took, err := s.SwitchMaster(ctx)
 	if err != nil {
-		return 0, err
+		return took, err
+	}
+	if err := s.cs.get(old).ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(s.other(old).port)).Err(); err != nil {
+		return took, fmt.Errorf("demote old master %s: %w", old, err)
+	}
+	return took, s.Ready(ctx)
+}
+
+// SwitchMaster makes the replica the master with SENTINEL FAILOVER and
+// waits until every Sentinel names it and it answers role master, as
+// Failover does, but leaves the old master as Sentinel leaves it: a
+// writable master for about 10 s, with its clients and their
+// subscriptions, which hear nothing published on the new master. It
+// returns the old master's address and how long the switch took. Demote
+// ends that state as Sentinel would.
+func (s *Sentinel) SwitchMaster(ctx context.Context) (old string, took time.Duration, err error) {
+	start := time.Now()
+	prev, next, err := s.roles(ctx)
+	if err != nil {
+		return "", 0, err
 	}
 	// NOGOODSLAVE means a Sentinel has not yet an up-to-date view of the
 	// replica; INPROG, that its previous failover has not ended. Both pass.
@@ -377,16 +395,46 @@ func (s *Sentinel) Failover(ctx context.Context) (time.Duration, error) {
 		return s.sentinelClient(s.sentinels[0].addr).Failover(ctx, sentinelMaster).Err()
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%w\n%s", err, s.Logs())
+		return "", 0, fmt.Errorf("%w\n%s", err, s.Logs())
 	}
 	if err := s.waitPromoted(ctx, next); err != nil {
-		return 0, err
+		return "", 0, err
 	}
-	took := time.Since(start)
-	if err := s.cs.get(old.addr).ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(next.port)).Err(); err != nil {
-		return took, fmt.Errorf("demote old master %s: %w", old.addr, err)
+	return prev.addr, time.Since(start), nil
+}
+
+// Demote does to the old master of SwitchMaster what Sentinel does about
+// 10 s after a failover: in one MULTI, REPLICAOF the new master and CLIENT
+// KILL of its normal and pub/sub clients (measured on 7.0: the old master's
+// subscribers are disconnected as it turns replica). It returns once Ready.
+// If Sentinel demoted the node already, it only drops the clients that
+// connected since.
+func (s *Sentinel) Demote(ctx context.Context, old string) error {
+	next := s.other(old)
+	if next == nil {
+		return fmt.Errorf("%s is not a data node of the topology", old)
 	}
-	return took, s.Ready(ctx)
+	_, err := s.cs.get(old).TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(next.port))
+		p.ClientKillByFilter(ctx, "TYPE", "normal")
+		p.ClientKillByFilter(ctx, "TYPE", "pubsub")
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("demote old master %s: %w", old, err)
+	}
+	return s.Ready(ctx)
+}
+
+// other is the data node that is not at addr (nil if addr is neither).
+func (s *Sentinel) other(addr string) *node {
+	switch addr {
+	case s.data[0].addr:
+		return s.data[1]
+	case s.data[1].addr:
+		return s.data[0]
+	}
+	return nil
 }
 
 // waitPromoted waits until every Sentinel names n as master and n answers

@@ -107,6 +107,45 @@ func TestSentinel(t *testing.T) {
 		replicated("after-failover")
 	})
 
+	t.Run("SwitchMaster and Demote", func(t *testing.T) {
+		replicated("before-switch")
+		old, took, err := s.SwitchMaster(ctx)
+		must(err)
+		t.Logf("SENTINEL FAILOVER, old master left alone: new master named and serving in %v", took.Round(time.Millisecond))
+		now, err := s.MasterAddr(ctx)
+		must(err)
+		if now == old {
+			t.Fatalf("master still %s", old)
+		}
+		// As Sentinel leaves it: a second master, whose subscribers hear
+		// nothing published on the new one.
+		oc := s.NodeClient(old)
+		defer oc.Close()
+		must(checkRole(ctx, oc, "master", ""))
+		ps := oc.Subscribe(ctx, "switch")
+		defer ps.Close()
+		_, err = ps.Receive(ctx)
+		must(err)
+		nc := s.NodeClient(now)
+		defer nc.Close()
+		n, err := nc.Publish(ctx, "switch", "m").Result()
+		must(err)
+		if n != 0 {
+			t.Fatalf("a publish on the new master reached %d subscribers of the old one", n)
+		}
+		must(s.Demote(ctx, old))
+		// Demote closed the old master's client connections, as Sentinel does.
+		if _, err := ps.ReceiveTimeout(ctx, 2*time.Second); err == nil {
+			t.Fatal("the old master's subscriber was not disconnected")
+		}
+		replica, err := s.ReplicaAddr(ctx)
+		must(err)
+		if replica != old {
+			t.Fatalf("replica %s, want the old master %s", replica, old)
+		}
+		replicated("after-demote")
+	})
+
 	t.Run("KillMaster", func(t *testing.T) {
 		replicated("before-kill")
 		old, err := s.MasterAddr(ctx)
