@@ -35,6 +35,7 @@ type epochSeen struct {
 	sched string    // the bucket's expiry schedule
 	read  time.Time // the bucket's last lease ends, as last read
 	own   time.Time // the last lease this process granted or renewed since ends
+	used  time.Time // when this process last met the marker
 }
 
 // newEpochID is the id of a marker this process would make (acquire.lua
@@ -52,7 +53,20 @@ func (p *epochs) of(sh *sharedKeys) *epochSeen {
 		s = &epochSeen{sched: sh.expiries}
 		p.markers[sh.epoch] = s
 	}
+	s.used = time.Now()
 	return s
+}
+
+// epochIdle is how long after its last use a Cluster slot's marker is no
+// longer refreshed, unless a lease known to this process may be live in
+// it: the refresh costs one call per slot, and a lockd that touches keys
+// of every slot should not pay 16,384 calls a second for ones it no longer
+// uses. (The one marker of a single server or Sentinel is always kept.)
+const epochIdle = time.Minute
+
+// idle says whether s is a Cluster marker to forget.
+func (s *epochSeen) idle(now time.Time) bool {
+	return now.Sub(s.used) > epochIdle && now.After(s.read) && now.After(s.own)
 }
 
 // get is the id last seen in sh's marker and how long what this process
@@ -190,7 +204,12 @@ func (e *Engine) refreshEpochs(ctx context.Context) {
 	}
 	e.epochs.mu.Lock()
 	calls := make([]call, 0, len(e.epochs.markers))
+	now := time.Now()
 	for m, s := range e.epochs.markers {
+		if e.st.Sharded() && s.idle(now) {
+			delete(e.epochs.markers, m)
+			continue
+		}
 		calls = append(calls, call{marker: m, s: s})
 	}
 	e.epochs.mu.Unlock()
@@ -225,7 +244,7 @@ func (e *Engine) refreshEpochs(ctx context.Context) {
 		e.epochs.mu.Unlock()
 		_ = run()
 	}
-	now := time.Now()
+	now = time.Now()
 	e.epochs.mu.Lock()
 	defer e.epochs.mu.Unlock()
 	for i := range calls {
