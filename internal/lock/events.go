@@ -45,6 +45,14 @@ type Change struct {
 // ErrBadEventID is a Last-Event-ID that is not a stream ID.
 var ErrBadEventID = errors.New("lock: not an event ID (<ms>-<seq>)")
 
+// ValidEventID reports whether id is an event ID as the stream hands them
+// out: "<ms>-<seq>", two decimal numbers that fit in 64 bits each, as
+// Redis stream IDs do. Subscribe refuses any other with ErrBadEventID.
+func ValidEventID(id string) bool {
+	_, _, ok := parseStreamID(id)
+	return ok
+}
+
 // ErrTooSlow ends a subscription whose reader fell too far behind; it may
 // subscribe again after the last event it read.
 var ErrTooSlow = errors.New("lock: event reader too slow")
@@ -101,7 +109,7 @@ func (e *Engine) relay(ctx context.Context, v any) error {
 func (e *Engine) ReadEvents(ctx context.Context, after string, count int) ([]Change, error) {
 	start := "-"
 	if after != "" && after != "0" {
-		if _, _, ok := parseStreamID(after); !ok {
+		if !ValidEventID(after) {
 			return nil, ErrBadEventID
 		}
 		start = "(" + after
@@ -204,10 +212,8 @@ type Subscription struct {
 // after (a Last-Event-ID, as long as the stream still holds it), or with
 // after "" those from now on. Close it when done.
 func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, error) {
-	if after != "" {
-		if _, _, ok := parseStreamID(after); !ok {
-			return nil, ErrBadEventID
-		}
+	if after != "" && !ValidEventID(after) {
+		return nil, ErrBadEventID
 	}
 	// "From now on" is the stream's end now, not where the tail has got
 	// to: a tail that lags would hand a new reader events of the past.

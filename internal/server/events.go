@@ -33,8 +33,8 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 	after := ""
 	if r.Params.LastEventID != nil {
 		after = strings.TrimSpace(*r.Params.LastEventID)
-		if !validEventID(after) {
-			return nil, invalid("Last-Event-ID", "Last-Event-ID must be an id the stream sent: <ms>-<seq>, e.g. 1763812345678-0")
+		if !lock.ValidEventID(after) {
+			return nil, lock.ErrBadEventID // 400, named by problem.Of
 		}
 	}
 	select {
@@ -55,23 +55,6 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		return strings.HasPrefix(name, prefix) && (!filter || c.mayTouch(s.cfg.Keys, name))
 	}
 	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep}, nil
-}
-
-// validEventID: "<ms>-<seq>", digits only, as Redis stream IDs are.
-func validEventID(id string) bool {
-	ms, seq, ok := strings.Cut(id, "-")
-	digits := func(p string) bool {
-		if p == "" || len(p) > 20 {
-			return false
-		}
-		for i := 0; i < len(p); i++ {
-			if p[i] < '0' || p[i] > '9' {
-				return false
-			}
-		}
-		return true
-	}
-	return ok && digits(ms) && digits(seq)
 }
 
 // eventStream writes the events; it implements the generated response
