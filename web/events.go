@@ -95,6 +95,11 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		c, err := sub.Next(wait)
 		cancel()
 		switch {
+		case err == nil && c.Type == lock.Reset:
+			// Events were missed: the page re-reads what it shows.
+			if write(fmt.Sprintf("id: %s\nevent: change\ndata: {\"type\":\"reset\"}\n\n", c.ID)) != nil {
+				return
+			}
 		case err == nil:
 			name, isSem := lock.SplitKey(c.Key)
 			if isSem != sem || !strings.HasPrefix(name, prefix) || !id.MayTouch(name) {

@@ -63,6 +63,7 @@ type serveConfig struct {
 
 	// Events, webhooks and contention metrics.
 	eventsMax          int
+	eventsResumeMax    int
 	webhooksFile       string
 	webhooks           []webhook.Hook
 	metricsPrefixDepth int
@@ -101,6 +102,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redlock, "redlock", env.str("redlock", ""), "comma-separated redis:// or rediss:// URLs of an odd number (3 or more) of independent Redis masters: grant by majority (Redlock) instead of --redis")
 	fs.BoolVar(&c.quarantine, "restart-quarantine", env.bool("restart-quarantine", true), "after Redis lost its data (restart without persistence, failover to an empty replica, flush), grant nothing until every lease it may have forgotten has expired")
 	fs.IntVar(&c.eventsMax, "events-max", env.int("events-max", 100_000), "lifecycle events kept in the shared event stream (GET /v1/events resume, webhook backlog)")
+	fs.IntVar(&c.eventsResumeMax, "events-resume-max", env.int("events-resume-max", lock.DefaultEventsResumeMax), "most events a Last-Event-ID resume reads; from further back, the stream sends a reset")
 	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes); see docs/operations.md")
 	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
 	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
@@ -202,6 +204,8 @@ func (c serveConfig) validate() error {
 		return usageError("--replica-acks needs --redis: the embedded store has no replicas")
 	case c.eventsMax < 100:
 		return usageError("--events-max must be at least 100")
+	case c.eventsResumeMax < 1:
+		return usageError("--events-resume-max must be at least 1")
 	case c.metricsPrefixDepth < 1 || c.metricsMaxPrefixes < 1:
 		return usageError("--metrics-prefix-depth and --metrics-max-prefixes must be at least 1")
 	case c.logFormat != "json" && c.logFormat != "console":
@@ -258,6 +262,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey,
 		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
 		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL, EventsMax: cfg.eventsMax,
+		EventsResumeMax: cfg.eventsResumeMax,
 	}
 	var engine lockEngine
 	if len(topo.masters) > 0 {

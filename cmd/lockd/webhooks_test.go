@@ -33,6 +33,7 @@ func TestServeWebhooksAndMetricsFlags(t *testing.T) {
 		{[]string{"--metrics-prefix-depth", "0"}, nil, "--metrics-prefix-depth"},
 		{[]string{"--metrics-max-prefixes", "0"}, nil, "--metrics-max-prefixes"},
 		{[]string{"--events-max", "10"}, nil, "--events-max"},
+		{[]string{"--events-resume-max", "0"}, nil, "--events-resume-max"},
 	} {
 		c, err := parseServe(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		switch {

@@ -122,6 +122,13 @@ func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 		c, err := es.sub.Next(wait)
 		cancelWait()
 		switch {
+		case err == nil && c.Type == lock.Reset:
+			// Not an event of a key: every reader is told.
+			b, _ := json.Marshal(api.StreamReset{Id: c.ID, Reason: api.StreamResetReason(c.Reason)})
+			if err := write(fmt.Sprintf("id: %s\nevent: %s\ndata: %s\n\n", c.ID, lock.Reset, b)); err != nil {
+				return nil
+			}
+			last = time.Now()
 		case err == nil:
 			if !es.keep(c.Key) {
 				continue
