@@ -102,6 +102,7 @@ type Dashboard struct {
 	sessions *sessions // nil: no sign-in (auth off)
 	pageSize int
 	now      func() time.Time
+	live     liveStreams // open /ui/events streams
 }
 
 // NewDashboard returns the dashboard on engine, with auth off (anonymous).

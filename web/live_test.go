@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"net/http/cookiejar"
 	"strings"
 	"testing"
 	"time"
@@ -90,17 +91,7 @@ func TestLiveEvents(t *testing.T) {
 // when set) and returns its lines from the first comment on.
 func (e *env) live(src, lastID string) <-chan string {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	e.t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+src, nil)
-	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { resp.Body.Close() })
+	resp := e.openLive(src, lastID)
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		e.t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -151,5 +142,55 @@ func TestLiveEventsReset(t *testing.T) {
 	}
 	if want := []string{"event: change", `data: {"type":"reset"}`}; strings.Join(msg, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("first message %q, want %q", msg, want)
+	}
+}
+
+// openLive opens the dashboard's event stream src, kept open until the
+// test ends.
+func (e *env) openLive(src, lastID string) *http.Response {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+src, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// N7 of the second audit: one signed-in key's live pages take at most a
+// tenth of the dashboard's streams; another key's page still gets one.
+// Before, one session took all 200 and the admin's page got 429.
+func TestLiveStreamsPerKey(t *testing.T) {
+	e, _ := newAuthEnv(t)
+	e.mustLogin(viewerKey)
+	ok := 0
+	for range 21 {
+		if resp := e.openLive("/ui/events", ""); resp.StatusCode == http.StatusOK {
+			ok++
+		} else if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("status %d, want 200 or 429", resp.StatusCode)
+		}
+	}
+	if ok != 20 {
+		t.Fatalf("one key opened %d of 21 live streams, want its share of 20 (a tenth of 200)", ok)
+	}
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := *e
+	c := *e.client
+	c.Jar = jar
+	other.client = &c
+	other.mustLogin(opsKey)
+	if resp := other.openLive("/ui/events", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("another key's live page: %d, want 200", resp.StatusCode)
 	}
 }

@@ -34,6 +34,8 @@ func TestServeWebhooksAndMetricsFlags(t *testing.T) {
 		{[]string{"--metrics-max-prefixes", "0"}, nil, "--metrics-max-prefixes"},
 		{[]string{"--events-max", "10"}, nil, "--events-max"},
 		{[]string{"--events-resume-max", "0"}, nil, "--events-resume-max"},
+		{[]string{"--max-event-streams", "0"}, nil, "--max-event-streams"},
+		{nil, map[string]string{"LOCKD_MAX_EVENT_STREAMS_PER_API_KEY": "-1"}, "--max-event-streams-per-api-key"},
 	} {
 		c, err := parseServe(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		switch {

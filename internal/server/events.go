@@ -37,15 +37,26 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 			return nil, lock.ErrBadEventID // 400, named by problem.Of
 		}
 	}
+	// The key's share first: a key at its quota takes no slot of the
+	// server's.
+	releaseQuota, err := s.take(ctx, quotaEventStreams)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case s.streams <- struct{}{}:
 	default:
+		releaseQuota()
 		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
 			title: "Too many event streams", detail: fmt.Sprintf("this server already keeps %d event streams open", cap(s.streams))}
 	}
+	release := func() {
+		<-s.streams
+		releaseQuota()
+	}
 	sub, err := s.engine.Subscribe(ctx, after)
 	if err != nil {
-		<-s.streams
+		release()
 		return nil, err
 	}
 	// The prefix and the API key's prefixes apply to a semaphore's name
@@ -54,7 +65,7 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		name, _ := lock.SplitKey(key)
 		return strings.HasPrefix(name, prefix) && (!filter || c.mayTouch(s.cfg.Keys, name))
 	}
-	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep}, nil
+	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep, release: release}, nil
 }
 
 // eventStream writes the events; it implements the generated response
@@ -64,6 +75,8 @@ type eventStream struct {
 	ctx  context.Context
 	sub  *lock.Subscription
 	keep func(key string) bool
+	// release gives back the stream's slot and its key's quota.
+	release func()
 }
 
 // LockEventOf is an event as the stream and webhooks send it: never a
@@ -87,7 +100,7 @@ func LockEventOf(c lock.Change) api.LockEvent {
 func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 	defer func() {
 		es.sub.Close()
-		<-es.s.streams
+		es.release()
 	}()
 	ctx, cancel := context.WithCancel(es.ctx)
 	defer cancel()
