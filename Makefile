@@ -37,11 +37,13 @@ screenshot:
 	./scripts/install-deps
 	go test -count=1 -run '^TestBrowser_FindAndForceRelease$$' ./web -screenshot "$(CURDIR)/docs/dashboard.png"
 
-# The performance figures: lockd beside a bare server, hand-off, engine ops.
+# The performance figures: lockd beside a bare server, hand-off, engine ops,
+# webhook deliveries to a slow endpoint.
 bench:
 	./scripts/install-deps
 	go test -run '^$$' -bench . -benchtime 1x ./internal/server/
 	go test -run '^$$' -bench . -benchmem ./internal/lock/
+	go test -run '^$$' -bench . -benchtime 1x ./internal/webhook/
 
 # The binary as the Dockerfile builds it: static, no VCS stamping.
 build:

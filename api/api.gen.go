@@ -307,6 +307,39 @@ func (e RedisNodeRole) Valid() bool {
 	}
 }
 
+// Defines values for StreamResetReason.
+const (
+	StreamResetTooFar  StreamResetReason = "too_far"
+	StreamResetTrimmed StreamResetReason = "trimmed"
+)
+
+// Valid indicates whether the value is a known member of the StreamResetReason enum.
+func (e StreamResetReason) Valid() bool {
+	switch e {
+	case StreamResetTooFar:
+		return true
+	case StreamResetTrimmed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StreamResetMessageEvent.
+const (
+	Reset StreamResetMessageEvent = "reset"
+)
+
+// Valid indicates whether the value is a known member of the StreamResetMessageEvent enum.
+func (e StreamResetMessageEvent) Valid() bool {
+	switch e {
+	case Reset:
+		return true
+	default:
+		return false
+	}
+}
+
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
 	// Mode How to hold a lock: `exclusive` (the default) alone, or `shared`
@@ -340,6 +373,11 @@ type Event struct {
 	RemainingMs *int64    `json:"remaining_ms,omitempty"`
 	TtlMs       int64     `json:"ttl_ms"`
 	Type        EventType `json:"type"`
+}
+
+// EventStreamMessage One message of the event stream; `event` tells which.
+type EventStreamMessage struct {
+	union json.RawMessage
 }
 
 // EventType defines model for EventType.
@@ -681,6 +719,41 @@ type SemaphoreList struct {
 	Semaphores []LockState `json:"semaphores"`
 }
 
+// StreamReset The event stream could not send every event after `Last-Event-ID`;
+// it goes on after `id`. Read the state again, then apply what
+// follows.
+type StreamReset struct {
+	// Id Where the stream goes on from (the newest event then), as in the `id:` line.
+	//
+	// Example: 1763812399999-3
+	Id string `json:"id"`
+
+	// Reason `trimmed`: the server no longer keeps every event after
+	// `Last-Event-ID` (`--events-max` newer ones came); `too_far`: more
+	// than `--events-resume-max` events came after it, and the stream
+	// sent those of the window first.
+	Reason StreamResetReason `json:"reason"`
+}
+
+// StreamResetReason `trimmed`: the server no longer keeps every event after
+// `Last-Event-ID` (`--events-max` newer ones came); `too_far`: more
+// than `--events-resume-max` events came after it, and the stream
+// sent those of the window first.
+type StreamResetReason string
+
+// StreamResetMessage The `reset` message of the event stream.
+type StreamResetMessage struct {
+	// Data The event stream could not send every event after `Last-Event-ID`;
+	// it goes on after `id`. Read the state again, then apply what
+	// follows.
+	Data  StreamReset             `json:"data"`
+	Event StreamResetMessageEvent `json:"event"`
+	Id    string                  `json:"id"`
+}
+
+// StreamResetMessageEvent defines model for StreamResetMessage.Event.
+type StreamResetMessageEvent string
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
@@ -747,7 +820,9 @@ type StreamEventsParams struct {
 	// text (the key alphabet, may be empty).
 	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
 
-	// LastEventID Resume after this event (an `id:` the stream sent).
+	// LastEventID Resume after this event (an `id:` the stream sent): two numbers
+	// below 2^64, `<ms>-<seq>`. Another value is a 400 naming
+	// `Last-Event-ID`.
 	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
@@ -848,6 +923,99 @@ type ReleaseSemaphoreJSONRequestBody = ReleaseRequest
 
 // RenewSemaphoreJSONRequestBody defines body for RenewSemaphore for application/json ContentType.
 type RenewSemaphoreJSONRequestBody = RenewRequest
+
+// AsLockEventMessage returns the union data inside the EventStreamMessage as a LockEventMessage
+func (t EventStreamMessage) AsLockEventMessage() (LockEventMessage, error) {
+	var body LockEventMessage
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromLockEventMessage overwrites any union data inside the EventStreamMessage as the provided LockEventMessage
+func (t *EventStreamMessage) FromLockEventMessage(v LockEventMessage) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeLockEventMessage performs a merge with any union data inside the EventStreamMessage, using the provided LockEventMessage
+func (t *EventStreamMessage) MergeLockEventMessage(v LockEventMessage) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsStreamResetMessage returns the union data inside the EventStreamMessage as a StreamResetMessage
+func (t EventStreamMessage) AsStreamResetMessage() (StreamResetMessage, error) {
+	var body StreamResetMessage
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromStreamResetMessage overwrites any union data inside the EventStreamMessage as the provided StreamResetMessage
+func (t *EventStreamMessage) FromStreamResetMessage(v StreamResetMessage) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeStreamResetMessage performs a merge with any union data inside the EventStreamMessage, using the provided StreamResetMessage
+func (t *EventStreamMessage) MergeStreamResetMessage(v StreamResetMessage) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t EventStreamMessage) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t EventStreamMessage) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "acquired":
+		return t.AsLockEventMessage()
+	case "expired":
+		return t.AsLockEventMessage()
+	case "force_released":
+		return t.AsLockEventMessage()
+	case "reentered":
+		return t.AsLockEventMessage()
+	case "released":
+		return t.AsLockEventMessage()
+	case "reset":
+		return t.AsStreamResetMessage()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t EventStreamMessage) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *EventStreamMessage) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // AsHoldLeaseEvent returns the union data inside the HoldEvent as a HoldLeaseEvent
 func (t HoldEvent) AsHoldLeaseEvent() (HoldLeaseEvent, error) {
@@ -1041,10 +1209,19 @@ type ClientInterface interface {
 	// comes at least every 15 s.
 	//
 	// After a disconnect, send the last ID you read as `Last-Event-ID`
-	// (browsers' EventSource does so by itself) to get every event after
-	// it, as long as the server still keeps it: the last `--events-max`
-	// events (default 100 000). On Redis Cluster an event may come twice
-	// (same key, type, fence and `at`; see docs/operations.md).
+	// (browsers' EventSource does so by itself) to get the events after
+	// it. A resume reads a bounded part of the stream, whatever the
+	// prefix: the events of the resume window (`--events-resume-max`,
+	// default 10 000 events after the ID) that the server still keeps
+	// (the last `--events-max`, default 100 000). When it cannot send
+	// every event after the ID, the stream says so, never silently: a
+	// `reset` message (`StreamReset`: `reason` `trimmed` when the server
+	// no longer keeps them, first and at once; `too_far` when more than
+	// the window came, after the window's events), whose `id` is where the
+	// stream goes on from, the newest event then. Events were missed: read
+	// the state again (`GET /v1/locks`), then apply what follows. On Redis
+	// Cluster an event may come twice (same key, type, fence and `at`; see
+	// docs/operations.md).
 	//
 	// A server in Redlock mode has no event stream and answers 400
 	// `unsupported`: each master records only the events it took part in,
@@ -1054,6 +1231,10 @@ type ClientInterface interface {
 	// id: 1763812345678-0
 	// event: expired
 	// data: {"id":"1763812345678-0","type":"expired","kind":"lock","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+	//
+	// id: 1763812399999-3
+	// event: reset
+	// data: {"id":"1763812399999-3","reason":"trimmed"}
 	// ```
 	//
 	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
@@ -1499,10 +1680,19 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // comes at least every 15 s.
 //
 // After a disconnect, send the last ID you read as `Last-Event-ID`
-// (browsers' EventSource does so by itself) to get every event after
-// it, as long as the server still keeps it: the last `--events-max`
-// events (default 100 000). On Redis Cluster an event may come twice
-// (same key, type, fence and `at`; see docs/operations.md).
+// (browsers' EventSource does so by itself) to get the events after
+// it. A resume reads a bounded part of the stream, whatever the
+// prefix: the events of the resume window (`--events-resume-max`,
+// default 10 000 events after the ID) that the server still keeps
+// (the last `--events-max`, default 100 000). When it cannot send
+// every event after the ID, the stream says so, never silently: a
+// `reset` message (`StreamReset`: `reason` `trimmed` when the server
+// no longer keeps them, first and at once; `too_far` when more than
+// the window came, after the window's events), whose `id` is where the
+// stream goes on from, the newest event then. Events were missed: read
+// the state again (`GET /v1/locks`), then apply what follows. On Redis
+// Cluster an event may come twice (same key, type, fence and `at`; see
+// docs/operations.md).
 //
 // A server in Redlock mode has no event stream and answers 400
 // `unsupported`: each master records only the events it took part in,
@@ -1512,6 +1702,10 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // id: 1763812345678-0
 // event: expired
 // data: {"id":"1763812345678-0","type":"expired","kind":"lock","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+//
+// id: 1763812399999-3
+// event: reset
+// data: {"id":"1763812399999-3","reason":"trimmed"}
 // ```
 //
 // Corresponds with GET /v1/events (the `StreamEvents` operationId).
@@ -3247,10 +3441,19 @@ type ClientWithResponsesInterface interface {
 	// comes at least every 15 s.
 	//
 	// After a disconnect, send the last ID you read as `Last-Event-ID`
-	// (browsers' EventSource does so by itself) to get every event after
-	// it, as long as the server still keeps it: the last `--events-max`
-	// events (default 100 000). On Redis Cluster an event may come twice
-	// (same key, type, fence and `at`; see docs/operations.md).
+	// (browsers' EventSource does so by itself) to get the events after
+	// it. A resume reads a bounded part of the stream, whatever the
+	// prefix: the events of the resume window (`--events-resume-max`,
+	// default 10 000 events after the ID) that the server still keeps
+	// (the last `--events-max`, default 100 000). When it cannot send
+	// every event after the ID, the stream says so, never silently: a
+	// `reset` message (`StreamReset`: `reason` `trimmed` when the server
+	// no longer keeps them, first and at once; `too_far` when more than
+	// the window came, after the window's events), whose `id` is where the
+	// stream goes on from, the newest event then. Events were missed: read
+	// the state again (`GET /v1/locks`), then apply what follows. On Redis
+	// Cluster an event may come twice (same key, type, fence and `at`; see
+	// docs/operations.md).
 	//
 	// A server in Redlock mode has no event stream and answers 400
 	// `unsupported`: each master records only the events it took part in,
@@ -3260,6 +3463,10 @@ type ClientWithResponsesInterface interface {
 	// id: 1763812345678-0
 	// event: expired
 	// data: {"id":"1763812345678-0","type":"expired","kind":"lock","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+	//
+	// id: 1763812399999-3
+	// event: reset
+	// data: {"id":"1763812399999-3","reason":"trimmed"}
 	// ```
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5775,10 +5982,19 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // comes at least every 15 s.
 //
 // After a disconnect, send the last ID you read as `Last-Event-ID`
-// (browsers' EventSource does so by itself) to get every event after
-// it, as long as the server still keeps it: the last `--events-max`
-// events (default 100 000). On Redis Cluster an event may come twice
-// (same key, type, fence and `at`; see docs/operations.md).
+// (browsers' EventSource does so by itself) to get the events after
+// it. A resume reads a bounded part of the stream, whatever the
+// prefix: the events of the resume window (`--events-resume-max`,
+// default 10 000 events after the ID) that the server still keeps
+// (the last `--events-max`, default 100 000). When it cannot send
+// every event after the ID, the stream says so, never silently: a
+// `reset` message (`StreamReset`: `reason` `trimmed` when the server
+// no longer keeps them, first and at once; `too_far` when more than
+// the window came, after the window's events), whose `id` is where the
+// stream goes on from, the newest event then. Events were missed: read
+// the state again (`GET /v1/locks`), then apply what follows. On Redis
+// Cluster an event may come twice (same key, type, fence and `at`; see
+// docs/operations.md).
 //
 // A server in Redlock mode has no event stream and answers 400
 // `unsupported`: each master records only the events it took part in,
@@ -5788,6 +6004,10 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // id: 1763812345678-0
 // event: expired
 // data: {"id":"1763812345678-0","type":"expired","kind":"lock","key":"deploy:prod","at":"2026-05-01T12:00:30Z","owner":"ci","fence":1763812345678901,"actor":"","reason":""}
+//
+// id: 1763812399999-3
+// event: reset
+// data: {"id":"1763812399999-3","reason":"trimmed"}
 // ```
 //
 // Returns a wrapper object for the known response body format(s).

@@ -5,6 +5,14 @@ it has already seen (Lockd-Event-Id; delivery is at least once) and prints
 the event as one JSON line.
 
     LOCKD_WEBHOOK_SECRET=... python3 webhook_receiver.py 127.0.0.1 9000
+
+lockd delivers to a loopback or private address only when the webhooks file
+allows it for that endpoint:
+
+    webhooks:
+      - url: http://127.0.0.1:9000/
+        secret: "..."          # the same as LOCKD_WEBHOOK_SECRET
+        allow_private: true    # 127.0.0.1 is this host
 """
 import hashlib
 import hmac

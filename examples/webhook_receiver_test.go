@@ -33,7 +33,7 @@ func TestPythonWebhookReceiver(t *testing.T) {
 	url := fmt.Sprintf("http://127.0.0.1:%d/lockd", port)
 
 	d := webhook.New(ld.Engine.EventClient(), ld.Engine.EventStream(),
-		[]webhook.Hook{{Name: "py", URL: url, Secret: secret, Prefixes: []string{"py:"}}},
+		[]webhook.Hook{{Name: "py", URL: url, Secret: secret, Prefixes: []string{"py:"}, AllowPrivate: true}},
 		webhook.Options{Poll: 50 * time.Millisecond}, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -106,6 +106,7 @@ type Dashboard struct {
 	unknownKeys *authlimit.Limiter
 	pageSize    int
 	now         func() time.Time
+	live        liveStreams // open /ui/events streams
 }
 
 // NewDashboard returns the dashboard on engine, with auth off (anonymous).

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lockd/lockd/internal/lock"
@@ -23,8 +24,12 @@ const (
 	liveTrigger = "lockdchange from:body throttle:250ms, every 10s"
 	// liveHeartbeat keeps proxies from closing a quiet stream.
 	liveHeartbeat = 15 * time.Second
-	// maxLiveStreams caps the dashboard's open streams in this process.
+	// maxLiveStreams caps the dashboard's open streams in this process,
+	// and liveShare those of one signed-in API key: a tenth, as the API's
+	// default share of its quotas, so that one key's pages leave room
+	// for the others' (N7 of the second audit).
 	maxLiveStreams = 200
+	liveShare      = maxLiveStreams / 10
 )
 
 // eventsURL is the event stream of the keys under prefix.
@@ -35,8 +40,39 @@ func eventsURL(prefix string) string {
 	return eventsPath + "?prefix=" + url.QueryEscape(prefix)
 }
 
-// liveStreams counts open dashboard streams (one process, all dashboards).
-var liveStreams = make(chan struct{}, maxLiveStreams)
+// liveStreams counts a dashboard's open streams, in all and per API key.
+type liveStreams struct {
+	mu    sync.Mutex
+	total int
+	byKey map[string]int
+}
+
+// take counts one more stream of key ("": auth off, no tenants), or
+// answers why not: the title and detail of a 429.
+func (l *liveStreams) take(key string) (release func(), title, detail string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.total >= maxLiveStreams:
+		return nil, "Too many live pages", "Reload later; the page still refreshes every 10 s."
+	case key != "" && l.byKey[key] >= liveShare:
+		return nil, "Too many live pages for your key", fmt.Sprintf("Key %s already has %d live pages open, its limit. "+
+			"Close some; this one still refreshes every 10 s.", key, liveShare)
+	}
+	if l.byKey == nil {
+		l.byKey = map[string]int{}
+	}
+	l.total++
+	l.byKey[key]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.total--
+		if l.byKey[key]--; l.byKey[key] == 0 {
+			delete(l.byKey, key)
+		}
+	}, "", ""
+}
 
 // events streams "change" events (key and type only) of the lock keys
 // under ?prefix= that the signed-in key may see; with ?kind=semaphores, of
@@ -56,14 +92,17 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		d.problem(w, r, http.StatusBadRequest, "Bad kind", "kind is locks (the default) or semaphores.")
 		return
 	}
-	select {
-	case liveStreams <- struct{}{}:
-		defer func() { <-liveStreams }()
-	default:
-		d.problem(w, r, http.StatusTooManyRequests, "Too many live pages", "Reload later; the page still refreshes every 10 s.")
+	id := d.identify(r)
+	key := "" // auth off: no tenants, only the cap
+	if d.sessions != nil {
+		key = id.Actor // the signed-in key's name
+	}
+	release, title, detail := d.live.take(key)
+	if release == nil {
+		d.problem(w, r, http.StatusTooManyRequests, title, detail)
 		return
 	}
-	id := d.identify(r)
+	defer release()
 	after := r.Header.Get("Last-Event-ID")
 	sub, err := d.engine.Subscribe(r.Context(), after)
 	if errors.Is(err, lock.ErrBadEventID) {
@@ -95,6 +134,11 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		c, err := sub.Next(wait)
 		cancel()
 		switch {
+		case err == nil && c.Type == lock.Reset:
+			// Events were missed: the page re-reads what it shows.
+			if write(fmt.Sprintf("id: %s\nevent: change\ndata: {\"type\":\"reset\"}\n\n", c.ID)) != nil {
+				return
+			}
 		case err == nil:
 			name, isSem := lock.SplitKey(c.Key)
 			if isSem != sem || !strings.HasPrefix(name, prefix) || !id.MayTouch(name) {

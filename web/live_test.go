@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"net/http/cookiejar"
 	"strings"
 	"testing"
 	"time"
@@ -67,31 +68,7 @@ func TestLiveEvents(t *testing.T) {
 	if !ok || src != "/ui/events?prefix=live%3A" {
 		t.Fatalf("data-live = %q", src)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+src, nil)
-	resp, err := e.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	// The stream is open once its first comment arrives.
-	for l := range lines {
-		if strings.HasPrefix(l, ": lockd") {
-			break
-		}
-	}
+	lines := e.live(src, "")
 	e.acquire("other:x", "w", time.Minute)
 	e.acquire("live:x", "w", time.Minute)
 	deadline := time.After(5 * time.Second)
@@ -107,5 +84,113 @@ func TestLiveEvents(t *testing.T) {
 		case <-deadline:
 			t.Fatal("no change event in 5 s")
 		}
+	}
+}
+
+// live opens the dashboard's event stream src (with Last-Event-ID lastID
+// when set) and returns its lines from the first comment on.
+func (e *env) live(src, lastID string) <-chan string {
+	e.t.Helper()
+	resp := e.openLive(src, lastID)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		e.t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// The stream is open once its first comment arrives.
+	for l := range lines {
+		if strings.HasPrefix(l, ": lockd") {
+			break
+		}
+	}
+	return lines
+}
+
+// A live page that resumes from an event the stream no longer keeps is
+// told to refresh (a change of type reset), not left with a silent gap.
+func TestLiveEventsReset(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.acquire("live:a", "w", time.Minute)
+	old, err := e.engine.EventClient().XRevRangeN(ctx, e.engine.EventStream(), "+", "-", 1).Result()
+	if err != nil || len(old) != 1 {
+		t.Fatal(old, err)
+	}
+	e.acquire("live:b", "w", time.Minute)
+	e.acquire("live:c", "w", time.Minute)
+	if err := e.engine.EventClient().XTrimMaxLen(ctx, e.engine.EventStream(), 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lines := e.live("/ui/events?prefix=live%3A", old[0].ID)
+	var msg []string
+	deadline := time.After(5 * time.Second)
+	for len(msg) < 2 {
+		select {
+		case l := <-lines:
+			if strings.HasPrefix(l, "event: ") || strings.HasPrefix(l, "data: ") {
+				msg = append(msg, l)
+			}
+		case <-deadline:
+			t.Fatalf("no reset in 5 s: %q", msg)
+		}
+	}
+	if want := []string{"event: change", `data: {"type":"reset"}`}; strings.Join(msg, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("first message %q, want %q", msg, want)
+	}
+}
+
+// openLive opens the dashboard's event stream src, kept open until the
+// test ends.
+func (e *env) openLive(src, lastID string) *http.Response {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+src, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// N7 of the second audit: one signed-in key's live pages take at most a
+// tenth of the dashboard's streams; another key's page still gets one.
+// Before, one session took all 200 and the admin's page got 429.
+func TestLiveStreamsPerKey(t *testing.T) {
+	e, _ := newAuthEnv(t)
+	e.mustLogin(viewerKey)
+	ok := 0
+	for range 21 {
+		if resp := e.openLive("/ui/events", ""); resp.StatusCode == http.StatusOK {
+			ok++
+		} else if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("status %d, want 200 or 429", resp.StatusCode)
+		}
+	}
+	if ok != 20 {
+		t.Fatalf("one key opened %d of 21 live streams, want its share of 20 (a tenth of 200)", ok)
+	}
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := *e
+	c := *e.client
+	c.Jar = jar
+	other.client = &c
+	other.mustLogin(opsKey)
+	if resp := other.openLive("/ui/events", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("another key's live page: %d, want 200", resp.StatusCode)
 	}
 }

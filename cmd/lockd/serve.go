@@ -65,6 +65,9 @@ type serveConfig struct {
 
 	// Events, webhooks and contention metrics.
 	eventsMax          int
+	eventsResumeMax    int
+	maxEventStreams    int
+	keyMaxEvents       int
 	webhooksFile       string
 	webhooks           []webhook.Hook
 	metricsPrefixDepth int
@@ -92,8 +95,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
 	fs.IntVar(&c.maxHolds, "max-holds", env.int("max-holds", 1000), "most /hold streams open at once")
 	fs.IntVar(&c.maxConns, "max-conns", env.int("max-conns", 16384), "most client connections open at once (beyond, new ones wait to be accepted); 0: no limit")
-	fs.IntVar(&c.keyMaxHolds, "max-holds-per-api-key", env.int("max-holds-per-api-key", 0), "most /hold streams of one API key (auth file max_holds overrides); 0: half of --max-holds")
-	fs.IntVar(&c.keyMaxWaiters, "max-waiters-per-api-key", env.int("max-waiters-per-api-key", 0), "most waiting acquires of one API key (auth file max_waiters overrides); 0: half of --max-waiters")
+	fs.IntVar(&c.keyMaxHolds, "max-holds-per-api-key", env.int("max-holds-per-api-key", 0), "most /hold streams of one API key (auth file max_holds overrides); 0: a tenth of --max-holds")
+	fs.IntVar(&c.keyMaxWaiters, "max-waiters-per-api-key", env.int("max-waiters-per-api-key", 0), "most waiting acquires of one API key (auth file max_waiters overrides); 0: a tenth of --max-waiters")
 	fs.IntVar(&c.historyMax, "history-max", env.int("history-max", 100), "events kept per key (at least)")
 	fs.DurationVar(&c.historyRetention, "history-retention", env.dur("history-retention", 24*time.Hour), "how long a key's history outlives its last event")
 	fs.StringVar(&c.logFormat, "log-format", env.str("log-format", "json"), "json or console")
@@ -104,7 +107,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redlock, "redlock", env.str("redlock", ""), "comma-separated redis:// or rediss:// URLs of an odd number (3 or more) of independent Redis masters: grant by majority (Redlock) instead of --redis")
 	fs.BoolVar(&c.quarantine, "restart-quarantine", env.bool("restart-quarantine", true), "after Redis lost its data (restart without persistence, failover to an empty replica, flush), grant nothing until every lease it may have forgotten has expired")
 	fs.IntVar(&c.eventsMax, "events-max", env.int("events-max", 100_000), "lifecycle events kept in the shared event stream (GET /v1/events resume, webhook backlog)")
-	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes); see docs/operations.md; not with --redlock, which has no event stream")
+	fs.IntVar(&c.eventsResumeMax, "events-resume-max", env.int("events-resume-max", lock.DefaultEventsResumeMax), "most events a Last-Event-ID resume reads; from further back, the stream sends a reset")
+	fs.IntVar(&c.maxEventStreams, "max-event-streams", env.int("max-event-streams", 1000), "most GET /v1/events streams open at once (beyond: 429)")
+	fs.IntVar(&c.keyMaxEvents, "max-event-streams-per-api-key", env.int("max-event-streams-per-api-key", 0), "most event streams of one API key (auth file max_event_streams overrides); 0: a tenth of --max-event-streams")
+	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes, allow_private, concurrency); see docs/operations.md; not with --redlock, which has no event stream")
 	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
 	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
 	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
@@ -180,7 +186,7 @@ func (c serveConfig) validate() error {
 		// lease. Every request may say wait_ms 0 instead.
 		return usageError("--max-wait must be positive (it caps wait_ms; requests that do not want to wait send wait_ms 0)")
 	case c.keyMaxHolds < 0 || c.keyMaxWaiters < 0:
-		return usageError("--max-holds-per-api-key and --max-waiters-per-api-key must not be negative (0: half of the process-wide cap)")
+		return usageError("--max-holds-per-api-key and --max-waiters-per-api-key must not be negative (0: a tenth of the process-wide cap)")
 	case c.maxConns < 0:
 		return usageError("--max-conns must not be negative (0: no limit)")
 	case c.maxHolds < 1:
@@ -212,6 +218,10 @@ func (c serveConfig) validate() error {
 		return usageError("--replica-acks needs --redis: the embedded store has no replicas")
 	case c.eventsMax < 100:
 		return usageError("--events-max must be at least 100")
+	case c.eventsResumeMax < 1:
+		return usageError("--events-resume-max must be at least 1")
+	case c.maxEventStreams < 1 || c.keyMaxEvents < 0:
+		return usageError("--max-event-streams must be at least 1, --max-event-streams-per-api-key not negative (0: a tenth of --max-event-streams)")
 	case c.metricsPrefixDepth < 1 || c.metricsMaxPrefixes < 1:
 		return usageError("--metrics-prefix-depth and --metrics-max-prefixes must be at least 1")
 	case c.logFormat != "json" && c.logFormat != "console":
@@ -268,6 +278,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey, MaxHoldersPerKey: cfg.maxHoldersPerKey,
 		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
 		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL, EventsMax: cfg.eventsMax,
+		EventsResumeMax: cfg.eventsResumeMax,
 	}
 	var engine lockEngine
 	if len(topo.masters) > 0 {
@@ -284,7 +295,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth, UnknownKeys: unknownKeys,
 		CheckHost: cfg.checkHost(), AllowedHosts: cfg.allowedHosts,
-		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, max(1, cfg.maxWaiters/2)),
+		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, server.DefaultShare(cfg.maxWaiters)),
+		MaxEventStreams: cfg.maxEventStreams, MaxEventStreamsPerAPIKey: cfg.keyMaxEvents,
 		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
 	}, reg)
 	stopHooks, err := startWebhooks(cfg, engine, log, reg)

@@ -36,7 +36,9 @@ func startWebhooks(cfg serveConfig, engine any, log zerolog.Logger, reg promethe
 	d := webhook.New(src.EventClient(), src.EventStream(), cfg.webhooks, webhook.Options{
 		Consumer: fmt.Sprintf("%s-%d", host, os.Getpid()),
 		// The error names the endpoint and what went wrong, never its
-		// secret or URL (which may carry credentials).
+		// secret or URL (which may carry credentials). Reasons such as
+		// "connection refused" stay in this log, for the admin who
+		// configured the endpoint; metrics count outcomes only.
 		OnError: func(hook string, err error) { log.Warn().Str("webhook", hook).Err(err).Msg("webhook delivery") },
 	}, reg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,6 +51,10 @@ func startWebhooks(cfg serveConfig, engine any, log zerolog.Logger, reg promethe
 	names := make([]string, len(cfg.webhooks))
 	for i, h := range cfg.webhooks {
 		names[i] = h.Name
+		if h.Plaintext() {
+			log.Warn().Str("webhook", h.Name).Msg("webhook over plain http:// to another host: whoever is on the path " +
+				"can read the events and hold them back (the signature only stops changes); use https://")
+		}
 	}
 	log.Info().Strs("webhooks", names).Msg("delivering events to webhooks")
 	return func() { cancel(); wg.Wait() }, nil

@@ -4,6 +4,14 @@
 // and prints the event. Standard library only; copy what you need.
 //
 //	LOCKD_WEBHOOK_SECRET=... go run ./examples/webhook-receiver -listen 127.0.0.1:9000
+//
+// lockd delivers to a loopback or private address only when the webhooks
+// file allows it for that endpoint:
+//
+//	webhooks:
+//	  - url: http://127.0.0.1:9000/
+//	    secret: "..."          # the same as LOCKD_WEBHOOK_SECRET
+//	    allow_private: true    # 127.0.0.1 is this host
 package main
 
 import (

@@ -29,7 +29,7 @@ func TestReceiver(t *testing.T) {
 
 	ld := lockdtest.Start(t, lockdtest.Options{})
 	d := webhook.New(ld.Engine.EventClient(), ld.Engine.EventStream(),
-		[]webhook.Hook{{Name: "example", URL: srv.URL, Secret: secret, Events: []string{"force_released"}}},
+		[]webhook.Hook{{Name: "example", URL: srv.URL, Secret: secret, Events: []string{"force_released"}, AllowPrivate: true}},
 		webhook.Options{Poll: 50 * time.Millisecond}, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -60,10 +60,11 @@ type Key struct {
 	Scope Scope
 	// Prefixes limits the lock keys it may touch; empty means every key.
 	Prefixes []string
-	// MaxHolds and MaxWaiters cap the key's open hold streams and waiting
-	// acquires; 0 means the server's default per key.
-	MaxHolds, MaxWaiters int
-	hash                 [sha256.Size]byte
+	// MaxHolds, MaxWaiters and MaxEventStreams cap the key's open hold
+	// streams, waiting acquires and event streams; 0 means the server's
+	// default per key.
+	MaxHolds, MaxWaiters, MaxEventStreams int
+	hash                                  [sha256.Size]byte
 }
 
 // Can reports whether the key has scope s.
@@ -122,9 +123,11 @@ type file struct {
 		SHA256   string   `yaml:"sha256"`
 		Scopes   []string `yaml:"scopes"`
 		Prefixes []string `yaml:"prefixes"`
-		// MaxHolds and MaxWaiters override the server's quotas per key.
-		MaxHolds   int `yaml:"max_holds"`
-		MaxWaiters int `yaml:"max_waiters"`
+		// MaxHolds, MaxWaiters and MaxEventStreams override the
+		// server's quotas per key.
+		MaxHolds        int `yaml:"max_holds"`
+		MaxWaiters      int `yaml:"max_waiters"`
+		MaxEventStreams int `yaml:"max_event_streams"`
 	} `yaml:"keys"`
 }
 
@@ -149,10 +152,10 @@ func Parse(data []byte) (*Keyring, error) {
 			return nil, fmt.Errorf("%s: the name is used twice", where)
 		}
 		names[e.Name] = true
-		if e.MaxHolds < 0 || e.MaxWaiters < 0 {
-			return nil, fmt.Errorf("%s: max_holds and max_waiters must not be negative (0: the server's default)", where)
+		if e.MaxHolds < 0 || e.MaxWaiters < 0 || e.MaxEventStreams < 0 {
+			return nil, fmt.Errorf("%s: max_holds, max_waiters and max_event_streams must not be negative (0: the server's default)", where)
 		}
-		k := Key{Name: e.Name, Prefixes: e.Prefixes, MaxHolds: e.MaxHolds, MaxWaiters: e.MaxWaiters}
+		k := Key{Name: e.Name, Prefixes: e.Prefixes, MaxHolds: e.MaxHolds, MaxWaiters: e.MaxWaiters, MaxEventStreams: e.MaxEventStreams}
 		switch {
 		case e.Key != "" && e.SHA256 != "":
 			return nil, fmt.Errorf("%s: give key or sha256, not both", where)

@@ -70,6 +70,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown field", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n    role: x", "role"},
 		{"duplicate name", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n  - name: a\n    key: 0123456789abcdeg\n    scopes: [read]", "used twice"},
 		{"duplicate key", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n  - name: b\n    key: 0123456789abcdef\n    scopes: [read]", "same key"},
+		{"negative quota", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n    max_event_streams: -1", "must not be negative"},
 		{"empty prefix", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n    prefixes: [\"\"]", "empty prefix"},
 	}
 	for _, tc := range tests {

@@ -67,6 +67,11 @@ type Options struct {
 	// EventsMax caps the shared event stream (GET /v1/events, webhooks),
 	// and on a Cluster each slot's outbox (default 100 000).
 	EventsMax int
+	// EventsResumeMax is the resume window of the event stream: a
+	// subscriber that resumes reads at most this many events after its
+	// Last-Event-ID before it is told to start over (default
+	// DefaultEventsResumeMax; see Subscribe).
+	EventsResumeMax int
 	// SweepInterval is how often the expiry sweeper runs (default 250 ms):
 	// a lapse is recorded at most about this long after it happened.
 	SweepInterval time.Duration
@@ -146,6 +151,9 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	}
 	if opts.EventsMax <= 0 {
 		opts.EventsMax = defaultEventsMax
+	}
+	if opts.EventsResumeMax <= 0 {
+		opts.EventsResumeMax = DefaultEventsResumeMax
 	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = defaultSweepInterval

@@ -1,8 +1,10 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +46,40 @@ type Change struct {
 
 // ErrBadEventID is a Last-Event-ID that is not a stream ID.
 var ErrBadEventID = errors.New("lock: not an event ID (<ms>-<seq>)")
+
+// ValidEventID reports whether id is an event ID as the stream hands them
+// out: "<ms>-<seq>", two decimal numbers that fit in 64 bits each, as
+// Redis stream IDs do. Subscribe refuses any other with ErrBadEventID.
+func ValidEventID(id string) bool {
+	_, _, ok := parseStreamID(id)
+	return ok
+}
+
+// Reset is the Type of the Change that Next returns in place of events a
+// subscriber cannot have. Its Reason says why (ResetTrimmed, ResetTooFar)
+// and its ID is where the subscription goes on from: the end of the stream
+// at that moment. The subscriber has missed events: it reads again the
+// state it keeps (lists the locks), then applies the events that follow.
+const Reset = "reset"
+
+// The Reasons of a Reset.
+const (
+	// ResetTrimmed: the stream no longer holds every event after the
+	// Last-Event-ID; it trimmed some (Options.EventsMax newer events came).
+	ResetTrimmed = "trimmed"
+	// ResetTooFar: more than Options.EventsResumeMax events came after the
+	// Last-Event-ID; those after the window are skipped.
+	ResetTooFar = "too_far"
+)
+
+// DefaultEventsResumeMax is the default resume window: a reconnect after a
+// blip, a restart or a rolling deploy is well within it, and a resume from
+// far back costs Redis at most 21 XRANGE calls of 500 entries (about 1/10
+// of a full 100,000-event stream), whatever the reader's prefix.
+const DefaultEventsResumeMax = 10_000
+
+// resumePage is how many events one XRANGE of a catch-up reads.
+const resumePage = 500
 
 // ErrTooSlow ends a subscription whose reader fell too far behind; it may
 // subscribe again after the last event it read.
@@ -101,7 +137,7 @@ func (e *Engine) relay(ctx context.Context, v any) error {
 func (e *Engine) ReadEvents(ctx context.Context, after string, count int) ([]Change, error) {
 	start := "-"
 	if after != "" && after != "0" {
-		if _, _, ok := parseStreamID(after); !ok {
+		if !ValidEventID(after) {
 			return nil, ErrBadEventID
 		}
 		start = "(" + after
@@ -119,18 +155,37 @@ func (e *Engine) ReadEvents(ctx context.Context, after string, count int) ([]Cha
 	return out, nil
 }
 
-// lastEventID is the ID of the newest event, or "0-0".
-func (e *Engine) lastEventID(ctx context.Context) (string, error) {
+// streamEnd reads, in one O(1) call, the ID of the newest event the
+// stream has had (last, "0-0" for none) and the ID a resume must not start
+// before (since, "0-0" when any will do): a resume from before since may
+// have missed events the stream no longer keeps.
+func (e *Engine) streamEnd(ctx context.Context) (last, since string, err error) {
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	msgs, err := e.st.Cmd().XRevRangeN(ctx, e.EventStream(), "+", "-", 1).Result()
+	info, err := e.st.Cmd().XInfoStream(ctx, e.EventStream()).Result()
 	if err != nil {
-		return "", wrap("events", err)
+		if strings.Contains(err.Error(), "no such key") {
+			return "0-0", "0-0", nil // no event yet (or Redis lost them all)
+		}
+		return "", "", wrap("events", err)
 	}
-	if len(msgs) == 0 {
-		return "0-0", nil
+	last = cmp.Or(info.LastGeneratedID, "0-0")
+	// XDEL records the newest ID it deleted; trimming (MAXLEN) does not
+	// (Redis 7.0), but it only ever drops the oldest events, so the stream
+	// lost some when it has fewer than were added: then a resume from
+	// before the oldest kept may have missed some. Redis before 7.0 does
+	// not count what was added (0): it may have.
+	since = cmp.Or(info.MaxDeletedEntryID, "0-0")
+	if info.EntriesAdded == 0 || info.EntriesAdded > info.Length {
+		oldest := info.FirstEntry.ID
+		if oldest == "" {
+			oldest = last // it lost every event it had
+		}
+		if idAfter(oldest, since) {
+			since = oldest
+		}
 	}
-	return msgs[0].ID, nil
+	return last, since, nil
 }
 
 // ChangeOf reads one entry of the event stream (for readers of the stream
@@ -194,24 +249,33 @@ func (f *feed) close() {
 type Subscription struct {
 	f       *feed
 	c       chan Change
-	last    string   // the last ID handed out; "" before the first live one
+	last    string   // the last ID handed out
 	backlog []Change // read from the stream, not yet handed out
 	catchUp bool     // the stream may hold events after last not yet read
+	window  int      // how many more events the catch-up may read
+	reset   string   // when set, the Reason of a Reset to hand out next
 	dropped bool
 }
 
 // Subscribe follows the event stream: the events after the one with ID
-// after (a Last-Event-ID, as long as the stream still holds it), or with
-// after "" those from now on. Close it when done.
+// after (a Last-Event-ID), or with after "" those from now on. Close it
+// when done.
+//
+// A resume reads a bounded part of the stream, whatever the caller then
+// keeps of it: at most Options.EventsResumeMax events (plus one, to tell
+// whether more follow). When the stream trimmed events after after, Next
+// first returns a Reset (ResetTrimmed), having read nothing; when more
+// than the window follow after, it returns those of the window, then a
+// Reset (ResetTooFar). Either way the subscription then goes on from the
+// end of the stream: a subscriber is never left to think it missed
+// nothing.
 func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, error) {
-	if after != "" {
-		if _, _, ok := parseStreamID(after); !ok {
-			return nil, ErrBadEventID
-		}
+	if after != "" && !ValidEventID(after) {
+		return nil, ErrBadEventID
 	}
 	// "From now on" is the stream's end now, not where the tail has got
 	// to: a tail that lags would hand a new reader events of the past.
-	now, err := e.lastEventID(ctx)
+	now, since, err := e.streamEnd(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -226,9 +290,12 @@ func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, er
 		f.wg.Add(1)
 		go f.tail()
 	}
-	s := &Subscription{f: f, c: make(chan Change, subBuffer), last: after, catchUp: after != ""}
-	if after == "" {
+	s := &Subscription{f: f, c: make(chan Change, subBuffer), last: after, catchUp: after != "", window: e.opts.EventsResumeMax}
+	switch {
+	case after == "":
 		s.last = now
+	case idAfter(since, after):
+		s.catchUp, s.reset = false, ResetTrimmed
 	}
 	f.subs[s] = struct{}{}
 	return s, nil
@@ -243,13 +310,27 @@ func (s *Subscription) Next(ctx context.Context) (Change, error) {
 			s.last = c.ID
 			return c, nil
 		}
-		if s.catchUp {
-			const page = 500
-			got, err := s.f.e.ReadEvents(ctx, s.last, page)
+		if s.reset != "" {
+			now, _, err := s.f.e.streamEnd(ctx)
 			if err != nil {
 				return Change{}, err
 			}
-			s.backlog, s.catchUp = got, len(got) == page
+			c := Change{ID: now, Type: Reset, Reason: s.reset}
+			s.last, s.reset = now, ""
+			return c, nil
+		}
+		if s.catchUp {
+			// One more than the window has left tells whether more follow.
+			n := min(resumePage, s.window+1)
+			got, err := s.f.e.ReadEvents(ctx, s.last, n)
+			if err != nil {
+				return Change{}, err
+			}
+			if len(got) > s.window {
+				got, s.reset = got[:s.window], ResetTooFar
+			}
+			s.window -= len(got)
+			s.backlog, s.catchUp = got, s.reset == "" && len(got) == n
 			continue
 		}
 		select {

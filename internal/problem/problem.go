@@ -122,6 +122,9 @@ func Of(err error, key string) Problem {
 	case errors.Is(err, lock.ErrNotFound):
 		return Problem{Status: http.StatusNotFound, Code: api.ProblemCodeNotFound, Title: "No live lease",
 			Detail: key + " has no live lease"}
+	case errors.Is(err, lock.ErrBadEventID):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeInvalidRequest, Title: "Invalid request",
+			Field: "Last-Event-ID", Detail: "Last-Event-ID must be an id the stream sent: <ms>-<seq>, two numbers below 2^64, e.g. 1763812345678-0"}
 	case errors.Is(err, lock.ErrInvalidCursor):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeInvalidRequest, Title: "Invalid request",
 			Field: "cursor", Detail: "cursor is not one this server handed out (or it has expired): start again from the first page"}

@@ -50,6 +50,7 @@ func TestOf(t *testing.T) {
 		{"idempotency mismatch", lock.ErrIdempotencyMismatch, 409, "idempotency_mismatch", "Idempotency key reused", "nothing was changed", "", 0, false},
 		{"not found", wrapped(lock.ErrNotFound), 404, "not_found", "No live lease", "k has no live lease", "", 0, false},
 		{"invalid cursor", lock.ErrInvalidCursor, 400, "invalid_request", "Invalid request", "start again from the first page", "cursor", 0, false},
+		{"bad event ID", wrapped(lock.ErrBadEventID), 400, "invalid_request", "Invalid request", "below 2^64", "Last-Event-ID", 0, false},
 		{"too many waiters", lock.ErrTooManyWaiters, 429, "too_many_requests", "Too many waiting requests", "retry later", "", 1, false},
 		{"recovering", wrapped(&lock.RecoveringError{Remaining: 4200 * time.Millisecond}), 503, "backend_recovering", "Recovering from a Redis data loss", "4200 ms more", "", 5, false},
 		{"unavailable", wrapped(lock.ErrUnavailable), 503, "backend_unavailable", "Backend unavailable", "Redis cannot be reached", "", 1, false},

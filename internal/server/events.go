@@ -33,19 +33,30 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 	after := ""
 	if r.Params.LastEventID != nil {
 		after = strings.TrimSpace(*r.Params.LastEventID)
-		if !validEventID(after) {
-			return nil, invalid("Last-Event-ID", "Last-Event-ID must be an id the stream sent: <ms>-<seq>, e.g. 1763812345678-0")
+		if !lock.ValidEventID(after) {
+			return nil, lock.ErrBadEventID // 400, named by problem.Of
 		}
+	}
+	// The key's share first: a key at its quota takes no slot of the
+	// server's.
+	releaseQuota, err := s.take(ctx, quotaEventStreams)
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case s.streams <- struct{}{}:
 	default:
+		releaseQuota()
 		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
 			title: "Too many event streams", detail: fmt.Sprintf("this server already keeps %d event streams open", cap(s.streams))}
 	}
+	release := func() {
+		<-s.streams
+		releaseQuota()
+	}
 	sub, err := s.engine.Subscribe(ctx, after)
 	if err != nil {
-		<-s.streams
+		release()
 		return nil, err
 	}
 	// The prefix and the API key's prefixes apply to a semaphore's name
@@ -54,24 +65,7 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		name, _ := lock.SplitKey(key)
 		return strings.HasPrefix(name, prefix) && (!filter || c.mayTouch(s.cfg.Keys, name))
 	}
-	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep}, nil
-}
-
-// validEventID: "<ms>-<seq>", digits only, as Redis stream IDs are.
-func validEventID(id string) bool {
-	ms, seq, ok := strings.Cut(id, "-")
-	digits := func(p string) bool {
-		if p == "" || len(p) > 20 {
-			return false
-		}
-		for i := 0; i < len(p); i++ {
-			if p[i] < '0' || p[i] > '9' {
-				return false
-			}
-		}
-		return true
-	}
-	return ok && digits(ms) && digits(seq)
+	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep, release: release}, nil
 }
 
 // eventStream writes the events; it implements the generated response
@@ -81,6 +75,8 @@ type eventStream struct {
 	ctx  context.Context
 	sub  *lock.Subscription
 	keep func(key string) bool
+	// release gives back the stream's slot and its key's quota.
+	release func()
 }
 
 // LockEventOf is an event as the stream and webhooks send it: never a
@@ -104,7 +100,7 @@ func LockEventOf(c lock.Change) api.LockEvent {
 func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 	defer func() {
 		es.sub.Close()
-		<-es.s.streams
+		es.release()
 	}()
 	ctx, cancel := context.WithCancel(es.ctx)
 	defer cancel()
@@ -139,6 +135,13 @@ func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 		c, err := es.sub.Next(wait)
 		cancelWait()
 		switch {
+		case err == nil && c.Type == lock.Reset:
+			// Not an event of a key: every reader is told.
+			b, _ := json.Marshal(api.StreamReset{Id: c.ID, Reason: api.StreamResetReason(c.Reason)})
+			if err := write(fmt.Sprintf("id: %s\nevent: %s\ndata: %s\n\n", c.ID, lock.Reset, b)); err != nil {
+				return nil
+			}
+			last = time.Now()
 		case err == nil:
 			if !es.keep(c.Key) {
 				continue

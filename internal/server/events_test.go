@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
@@ -371,4 +373,129 @@ func (f *evFixture) metrics(t *testing.T) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// fillEvents appends n events of keys bulk:<i> to the event stream, as
+// the scripts write them; with keep > 0 the stream is capped at about keep
+// entries (MAXLEN ~), as --events-max caps it.
+func fillEvents(t *testing.T, ld *lockdtest.Lockd, n, keep int) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := ld.Redis.Client(t)
+	at := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	for done := 0; done < n; {
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := 0; i < 1000 && done < n; i, done = i+1, done+1 {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: ld.Engine.EventStream(), MaxLen: int64(keep), Approx: keep > 0, Values: []any{
+					"type", "acquired", "key", "bulk:" + strconv.Itoa(done), "at", at, "owner", "worker-" + strconv.Itoa(done%97),
+					"fence", strconv.Itoa(1_763_000_000_000 + done), "ttl_ms", "30000", "count", "1", "actor", "ci", "reason", ""}})
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// redisCommand is what INFO commandstats says of one command since the
+// last CONFIG RESETSTAT: its calls and its Redis CPU time.
+func redisCommand(t *testing.T, rdb *redis.Client, name string) (calls int, cpu time.Duration) {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.Atoi(v)
+			switch k {
+			case "calls":
+				calls = n
+			case "usec":
+				cpu = time.Duration(n) * time.Microsecond
+			}
+		}
+	}
+	return calls, cpu
+}
+
+// redisOutput is how many bytes Redis has sent to its clients.
+func redisOutput(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_net_output_bytes:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// N6 of the second audit: a resume from far back reads a bounded part of
+// the stream, however narrow the prefix. With 100,000 events kept, a
+// reader of one quiet prefix that resumes from 0-0 used to make lockd read
+// all of them (201 XRANGE calls). Now it reads at most the resume window
+// (lock.DefaultEventsResumeMax events) and is told with a reset event that
+// it missed some; from a trimmed ID it is told at once, reading nothing.
+func TestEventResumeBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		n, keep   int
+		maxXRANGE int
+	}{
+		// Never trimmed: the window ends the catch-up.
+		{"100000 kept, none trimmed", 100_000, 0, 10_000/500 + 2},
+		// Trimmed: 0-0 is older than the oldest kept event.
+		{"100000 kept, older ones trimmed", 110_000, 100_000, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ld := lockdtest.Start(t, lockdtest.Options{})
+			rdb := ld.Redis.Client(t)
+			ctx := context.Background()
+			fillEvents(t, ld, tc.n, tc.keep)
+			kept, _ := rdb.XLen(ctx, ld.Engine.EventStream()).Result()
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			out := redisOutput(t, rdb)
+			start := time.Now()
+			_, s := openEvents(t, ld.URL+"/v1/events?prefix=narrow:", "", "0-0")
+			// An event of the prefix that comes after the catch-up (or
+			// before the reset's id: the reset covers it).
+			acquire := func(key string) {
+				if _, err := ld.Engine.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			acquire("narrow:1")
+			first := s.next(t)
+			took := time.Since(start)
+			calls, cpu := redisCommand(t, rdb, "xrange")
+			t.Logf("resume from 0-0 of prefix narrow: with %d events kept: %d XRANGE calls, %v of Redis CPU in them, %.1f MB from Redis, %v to the end of the catch-up",
+				kept, calls, cpu, float64(redisOutput(t, rdb)-out)/1e6, took.Round(time.Millisecond))
+			if calls > tc.maxXRANGE {
+				t.Errorf("%d XRANGE calls for one resume, want at most %d", calls, tc.maxXRANGE)
+			}
+			if first.event != "reset" || first.data["id"] != first.id || first.id == "" {
+				t.Fatalf("first message %+v, want a reset", first)
+			}
+			// The stream goes on live after the reset.
+			acquire("narrow:2")
+			for ev := s.next(t); ev.data["key"] != "narrow:2"; ev = s.next(t) {
+				if ev.data["key"] != "narrow:1" {
+					t.Fatalf("after the reset: %+v", ev)
+				}
+			}
+		})
+	}
 }

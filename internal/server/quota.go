@@ -7,12 +7,20 @@ import (
 	"sync"
 )
 
-// Per-API-key quotas (F9 of the audit): the process-wide caps on hold
-// streams and waiting requests are shared by every tenant, so one API key
-// could take every slot and starve the others. Each key may use at most
-// its own share: max_holds / max_waiters in the auth file, else
-// Config.MaxHoldsPerAPIKey / MaxWaitersPerAPIKey. With auth off there are
-// no tenants, and only the process-wide caps apply.
+// Per-API-key quotas (F9, N7 of the audits): the process-wide caps on hold
+// streams, waiting requests and event streams are shared by every tenant,
+// so one API key could take every slot and starve the others. Each key may
+// use at most its own share: max_holds / max_waiters / max_event_streams in
+// the auth file, else Config.MaxHoldsPerAPIKey / MaxWaitersPerAPIKey /
+// MaxEventStreamsPerAPIKey, by default DefaultShare of the process-wide
+// cap. With auth off there are no tenants, and only the process-wide caps
+// apply.
+
+// DefaultShare is an API key's default quota of a process-wide cap: a
+// tenth of it, at least 1 (N11 of the second audit: with half, two keys
+// took every slot). It takes ten keys at their limit to fill the cap; a
+// key that needs more gets its own limit in the auth file.
+func DefaultShare(cap int) int { return max(1, cap/10) }
 
 // quotaKind names what a quota counts.
 type quotaKind int
@@ -20,15 +28,35 @@ type quotaKind int
 const (
 	quotaHolds quotaKind = iota
 	quotaWaiters
+	quotaEventStreams
+	quotaKinds // how many kinds there are
 )
 
-// quotas counts the hold streams and waiting requests of each API key.
+// quotas counts the hold streams, waiting requests and event streams of
+// each API key.
 type quotas struct {
 	mu   sync.Mutex
-	used map[string]*[2]int // by API-key name
+	used map[string]*[quotaKinds]int // by API-key name
 }
 
-func newQuotas() *quotas { return &quotas{used: map[string]*[2]int{}} }
+func newQuotas() *quotas { return &quotas{used: map[string]*[quotaKinds]int{}} }
+
+// limit is the caller's quota of kind, and what it counts.
+func (s *Server) limit(c caller, kind quotaKind) (int, string) {
+	own, limit, what := 0, 0, ""
+	switch kind {
+	case quotaHolds:
+		own, limit, what = c.key.MaxHolds, s.cfg.MaxHoldsPerAPIKey, "hold streams"
+	case quotaWaiters:
+		own, limit, what = c.key.MaxWaiters, s.cfg.MaxWaitersPerAPIKey, "waiting requests"
+	case quotaEventStreams:
+		own, limit, what = c.key.MaxEventStreams, s.cfg.MaxEventStreamsPerAPIKey, "event streams"
+	}
+	if own > 0 {
+		limit = own
+	}
+	return limit, what
+}
 
 // take counts one more of kind for the caller of ctx, or answers 429 when
 // its key already uses its limit. The returned func gives it back; it is
@@ -38,22 +66,13 @@ func (s *Server) take(ctx context.Context, kind quotaKind) (release func(), err 
 	if !s.cfg.Keys.Enabled() || c.key == nil {
 		return func() {}, nil
 	}
-	limit, what := s.cfg.MaxWaitersPerAPIKey, "waiting requests"
-	if c.key.MaxWaiters > 0 {
-		limit = c.key.MaxWaiters
-	}
-	if kind == quotaHolds {
-		limit, what = s.cfg.MaxHoldsPerAPIKey, "hold streams"
-		if c.key.MaxHolds > 0 {
-			limit = c.key.MaxHolds
-		}
-	}
+	limit, what := s.limit(c, kind)
 	q := s.quotas
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := q.used[c.name]
 	if n == nil {
-		n = new([2]int)
+		n = new([quotaKinds]int)
 		q.used[c.name] = n
 	}
 	if n[kind] >= limit {
@@ -67,7 +86,7 @@ func (s *Server) take(ctx context.Context, kind quotaKind) (release func(), err 
 		once.Do(func() {
 			q.mu.Lock()
 			defer q.mu.Unlock()
-			if n[kind]--; n[0] == 0 && n[1] == 0 {
+			if n[kind]--; *n == [quotaKinds]int{} {
 				delete(q.used, c.name)
 			}
 		})

@@ -617,3 +617,94 @@ keys:
 		t.Fatalf("the first ci waiter: %d", s)
 	}
 }
+
+// N7 of the second audit: event streams have a per-API-key share like
+// holds and waiters. One key limited to a prefix used to take every stream
+// of the server, and the admin got 429. Now it gets its share (a tenth of
+// MaxEventStreams by default, or max_event_streams from the auth file)
+// and other keys still get theirs.
+func TestEventStreamsPerAPIKey(t *testing.T) {
+	keys, err := auth.Parse([]byte(`
+keys:
+  - {name: ops, key: ops-key-0123456789, scopes: [admin]}
+  - {name: ci-reader, key: ci-key-0123456789ab, scopes: [read], prefixes: ["ci:"]}
+  - {name: big, key: big-key-0123456789ab, scopes: [read], max_event_streams: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) {
+		c.Keys = keys
+		c.MaxEventStreams = 20
+	}})
+	open := func(key string, n int) (ok int, refused *http.Response) {
+		t.Helper()
+		for range n {
+			resp, _ := openEvents(t, ld.URL+"/v1/events?prefix=ci:", key, "")
+			if resp.StatusCode != http.StatusOK {
+				return ok, resp
+			}
+			ok++
+		}
+		return ok, nil
+	}
+	// The prefix-limited reader tries to take every stream.
+	ok, refused := open("ci-key-0123456789ab", 20)
+	if ok != 2 || refused == nil || refused.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("ci-reader opened %d of 20 streams, want its share of 2, then 429", ok)
+	}
+	b, _ := io.ReadAll(refused.Body)
+	if !strings.Contains(string(b), "ci-reader") || refused.Header.Get("Retry-After") == "" {
+		t.Errorf("the 429 does not say whose quota: %s", b)
+	}
+	if ok, _ := open("big-key-0123456789ab", 6); ok != 5 {
+		t.Errorf("big opened %d streams, want its max_event_streams of 5", ok)
+	}
+	if ok, _ := open("ops-key-0123456789", 1); ok != 1 {
+		t.Error("the admin got no stream while another key is at its share")
+	}
+}
+
+// N11 of the second audit: the default per-key share of holds leaves room
+// for more than two tenants. With --max-holds 10 and the default share,
+// each of three keys gets its tenth; before, two keys took every slot and
+// the third got 429.
+func TestDefaultShareOfHolds(t *testing.T) {
+	keys, err := auth.Parse([]byte(`
+keys:
+  - {name: ci, key: "ci-key-0123456789abcdef", scopes: [write]}
+  - {name: deploy, key: "deploy-key-0123456789", scopes: [write]}
+  - {name: a1, key: "a1-key-0123456789abcdef", scopes: [write]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
+		c.Keys = keys
+		c.MaxHolds = 10
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	holds := func(key, prefix string, n int) (ok int) {
+		t.Helper()
+		for i := range n {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/v1/locks/%s%d/hold", f.url, prefix, i), strings.NewReader(`{}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+key)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { res.Body.Close() })
+			if res.StatusCode == http.StatusOK {
+				ok++
+			}
+		}
+		return ok
+	}
+	ci, deploy := holds("ci-key-0123456789abcdef", "ci:h", 5), holds("deploy-key-0123456789", "deploy:h", 5)
+	a1 := holds("a1-key-0123456789abcdef", "a:1h", 1)
+	if ci != 1 || deploy != 1 || a1 != 1 {
+		t.Fatalf("holds of ci, deploy, a1: %d, %d, %d; want each its share of 1 (a tenth of 10)", ci, deploy, a1)
+	}
+}

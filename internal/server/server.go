@@ -40,12 +40,15 @@ type Config struct {
 	MaxWait    time.Duration
 	// MaxHolds caps concurrent /hold streams.
 	MaxHolds int
-	// MaxHoldsPerAPIKey and MaxWaitersPerAPIKey cap the hold streams and
-	// waiting acquires of one API key (auth on), unless its entry in the
-	// auth file says otherwise (max_holds, max_waiters). Zero means half of
-	// MaxHolds, and 5000 (half of lockd serve's --max-waiters default).
-	MaxHoldsPerAPIKey   int
-	MaxWaitersPerAPIKey int
+	// MaxHoldsPerAPIKey, MaxWaitersPerAPIKey and MaxEventStreamsPerAPIKey
+	// cap the hold streams, waiting acquires and event streams of one API
+	// key (auth on), unless its entry in the auth file says otherwise
+	// (max_holds, max_waiters, max_event_streams). Zero means
+	// DefaultShare of MaxHolds, of 10,000 (lockd serve's --max-waiters
+	// default) and of MaxEventStreams.
+	MaxHoldsPerAPIKey        int
+	MaxWaitersPerAPIKey      int
+	MaxEventStreamsPerAPIKey int
 	// HoldHeartbeat is the interval of the hold stream's comment lines;
 	// zero means 10 s (the contract asks for at least one every 15 s).
 	HoldHeartbeat time.Duration
@@ -85,7 +88,7 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	holds   chan struct{} // one slot per open hold stream
-	quotas  *quotas       // hold streams and waiters of each API key
+	quotas  *quotas       // hold streams, waiters and event streams of each API key
 	// unknownKeys limits unknown API keys per client address.
 	unknownKeys *authlimit.Limiter
 	closing     chan struct{} // closed by Shutdown: ends hold streams
@@ -113,16 +116,19 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 		cfg.MaxHolds = def.MaxHolds
 	}
 	if cfg.MaxHoldsPerAPIKey <= 0 {
-		cfg.MaxHoldsPerAPIKey = max(1, cfg.MaxHolds/2)
+		cfg.MaxHoldsPerAPIKey = DefaultShare(cfg.MaxHolds)
 	}
 	if cfg.MaxWaitersPerAPIKey <= 0 {
-		cfg.MaxWaitersPerAPIKey = 5000
+		cfg.MaxWaitersPerAPIKey = DefaultShare(10_000)
 	}
 	if cfg.HoldHeartbeat <= 0 {
 		cfg.HoldHeartbeat = def.HoldHeartbeat
 	}
 	if cfg.MaxEventStreams <= 0 {
 		cfg.MaxEventStreams = 1000
+	}
+	if cfg.MaxEventStreamsPerAPIKey <= 0 {
+		cfg.MaxEventStreamsPerAPIKey = DefaultShare(cfg.MaxEventStreams)
 	}
 	if cfg.UnknownKeys == nil {
 		cfg.UnknownKeys = authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)

@@ -607,6 +607,34 @@ func TestBadInput(t *testing.T) {
 		{"sem list cursor garbage", "GET", "/v1/semaphores?cursor=%25%25%25", "", "", 400, "cursor"},
 		{"sem history limit zero", "GET", "/v1/semaphores/s/history?limit=0", "", "", 400, "limit"},
 		{"sem history type unknown", "GET", "/v1/semaphores/s/history?type=x", "", "", 400, "type"},
+		{"sem history limit overflows", "GET", "/v1/semaphores/s/history?limit=99999999999999999999", "", "", 400, "limit"},
+		{"sem history limit twice", "GET", "/v1/semaphores/s/history?limit=1&limit=2", "", "", 400, "limit"},
+
+		// History and the event stream: every parameter and header they
+		// read (the header's value is in headers below).
+		{"history limit overflows", "GET", "/v1/locks/k/history?limit=99999999999999999999", "", "", 400, "limit"},
+		{"history limit twice", "GET", "/v1/locks/k/history?limit=1&limit=2", "", "", 400, "limit"},
+		{"history type twice", "GET", "/v1/locks/k/history?type=expired&type=released", "", "", 400, "type"},
+		{"events prefix with a space", "GET", "/v1/events?prefix=a%20b", "", "", 400, "prefix"},
+		{"events prefix not UTF-8", "GET", "/v1/events?prefix=%ff", "", "", 400, "prefix"},
+		{"events prefix too long", "GET", "/v1/events?prefix=" + strings.Repeat("p", 201), "", "", 400, "prefix"},
+		{"events prefix twice", "GET", "/v1/events?prefix=a&prefix=b", "", "", 400, "prefix"},
+		{"events Last-Event-ID not an ID", "GET", "/v1/events", "", "", 400, "Last-Event-ID"},
+		{"events Last-Event-ID three parts", "GET", "/v1/events", "", "", 400, "Last-Event-ID"},
+		{"events Last-Event-ID 20 digits beyond uint64", "GET", "/v1/events", "", "", 400, "Last-Event-ID"},
+		{"events Last-Event-ID 2^64", "GET", "/v1/events", "", "", 400, "Last-Event-ID"},
+		{"events Last-Event-ID seq 2^64", "GET", "/v1/events", "", "", 400, "Last-Event-ID"},
+		{"events Last-Event-ID twice", "GET", "/v1/events", "", "", 400, "Last-Event-ID"},
+	}
+	// headers are the request headers of the rows that send one.
+	headers := map[string]http.Header{
+		"sem bad Idempotency-Key":                      {"Idempotency-Key": {strings.Repeat("i", 201)}},
+		"events Last-Event-ID not an ID":               {"Last-Event-ID": {"yesterday"}},
+		"events Last-Event-ID three parts":             {"Last-Event-ID": {"1-2-3"}},
+		"events Last-Event-ID 20 digits beyond uint64": {"Last-Event-ID": {"99999999999999999999-0"}},
+		"events Last-Event-ID 2^64":                    {"Last-Event-ID": {"18446744073709551616-0"}},
+		"events Last-Event-ID seq 2^64":                {"Last-Event-ID": {"1-18446744073709551616"}},
+		"events Last-Event-ID twice":                   {"Last-Event-ID": {"1-0", "2-0"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -617,8 +645,8 @@ func TestBadInput(t *testing.T) {
 			if tc.ct != "" {
 				req.Header.Set("Content-Type", tc.ct)
 			}
-			if strings.Contains(tc.name, "Idempotency-Key") {
-				req.Header.Set("Idempotency-Key", strings.Repeat("i", 201))
+			for name, values := range headers[tc.name] {
+				req.Header[name] = values
 			}
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -10,11 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,10 +41,27 @@ type Hook struct {
 	// Prefixes limit the lock keys and semaphore names; empty: every
 	// lock and semaphore.
 	Prefixes []string `yaml:"prefixes"`
+	// AllowPrivate lets deliveries go to loopback, private and link-local
+	// addresses (privateAddr): an endpoint on this host or the internal
+	// network. Without it such a URL is refused at start, and a delivery
+	// whose name resolves to such an address is refused when it dials, so
+	// that neither the file nor DNS points lockd at internal services.
+	AllowPrivate bool `yaml:"allow_private"`
+	// Concurrency is how many deliveries to the endpoint may be in flight
+	// at once (default Options.Concurrency); 1 delivers one at a time, in
+	// the stream's order.
+	Concurrency int `yaml:"concurrency"`
 }
 
 // MinSecretLen is the shortest secret accepted.
 const MinSecretLen = 16
+
+// MaxConcurrency is the most deliveries in flight to one endpoint.
+const MaxConcurrency = 64
+
+// ErrPrivateAddress refuses a delivery to a loopback, private or
+// link-local address of an endpoint without allow_private.
+var ErrPrivateAddress = errors.New("webhook: loopback, private or link-local address, and the endpoint has no allow_private")
 
 var eventTypes = map[string]bool{"acquired": true, "reentered": true, "released": true, "expired": true, "force_released": true}
 
@@ -51,6 +72,8 @@ var eventTypes = map[string]bool{"acquired": true, "reentered": true, "released"
 //	    secret: "at least 16 characters"
 //	    events: [expired, force_released]
 //	    prefixes: ["deploy:"]
+//	    allow_private: false   # true: may deliver to loopback, private, link-local addresses
+//	    concurrency: 8         # deliveries in flight at once; 1: one at a time, in order
 func Parse(data []byte) ([]Hook, error) {
 	var f struct {
 		Webhooks []Hook `yaml:"webhooks"`
@@ -66,6 +89,12 @@ func Parse(data []byte) ([]Hook, error) {
 		u, err := url.Parse(h.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("webhooks[%d]: url must be an http:// or https:// URL", i)
+		}
+		if !h.AllowPrivate && privateHost(u.Hostname()) {
+			return nil, fmt.Errorf("webhooks[%d] (%s): a loopback, private or link-local address needs allow_private: true", i, u.Host)
+		}
+		if h.Concurrency < 0 || h.Concurrency > MaxConcurrency {
+			return nil, fmt.Errorf("webhooks[%d] (%s): concurrency must be between 1 and %d (0: the default)", i, u.Host, MaxConcurrency)
 		}
 		if len(h.Secret) < MinSecretLen {
 			return nil, fmt.Errorf("webhooks[%d] (%s): secret must be at least %d characters", i, u.Host, MinSecretLen)
@@ -89,6 +118,104 @@ func Parse(data []byte) ([]Hook, error) {
 		names[h.Name] = true
 	}
 	return f.Webhooks, nil
+}
+
+// Plaintext reports whether deliveries go over plain http:// to another
+// host than this one: whoever is on the path can read them and hold them
+// back (the signature stops changes, not reading). lockd warns of it at
+// start.
+func (h Hook) Plaintext() bool {
+	u, err := url.Parse(h.URL)
+	if err != nil || !strings.EqualFold(u.Scheme, "http") {
+		return false
+	}
+	host := u.Hostname()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return !ip.Unmap().IsLoopback()
+	}
+	return !isLocalhost(host)
+}
+
+// The address blocks that privateAddr refuses besides Go's own tests.
+var (
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")     // "this host" on Linux
+	sharedSpace = netip.MustParsePrefix("100.64.0.0/10") // carrier-grade NAT; some clouds' metadata
+	siteLocal   = netip.MustParsePrefix("fec0::/10")     // deprecated IPv6 private
+)
+
+// privateAddr reports whether ip is an address of this host or of an
+// internal network: loopback, private (RFC 1918, fc00::/7, fec0::/10),
+// link-local (169.254.0.0/16 with the clouds' metadata services,
+// fe80::/10), unspecified or 0.0.0.0/8 (this host), 100.64.0.0/10
+// (shared), or multicast. IPv4-mapped IPv6 addresses count as their IPv4.
+func privateAddr(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() ||
+		thisNetwork.Contains(ip) || sharedSpace.Contains(ip) || siteLocal.Contains(ip)
+}
+
+// privateHost reports whether a URL's host is, as written, a private
+// address or a name of this host (localhost). Other names are checked
+// when a delivery dials them.
+func privateHost(host string) bool {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return privateAddr(ip)
+	}
+	return isLocalhost(host)
+}
+
+func isLocalhost(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
+}
+
+// checkDial is a net.Dialer's Control: it refuses a connection to a
+// private address (privateAddr). It runs after the name was resolved,
+// for each address tried, so that DNS cannot point a public name at an
+// internal service.
+func checkDial(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("webhook: cannot check the address %s: %w", address, err)
+	}
+	if privateAddr(ap.Addr()) {
+		return fmt.Errorf("%w (%s)", ErrPrivateAddress, ap.Addr())
+	}
+	return nil
+}
+
+// errRedirect marks a 3xx answer: redirects are not followed, so that an
+// endpoint cannot send lockd's signed POST to another address.
+var errRedirect = errors.New("redirects are not followed")
+
+// newClient is the HTTP client of one endpoint. It never follows a
+// redirect (a 3xx is a failed delivery); without AllowPrivate it refuses
+// to connect to a private address. Behind a proxy from the environment
+// (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) it connects to the proxy only, and
+// the proxy decides which addresses it reaches: Parse still refuses a
+// private address written in the URL.
+func newClient(h Hook, timeout time.Duration, conc int) *http.Client {
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.MaxIdleConnsPerHost = conc // a connection per delivery in flight, kept
+	if u, err := url.Parse(h.URL); err == nil {
+		if proxy, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err == nil && proxy != nil {
+			tr.Proxy = http.ProxyURL(proxy)
+		}
+	}
+	if !h.AllowPrivate && tr.Proxy == nil {
+		dialer.Control = checkDial
+	}
+	tr.DialContext = dialer.DialContext
+	return &http.Client{
+		Timeout:   timeout,
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
 }
 
 // wants says whether the hook delivers this event. Prefixes apply to a
@@ -147,11 +274,14 @@ type Options struct {
 	GiveUpAfter time.Duration
 	// Poll is how often pending deliveries are looked at (default 1 s).
 	Poll time.Duration
+	// Concurrency is how many deliveries to one endpoint may be in flight
+	// at once, unless its Hook says otherwise (default 8, at most
+	// MaxConcurrency).
+	Concurrency int
 	// Consumer names this replica in the consumer groups.
 	Consumer string
-	// Client sends the POSTs (default a client with Timeout).
-	Client *http.Client
-	// OnError hears of Redis errors (for logs); it must not block.
+	// OnError hears of Redis errors and failed deliveries (for logs); it
+	// must not block.
 	OnError func(hook string, err error)
 }
 
@@ -159,9 +289,18 @@ type Options struct {
 type Dispatcher struct {
 	rdb    redis.Cmdable
 	stream string
-	hooks  []Hook
+	hooks  []endpoint
 	opts   Options
 	m      *metrics
+}
+
+// endpoint is a hook with what delivers to it.
+type endpoint struct {
+	Hook
+	client *http.Client
+	// slots holds one token per delivery in flight (cap: the hook's
+	// concurrency).
+	slots chan struct{}
 }
 
 // New returns a dispatcher of stream (lock.Engine.EventStream) on rdb.
@@ -184,13 +323,18 @@ func New(rdb redis.Cmdable, stream string, hooks []Hook, opts Options, reg prome
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
 	if opts.Consumer == "" {
 		opts.Consumer = "lockd"
 	}
-	if opts.Client == nil {
-		opts.Client = &http.Client{Timeout: opts.Timeout}
+	d := &Dispatcher{rdb: rdb, stream: stream, opts: opts, m: newMetrics(reg)}
+	for _, h := range hooks {
+		conc := min(cmp.Or(h.Concurrency, opts.Concurrency), MaxConcurrency)
+		d.hooks = append(d.hooks, endpoint{Hook: h, client: newClient(h, opts.Timeout, conc), slots: make(chan struct{}, conc)})
 	}
-	return &Dispatcher{rdb: rdb, stream: stream, hooks: hooks, opts: opts, m: newMetrics(reg)}
+	return d
 }
 
 // Run delivers until ctx ends.
@@ -206,15 +350,22 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (d *Dispatcher) fail(h Hook, err error) {
+func (d *Dispatcher) fail(h endpoint, err error) {
 	if d.opts.OnError != nil && err != nil {
 		d.opts.OnError(h.Name, err)
 	}
 }
 
 // runHook reads new events of the hook's group and, every Poll, retries
-// the pending ones whose backoff has passed.
-func (d *Dispatcher) runHook(ctx context.Context, h Hook) {
+// the pending ones whose backoff has passed. Each delivery runs on its own
+// goroutine, at most the hook's concurrency at once, and is XACKed when
+// it ends with a 2xx: a slow endpoint takes up to concurrency events per
+// round trip, not one. The loop reads only as many events as slots are
+// free, so that an event read is in flight at once: none waits in this
+// process long enough for another replica to claim it as failed.
+func (d *Dispatcher) runHook(ctx context.Context, h endpoint) {
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
 	group := h.group()
 	ready := false
 	lastPoll := time.Time{}
@@ -228,20 +379,24 @@ func (d *Dispatcher) runHook(ctx context.Context, h Hook) {
 			}
 			ready = true
 		}
+		free := takeSlots(ctx, h.slots)
+		if free == 0 {
+			return // ctx ended
+		}
 		res, err := d.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: group, Consumer: d.opts.Consumer, Streams: []string{d.stream, ">"},
-			Count: 50, Block: d.opts.Poll,
+			Count: int64(free), Block: d.opts.Poll,
 		}).Result()
 		switch {
 		case err == nil:
 			for _, st := range res {
 				for _, m := range st.Messages {
-					d.handle(ctx, h, group, m, 1)
+					free--
+					d.start(ctx, h, group, m, 1, &inflight)
 				}
 			}
 		case errors.Is(err, redis.Nil):
 		case ctx.Err() != nil:
-			return
 		default:
 			if strings.HasPrefix(err.Error(), "NOGROUP") {
 				ready = false // the stream or group was lost (a Redis restart)
@@ -249,12 +404,58 @@ func (d *Dispatcher) runHook(ctx context.Context, h Hook) {
 			d.fail(h, err)
 			sleep(ctx, time.Second)
 		}
-		if time.Since(lastPoll) >= d.opts.Poll {
+		giveSlots(h.slots, free)
+		if ctx.Err() == nil && time.Since(lastPoll) >= d.opts.Poll {
 			lastPoll = time.Now()
-			d.retry(ctx, h, group)
+			d.retry(ctx, h, group, &inflight)
 			d.backlog(ctx, h, group)
 		}
 	}
+}
+
+// takeSlots waits for a free delivery slot of slots, then takes every
+// other one free now, and returns how many it took (0 when ctx ended).
+func takeSlots(ctx context.Context, slots chan struct{}) int {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < cap(slots) {
+		select {
+		case slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// giveSlots frees n slots taken by takeSlots.
+func giveSlots(slots chan struct{}, n int) {
+	for range n {
+		<-slots
+	}
+}
+
+// start handles one event on a slot taken for it, which it frees when
+// done: an event the hook does not want is acked at once, one it wants is
+// delivered on its own goroutine.
+func (d *Dispatcher) start(ctx context.Context, h endpoint, group string, m redis.XMessage, attempt int64, inflight *sync.WaitGroup) {
+	c := lock.ChangeOf(m)
+	if !h.wants(c) {
+		d.rdb.XAck(ctx, d.stream, group, m.ID)
+		giveSlots(h.slots, 1)
+		return
+	}
+	inflight.Add(1)
+	go func() {
+		defer inflight.Done()
+		defer giveSlots(h.slots, 1)
+		d.deliver(ctx, h, group, m.ID, c, attempt)
+	}()
 }
 
 // backoff is the wait before attempt n+1 after n attempts.
@@ -267,8 +468,9 @@ func (d *Dispatcher) backoff(n int64) time.Duration {
 }
 
 // retry claims the pending deliveries whose backoff has passed and tries
-// them again. XCLAIM's min-idle-time makes the claim one replica's.
-func (d *Dispatcher) retry(ctx context.Context, h Hook, group string) {
+// them again, as many as slots are free. XCLAIM's min-idle-time makes the
+// claim one replica's.
+func (d *Dispatcher) retry(ctx context.Context, h endpoint, group string, inflight *sync.WaitGroup) {
 	pending, err := d.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 		Stream: d.stream, Group: group, Idle: d.opts.BackoffMin, Start: "-", End: "+", Count: 100,
 	}).Result()
@@ -288,9 +490,17 @@ func (d *Dispatcher) retry(ctx context.Context, h Hook, group string) {
 			d.m.deliveries.WithLabelValues(h.Name, "gave_up").Inc()
 			continue
 		}
+		select {
+		case h.slots <- struct{}{}:
+		default:
+			return // every slot is busy: the next poll goes on
+		}
 		msgs, err := d.rdb.XClaim(ctx, &redis.XClaimArgs{
 			Stream: d.stream, Group: group, Consumer: d.opts.Consumer, MinIdle: wait, Messages: []string{p.ID},
 		}).Result()
+		if err != nil || len(msgs) == 0 {
+			giveSlots(h.slots, 1)
+		}
 		if err != nil {
 			d.fail(h, err)
 			continue
@@ -303,15 +513,13 @@ func (d *Dispatcher) retry(ctx context.Context, h Hook, group string) {
 			}
 			continue
 		}
-		for _, m := range msgs {
-			d.handle(ctx, h, group, m, p.RetryCount+1)
-		}
+		d.start(ctx, h, group, msgs[0], p.RetryCount+1, inflight)
 	}
 }
 
 // backlog sets the hook's backlog gauge: pending deliveries plus events
 // the group has not read yet.
-func (d *Dispatcher) backlog(ctx context.Context, h Hook, group string) {
+func (d *Dispatcher) backlog(ctx context.Context, h endpoint, group string) {
 	groups, err := d.rdb.XInfoGroups(ctx, d.stream).Result()
 	if err != nil {
 		return
@@ -323,29 +531,28 @@ func (d *Dispatcher) backlog(ctx context.Context, h Hook, group string) {
 	}
 }
 
-// handle delivers one event (or acks one the hook does not want).
-func (d *Dispatcher) handle(ctx context.Context, h Hook, group string, m redis.XMessage, attempt int64) {
-	c := lock.ChangeOf(m)
-	if !h.wants(c) {
-		d.rdb.XAck(ctx, d.stream, group, m.ID)
+// deliver POSTs one event and acks it on a 2xx; on a failure it stays
+// pending, retried after its backoff. The failure's reason goes to
+// OnError (the admin's log), never to metrics: webhooks are the admin's
+// configuration, and with redirects refused and private addresses
+// allowed only per hook, the reason tells of no address but the
+// endpoint's own.
+func (d *Dispatcher) deliver(ctx context.Context, h endpoint, group, id string, c lock.Change, attempt int64) {
+	if err := d.post(ctx, h, c); err != nil {
+		d.m.deliveries.WithLabelValues(h.Name, "failed").Inc()
+		d.fail(h, fmt.Errorf("event %s, attempt %d: %w", id, attempt, err))
 		return
 	}
-	err := d.post(ctx, h, c)
-	if err != nil {
-		d.m.deliveries.WithLabelValues(h.Name, "failed").Inc()
-		d.fail(h, fmt.Errorf("event %s, attempt %d: %w", m.ID, attempt, err))
-		return // stays pending: retried after its backoff
-	}
-	if err := d.rdb.XAck(ctx, d.stream, group, m.ID).Err(); err != nil {
+	if err := d.rdb.XAck(ctx, d.stream, group, id).Err(); err != nil {
 		d.fail(h, err)
 	}
 	d.m.deliveries.WithLabelValues(h.Name, "delivered").Inc()
-	d.m.latency.WithLabelValues(h.Name).Observe(eventAge(m.ID).Seconds())
+	d.m.latency.WithLabelValues(h.Name).Observe(eventAge(id).Seconds())
 }
 
-// post sends one event; any answer but 2xx, or none within the timeout, is
-// an error.
-func (d *Dispatcher) post(ctx context.Context, h Hook, c lock.Change) error {
+// post sends one event; any answer but 2xx (a redirect included), or none
+// within the timeout, is an error.
+func (d *Dispatcher) post(ctx context.Context, h endpoint, c lock.Change) error {
 	// The event stream's shape: a semaphore's name with kind semaphore.
 	body, err := json.Marshal(server.LockEventOf(c))
 	if err != nil {
@@ -361,7 +568,7 @@ func (d *Dispatcher) post(ctx context.Context, h Hook, c lock.Change) error {
 	req.Header.Set("User-Agent", "lockd-webhook/1")
 	req.Header.Set("Lockd-Event-Id", c.ID)
 	req.Header.Set("Lockd-Signature", Sign(h.Secret, time.Now(), body))
-	resp, err := d.opts.Client.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		// Without the URL, which may carry credentials.
 		var uerr *url.Error
@@ -372,7 +579,10 @@ func (d *Dispatcher) post(ctx context.Context, h Hook, c lock.Change) error {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode <= 399:
+		return fmt.Errorf("answered %d: %w", resp.StatusCode, errRedirect)
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		return fmt.Errorf("answered %d", resp.StatusCode)
 	}
 	return nil

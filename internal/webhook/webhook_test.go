@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -34,6 +35,23 @@ func TestParse(t *testing.T) {
 		{"bad prefix", "webhooks:\n  - {url: 'http://x/y', secret: 0123456789abcdef, prefixes: ['a b']}\n", "not the start of a lock key"},
 		{"unknown field", "webhooks:\n  - {url: 'http://x/y', secret: 0123456789abcdef, evnts: [expired]}\n", "evnts"},
 		{"same name", "webhooks:\n  - {url: 'http://x/a', secret: 0123456789abcdef}\n  - {url: 'http://x/b', secret: 0123456789abcdef}\n", "two endpoints named"},
+		// N9: a loopback, private or link-local address needs allow_private.
+		{"loopback", "webhooks:\n  - {url: 'http://127.0.0.1:9000/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"loopback allowed", "webhooks:\n  - {url: 'http://127.0.0.1:9000/h', secret: 0123456789abcdef, allow_private: true}\n", ""},
+		{"localhost", "webhooks:\n  - {url: 'http://LocalHost.:9000/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"a .localhost name", "webhooks:\n  - {url: 'http://app.localhost/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"IPv6 loopback", "webhooks:\n  - {url: 'http://[::1]:9000/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"IPv4-mapped loopback", "webhooks:\n  - {url: 'http://[::ffff:127.0.0.1]/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"private", "webhooks:\n  - {url: 'https://10.1.2.3/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"private 192.168", "webhooks:\n  - {url: 'https://192.168.1.10/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"IPv6 unique local", "webhooks:\n  - {url: 'https://[fd00::1]/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"metadata service", "webhooks:\n  - {url: 'http://169.254.169.254/latest', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"this host", "webhooks:\n  - {url: 'http://0.0.0.0:9000/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"shared space", "webhooks:\n  - {url: 'http://100.100.100.200/h', secret: 0123456789abcdef}\n", "needs allow_private"},
+		{"public address", "webhooks:\n  - {url: 'https://203.0.113.7/h', secret: 0123456789abcdef}\n", ""},
+		{"concurrency", "webhooks:\n  - {url: 'https://x/h', secret: 0123456789abcdef, concurrency: 1}\n", ""},
+		{"concurrency too high", "webhooks:\n  - {url: 'https://x/h', secret: 0123456789abcdef, concurrency: 65}\n", "concurrency must be between 1 and 64"},
+		{"concurrency negative", "webhooks:\n  - {url: 'https://x/h', secret: 0123456789abcdef, concurrency: -1}\n", "concurrency must be"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hooks, err := webhook.Parse([]byte(tc.yaml))
@@ -166,7 +184,7 @@ func TestDeliveredOnceAcrossReplicasWithRetries(t *testing.T) {
 	t.Cleanup(func() { _ = e.Close() })
 	const secret = "s3cret-0123456789"
 	rec, hs := newReceiver(t, secret, 2)
-	hooks := []webhook.Hook{{Name: "ops", URL: hs.URL, Secret: secret, Events: []string{"acquired", "force_released"}, Prefixes: []string{"wh:"}}}
+	hooks := []webhook.Hook{{Name: "ops", URL: hs.URL, Secret: secret, Events: []string{"acquired", "force_released"}, Prefixes: []string{"wh:"}, AllowPrivate: true}}
 	run(t, e, hooks, "a", fast)
 	run(t, e, hooks, "b", fast)
 	ctx := context.Background()
@@ -218,7 +236,7 @@ func TestDurableAcrossRestartsAndTimeouts(t *testing.T) {
 	const secret = "s3cret-0123456789"
 	rec, hs := newReceiver(t, secret, 1)
 	rec.hang = 400 * time.Millisecond // past the 300 ms timeout
-	hooks := []webhook.Hook{{Name: "ops", URL: hs.URL, Secret: secret}}
+	hooks := []webhook.Hook{{Name: "ops", URL: hs.URL, Secret: secret, AllowPrivate: true}}
 	stop := run(t, e, hooks, "a", fast)
 	ctx := context.Background()
 	groupReady(t, e)
@@ -271,7 +289,7 @@ func TestSemaphoreEventsByName(t *testing.T) {
 	t.Cleanup(func() { _ = e.Close() })
 	const secret = "s3cret-0123456789"
 	rec, hs := newReceiver(t, secret, 0)
-	run(t, e, []webhook.Hook{{Name: "ops", URL: hs.URL, Secret: secret, Events: []string{"acquired"}, Prefixes: []string{"wh:"}}}, "a", fast)
+	run(t, e, []webhook.Hook{{Name: "ops", URL: hs.URL, Secret: secret, Events: []string{"acquired"}, Prefixes: []string{"wh:"}, AllowPrivate: true}}, "a", fast)
 	groupReady(t, e)
 	ctx := context.Background()
 	for _, key := range []string{lock.SemaphoreKey("wh:pool"), lock.SemaphoreKey("other:pool"), "wh:1", "other:1"} {
@@ -290,4 +308,244 @@ func TestSemaphoreEventsByName(t *testing.T) {
 	if len(got) != 2 || got["wh:pool"] != "semaphore" || got["wh:1"] != "lock" {
 		t.Fatalf("delivered (key → kind) %v, want wh:pool → semaphore and wh:1 → lock", got)
 	}
+}
+
+func TestPlaintext(t *testing.T) {
+	for url, want := range map[string]bool{
+		"https://ops.example.com/h":   false,
+		"http://ops.example.com/h":    true,
+		"HTTP://ops.example.com/h":    true,
+		"http://203.0.113.7/h":        true,
+		"http://10.0.0.5/h":           true, // private, but another host
+		"http://127.0.0.1:9000/h":     false,
+		"http://[::1]:9000/h":         false,
+		"http://localhost:9000/h":     false,
+		"http://[::ffff:127.0.0.1]/h": false,
+	} {
+		if got := (webhook.Hook{URL: url}).Plaintext(); got != want {
+			t.Errorf("%s: Plaintext %v, want %v", url, got, want)
+		}
+	}
+}
+
+// errorLog collects what a dispatcher reports through OnError.
+type errorLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errorLog) add(_ string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, err)
+}
+
+func (l *errorLog) count(match func(error) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, err := range l.errs {
+		if match(err) {
+			n++
+		}
+	}
+	return n
+}
+
+// counter is an endpoint that counts the requests it gets and answers
+// them with answer.
+func counter(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) (*httptest.Server, func() int) {
+	var mu sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		answer(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// N9 of the second audit: an endpoint's 307, 308 or 302 does not make
+// lockd send the signed event to another address: a 3xx is a failed
+// delivery, retried with backoff like any other. Before, the POST with its
+// body and signature went to the Location (a 302 as a GET), and counted
+// as delivered.
+func TestRedirectsNotFollowed(t *testing.T) {
+	srv := redistest.Start(t)
+	e := lock.New(srv.Client(t), lock.Options{})
+	t.Cleanup(func() { _ = e.Close() })
+	internal, internalHits := counter(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	const secret = "s3cret-0123456789"
+	var hooks []webhook.Hook
+	var hits []func() int
+	for _, status := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusFound} {
+		hs, n := counter(t, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, internal.URL+"/internal-admin", status)
+		})
+		hooks = append(hooks, webhook.Hook{Name: strconv.Itoa(status), URL: hs.URL, Secret: secret, AllowPrivate: true})
+		hits = append(hits, n)
+	}
+	var log errorLog
+	opts := fast
+	opts.OnError = log.add
+	reg := prometheus.NewRegistry()
+	d := webhook.New(e.EventClient(), e.EventStream(), hooks, opts, reg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	lockdtest.Eventually(t, func() bool {
+		gs, err := e.EventClient().XInfoGroups(context.Background(), e.EventStream()).Result()
+		return err == nil && len(gs) == len(hooks)
+	}, 5*time.Second, "the consumer groups")
+	if _, err := e.Acquire(context.Background(), "wh:redirect", lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// Each endpoint gets the event, then its retry after the backoff
+	// (unless a redirect was followed).
+	lockdtest.Eventually(t, func() bool {
+		for _, n := range hits {
+			if n() < 2 && internalHits() == 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, "two attempts at each redirecting endpoint")
+	if n := internalHits(); n != 0 {
+		t.Fatalf("the address redirected to got %d requests, want none", n)
+	}
+	if n := log.count(func(err error) bool { return strings.Contains(err.Error(), "redirects are not followed") }); n < len(hooks) {
+		t.Errorf("%d failures say the redirect was not followed, want at least %d", n, len(hooks))
+	}
+	metrics := gather(t, reg)
+	for _, h := range hooks {
+		if !strings.Contains(metrics, `lockd_webhook_deliveries_total{hook="`+h.Name+`",outcome="failed"}`) ||
+			strings.Contains(metrics, `lockd_webhook_deliveries_total{hook="`+h.Name+`",outcome="delivered"}`) {
+			t.Errorf("hook %s: metrics do not count a failed, undelivered event:\n%s", h.Name, metrics)
+		}
+	}
+}
+
+// N9: without allow_private, a delivery does not connect to a loopback,
+// private or link-local address, checked when it dials (after DNS, so a
+// public name cannot point at an internal service either); with it, it
+// does. The hooks are built without Parse, which refuses such literal
+// URLs at start: this is the check at delivery time.
+func TestPrivateAddressRefusedWhenDialing(t *testing.T) {
+	srv := redistest.Start(t)
+	e := lock.New(srv.Client(t), lock.Options{})
+	t.Cleanup(func() { _ = e.Close() })
+	const secret = "s3cret-0123456789"
+	refused, refusedHits := counter(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	allowed, allowedHits := counter(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	var log errorLog
+	opts := fast
+	opts.OnError = log.add
+	d := webhook.New(e.EventClient(), e.EventStream(), []webhook.Hook{
+		{Name: "internal", URL: refused.URL, Secret: secret},
+		{Name: "allowed", URL: allowed.URL, Secret: secret, AllowPrivate: true},
+	}, opts, prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	lockdtest.Eventually(t, func() bool {
+		gs, err := e.EventClient().XInfoGroups(context.Background(), e.EventStream()).Result()
+		return err == nil && len(gs) == 2
+	}, 5*time.Second, "the consumer groups")
+	if _, err := e.Acquire(context.Background(), "wh:private", lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	lockdtest.Eventually(t, func() bool {
+		return allowedHits() == 1 && (refusedHits() > 0 || log.count(func(err error) bool { return errors.Is(err, webhook.ErrPrivateAddress) }) >= 2)
+	}, 10*time.Second, "the allowed delivery, and two refused attempts")
+	if n := refusedHits(); n != 0 {
+		t.Errorf("the endpoint without allow_private got %d requests", n)
+	}
+}
+
+// N10 of the second audit: deliveries to one endpoint run concurrently,
+// up to its concurrency (8 by default), so that a slow endpoint is not
+// held to one event per round trip. The endpoint holds the first requests
+// until 8 are in flight at once (which one at a time never reaches); no
+// more than 8 ever are.
+func TestConcurrentDeliveries(t *testing.T) {
+	srv := redistest.Start(t)
+	e := lock.New(srv.Client(t), lock.Options{})
+	t.Cleanup(func() { _ = e.Close() })
+	const secret = "s3cret-0123456789"
+	var (
+		mu               sync.Mutex
+		inFlight, most   int
+		delivered        = map[string]bool{}
+		eight            = make(chan struct{})
+		reachedEight     bool
+		eightOnce        sync.Once
+		waitedOutBarrier int
+	)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight == 8 {
+			reachedEight = true
+			eightOnce.Do(func() { close(eight) })
+		}
+		mu.Unlock()
+		select {
+		case <-eight:
+		case <-time.After(3 * time.Second):
+			mu.Lock()
+			waitedOutBarrier++
+			mu.Unlock()
+		}
+		mu.Lock()
+		inFlight--
+		delivered[r.Header.Get("Lockd-Event-Id")] = true
+		mu.Unlock()
+	}))
+	t.Cleanup(hs.Close)
+	opts := fast
+	opts.Timeout = 5 * time.Second // longer than the barrier: no retry
+	run(t, e, []webhook.Hook{{Name: "slow", URL: hs.URL, Secret: secret, AllowPrivate: true}}, "a", opts)
+	groupReady(t, e)
+	for i := range 40 {
+		if _, err := e.Acquire(context.Background(), "wh:c:"+strconv.Itoa(i), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lockdtest.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(delivered) == 40 || waitedOutBarrier > 0
+	}, 20*time.Second, "40 deliveries")
+	mu.Lock()
+	defer mu.Unlock()
+	if !reachedEight || most != 8 || waitedOutBarrier > 0 {
+		t.Fatalf("at most %d deliveries in flight at once (%d waited 3 s for 8), want 8", most, waitedOutBarrier)
+	}
+}
+
+func gather(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			b.WriteString(mf.GetName() + "{")
+			for i, l := range m.GetLabel() {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				b.WriteString(l.GetName() + `="` + l.GetValue() + `"`)
+			}
+			b.WriteString("}\n")
+		}
+	}
+	return b.String()
 }
