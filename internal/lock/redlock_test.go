@@ -273,9 +273,17 @@ func TestRedlockLapsesCountedOnce(t *testing.T) {
 		t.Errorf("a lapse was counted %v after it happened", late)
 	}
 	for i, s := range servers {
+		// An acquire undone on a loaded machine (no majority in time) may
+		// come first: the lease ends in one expiry, recorded once.
 		types, err := s.Client(t).XRange(context.Background(), "lockd:{"+first[0]+"}:hist", "-", "+").Result()
-		if err != nil || len(types) != 2 || types[1].Values["type"] != "expired" {
-			t.Errorf("master %d: history of %s %v, %v; want acquired, expired", i, first[0], types, err)
+		expired := 0
+		for _, e := range types {
+			if e.Values["type"] == "expired" {
+				expired++
+			}
+		}
+		if err != nil || len(types) < 2 || types[len(types)-1].Values["type"] != "expired" || expired != 1 {
+			t.Errorf("master %d: history of %s %v, %v; want it to end in one expired", i, first[0], types, err)
 		}
 	}
 }
