@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"golang.org/x/net/netutil"
 
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/embedded"
@@ -88,7 +87,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.maxTTL, "max-ttl", env.dur("max-ttl", 24*time.Hour), "longest TTL a request may ask for")
 	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
 	fs.IntVar(&c.maxHolds, "max-holds", env.int("max-holds", 1000), "most /hold streams open at once")
-	fs.IntVar(&c.maxConns, "max-conns", env.int("max-conns", 16384), "most client connections open at once (beyond, new ones wait to be accepted); 0: no limit")
+	fs.IntVar(&c.maxConns, "max-conns", env.int("max-conns", 16384), "most client connections open at once; at the cap a new one takes the slot of the connection idle the longest (or waits while every one is busy); 0: no limit")
 	fs.IntVar(&c.keyMaxHolds, "max-holds-per-api-key", env.int("max-holds-per-api-key", 0), "most /hold streams of one API key (auth file max_holds overrides); 0: half of --max-holds")
 	fs.IntVar(&c.keyMaxWaiters, "max-waiters-per-api-key", env.int("max-waiters-per-api-key", 0), "most waiting acquires of one API key (auth file max_waiters overrides); 0: half of --max-waiters")
 	fs.IntVar(&c.historyMax, "history-max", env.int("history-max", 100), "events kept per key (at least)")
@@ -287,16 +286,26 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		_ = engine.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
-	if cfg.maxConns > 0 {
-		// Each connection costs memory and a file descriptor; without a
-		// cap, idle keep-alive connections alone exhaust them. Past the
-		// cap, new connections wait in the kernel's backlog until one
-		// closes (the idle timeout frees idle ones).
-		ln = netutil.LimitListener(ln, cfg.maxConns)
-	}
 	// The write timeout follows the longest wait the server really allows,
 	// so that a late grant is always delivered.
 	httpSrv := newHTTPServer(srv.Handler(reg, dash), srv.MaxWait(), httpTimeouts)
+	if cfg.maxConns > 0 {
+		// Each connection costs memory and a file descriptor; without a
+		// cap, idle keep-alive connections alone exhaust them. At the cap
+		// a new connection takes the slot of the one idle the longest, so
+		// that probes and new clients get in (connLimiter).
+		limiter := newConnLimiter(ln, cfg.maxConns)
+		ln, httpSrv.ConnState = limiter, limiter.connState
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "lockd_http_connections", Help: "Client connections open, counted against --max-conns.",
+			}, func() float64 { return float64(limiter.Open()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "lockd_http_idle_connections_closed_total",
+				Help: "Idle keep-alive connections closed to make room for a new one at --max-conns.",
+			}, func() float64 { return float64(limiter.IdleClosed()) }),
+		)
+	}
 	switch {
 	case cfg.keys.Enabled():
 		log.Info().Int("keys", cfg.keys.Len()).Msg("auth on: API keys required")
