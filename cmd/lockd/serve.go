@@ -80,7 +80,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
 	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", env.str("tls-key", ""), "PEM private key of --tls-cert")
-	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", false), "require an API key with the read scope for /metrics")
+	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", true), "with API keys configured, /metrics needs a key with the read scope; false opens it to anyone (it shows the tenants' key prefixes and their activity)")
 	fs.IntVar(&c.maxWaiters, "max-waiters", env.int("max-waiters", 10000), "most requests waiting at once in this process (beyond: 429)")
 	fs.IntVar(&c.maxWaitersPerKey, "max-waiters-per-key", env.int("max-waiters-per-key", 1000), "most requests waiting on one key in this process (beyond: 429)")
 	fs.DurationVar(&c.defaultTTL, "default-ttl", env.dur("default-ttl", 30*time.Second), "lease TTL when a request gives none")

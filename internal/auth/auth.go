@@ -94,6 +94,20 @@ func (r *Keyring) Enabled() bool { return r != nil && len(r.keys) > 0 }
 // Len is the number of keys.
 func (r *Keyring) Len() int { return len(r.keys) }
 
+// Prefixes are the distinct prefixes of every key, sorted: the tenants'
+// parts of the key space.
+func (r *Keyring) Prefixes() []string {
+	if r == nil {
+		return nil
+	}
+	var ps []string
+	for _, k := range r.keys {
+		ps = append(ps, k.Prefixes...)
+	}
+	slices.Sort(ps)
+	return slices.Compact(ps)
+}
+
 // Lookup finds the key whose secret is presented. It compares the SHA-256
 // of presented with every configured hash, without stopping early, so the
 // time taken says nothing about which key nearly matched.

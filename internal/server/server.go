@@ -129,7 +129,7 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	if cfg.AuthFailRefill <= 0 {
 		cfg.AuthFailRefill = defaultAuthFailRefill
 	}
-	cont := newContention(reg, cfg.Contention)
+	cont := newContention(reg, cfg.Contention, cfg.Keys.Prefixes())
 	if l, ok := engine.(interface{ OnLapse(lock.LapseFunc) }); ok {
 		l.OnLapse(cont.lapsed)
 	}

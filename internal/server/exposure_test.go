@@ -1,0 +1,67 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/server"
+)
+
+// N13: the contention metrics' prefix labels start with the auth file's
+// prefixes: a key that makes up many first segments takes the free labels
+// only, never a configured tenant's, which would else count as "other"
+// until a restart.
+func TestContentionLabelsSeededFromAuthFile(t *testing.T) {
+	keys, err := auth.Parse([]byte(`
+keys:
+  - {name: squatter, key: "squatter-key-0123456789", scopes: [write]}
+  - {name: payments, key: "payments-key-0123456789", scopes: [read], prefixes: ["payments:", "billing:eu:"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four labels are the tenants' (payments:, billing: and their
+	// semaphores'), two are left for whoever comes first.
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
+		c.Keys = keys
+		c.Contention = server.ContentionConfig{MaxPrefixes: 6}
+		c.AuthFailBurst = 1000
+	})
+	for i := range 10 {
+		if status, body, _ := call(t, "POST", fmt.Sprintf("%s/v1/locks/squat%d:x/acquire", f.url, i), "squatter-key-0123456789", `{}`); status != 200 {
+			t.Fatalf("squat %d: %d %s", i, status, body)
+		}
+	}
+	// The tenant's own acquires come after the squatting.
+	for _, path := range []string{"/v1/locks/payments:critical/acquire", "/v1/locks/billing:eu:1/acquire"} {
+		if status, body, _ := call(t, "POST", f.url+path, "squatter-key-0123456789", `{}`); status != 200 {
+			t.Fatalf("%s: %d %s", path, status, body)
+		}
+	}
+	if status, body, _ := call(t, "POST", f.url+"/v1/semaphores/payments:pool/acquire", "squatter-key-0123456789", `{"limit":1}`); status != 200 {
+		t.Fatalf("semaphore: %d %s", status, body)
+	}
+	_, metrics, _ := call(t, "GET", f.url+"/metrics", "payments-key-0123456789", "")
+	for _, want := range []string{
+		`lockd_lock_acquires_total{outcome="granted",prefix="payments:"} 1`,
+		`lockd_lock_acquires_total{outcome="granted",prefix="billing:"} 1`,
+		`lockd_lock_acquires_total{outcome="granted",prefix="sem/payments:"} 1`,
+		`lockd_lock_acquires_total{outcome="granted",prefix="other"} 8`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	squatted := 0
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, `lockd_lock_acquires_total{outcome="granted",prefix="squat`) {
+			squatted++
+		}
+	}
+	if squatted != 2 {
+		t.Errorf("%d labels of made-up prefixes, want the 2 left free", squatted)
+	}
+}
