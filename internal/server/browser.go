@@ -49,14 +49,22 @@ func fromBrowser(r *http.Request) bool {
 // checkHost refuses requests whose Host header is not one this server
 // answers to, when Config.CheckHost is set. A DNS-rebinding page reaches
 // 127.0.0.1 under its own name, so its requests carry that name as Host.
-// The open endpoints are exempt: they reveal nothing, and orchestrators
-// call the probes by IP address.
+// The open endpoints are exempt: orchestrators call the probes by IP
+// address. They reveal nothing to such a Host (/readyz leaves out the
+// Redis nodes: foreignHost).
 func (s *Server) checkHost(next http.Handler) http.Handler {
 	if !s.cfg.CheckHost {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if openPath(r.URL.Path) || s.hostAllowed(r.Host) {
+		if s.hostAllowed(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if openPath(r.URL.Path) {
+			if x := exchangeOf(r.Context()); x != nil {
+				x.foreignHost = true
+			}
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -59,6 +59,9 @@ func (s *Server) identify(next http.Handler) http.Handler {
 type exchange struct {
 	caller caller
 	body   any
+	// foreignHost is set by checkHost on an open endpoint (served to any
+	// Host) when the Host is not one the server answers to.
+	foreignHost bool
 }
 
 func exchangeOf(ctx context.Context) *exchange {

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -9,6 +11,58 @@ import (
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 )
+
+// N14: /readyz tells anyone its status (probes carry no key), and the Redis
+// nodes' addresses and roles only to a caller with a valid API key; with
+// auth off, only to one that names the server by a Host it answers to, so
+// a DNS-rebinding page learns nothing.
+func TestReadyzDetailsNeedAKey(t *testing.T) {
+	keys, err := auth.Parse([]byte(authYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := redistest.Start(t)
+	on := newFixtureWith(t, rs, func(c *server.Config) { c.Keys = keys })
+	off := newFixtureWith(t, rs, func(c *server.Config) { c.CheckHost = true })
+	tests := []struct {
+		name, url, key, host string
+		details              bool
+	}{
+		{"auth on, no key", on.url, "", "", false},
+		{"auth on, unknown key", on.url, "not-a-key-0123456789", "", false},
+		{"auth on, read key", on.url, "read-key-0123456789", "", true},
+		{"auth on, prefix-limited key", on.url, "prefix-key-0123456789", "", true},
+		{"auth off, loopback Host", off.url, "", "localhost:8080", true},
+		{"auth off, rebinding Host", off.url, "", "rebind.evil.example:8080", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, tc.url+"/readyz", nil)
+			if tc.key != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.key)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			body := string(b)
+			if res.StatusCode != 200 || !strings.Contains(body, `"status":"ok"`) {
+				t.Fatalf("/readyz: %d %s", res.StatusCode, body)
+			}
+			if got := strings.Contains(body, rs.Addr); got != tc.details {
+				t.Fatalf("/readyz names the Redis node: %v, want %v: %s", got, tc.details, body)
+			}
+			if got := strings.Contains(body, `"topology"`); got != tc.details {
+				t.Fatalf("/readyz names the topology: %v, want %v: %s", got, tc.details, body)
+			}
+		})
+	}
+}
 
 // N13: the contention metrics' prefix labels start with the auth file's
 // prefixes: a key that makes up many first segments takes the free labels
