@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,8 +104,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes); see docs/operations.md")
 	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
 	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
-	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
-		"given, every request's Host is checked (with auth off on loopback it always is)")
+	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost, IP addresses (loopback ones only on a loopback listener) and the --listen name; "+
+		"given, every request's Host is checked (with auth off it always is)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, &exitError{code: exitOK}
@@ -220,12 +221,30 @@ func (c serveConfig) validate() error {
 	return nil
 }
 
-// checkHost says whether requests' Host names are checked: with auth off
-// on loopback, a DNS-rebinding web page could otherwise reach lockd under
-// its own name; and whenever --allowed-hosts names the expected ones.
+// checkHost says whether requests' Host names are checked: always with
+// auth off, where a DNS-rebinding web page visited by anyone who can reach
+// lockd would otherwise act under its own name (on a trusted network as on
+// loopback); and whenever --allowed-hosts names the expected ones.
 func (c serveConfig) checkHost() bool {
-	host, _, _ := net.SplitHostPort(c.listen)
-	return len(c.allowedHosts) > 0 || (!c.keys.Enabled() && isLoopback(host))
+	return len(c.allowedHosts) > 0 || !c.keys.Enabled()
+}
+
+// hostNames are the Host names served besides loopback ones: those of
+// --allowed-hosts, and the listen address's own when it is a name.
+func (c serveConfig) hostNames() []string {
+	names := slices.Clone(c.allowedHosts)
+	if h := hostOf(c.listen); h != "" && net.ParseIP(h) == nil && !isLoopback(h) {
+		names = append(names, h)
+	}
+	return names
+}
+
+// ipHosts says whether any IP address is accepted as Host: on a listener
+// beyond loopback clients may call lockd by any of the machine's
+// addresses, and a rebinding page always sends its own DNS name, never an
+// address.
+func (c serveConfig) ipHosts() bool {
+	return !isLoopback(hostOf(c.listen))
 }
 
 func isLoopback(host string) bool {
@@ -269,7 +288,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth,
-		CheckHost: cfg.checkHost(), AllowedHosts: cfg.allowedHosts,
+		CheckHost: cfg.checkHost(), AllowedHosts: cfg.hostNames(), AllowIPHosts: cfg.ipHosts(),
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, max(1, cfg.maxWaiters/2)),
 		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
 	}, reg)
@@ -312,7 +331,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case isLoopback(hostOf(ln.Addr().String())):
 		log.Warn().Msg("auth off: no API keys configured; listening on loopback only")
 	default:
-		log.Warn().Msg("INSECURE: auth off and listening on a non-loopback address; anyone who reaches it can take and break any lock")
+		log.Warn().Msg("INSECURE: auth off and listening on a non-loopback address; anyone who reaches it can take and break any lock. " +
+			"Requests whose Host is neither an IP address, localhost nor one of --allowed-hosts are refused")
 	}
 	log.Info().Str("addr", ln.Addr().String()).Bool("tls", cfg.tlsCert != "").Msg("listening")
 

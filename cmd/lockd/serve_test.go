@@ -257,22 +257,31 @@ func TestHealthcheck(t *testing.T) {
 }
 
 // F3: with auth off on loopback, lockd serve answers only loopback Host
-// names and those of --allowed-hosts (LOCKD_ALLOWED_HOSTS).
+// names and those of --allowed-hosts (LOCKD_ALLOWED_HOSTS). N15: with auth
+// off on another address too, where IP addresses (which no rebinding page
+// can send as its Host) are also accepted.
 func TestServeHostCheck(t *testing.T) {
+	open := []string{"--listen", "0.0.0.0:0", "--insecure-no-auth"}
 	tests := []struct {
 		name string
 		env  map[string]string
+		args []string
 		host string
 		want int
 	}{
-		{"loopback name", nil, "localhost:8080", 200},
-		{"rebinding name", nil, "rebind.evil.example:8080", 403},
-		{"allowed by env", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test, other.test"}, "lockd.test:8080", 200},
-		{"not in the env list", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test"}, "rebind.evil.example", 403},
+		{"loopback name", nil, nil, "localhost:8080", 200},
+		{"rebinding name", nil, nil, "rebind.evil.example:8080", 403},
+		{"allowed by env", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test, other.test"}, nil, "lockd.test:8080", 200},
+		{"not in the env list", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test"}, nil, "rebind.evil.example", 403},
+		{"open listener, rebinding name", nil, open, "rebind.evil.example:8080", 403},
+		{"open listener, IP address", nil, open, "10.1.2.3:8080", 200},
+		{"open listener, IPv6 address", nil, open, "[fd00::1]:8080", 200},
+		{"open listener, loopback name", nil, open, "localhost", 200},
+		{"open listener, allowed name", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.lan"}, open, "lockd.lan:8080", 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			inst := startServe(t, tc.env)
+			inst := startServe(t, tc.env, tc.args...)
 			req, _ := http.NewRequest(http.MethodGet, inst.url+"/v1/locks", nil)
 			req.Host = tc.host
 			res, err := http.DefaultClient.Do(req)
@@ -284,6 +293,11 @@ func TestServeHostCheck(t *testing.T) {
 				t.Fatalf("Host %s: %d, want %d", tc.host, res.StatusCode, tc.want)
 			}
 		})
+	}
+	// A --listen name is served without --allowed-hosts.
+	c, err := parseServe([]string{"--listen", "lockd.lan:8080", "--insecure-no-auth", "--allowed-hosts", "other.lan"}, func(string) string { return "" }, io.Discard)
+	if err != nil || !c.checkHost() || !c.ipHosts() || !slices.Equal(c.hostNames(), []string{"other.lan", "lockd.lan"}) {
+		t.Fatalf("--listen lockd.lan:8080: %v, check %v, IP addresses %v, names %q", err, c.checkHost(), c.ipHosts(), c.hostNames())
 	}
 }
 

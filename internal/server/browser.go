@@ -17,8 +17,8 @@ import (
 //   - crossOrigin refuses state-changing requests from another site;
 //   - checkBody (validate.go) asks browsers for a JSON content type, which a
 //     cross-site page cannot send without a preflight;
-//   - checkHost, with auth off on loopback, refuses Host names that are not
-//     loopback or configured (DNS rebinding).
+//   - checkHost, with auth off, refuses Host names that are not loopback,
+//     configured or (beyond loopback) IP addresses (DNS rebinding).
 
 // crossOrigin refuses POST, PUT, DELETE … whose Sec-Fetch-Site or Origin
 // says they come from another site, with a 403 problem. GET, HEAD and
@@ -81,7 +81,8 @@ func openPath(path string) bool {
 }
 
 // hostAllowed reports whether host (a Host header, with or without a port)
-// is localhost, a loopback address or one of Config.AllowedHosts.
+// is localhost, a loopback address (any address with AllowIPHosts) or one
+// of Config.AllowedHosts.
 func (s *Server) hostAllowed(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -90,7 +91,7 @@ func (s *Server) hostAllowed(host string) bool {
 	if host == "localhost" {
 		return true
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || s.cfg.AllowIPHosts) {
 		return true
 	}
 	return slices.ContainsFunc(s.cfg.AllowedHosts, func(a string) bool { return strings.EqualFold(a, host) })

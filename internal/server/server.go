@@ -60,10 +60,14 @@ type Config struct {
 	MetricsAuth bool
 	// CheckHost refuses requests whose Host is not localhost, a loopback
 	// address or one of AllowedHosts (DNS rebinding). lockd serve sets it
-	// with auth off on a loopback listener, or when --allowed-hosts is given.
+	// with auth off, or when --allowed-hosts is given.
 	CheckHost bool
 	// AllowedHosts are the extra Host names accepted when CheckHost is set.
 	AllowedHosts []string
+	// AllowIPHosts accepts any IP address as Host when CheckHost is set:
+	// a rebinding page sends its DNS name, never an address. lockd serve
+	// sets it on a listener beyond loopback.
+	AllowIPHosts bool
 	// AuthFailBurst refused API keys in a row are allowed per client
 	// address, then one more per AuthFailRefill; beyond, 429. Zero values
 	// mean 10 and 1 s.
