@@ -37,8 +37,7 @@ type serveConfig struct {
 	authYAML         string // LOCKD_AUTH_YAML: the auth file's content
 	keys             *auth.Keyring
 	tlsCert, tlsKey  string
-	redisUser        string
-	redisPassword    string
+	creds            credentials // LOCKD_REDIS_* and LOCKD_SENTINEL_*
 	metricsAuth      bool
 	maxWaiters       int
 	maxWaitersPerKey int
@@ -124,7 +123,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		}
 	}
 	c.authYAML = getenv("LOCKD_AUTH_YAML")
-	c.redisUser, c.redisPassword = getenv("LOCKD_REDIS_USERNAME"), getenv("LOCKD_REDIS_PASSWORD")
+	// Secrets come from the environment only: a flag would show in ps.
+	c.creds = credentials{
+		user: getenv("LOCKD_REDIS_USERNAME"), password: getenv("LOCKD_REDIS_PASSWORD"),
+		sentinelUser: getenv("LOCKD_SENTINEL_USERNAME"), sentinelPassword: getenv("LOCKD_SENTINEL_PASSWORD"),
+	}
 	keys, err := loadKeys(c.authFile, c.authYAML)
 	if err != nil {
 		return c, err
@@ -407,7 +410,7 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 			"lockd processes and are LOST when lockd stops. For real use: lockd serve --redis redis://host:6379/0")
 	} else if cfg.redlock != "" {
 		var err error
-		if t, err = openRedlock(cfg.redlock, cfg.redisUser, cfg.redisPassword); err != nil {
+		if t, err = openRedlock(cfg.redlock, cfg.creds); err != nil {
 			return topology{}, nil, usageError("--redlock: %v", err)
 		}
 		hook := newRedisHook(reg)
@@ -422,7 +425,7 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 		}, nil
 	} else {
 		var err error
-		if t, err = openTopology(url, cfg.redisUser, cfg.redisPassword); err != nil {
+		if t, err = openTopology(url, cfg.creds); err != nil {
 			return topology{}, nil, usageError("--redis: %v", redactURL(err, url))
 		}
 	}
