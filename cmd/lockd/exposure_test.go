@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -54,3 +55,25 @@ func TestServeMetricsNeedAKeyWithAuth(t *testing.T) {
 	}
 }
 
+// N19: an API-key prefix that does not end in a separator also covers
+// longer names (a:1 covers a:10): lockd says so at start, naming the key
+// and the prefix, and is quiet about prefixes that end in one.
+func TestServeWarnsOfPrefixesWithoutSeparator(t *testing.T) {
+	inst := startServe(t, map[string]string{"LOCKD_AUTH_YAML": exposureAuthYAML}, "--redis", redistest.Start(t).URL())
+	var warned []string
+	for _, line := range strings.Split(inst.out.String(), "\n") {
+		if strings.Contains(line, `"prefix":`) && strings.Contains(line, `"level":"warn"`) {
+			warned = append(warned, line)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], `"prefix":"a:1"`) || !strings.Contains(warned[0], `"api_key":"a1"`) {
+		t.Fatalf("warnings about prefixes: %q, want one about a1's a:1\n%s", warned, inst.out)
+	}
+	// --strict-prefixes refuses to start with such a prefix.
+	getenv := func(k string) string { return map[string]string{"LOCKD_AUTH_YAML": exposureAuthYAML}[k] }
+	_, err := parseServe([]string{"--strict-prefixes"}, getenv, io.Discard)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(ee.msg, `"a:1"`) {
+		t.Fatalf("--strict-prefixes with a:1: %v, want a usage error naming it", err)
+	}
+}

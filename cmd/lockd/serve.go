@@ -42,6 +42,7 @@ type serveConfig struct {
 	maxWaiters       int
 	maxWaitersPerKey int
 	insecureNoAuth   bool
+	strictPrefixes   bool
 	defaultTTL       time.Duration
 	maxTTL           time.Duration
 	maxWait          time.Duration
@@ -78,6 +79,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL: redis://[user:pass@]host:6379/0 (rediss:// for TLS), redis-sentinel://host:26379[,host:port…]/MASTER[/DB], redis-cluster://host:7000[,host:port…]; empty: the embedded in-process store")
 	fs.StringVar(&c.authFile, "auth-file", env.str("auth-file", ""), "YAML file of API keys (see README); LOCKD_AUTH_YAML may hold the same YAML instead")
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
+	fs.BoolVar(&c.strictPrefixes, "strict-prefixes", env.bool("strict-prefixes", false), "refuse to start when an API key's prefix does not end in a separator (: / . - _ @), which would also cover longer names (a:1 covers a:10)")
 	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", env.str("tls-key", ""), "PEM private key of --tls-cert")
 	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", true), "with API keys configured, /metrics needs a key with the read scope; false opens it to anyone (it shows the tenants' key prefixes and their activity)")
@@ -213,6 +215,10 @@ func (c serveConfig) validate() error {
 	if _, err := zerolog.ParseLevel(c.logLevel); err != nil || c.logLevel == "" {
 		return usageError("--log-level must be debug, info, warn or error, not %q", c.logLevel)
 	}
+	if open := c.keys.PrefixesWithoutSeparator(); c.strictPrefixes && len(open) > 0 {
+		return usageError("--strict-prefixes: API key %s's prefix %q does not end in a separator (%s), so it also covers longer names; end it with one",
+			open[0].Key, open[0].Prefix, auth.Separators)
+	}
 	host, _, err := net.SplitHostPort(c.listen)
 	if err != nil {
 		return usageError("--listen %q: %v", c.listen, err)
@@ -264,6 +270,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	log := newLogger(cfg, stdout)
+	for _, p := range cfg.keys.PrefixesWithoutSeparator() {
+		log.Warn().Str("api_key", p.Key).Str("prefix", p.Prefix).
+			Msg("this API key's prefix does not end in a separator (: / . - _ @), so it also covers longer names " +
+				"(a:1 covers a:10 and a:1x); end it with one unless that is meant (--strict-prefixes refuses such prefixes)")
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
