@@ -143,3 +143,28 @@ func listScope(c caller, keys *auth.Keyring, prefix string) (filter bool, err er
 	return false, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
 		detail: "API key " + c.name + " may only list keys under " + strings.Join(c.key.Prefixes, ", ")}
 }
+
+// narrowed is what a listing with this prefix walks when listScope says to
+// filter it: the key's own prefix when exactly one of them lies inside the
+// requested one. Walking the broader prefix and dropping other tenants'
+// locks would answer an empty page for each of them, telling how many
+// there are. With several prefixes inside, the walk stays broad and its
+// rows are filtered.
+func narrowed(c caller, prefix string) string {
+	if c.key == nil {
+		return prefix
+	}
+	inside := ""
+	for _, p := range c.key.Prefixes {
+		if strings.HasPrefix(p, prefix) {
+			if inside != "" {
+				return prefix
+			}
+			inside = p
+		}
+	}
+	if inside == "" {
+		return prefix
+	}
+	return inside
+}

@@ -1,13 +1,18 @@
 package server_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 )
@@ -117,5 +122,59 @@ keys:
 	}
 	if squatted != 2 {
 		t.Errorf("%d labels of made-up prefixes, want the 2 left free", squatted)
+	}
+}
+
+// N18: a key limited to one prefix that lists more broadly walks only its
+// own prefix: paging with limit=1 gives one page per lock of its own (and
+// perhaps a last empty one), not an empty page per other tenant's lock,
+// which told how many there are.
+func TestBroadListingWalksOnlyTheKeysPrefix(t *testing.T) {
+	keys, err := auth.Parse([]byte(authYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) { c.Keys = keys })
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := f.engine.Acquire(ctx, fmt.Sprintf("deploy:%d", i), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		if _, err := f.engine.Acquire(ctx, fmt.Sprintf("order:%d", i), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pages, rows, cursor := 0, 0, ""
+	for {
+		url := f.url + "/v1/locks?limit=1"
+		if cursor != "" {
+			url += "&cursor=" + neturl.QueryEscape(cursor)
+		}
+		status, body, _ := call(t, "GET", url, "prefix-key-0123456789", "")
+		var page struct {
+			Locks []struct {
+				Key string `json:"key"`
+			} `json:"locks"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(body), &page); status != 200 || err != nil {
+			t.Fatalf("page %d: %d %s", pages, status, body)
+		}
+		pages++
+		for _, l := range page.Locks {
+			if !strings.HasPrefix(l.Key, "deploy:") {
+				t.Fatalf("the deployer sees %s", l.Key)
+			}
+			rows++
+		}
+		if cursor = page.NextCursor; cursor == "" || pages > 100 {
+			break
+		}
+	}
+	t.Logf("3 own locks among 20 others: %d pages", pages)
+	if rows != 3 || pages > 4 {
+		t.Fatalf("%d rows in %d pages, want 3 in at most 4", rows, pages)
 	}
 }

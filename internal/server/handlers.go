@@ -343,6 +343,9 @@ func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix
 	if err != nil {
 		return nil, nil, err
 	}
+	if filter {
+		prefix = narrowed(c, prefix)
+	}
 	page, err := list(ctx, prefix, limit, cursor)
 	if err != nil {
 		return nil, nil, err
