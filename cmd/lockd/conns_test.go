@@ -105,17 +105,19 @@ func TestServeMaxConnsClosesIdleFirst(t *testing.T) {
 			}
 			t.Logf("--max-conns %d, %d idle keep-alive connections open: a new client's /healthz answered in %v", maxConns, maxConns, waited)
 
-			// The one idle the longest made room; the others are still open.
+			// One of those idle the longest made room; the others are still
+			// open. (Which one exactly is the server's view: it marks a
+			// connection idle just after the client has its answer.)
 			closed := 0
 			for i, gone := range closedByServer(idle...) {
-				if i == 0 && !gone {
-					t.Error("the connection idle the longest is still open")
-				}
 				if gone {
 					closed++
+					if i >= maxConns/2 {
+						t.Errorf("connection %d of %d was closed, not one of those idle the longest", i, maxConns)
+					}
 				}
 			}
-			if closed > 5 {
+			if closed < 1 || closed > 5 {
 				t.Errorf("%d idle connections were closed to make room for one", closed)
 			}
 			// The newcomer keeps being served on its connection, and the
