@@ -346,7 +346,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn().Msg("auth off: no API keys configured; listening on loopback only")
 	default:
 		log.Warn().Msg("INSECURE: auth off and listening on a non-loopback address; anyone who reaches it can take and break any lock. " +
-			"Requests whose Host is neither an IP address, localhost nor one of --allowed-hosts are refused")
+			"Requests whose Host is not an IP address, localhost, the --listen name or one of --allowed-hosts are refused (DNS rebinding)")
 	}
 	log.Info().Str("addr", ln.Addr().String()).Bool("tls", cfg.tlsCert != "").Msg("listening")
 
