@@ -644,17 +644,17 @@ type QueuedWaiter struct {
 
 // Readiness defines model for Readiness.
 type Readiness struct {
-	// Nodes The Redis servers lockd sees (for Sentinel the master and its replicas; for Cluster every node).
-	Nodes []RedisNode `json:"nodes"`
+	// Nodes The Redis servers lockd sees (for Sentinel the master and its replicas; for Cluster every node). Only with `topology`.
+	Nodes *[]RedisNode `json:"nodes,omitempty"`
 
 	// Status Example: ok
 	Status string `json:"status"`
 
-	// Topology What `--redis` named.
-	Topology ReadinessTopology `json:"topology"`
+	// Topology What `--redis` named. Only for a caller with an API key (auth on) or an accepted Host (auth off).
+	Topology *ReadinessTopology `json:"topology,omitempty"`
 }
 
-// ReadinessTopology What `--redis` named.
+// ReadinessTopology What `--redis` named. Only for a caller with an API key (auth on) or an accepted Host (auth off).
 type ReadinessTopology string
 
 // RedisNode defines model for RedisNode.
@@ -1189,10 +1189,13 @@ type ClientInterface interface {
 	// Readyz lockd can grant.
 	//
 	// Answers 200 when every Redis master takes a write within 2 s (so not
-	// read-only, out of memory or loading) and no restart quarantine is on,
-	// with the topology and each node's role and reachability; else 503
-	// with `Retry-After` (`backend_recovering` during the quarantine): a
-	// readiness probe. Never needs an API key.
+	// read-only, out of memory or loading) and no restart quarantine is on;
+	// else 503 with `Retry-After` (`backend_recovering` during the
+	// quarantine): a readiness probe. Never needs an API key. The topology
+	// and each node's address, role and reachability are added for a
+	// caller with a valid API key (any scope) when auth is on, and with
+	// auth off for a caller that names the server by a Host it answers to;
+	// others (probes, a DNS-rebinding page) get the status alone.
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1650,10 +1653,13 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 // Readyz lockd can grant.
 //
 // Answers 200 when every Redis master takes a write within 2 s (so not
-// read-only, out of memory or loading) and no restart quarantine is on,
-// with the topology and each node's role and reachability; else 503
-// with `Retry-After` (`backend_recovering` during the quarantine): a
-// readiness probe. Never needs an API key.
+// read-only, out of memory or loading) and no restart quarantine is on;
+// else 503 with `Retry-After` (`backend_recovering` during the
+// quarantine): a readiness probe. Never needs an API key. The topology
+// and each node's address, role and reachability are added for a
+// caller with a valid API key (any scope) when auth is on, and with
+// auth off for a caller that names the server by a Host it answers to;
+// others (probes, a DNS-rebinding page) get the status alone.
 //
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3419,10 +3425,13 @@ type ClientWithResponsesInterface interface {
 	// ReadyzWithResponse lockd can grant.
 	//
 	// Answers 200 when every Redis master takes a write within 2 s (so not
-	// read-only, out of memory or loading) and no restart quarantine is on,
-	// with the topology and each node's role and reachability; else 503
-	// with `Retry-After` (`backend_recovering` during the quarantine): a
-	// readiness probe. Never needs an API key.
+	// read-only, out of memory or loading) and no restart quarantine is on;
+	// else 503 with `Retry-After` (`backend_recovering` during the
+	// quarantine): a readiness probe. Never needs an API key. The topology
+	// and each node's address, role and reachability are added for a
+	// caller with a valid API key (any scope) when auth is on, and with
+	// auth off for a caller that names the server by a Host it answers to;
+	// others (probes, a DNS-rebinding page) get the status alone.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5954,10 +5963,13 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 // ReadyzWithResponse lockd can grant.
 //
 // Answers 200 when every Redis master takes a write within 2 s (so not
-// read-only, out of memory or loading) and no restart quarantine is on,
-// with the topology and each node's role and reachability; else 503
-// with `Retry-After` (`backend_recovering` during the quarantine): a
-// readiness probe. Never needs an API key.
+// read-only, out of memory or loading) and no restart quarantine is on;
+// else 503 with `Retry-After` (`backend_recovering` during the
+// quarantine): a readiness probe. Never needs an API key. The topology
+// and each node's address, role and reachability are added for a
+// caller with a valid API key (any scope) when auth is on, and with
+// auth off for a caller that names the server by a Host it answers to;
+// others (probes, a DNS-rebinding page) get the status alone.
 //
 // Returns a wrapper object for the known response body format(s).
 //

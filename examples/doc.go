@@ -8,5 +8,5 @@
 //   - webhook/: a Go webhook handler that processes each delivery once;
 //   - webhook-receiver/ and webhook_receiver.py: endpoints for lockd's own
 //     webhooks (--webhooks-file) in Go and Python that verify the
-//     Lockd-Signature and deduplicate by Lockd-Event-Id.
+//     Lockd-Signature and deduplicate by the signed body's id.
 package examples

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An example endpoint for lockd's webhooks (--webhooks-file), standard
 library only: it checks each delivery's Lockd-Signature, ignores a delivery
-it has already seen (Lockd-Event-Id; delivery is at least once) and prints
+it has already seen (by the signed body's id, which the Lockd-Event-Id header
+only copies; delivery is at least once) and prints
 the event as one JSON line.
 
     LOCKD_WEBHOOK_SECRET=... python3 webhook_receiver.py 127.0.0.1 9000

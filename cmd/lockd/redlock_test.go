@@ -62,7 +62,7 @@ func TestServeRedlockUsage(t *testing.T) {
 		_, err := parseServe(append([]string{}, tc.args...), func(string) string { return "" }, nil)
 		if err == nil {
 			// Some errors come when the clients are made.
-			_, err = openRedlock(tc.args[1], "", "")
+			_, err = openRedlock(tc.args[1], credentials{})
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"golang.org/x/net/netutil"
 
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/authlimit"
@@ -38,13 +38,13 @@ type serveConfig struct {
 	authYAML         string // LOCKD_AUTH_YAML: the auth file's content
 	keys             *auth.Keyring
 	tlsCert, tlsKey  string
-	redisUser        string
-	redisPassword    string
+	creds            credentials // LOCKD_REDIS_* and LOCKD_SENTINEL_*
 	metricsAuth      bool
 	maxWaiters       int
 	maxWaitersPerKey int
 	maxHoldersPerKey int
 	insecureNoAuth   bool
+	strictPrefixes   bool
 	defaultTTL       time.Duration
 	maxTTL           time.Duration
 	maxWait          time.Duration
@@ -84,9 +84,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL: redis://[user:pass@]host:6379/0 (rediss:// for TLS), redis-sentinel://host:26379[,host:port…]/MASTER[/DB], redis-cluster://host:7000[,host:port…]; empty: the embedded in-process store")
 	fs.StringVar(&c.authFile, "auth-file", env.str("auth-file", ""), "YAML file of API keys (see README); LOCKD_AUTH_YAML may hold the same YAML instead")
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
+	fs.BoolVar(&c.strictPrefixes, "strict-prefixes", env.bool("strict-prefixes", false), "refuse to start when an API key's prefix does not end in a separator (: / . - _ @), which would also cover longer names (a:1 covers a:10)")
 	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", env.str("tls-key", ""), "PEM private key of --tls-cert")
-	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", false), "require an API key with the read scope for /metrics")
+	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", true), "with API keys configured, /metrics needs a key with the read scope; false opens it to anyone (it shows the tenants' key prefixes and their activity)")
 	fs.IntVar(&c.maxWaiters, "max-waiters", env.int("max-waiters", 10000), "most requests waiting at once in this process (beyond: 429)")
 	fs.IntVar(&c.maxWaitersPerKey, "max-waiters-per-key", env.int("max-waiters-per-key", 1000), "most requests waiting on one key in this process (beyond: 429)")
 	fs.IntVar(&c.maxHoldersPerKey, "max-holders-per-key", env.int("max-holders-per-key", lock.MaxLimit), "most live shared holders or permits of one key (beyond: 409 too_many_holders)")
@@ -94,7 +95,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.maxTTL, "max-ttl", env.dur("max-ttl", 24*time.Hour), "longest TTL a request may ask for")
 	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
 	fs.IntVar(&c.maxHolds, "max-holds", env.int("max-holds", 1000), "most /hold streams open at once")
-	fs.IntVar(&c.maxConns, "max-conns", env.int("max-conns", 16384), "most client connections open at once (beyond, new ones wait to be accepted); 0: no limit")
+	fs.IntVar(&c.maxConns, "max-conns", env.int("max-conns", 16384), "most client connections open at once; at the cap a new one takes the slot of the connection idle the longest (or waits while every one is busy); 0: no limit")
 	fs.IntVar(&c.keyMaxHolds, "max-holds-per-api-key", env.int("max-holds-per-api-key", 0), "most /hold streams of one API key (auth file max_holds overrides); 0: a tenth of --max-holds")
 	fs.IntVar(&c.keyMaxWaiters, "max-waiters-per-api-key", env.int("max-waiters-per-api-key", 0), "most waiting acquires of one API key (auth file max_waiters overrides); 0: a tenth of --max-waiters")
 	fs.IntVar(&c.historyMax, "history-max", env.int("history-max", 100), "events kept per key (at least)")
@@ -113,8 +114,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes, allow_private, concurrency); see docs/operations.md; not with --redlock, which has no event stream")
 	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
 	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
-	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost and loopback addresses; "+
-		"given, every request's Host is checked (with auth off on loopback it always is)")
+	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost, IP addresses (loopback ones only on a loopback listener) and the --listen name; "+
+		"given, every request's Host is checked (with auth off it always is)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, &exitError{code: exitOK}
@@ -133,7 +134,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		}
 	}
 	c.authYAML = getenv("LOCKD_AUTH_YAML")
-	c.redisUser, c.redisPassword = getenv("LOCKD_REDIS_USERNAME"), getenv("LOCKD_REDIS_PASSWORD")
+	// Secrets come from the environment only: a flag would show in ps.
+	c.creds = credentials{
+		user: getenv("LOCKD_REDIS_USERNAME"), password: getenv("LOCKD_REDIS_PASSWORD"),
+		sentinelUser: getenv("LOCKD_SENTINEL_USERNAME"), sentinelPassword: getenv("LOCKD_SENTINEL_PASSWORD"),
+	}
 	keys, err := loadKeys(c.authFile, c.authYAML)
 	if err != nil {
 		return c, err
@@ -230,6 +235,10 @@ func (c serveConfig) validate() error {
 	if _, err := zerolog.ParseLevel(c.logLevel); err != nil || c.logLevel == "" {
 		return usageError("--log-level must be debug, info, warn or error, not %q", c.logLevel)
 	}
+	if open := c.keys.PrefixesWithoutSeparator(); c.strictPrefixes && len(open) > 0 {
+		return usageError("--strict-prefixes: API key %s's prefix %q does not end in a separator (%s), so it also covers longer names; end it with one",
+			open[0].Key, open[0].Prefix, auth.Separators)
+	}
 	host, _, err := net.SplitHostPort(c.listen)
 	if err != nil {
 		return usageError("--listen %q: %v", c.listen, err)
@@ -241,12 +250,30 @@ func (c serveConfig) validate() error {
 	return nil
 }
 
-// checkHost says whether requests' Host names are checked: with auth off
-// on loopback, a DNS-rebinding web page could otherwise reach lockd under
-// its own name; and whenever --allowed-hosts names the expected ones.
+// checkHost says whether requests' Host names are checked: always with
+// auth off, where a DNS-rebinding web page visited by anyone who can reach
+// lockd would otherwise act under its own name (on a trusted network as on
+// loopback); and whenever --allowed-hosts names the expected ones.
 func (c serveConfig) checkHost() bool {
-	host, _, _ := net.SplitHostPort(c.listen)
-	return len(c.allowedHosts) > 0 || (!c.keys.Enabled() && isLoopback(host))
+	return len(c.allowedHosts) > 0 || !c.keys.Enabled()
+}
+
+// hostNames are the Host names served besides loopback ones: those of
+// --allowed-hosts, and the listen address's own when it is a name.
+func (c serveConfig) hostNames() []string {
+	names := slices.Clone(c.allowedHosts)
+	if h := hostOf(c.listen); h != "" && net.ParseIP(h) == nil && !isLoopback(h) {
+		names = append(names, h)
+	}
+	return names
+}
+
+// ipHosts says whether any IP address is accepted as Host: on a listener
+// beyond loopback clients may call lockd by any of the machine's
+// addresses, and a rebinding page always sends its own DNS name, never an
+// address.
+func (c serveConfig) ipHosts() bool {
+	return !isLoopback(hostOf(c.listen))
 }
 
 func isLoopback(host string) bool {
@@ -263,6 +290,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	log := newLogger(cfg, stdout)
+	for _, p := range cfg.keys.PrefixesWithoutSeparator() {
+		log.Warn().Str("api_key", p.Key).Str("prefix", p.Prefix).
+			Msg("this API key's prefix does not end in a separator (: / . - _ @), so it also covers longer names " +
+				"(a:1 covers a:10 and a:1x); end it with one unless that is meant (--strict-prefixes refuses such prefixes)")
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -294,7 +326,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	srv := server.New(engine, log, server.Config{
 		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth, UnknownKeys: unknownKeys,
-		CheckHost: cfg.checkHost(), AllowedHosts: cfg.allowedHosts,
+		CheckHost: cfg.checkHost(), AllowedHosts: cfg.hostNames(), AllowIPHosts: cfg.ipHosts(),
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, server.DefaultShare(cfg.maxWaiters)),
 		MaxEventStreams: cfg.maxEventStreams, MaxEventStreamsPerAPIKey: cfg.keyMaxEvents,
 		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
@@ -316,23 +348,34 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		_ = engine.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
-	if cfg.maxConns > 0 {
-		// Each connection costs memory and a file descriptor; without a
-		// cap, idle keep-alive connections alone exhaust them. Past the
-		// cap, new connections wait in the kernel's backlog until one
-		// closes (the idle timeout frees idle ones).
-		ln = netutil.LimitListener(ln, cfg.maxConns)
-	}
 	// The write timeout follows the longest wait the server really allows,
 	// so that a late grant is always delivered.
 	httpSrv := newHTTPServer(srv.Handler(reg, dash), srv.MaxWait(), httpTimeouts)
+	if cfg.maxConns > 0 {
+		// Each connection costs memory and a file descriptor; without a
+		// cap, idle keep-alive connections alone exhaust them. At the cap
+		// a new connection takes the slot of the one idle the longest, so
+		// that probes and new clients get in (connLimiter).
+		limiter := newConnLimiter(ln, cfg.maxConns)
+		ln, httpSrv.ConnState = limiter, limiter.connState
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "lockd_http_connections", Help: "Client connections open, counted against --max-conns.",
+			}, func() float64 { return float64(limiter.Open()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "lockd_http_idle_connections_closed_total",
+				Help: "Idle keep-alive connections closed to make room for a new one at --max-conns.",
+			}, func() float64 { return float64(limiter.IdleClosed()) }),
+		)
+	}
 	switch {
 	case cfg.keys.Enabled():
 		log.Info().Int("keys", cfg.keys.Len()).Msg("auth on: API keys required")
 	case isLoopback(hostOf(ln.Addr().String())):
 		log.Warn().Msg("auth off: no API keys configured; listening on loopback only")
 	default:
-		log.Warn().Msg("INSECURE: auth off and listening on a non-loopback address; anyone who reaches it can take and break any lock")
+		log.Warn().Msg("INSECURE: auth off and listening on a non-loopback address; anyone who reaches it can take and break any lock. " +
+			"Requests whose Host is not an IP address, localhost, the --listen name or one of --allowed-hosts are refused (DNS rebinding)")
 	}
 	log.Info().Str("addr", ln.Addr().String()).Bool("tls", cfg.tlsCert != "").Msg("listening")
 
@@ -407,7 +450,7 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 			"lockd processes and are LOST when lockd stops. For real use: lockd serve --redis redis://host:6379/0")
 	} else if cfg.redlock != "" {
 		var err error
-		if t, err = openRedlock(cfg.redlock, cfg.redisUser, cfg.redisPassword); err != nil {
+		if t, err = openRedlock(cfg.redlock, cfg.creds); err != nil {
 			return topology{}, nil, usageError("--redlock: %v", err)
 		}
 		hook := newRedisHook(reg)
@@ -422,7 +465,7 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 		}, nil
 	} else {
 		var err error
-		if t, err = openTopology(url, cfg.redisUser, cfg.redisPassword); err != nil {
+		if t, err = openTopology(url, cfg.creds); err != nil {
 			return topology{}, nil, usageError("--redis: %v", redactURL(err, url))
 		}
 	}

@@ -257,22 +257,31 @@ func TestHealthcheck(t *testing.T) {
 }
 
 // F3: with auth off on loopback, lockd serve answers only loopback Host
-// names and those of --allowed-hosts (LOCKD_ALLOWED_HOSTS).
+// names and those of --allowed-hosts (LOCKD_ALLOWED_HOSTS). N15: with auth
+// off on another address too, where IP addresses (which no rebinding page
+// can send as its Host) are also accepted.
 func TestServeHostCheck(t *testing.T) {
+	open := []string{"--listen", "0.0.0.0:0", "--insecure-no-auth"}
 	tests := []struct {
 		name string
 		env  map[string]string
+		args []string
 		host string
 		want int
 	}{
-		{"loopback name", nil, "localhost:8080", 200},
-		{"rebinding name", nil, "rebind.evil.example:8080", 403},
-		{"allowed by env", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test, other.test"}, "lockd.test:8080", 200},
-		{"not in the env list", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test"}, "rebind.evil.example", 403},
+		{"loopback name", nil, nil, "localhost:8080", 200},
+		{"rebinding name", nil, nil, "rebind.evil.example:8080", 403},
+		{"allowed by env", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test, other.test"}, nil, "lockd.test:8080", 200},
+		{"not in the env list", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.test"}, nil, "rebind.evil.example", 403},
+		{"open listener, rebinding name", nil, open, "rebind.evil.example:8080", 403},
+		{"open listener, IP address", nil, open, "10.1.2.3:8080", 200},
+		{"open listener, IPv6 address", nil, open, "[fd00::1]:8080", 200},
+		{"open listener, loopback name", nil, open, "localhost", 200},
+		{"open listener, allowed name", map[string]string{"LOCKD_ALLOWED_HOSTS": "lockd.lan"}, open, "lockd.lan:8080", 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			inst := startServe(t, tc.env)
+			inst := startServe(t, tc.env, tc.args...)
 			req, _ := http.NewRequest(http.MethodGet, inst.url+"/v1/locks", nil)
 			req.Host = tc.host
 			res, err := http.DefaultClient.Do(req)
@@ -285,44 +294,56 @@ func TestServeHostCheck(t *testing.T) {
 			}
 		})
 	}
+	// A --listen name is served without --allowed-hosts.
+	c, err := parseServe([]string{"--listen", "lockd.lan:8080", "--insecure-no-auth", "--allowed-hosts", "other.lan"}, func(string) string { return "" }, io.Discard)
+	if err != nil || !c.checkHost() || !c.ipHosts() || !slices.Equal(c.hostNames(), []string{"other.lan", "lockd.lan"}) {
+		t.Fatalf("--listen lockd.lan:8080: %v, check %v, IP addresses %v, names %q", err, c.checkHost(), c.ipHosts(), c.hostNames())
+	}
 }
 
-// F11: --max-conns caps the connections open at once: past it, a new
-// connection is not served until another one closes.
+// F11: --max-conns caps the connections open at once. Connections busy
+// with a request (here hold streams) are never closed to make room: past
+// the cap, a new connection is not served until one of them ends.
 func TestServeMaxConns(t *testing.T) {
 	const maxConns = 3
-	inst := startServe(t, nil, "--max-conns", fmt.Sprint(maxConns))
+	rs := redistest.Start(t)
+	inst := startServe(t, nil, "--redis", rs.URL(), "--max-conns", fmt.Sprint(maxConns))
 	addr := strings.TrimPrefix(inst.url, "http://")
-	// ask sends a keep-alive request on c and reports whether it is
-	// answered within d.
-	ask := func(c net.Conn, d time.Duration) bool {
-		_ = c.SetDeadline(time.Now().Add(d))
-		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
-			return false
-		}
-		buf := make([]byte, 512)
-		n, _ := c.Read(buf)
-		return strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200")
-	}
-	var served []net.Conn
-	var waiting net.Conn
-	for range maxConns + 1 { // startServe's own client may hold one slot
+	var busy []net.Conn
+	for i := range maxConns {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		if !ask(c, 500*time.Millisecond) {
-			waiting = c
-			break
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		body := `{"ttl_ms":60000}`
+		fmt.Fprintf(c, "POST /v1/locks/busy:%d/hold HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", i, len(body), body)
+		// The stream's first event says the hold is granted: the
+		// connection is busy from now on.
+		buf := make([]byte, 4096)
+		got := ""
+		for !strings.Contains(got, "event: acquired") {
+			n, err := c.Read(buf)
+			if err != nil {
+				t.Fatalf("hold %d: %v after %q", i, err, got)
+			}
+			got += string(buf[:n])
 		}
-		served = append(served, c)
+		_ = c.SetDeadline(time.Time{})
+		busy = append(busy, c)
 	}
-	if waiting == nil || len(served) == 0 || len(served) > maxConns {
-		t.Fatalf("%d connections served at once with --max-conns %d, and one waiting: %v", len(served), maxConns, waiting != nil)
+	waiting, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Closing one lets the waiting connection in; its request is answered.
-	served[0].Close()
+	t.Cleanup(func() { waiting.Close() })
+	if askHealthz(waiting, 500*time.Millisecond) {
+		t.Fatalf("a connection beyond --max-conns %d was served while every one was busy", maxConns)
+	}
+	// Ending one hold frees its slot; the waiting connection's request
+	// (sent above) is answered.
+	busy[0].Close()
 	_ = waiting.SetDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 512)
 	if n, _ := waiting.Read(buf); !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {

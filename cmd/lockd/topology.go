@@ -24,9 +24,18 @@ type topology struct {
 	tls      bool
 }
 
+// credentials are what lockd presents: the Redis servers' user and
+// password (used when the URL has none), and under Sentinel the
+// sentinels' own, which Sentinel configures apart (its requirepass or ACL
+// users) and go-redis presents only to the sentinels.
+type credentials struct {
+	user, password                 string
+	sentinelUser, sentinelPassword string
+}
+
 // openRedlock opens a client for each of --redlock's URLs: one server each,
 // redis:// or rediss://, an odd number of at least three.
-func openRedlock(list, user, password string) (topology, error) {
+func openRedlock(list string, creds credentials) (topology, error) {
 	t := topology{kind: "redlock"}
 	closeAll := func() {
 		for _, m := range t.masters {
@@ -43,7 +52,7 @@ func openRedlock(list, user, password string) (topology, error) {
 			closeAll()
 			return topology{}, fmt.Errorf("each master is a redis:// or rediss:// URL of one server")
 		}
-		one, err := openTopology(raw, user, password)
+		one, err := openTopology(raw, creds)
 		if err != nil {
 			closeAll()
 			return topology{}, fmt.Errorf("%s", redactURL(err, raw))
@@ -107,14 +116,15 @@ func parseMultiURL(raw, scheme string) (multiURL, error) {
 
 // openTopology builds the client for a --redis URL. Sentinel and Cluster
 // URLs name several addresses; the credentials in the URL (or from the
-// environment) are those of the Redis servers.
-func openTopology(raw, user, password string) (topology, error) {
+// environment) are those of the Redis servers, and the sentinels' come
+// from the environment only.
+func openTopology(raw string, creds credentials) (topology, error) {
 	withCreds := func(u *multiURL) {
 		if u.user == "" {
-			u.user = user
+			u.user = creds.user
 		}
 		if u.password == "" {
-			u.password = password
+			u.password = creds.password
 		}
 	}
 	tlsConfig := func(on bool) *tls.Config {
@@ -141,12 +151,16 @@ func openTopology(raw, user, password string) (topology, error) {
 		}
 		opts := &redis.FailoverOptions{
 			MasterName: u.path[0], SentinelAddrs: u.addrs,
+			SentinelUsername: creds.sentinelUser, SentinelPassword: creds.sentinelPassword,
 			Username: u.user, Password: u.password, DB: db, TLSConfig: tlsConfig(u.tls),
 		}
 		lock.TuneFailover(opts)
 		return topology{
 			kind: "sentinel", client: redis.NewFailoverClient(opts), addrs: u.addrs, tls: u.tls,
-			sentinel: &lock.Sentinel{Addrs: u.addrs, MasterName: u.path[0]},
+			// The engine asks the sentinels for the master itself too
+			// (wake-ups, /readyz), with the same credentials.
+			sentinel: &lock.Sentinel{Addrs: u.addrs, MasterName: u.path[0],
+				Username: creds.sentinelUser, Password: creds.sentinelPassword},
 		}, nil
 	case strings.HasPrefix(raw, "redis-cluster://"), strings.HasPrefix(raw, "rediss-cluster://"):
 		u, err := parseMultiURL(raw, "redis-cluster")
@@ -168,10 +182,10 @@ func openTopology(raw, user, password string) (topology, error) {
 		// Credentials may come from the environment instead of the URL, to
 		// keep them out of process listings.
 		if opts.Username == "" {
-			opts.Username = user
+			opts.Username = creds.user
 		}
 		if opts.Password == "" {
-			opts.Password = password
+			opts.Password = creds.password
 		}
 		lock.TuneClient(opts)
 		return topology{kind: "redis", client: redis.NewClient(opts), addrs: []string{opts.Addr}, tls: opts.TLSConfig != nil}, nil

@@ -28,7 +28,7 @@ func TestParseTopologyURL(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.url, func(t *testing.T) {
-			topo, err := openTopology(tc.url, "", "")
+			topo, err := openTopology(tc.url, credentials{})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)

@@ -1,6 +1,7 @@
 // Command webhook-receiver is an example endpoint for lockd's webhooks
 // (--webhooks-file): it checks each delivery's Lockd-Signature, ignores a
-// delivery it has already seen (Lockd-Event-Id: delivery is at least once),
+// delivery it has already seen (by the signed body's id, which the
+// Lockd-Event-Id header only copies: delivery is at least once),
 // and prints the event. Standard library only; copy what you need.
 //
 //	LOCKD_WEBHOOK_SECRET=... go run ./examples/webhook-receiver -listen 127.0.0.1:9000

@@ -83,6 +83,34 @@ func (k Key) MayTouch(lk string) bool {
 	return false
 }
 
+// Separators end a segment of a lock key or semaphore name. A prefix that
+// ends in one covers whole segments only: "a:1:" covers "a:1:x", while
+// "a:1", a plain string prefix, also covers "a:10" and "a:1x".
+const Separators = ":/.-_@"
+
+// KeyPrefix is one prefix of one API key, by the key's name.
+type KeyPrefix struct {
+	Key, Prefix string
+}
+
+// PrefixesWithoutSeparator are the keys' prefixes that do not end in one
+// of Separators: each also covers names that merely start with it, an
+// easy misconfiguration that lockd serve warns about.
+func (r *Keyring) PrefixesWithoutSeparator() []KeyPrefix {
+	if r == nil {
+		return nil
+	}
+	var out []KeyPrefix
+	for _, k := range r.keys {
+		for _, p := range k.Prefixes {
+			if !strings.ContainsAny(p[len(p)-1:], Separators) {
+				out = append(out, KeyPrefix{Key: k.Name, Prefix: p})
+			}
+		}
+	}
+	return out
+}
+
 // Keyring is the set of configured keys. The zero Keyring (no keys) means
 // auth is off.
 type Keyring struct {
@@ -94,6 +122,20 @@ func (r *Keyring) Enabled() bool { return r != nil && len(r.keys) > 0 }
 
 // Len is the number of keys.
 func (r *Keyring) Len() int { return len(r.keys) }
+
+// Prefixes are the distinct prefixes of every key, sorted: the tenants'
+// parts of the key space.
+func (r *Keyring) Prefixes() []string {
+	if r == nil {
+		return nil
+	}
+	var ps []string
+	for _, k := range r.keys {
+		ps = append(ps, k.Prefixes...)
+	}
+	slices.Sort(ps)
+	return slices.Compact(ps)
+}
 
 // Lookup finds the key whose secret is presented. It compares the SHA-256
 // of presented with every configured hash, without stopping early, so the

@@ -83,7 +83,8 @@ func (n *node) start(ctx context.Context, args []string) error {
 	defer c.Close()
 	for {
 		err := c.Ping(ctx).Err()
-		if err == nil {
+		// NOAUTH: a node with requirepass answers, asking for a password.
+		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
 			return nil
 		}
 		select {

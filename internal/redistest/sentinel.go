@@ -30,6 +30,10 @@ type Sentinel struct {
 	cs        clients
 	paused    *node // the replica stopped by PauseReplica
 
+	// password is the Sentinels' requirepass ("": none). The data nodes
+	// have none.
+	password string
+
 	mu  sync.Mutex
 	scs map[string]*redis.SentinelClient
 
@@ -48,10 +52,27 @@ func StartSentinel(tb testing.TB) *Sentinel {
 	return s
 }
 
+// StartSentinelWithPassword is StartSentinel with requirepass on the
+// three Sentinels: a client must authenticate to ask them anything (the
+// Sentinels use it with each other too). The data nodes need no password.
+func StartSentinelWithPassword(tb testing.TB, password string) *Sentinel {
+	tb.Helper()
+	s, err := newSentinel(tb.TempDir(), password)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
 // NewSentinel forms a Sentinel topology with its files under dir, for a
 // TestMain that shares one topology between a package's tests; the caller
 // must Close it. It returns when Ready would.
 func NewSentinel(dir string) (*Sentinel, error) {
+	return newSentinel(dir, "")
+}
+
+func newSentinel(dir, password string) (*Sentinel, error) {
 	if err := checkRedisServer(); err != nil {
 		return nil, err
 	}
@@ -59,7 +80,7 @@ func NewSentinel(dir string) (*Sentinel, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sentinel{}
+	s := &Sentinel{password: password}
 	for i := range s.data {
 		if s.data[i], err = newNode(filepath.Join(dir, fmt.Sprintf("redis-%d", ports[i])), ports[i], "redis.log"); err != nil {
 			return nil, err
@@ -102,6 +123,9 @@ sentinel failover-timeout %s 5000
 sentinel parallel-syncs %s 1
 `, sn.port, sn.dir, sn.logfile, sentinelMaster, s.data[0].port,
 			sentinelMaster, sentinelMaster, sentinelMaster)
+		if s.password != "" {
+			text += fmt.Sprintf("requirepass %q\n", s.password)
+		}
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			return err
 		}
@@ -172,8 +196,9 @@ func (s *Sentinel) URL() string {
 // Sentinels; the caller closes it.
 func (s *Sentinel) Client() *redis.Client {
 	return redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:    sentinelMaster,
-		SentinelAddrs: s.SentinelAddrs(),
+		MasterName:       sentinelMaster,
+		SentinelAddrs:    s.SentinelAddrs(),
+		SentinelPassword: s.password,
 	})
 }
 
@@ -204,7 +229,7 @@ func (s *Sentinel) sentinelClient(addr string) *redis.SentinelClient {
 	c, ok := s.scs[addr]
 	if !ok {
 		c = redis.NewSentinelClient(&redis.Options{
-			Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			Addr: addr, Password: s.password, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 			MaxRetries: -1, PoolSize: 2, DisableIdentity: true,
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		})

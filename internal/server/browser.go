@@ -17,8 +17,8 @@ import (
 //   - crossOrigin refuses state-changing requests from another site;
 //   - checkBody (validate.go) asks browsers for a JSON content type, which a
 //     cross-site page cannot send without a preflight;
-//   - checkHost, with auth off on loopback, refuses Host names that are not
-//     loopback or configured (DNS rebinding).
+//   - checkHost, with auth off, refuses Host names that are not loopback,
+//     configured or (beyond loopback) IP addresses (DNS rebinding).
 
 // crossOrigin refuses POST, PUT, DELETE … whose Sec-Fetch-Site or Origin
 // says they come from another site, with a 403 problem. GET, HEAD and
@@ -49,14 +49,22 @@ func fromBrowser(r *http.Request) bool {
 // checkHost refuses requests whose Host header is not one this server
 // answers to, when Config.CheckHost is set. A DNS-rebinding page reaches
 // 127.0.0.1 under its own name, so its requests carry that name as Host.
-// The open endpoints are exempt: they reveal nothing, and orchestrators
-// call the probes by IP address.
+// The open endpoints are exempt: orchestrators call the probes by IP
+// address. They reveal nothing to such a Host (/readyz leaves out the
+// Redis nodes: foreignHost).
 func (s *Server) checkHost(next http.Handler) http.Handler {
 	if !s.cfg.CheckHost {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if openPath(r.URL.Path) || s.hostAllowed(r.Host) {
+		if s.hostAllowed(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if openPath(r.URL.Path) {
+			if x := exchangeOf(r.Context()); x != nil {
+				x.foreignHost = true
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -73,7 +81,8 @@ func openPath(path string) bool {
 }
 
 // hostAllowed reports whether host (a Host header, with or without a port)
-// is localhost, a loopback address or one of Config.AllowedHosts.
+// is localhost, a loopback address (any address with AllowIPHosts) or one
+// of Config.AllowedHosts.
 func (s *Server) hostAllowed(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -82,7 +91,7 @@ func (s *Server) hostAllowed(host string) bool {
 	if host == "localhost" {
 		return true
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || s.cfg.AllowIPHosts) {
 		return true
 	}
 	return slices.ContainsFunc(s.cfg.AllowedHosts, func(a string) bool { return strings.EqualFold(a, host) })

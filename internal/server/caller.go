@@ -59,6 +59,9 @@ func (s *Server) identify(next http.Handler) http.Handler {
 type exchange struct {
 	caller caller
 	body   any
+	// foreignHost is set by checkHost on an open endpoint (served to any
+	// Host) when the Host is not one the server answers to.
+	foreignHost bool
 }
 
 func exchangeOf(ctx context.Context) *exchange {
@@ -143,4 +146,29 @@ func listScope(c caller, keys *auth.Keyring, prefix string) (filter bool, err er
 	}
 	return false, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
 		detail: "API key " + c.name + " may only list keys under " + strings.Join(c.key.Prefixes, ", ")}
+}
+
+// narrowed is what a listing with this prefix walks when listScope says to
+// filter it: the key's own prefix when exactly one of them lies inside the
+// requested one. Walking the broader prefix and dropping other tenants'
+// locks would answer an empty page for each of them, telling how many
+// there are. With several prefixes inside, the walk stays broad and its
+// rows are filtered.
+func narrowed(c caller, prefix string) string {
+	if c.key == nil {
+		return prefix
+	}
+	inside := ""
+	for _, p := range c.key.Prefixes {
+		if strings.HasPrefix(p, prefix) {
+			if inside != "" {
+				return prefix
+			}
+			inside = p
+		}
+	}
+	if inside == "" {
+		return prefix
+	}
+	return inside
 }

@@ -19,7 +19,8 @@ type ContentionConfig struct {
 	// label (default 1: "order:pay:12" is "order:").
 	PrefixDepth int
 	// MaxPrefixes is how many labels there may be (default 100); keys of
-	// any further prefix are counted under "other".
+	// any further prefix are counted under "other". The labels of the
+	// auth file's prefixes are kept whatever their number, and count.
 	MaxPrefixes int
 }
 
@@ -40,15 +41,19 @@ type contention struct {
 	heldSoFar *prometheus.HistogramVec
 }
 
-func newContention(reg prometheus.Registerer, cfg ContentionConfig) *contention {
+// newContention registers the contention series on reg. tenants are the
+// API keys' prefixes: their labels are taken first (prefixLabels.reserve).
+func newContention(reg prometheus.Registerer, cfg ContentionConfig, tenants []string) *contention {
 	if cfg.PrefixDepth <= 0 {
 		cfg.PrefixDepth = 1
 	}
 	if cfg.MaxPrefixes <= 0 {
 		cfg.MaxPrefixes = 100
 	}
+	labels := &prefixLabels{depth: cfg.PrefixDepth, max: cfg.MaxPrefixes, seen: map[string]bool{}}
+	labels.reserve(tenants)
 	c := &contention{
-		labels: &prefixLabels{depth: cfg.PrefixDepth, max: cfg.MaxPrefixes, seen: map[string]bool{}},
+		labels: labels,
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lockd_lock_wait_seconds", Help: "Time acquires with wait_ms > 0 waited, by key prefix and outcome.",
 			Buckets: []float64{.001, .005, .025, .1, .25, 1, 2.5, 10, 30, 60},
@@ -135,6 +140,24 @@ type prefixLabels struct {
 	depth, max int
 	mu         sync.Mutex
 	seen       map[string]bool
+}
+
+// reserve takes the labels of the API keys' prefixes before any key is
+// seen, for their locks and their semaphores. Labels are otherwise
+// first-come: whoever may make up new first segments (auth off, a key
+// without prefixes) could take every label and leave a tenant's keys
+// counted as "other", blinding its alerts until a restart. A prefix with
+// fewer segments than depth ("pay" or "pay:" at depth 2) does not say its
+// keys' labels, and reserves none.
+func (p *prefixLabels) reserve(prefixes []string) {
+	for _, pre := range prefixes {
+		if strings.Count(pre, ":") < p.depth {
+			continue
+		}
+		label := keyPrefixOf(pre, p.depth)
+		p.seen[label] = true
+		p.seen[keyPrefixOf(lock.SemaphoreKey(label), p.depth)] = true
+	}
 }
 
 func (p *prefixLabels) of(key string) string {

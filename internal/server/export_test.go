@@ -12,7 +12,7 @@ import (
 type ContentionForTest struct{ c *contention }
 
 func NewContentionForTest(reg prometheus.Registerer, cfg ContentionConfig) ContentionForTest {
-	return ContentionForTest{newContention(reg, cfg)}
+	return ContentionForTest{newContention(reg, cfg, nil)}
 }
 
 func (c ContentionForTest) Acquired(key string, waited time.Duration) {

@@ -24,24 +24,47 @@ func (s *Server) Healthz(ctx context.Context, _ api.HealthzRequestObject) (api.H
 
 // Readyz answers 200 when Redis takes a write: not when it only answers a
 // PING while read-only, out of memory or loading, since then every acquire
-// fails and a load balancer should route elsewhere.
+// fails and a load balancer should route elsewhere. The Redis nodes'
+// addresses and roles are added only for a caller that mayReadTopology.
 func (s *Server) Readyz(ctx context.Context, _ api.ReadyzRequestObject) (api.ReadyzResponseObject, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := s.engine.Ready(ctx); err != nil {
 		return nil, err
 	}
-	out := api.Readyz200JSONResponse{Status: "ok", Topology: "redis", Nodes: []api.RedisNode{}}
+	out := api.Readyz200JSONResponse{Status: "ok"}
+	if !s.mayReadTopology(ctx) {
+		return out, nil
+	}
+	kind, nodes := api.ReadinessTopology("redis"), []api.RedisNode{}
 	if t, ok := s.engine.(interface {
 		Topology(context.Context) lock.Topology
 	}); ok {
 		topo := t.Topology(ctx)
-		out.Topology = api.ReadinessTopology(topo.Kind)
+		kind = api.ReadinessTopology(topo.Kind)
 		for _, n := range topo.Nodes {
-			out.Nodes = append(out.Nodes, api.RedisNode{Addr: n.Addr, Role: api.RedisNodeRole(n.Role), Up: n.Up})
+			nodes = append(nodes, api.RedisNode{Addr: n.Addr, Role: api.RedisNodeRole(n.Role), Up: n.Up})
 		}
 	}
+	out.Topology, out.Nodes = &kind, &nodes
 	return out, nil
+}
+
+// mayReadTopology reports whether the caller may learn where Redis runs:
+// with auth on, a caller with a valid API key of any scope; with auth off,
+// one that named the server by a Host it answers to. Probes need only the
+// status, and a DNS-rebinding page (/readyz is exempt from the Host check,
+// for probes that call by IP address) must not map the network behind
+// lockd.
+func (s *Server) mayReadTopology(ctx context.Context) bool {
+	x := exchangeOf(ctx)
+	if x == nil {
+		return false
+	}
+	if s.cfg.Keys.Enabled() {
+		return x.caller.key != nil
+	}
+	return !x.foreignHost
 }
 
 // kind is what the {key} of a route names: a lock, or a semaphore. Every
@@ -319,6 +342,9 @@ func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix
 	filter, err := listScope(c, s.cfg.Keys, prefix)
 	if err != nil {
 		return nil, nil, err
+	}
+	if filter {
+		prefix = narrowed(c, prefix)
 	}
 	page, err := list(ctx, prefix, limit, cursor)
 	if err != nil {

@@ -64,7 +64,7 @@ type Config struct {
 	MetricsAuth bool
 	// CheckHost refuses requests whose Host is not localhost, a loopback
 	// address or one of AllowedHosts (DNS rebinding). lockd serve sets it
-	// with auth off on a loopback listener, or when --allowed-hosts is given.
+	// with auth off, or when --allowed-hosts is given.
 	CheckHost bool
 	// AllowedHosts are the extra Host names accepted when CheckHost is set.
 	AllowedHosts []string
@@ -73,6 +73,10 @@ type Config struct {
 	// are never limited. lockd serve shares it with the dashboard's
 	// sign-in. Nil means authlimit's defaults (10, then 1 per second).
 	UnknownKeys *authlimit.Limiter
+	// AllowIPHosts accepts any IP address as Host when CheckHost is set:
+	// a rebinding page sends its DNS name, never an address. lockd serve
+	// sets it on a listener beyond loopback.
+	AllowIPHosts bool
 }
 
 // DefaultConfig is the contract's defaults.
@@ -133,7 +137,7 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	if cfg.UnknownKeys == nil {
 		cfg.UnknownKeys = authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)
 	}
-	cont := newContention(reg, cfg.Contention)
+	cont := newContention(reg, cfg.Contention, cfg.Keys.Prefixes())
 	if l, ok := engine.(interface{ OnLapse(lock.LapseFunc) }); ok {
 		l.OnLapse(cont.lapsed)
 	}
