@@ -668,11 +668,11 @@ type Broken struct {
 // the key), records actor and reason in history and wakes waiters. Another
 // lease is ErrLeaseLost: a person who confirmed breaking one holder's lease
 // does not break the next holder's. Shared holders and permits are broken
-// at most a hundred per script call (force_release.lua), so breaking every
+// at most fifty per script call (force_release.lua), so breaking every
 // holder of a key may take several calls; Broken describes the newest.
 func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
 	var out Broken
-	for range MaxLimit/100 + 1 {
+	for range MaxLimit/50 + 1 {
 		b, more, err := e.forceRelease(ctx, key, fence, actor, reason)
 		if err != nil {
 			if out.Fence != 0 && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost)) {

@@ -318,7 +318,10 @@ func TestRedlockLapsesCountedAfterASplitSweep(t *testing.T) {
 		key := fmt.Sprintf("rl:split:%d", i)
 		keys = append(keys, key)
 		retry(t, "acquire "+key, func() (lock.Lease, error) {
-			return replicas[i%3].Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Duration(200+100*i) * time.Millisecond})
+			// Wait: on a loaded machine an attempt can miss its majority in
+			// time and leave a copy that a give-back did not reach; the
+			// next attempt waits for it.
+			return replicas[i%3].Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Duration(200+100*i) * time.Millisecond, Wait: 2 * time.Second})
 		})
 	}
 	waitFor(t, func() bool {

@@ -18,7 +18,7 @@ ev = {stream = KEYS[4], cap = ARGV[6], key = lock_of(lease)}
 
 -- force_max bounds the holders one call breaks; Go calls again while more
 -- are left (engine.go), so each call's time stays bounded.
-local force_max = 100
+local force_max = 50
 
 local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count', 'acquired_at', 'mode', 'fx')
 if cur[6] then

@@ -287,7 +287,7 @@ local grace_ms = 60000
 
 -- prune_max bounds the lapsed holders one call records and removes: when
 -- thousands lapse together, the sweeper comes back for the rest.
-local prune_max = 100
+local prune_max = 25
 
 -- live_holders is how many holders' leases have not lapsed, pruned or not.
 local function live_holders(holders, now)
