@@ -33,18 +33,7 @@ func TestServeRedlock(t *testing.T) {
 			t.Fatalf("master %d has no lease", i)
 		}
 	}
-	res, err := http.Get(inst.url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var ready struct {
-		Topology string
-		Nodes    []struct{ Up bool }
-	}
-	if err := json.NewDecoder(res.Body).Decode(&ready); err != nil || res.StatusCode != 200 || ready.Topology != "redlock" || len(ready.Nodes) != 3 {
-		t.Fatalf("/readyz: %d %+v %v", res.StatusCode, ready, err)
-	}
+	checkReady(t, inst.url, "redlock", 3)
 	if status, _ := post(t, inst.url+"/v1/locks/rl:http/release", `{"token":"`+l["token"].(string)+`"}`); status != 200 {
 		t.Fatalf("release: %d", status)
 	}
@@ -115,4 +104,27 @@ func TestServeRedlockRefusesWebhooksAndReplicaAcks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkReady asks url's /readyz (without a key: auth is off) for 200 with
+// the topology and that many nodes, and returns whether each is up.
+func checkReady(t *testing.T, url, topology string, nodes int) []bool {
+	t.Helper()
+	res, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var ready struct {
+		Topology string
+		Nodes    []struct{ Up bool }
+	}
+	if err := json.NewDecoder(res.Body).Decode(&ready); err != nil || res.StatusCode != 200 || ready.Topology != topology || len(ready.Nodes) != nodes {
+		t.Fatalf("/readyz: %d %+v %v", res.StatusCode, ready, err)
+	}
+	up := make([]bool, len(ready.Nodes))
+	for i, n := range ready.Nodes {
+		up[i] = n.Up
+	}
+	return up
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -19,21 +17,9 @@ func TestServeSentinelWithPassword(t *testing.T) {
 	if status, l := post(t, inst.url+"/v1/locks/sentinel:auth/acquire", `{"ttl_ms":60000}`); status != 200 {
 		t.Fatalf("acquire through password-protected sentinels: %d %v\n%s", status, l, inst.out)
 	}
-	res, err := http.Get(inst.url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var ready struct {
-		Topology string
-		Nodes    []struct{ Up bool }
-	}
-	if err := json.NewDecoder(res.Body).Decode(&ready); err != nil || res.StatusCode != 200 || ready.Topology != "sentinel" || len(ready.Nodes) != 2 {
-		t.Fatalf("/readyz: %d %+v %v", res.StatusCode, ready, err)
-	}
-	for _, n := range ready.Nodes {
-		if !n.Up {
-			t.Fatalf("/readyz: a node is down: %+v", ready)
+	for i, up := range checkReady(t, inst.url, "sentinel", 2) {
+		if !up {
+			t.Fatalf("/readyz: node %d is down", i)
 		}
 	}
 	if strings.Contains(inst.out.String(), password) {
