@@ -223,7 +223,7 @@ func TestBoundedWorkPerKey(t *testing.T) {
 			}
 		}
 	})
-	if n := admin.XLen(ctx, "lockd:{many:sh}:hist").Val(); n == 0 {
+	if n := admin.LLen(ctx, lock.HistoryKey("many:sh")).Val(); n == 0 {
 		t.Fatal("no lapse recorded")
 	}
 	t.Logf("most Redis CPU per script call: %v (%s)", worst, worstWhat)

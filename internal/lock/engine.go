@@ -109,8 +109,11 @@ type Engine struct {
 	shared     [1]*sharedKeys               // one server or Sentinel: the one bucket
 	slotShared []atomic.Pointer[sharedKeys] // Cluster: per slot, made when first used
 	arg        args
-	lapseMu    sync.Mutex
-	lapse      LapseFunc
+	// fenceCounter is "1" on a Redlock master: its grants' fences also
+	// pass the key's fence counter, which Redlock writes back (fence.lua).
+	fenceCounter string
+	lapseMu      sync.Mutex
+	lapse        LapseFunc
 }
 
 // New returns an engine on rdb and starts its waiter hub (one pub/sub
@@ -390,11 +393,11 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
 	v, err := e.write(ctx, e.scripts.acquire,
-		[]string{k.lease, k.fence, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
-		token, req.Owner, req.TTL.Milliseconds(), req.Token, idem, req.Actor,
+		[]string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
+		token, packable(req.Owner), req.TTL.Milliseconds(), req.Token, idem, packable(req.Actor),
 		e.arg.historyMax, e.arg.retention, k.wake, mode,
 		seen, live, e.newEpochID(), least, e.arg.eventsMax,
-		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff(), named(req), e.opts.MaxHoldersPerKey)
+		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff(), named(req), e.opts.MaxHoldersPerKey, e.fenceCounter)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -544,7 +547,7 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	defer cancel()
 	sh := e.sharedOf(key)
 	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		token, ttlArg, actor, e.arg.renewalsMax, e.arg.retention, k.wake, e.arg.historyMax, e.arg.eventsMax)
+		token, ttlArg, packable(actor), e.arg.renewalsMax, e.arg.retention, k.wake, e.arg.historyMax, e.arg.eventsMax)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
@@ -622,8 +625,8 @@ func (e *Engine) release(ctx context.Context, key, token, actor string, unclaime
 		self = ""
 	}
 	v, err := e.write(ctx, e.scripts.release,
-		[]string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas, k.fence},
-		token, actor, e.arg.historyMax, k.wake, e.arg.eventsMax, self, e.arg.retention, giveBack(unclaimed))
+		[]string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
+		token, packable(actor), e.arg.historyMax, k.wake, e.arg.eventsMax, self, e.arg.retention, giveBack(unclaimed))
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
 	}
@@ -703,7 +706,7 @@ func (e *Engine) forceRelease(ctx context.Context, key string, fence int64, acto
 	defer cancel()
 	sh := e.sharedOf(key)
 	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
-		actor, reason, e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax)
+		packable(actor), packable(reason), e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax)
 	if err != nil {
 		return Broken{}, false, wrap("force-release", err)
 	}
@@ -941,30 +944,48 @@ func (e *Engine) readHistory(ctx context.Context, key string, limit int, renewal
 	if !ok {
 		return nil, fmt.Errorf("lock: history reply %T", v)
 	}
+	// Oldest first from Redis; newest first to the caller.
 	events := make([]Event, 0, len(entries))
-	for _, entry := range entries {
-		pair, ok := entry.([]any)
-		if !ok || len(pair) != 2 {
-			return nil, fmt.Errorf("lock: history entry %T", entry)
+	for i := len(entries) - 1; i >= 0; i-- {
+		packed, ok := entries[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("lock: history entry %T", entries[i])
 		}
-		r, err := newReply(pair[1])
+		ev, err := unpackEvent(packed)
 		if err != nil {
 			return nil, err
 		}
-		f := map[string]string{}
-		for i := 0; i+1 < r.len(); i += 2 {
-			f[r.str(i)] = r.str(i + 1)
-		}
-		ev := Event{Type: f["type"], Owner: f["owner"], Actor: f["actor"], Reason: f["reason"]}
-		ev.At = time.UnixMilli(atoi(f["at"])).UTC()
-		ev.Fence = atoi(f["fence"])
-		ev.TTL = time.Duration(atoi(f["ttl_ms"])) * time.Millisecond
-		ev.Count = int(atoi(f["count"]))
-		ev.Left = time.Duration(atoi(f["left_ms"])) * time.Millisecond
 		events = append(events, ev)
 	}
 	return events, nil
 }
+
+// unpackEvent reads an event of a key's history or renewals as lib.lua
+// packs it: type, at, owner, fence, ttl_ms, count, actor, reason, exp,
+// left_ms, joined by US (\x1f).
+func unpackEvent(s string) (Event, error) {
+	var f [10]string
+	for i := range f {
+		var ok bool
+		if i == len(f)-1 {
+			f[i], ok = s, !strings.Contains(s, eventSep)
+		} else {
+			f[i], s, ok = strings.Cut(s, eventSep)
+		}
+		if !ok {
+			return Event{}, fmt.Errorf("lock: history entry has not %d fields", len(f))
+		}
+	}
+	return Event{
+		Type: f[0], At: time.UnixMilli(atoi(f[1])).UTC(), Owner: f[2], Fence: atoi(f[3]),
+		TTL: time.Duration(atoi(f[4])) * time.Millisecond, Count: int(atoi(f[5])),
+		Actor: f[6], Reason: f[7], Left: time.Duration(atoi(f[9])) * time.Millisecond,
+	}, nil
+}
+
+// eventSep joins the fields of a packed history event (lib.lua's US). No
+// owner, actor or reason may hold it: checkText.
+const eventSep = "\x1f"
 
 func atoi(s string) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)
@@ -986,7 +1007,7 @@ func keysOf(key string) keys {
 	// One allocation for all the names: each is a slice of one string.
 	base := len(keyPrefix) + len(key) + 3
 	var b strings.Builder
-	b.Grow(8*base + len("leasefencehistrenewalswakequeueqinfoholders"))
+	b.Grow(8*base + len("leasefencehistoryrenewedwakequeueqinfoholders"))
 	name := func(suffix string) (start, end int) {
 		start = b.Len()
 		b.WriteString(keyPrefix)
@@ -997,7 +1018,7 @@ func keysOf(key string) keys {
 		return start, b.Len()
 	}
 	var at [8][2]int
-	for i, suffix := range [8]string{"lease", "fence", "hist", "renewals", "wake", "queue", "qinfo", "holders"} {
+	for i, suffix := range [8]string{"lease", "fence", "history", "renewed", "wake", "queue", "qinfo", "holders"} {
 		at[i][0], at[i][1] = name(suffix)
 	}
 	all := b.String()

@@ -125,13 +125,13 @@ func TestExpiryNoticedWithNobodyLooking(t *testing.T) {
 	// expired event per key, the renewed one still live and scheduled,
 	// nothing left scheduled for the released one.
 	for _, k := range append(keys[:3:3], "exp:renewed", "exp:released") {
-		msgs, err := rdb.XRange(ctx, "lockd:{"+k+"}:hist", "-", "+").Result()
+		evs, err := lock.RawHistory(ctx, rdb, k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var types []string
-		for _, m := range msgs {
-			types = append(types, m.Values["type"].(string))
+		for _, ev := range evs {
+			types = append(types, ev.Type)
 		}
 		want := map[string]string{"exp:renewed": "acquired", "exp:released": "acquired released"}[k]
 		if want == "" {

@@ -66,7 +66,9 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	r := &Redlock{quorum: len(clients)/2 + 1, stop: make(chan struct{})}
 	subs := make([]subscription, len(clients))
 	for i, c := range clients {
-		r.nodes = append(r.nodes, New(c, opts))
+		n := New(c, opts)
+		n.fenceCounter = "1"
+		r.nodes = append(r.nodes, n)
 		subs[i] = newNodeSubscription(c)
 	}
 	r.opts = r.nodes[0].opts // with the defaults

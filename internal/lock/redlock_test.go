@@ -257,7 +257,7 @@ func TestRedlockLapsesCountedOnce(t *testing.T) {
 	servers[0].Resume()
 	// Master 0 now records the lapses it missed; none is counted again.
 	waitFor(t, func() bool {
-		n, err := servers[0].Client(t).XLen(context.Background(), "lockd:{"+paused[len(paused)-1]+"}:hist").Result()
+		n, err := servers[0].Client(t).LLen(context.Background(), lock.HistoryKey(paused[len(paused)-1])).Result()
 		return err == nil && n == 2
 	})
 	time.Sleep(time.Second)
@@ -275,14 +275,14 @@ func TestRedlockLapsesCountedOnce(t *testing.T) {
 	for i, s := range servers {
 		// An acquire undone on a loaded machine (no majority in time) may
 		// come first: the lease ends in one expiry, recorded once.
-		types, err := s.Client(t).XRange(context.Background(), "lockd:{"+first[0]+"}:hist", "-", "+").Result()
+		types, err := lock.RawHistory(context.Background(), s.Client(t), first[0])
 		expired := 0
 		for _, e := range types {
-			if e.Values["type"] == "expired" {
+			if e.Type == "expired" {
 				expired++
 			}
 		}
-		if err != nil || len(types) < 2 || types[len(types)-1].Values["type"] != "expired" || expired != 1 {
+		if err != nil || len(types) < 2 || types[len(types)-1].Type != "expired" || expired != 1 {
 			t.Errorf("master %d: history of %s %v, %v; want it to end in one expired", i, first[0], types, err)
 		}
 	}

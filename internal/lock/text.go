@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -29,4 +30,15 @@ func CheckText(s string, maxLen int) error {
 		}
 	}
 	return nil
+}
+
+// packable is s with the separator of packed history events (eventSep)
+// replaced, so that no text splits an event into more fields. The API and
+// the dashboard refuse control characters (CheckText) before they get
+// here; this guards the engine's other callers.
+func packable(s string) string {
+	if !strings.Contains(s, eventSep) {
+		return s
+	}
+	return strings.ReplaceAll(s, eventSep, "\uFFFD")
 }

@@ -1,16 +1,16 @@
 -- acquire: take a free key, re-enter a grant, or queue behind others.
 --
--- KEYS[1] lease hash   KEYS[2] fence counter   KEYS[3] history stream
--- KEYS[4] wait queue (lib.lua)   KEYS[5] epoch marker (see below)
--- KEYS[6] the bucket's expiry schedule  KEYS[7] the bucket's event stream
--- KEYS[8] the queue's entries    KEYS[9] holders (shared or permits)
--- KEYS[10] the bucket's replica liveness set
+-- KEYS[1] lease hash   KEYS[2] history list
+-- KEYS[3] wait queue (lib.lua)   KEYS[4] epoch marker (see below)
+-- KEYS[5] the bucket's expiry schedule  KEYS[6] the bucket's event stream
+-- KEYS[7] the queue's entries    KEYS[8] holders (shared or permits)
+-- KEYS[9] the bucket's replica liveness set
 -- ARGV[1] new token         ARGV[2] owner          ARGV[3] ttl_ms
 -- ARGV[4] re-entry token or ""                     ARGV[5] idempotency tag or ""
 -- ARGV[6] actor             ARGV[7] history cap    ARGV[8] retention_ms
 -- ARGV[9] wake channel      ARGV[10] "grant", or "peek" to leave a free
 --                            key alone (Redlock: others queue in process)
--- ARGV[11] the epoch id this lockd saw last in KEYS[5], or ""
+-- ARGV[11] the epoch id this lockd saw last in KEYS[4], or ""
 -- ARGV[12] live_ms: how long what this lockd knows of in the bucket (its
 --          last read of the bucket's expiries, its grants since) could
 --          still be live
@@ -28,6 +28,8 @@
 -- ARGV[25] "1" when the caller named its mode (or a limit): a re-entry or
 --          replay must then match the lease's mode and limit
 -- ARGV[26] the most shared holders or permits a key may have
+-- ARGV[27] "1": take the fence past the key's fence counter too (Redlock
+--          writes one, fence.lua)
 --
 -- The epoch marker and the restart quarantine: lib.lua (check_epoch).
 --
@@ -61,15 +63,15 @@
 --
 -- Fresh grants, held and queued answers carry the epoch id, for the
 -- caller's cache.
-local lease, fencekey, hist, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[9]
+local lease, hist, holders = KEYS[1], KEYS[2], KEYS[8]
 local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
 local cap, retention, channel, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
 local want, limit, wid = ARGV[16], tonumber(ARGV[17]) or 0, ARGV[18]
 local named = ARGV[25] == '1'
-local sched = KEYS[6]
-ev = {stream = KEYS[7], cap = ARGV[15], key = lock_of(lease)}
-local q = {queue = KEYS[4], info = KEYS[8], replicas = KEYS[10], alive = {}, dead = {}}
+local sched = KEYS[5]
+ev = {stream = KEYS[6], cap = ARGV[15], key = lock_of(lease)}
+local q = {queue = KEYS[3], info = KEYS[7], replicas = KEYS[9], alive = {}, dead = {}}
 
 local now_ms, now_us = clock()
 
@@ -100,7 +102,7 @@ end
 -- epoch_id is the marker's id: a lockd that only ever meets held keys
 -- must know the epoch too, to notice a loss later.
 local function epoch_id()
-  return redis.call('HGET', KEYS[5], 'id') or ''
+  return redis.call('HGET', KEYS[4], 'id') or ''
 end
 
 -- held answers that the caller waits for the holder who, whose lease has
@@ -259,25 +261,32 @@ if mode == 'peek' then
   return {'free'}
 end
 
-local epoch, untl = check_epoch(KEYS[5], ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[14]), ARGV[13], now_ms)
+local epoch, untl = check_epoch(KEYS[4], ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[14]), ARGV[13], now_ms)
 if untl > now_ms and ARGV[24] ~= 'off' then
   queued()
   return {'recovering', epoch, int(untl - now_ms)}
 end
 
+local last = last_event(hist)
 if not multi then
-  record_lapse(hist, cap, retention, sched, ev.key)
+  record_lapse(hist, cap, retention, sched, ev.key, last)
+end
+-- The fence counter: Redlock's (ARGV[27]), or a key's of the layout before
+-- the history list, met the first time the key is used after an upgrade.
+local counter = nil
+if ARGV[27] == '1' or not last then
+  counter = sibling(lease, 'fence')
 end
 
 local fence
 if want == 'x' then
-  fence = grant_x(lease, fencekey, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us)
+  fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter)
 else
   if not multi then
     -- fx: every holder of this lease is in the fence index (f:<fence>).
     redis.call('HSET', lease, 'mode', want == 's' and 'shared' or 'permit', 'limit', limit, 'fx', '1')
   end
-  fence = next_fence(fencekey, retention, now_us)
+  fence = next_fence(last, counter, now_us)
   local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0',
     e = int(now_ms + ttl), i = idem, it = ARGV[3], l = ''}
   -- last: the newest holder, which a state describes (state.lua).

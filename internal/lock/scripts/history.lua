@@ -1,23 +1,24 @@
 -- history: the newest events of a key, recording a lapsed lease first.
 --
--- KEYS[1] lease hash   KEYS[2] history stream
+-- KEYS[1] lease hash   KEYS[2] history list
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
--- KEYS[5] the stream to read: the history, or the renewals stream
+-- KEYS[5] the list to read: the history, or the renewals
 -- KEYS[6] holders (shared or permits)
 -- ARGV[1] limit        ARGV[2] history cap   ARGV[3] retention_ms
 -- ARGV[4] the event stream's cap
 --
--- Reply: the XREVRANGE entries of KEYS[5], newest first.
+-- Reply: up to limit packed events of KEYS[5] (lib.lua), oldest first:
+-- the newest ones.
 local lease, hist, sched = KEYS[1], KEYS[2], KEYS[3]
 local limit, cap, retention = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 ev = {stream = KEYS[4], cap = ARGV[4], key = lock_of(lease)}
 
 if redis.call('EXISTS', lease) == 0 then
-  record_lapse(hist, cap, retention, sched, ev.key)
+  record_lapse(hist, cap, retention, sched, ev.key, last_event(hist))
   redis.call('ZREM', sched, ev.key)
 elseif redis.call('HEXISTS', lease, 'mode') == 1 then
   local now_ms = clock()
   prune(lease, KEYS[6], hist, cap, now_ms)
   settle(lease, KEYS[6], sched, ev.key, now_ms)
 end
-return redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', limit)
+return redis.call('LRANGE', KEYS[5], -limit, -1)

@@ -79,12 +79,63 @@ local function lock_of(lease)
   return string.sub(lease, 8, -8)
 end
 
+-- sibling is the name of another Redis key of the same lock: name with
+-- its part after "}:" replaced by part (keys.go has the layout).
+local function sibling(name, part)
+  return string.match(name, '^(.*}:)') .. part
+end
+
+-- A key's history (and its renewals) is a list, oldest first, of events
+-- packed into one string each: their fields joined by US (\31), which no
+-- owner, actor or reason may hold (lock.CheckText refuses control
+-- characters): type, at, owner, fence, ttl_ms, count, actor, reason, exp,
+-- left_ms. One list element per event keeps a key used once at a few
+-- hundred bytes (a stream's first node takes 4 KB), and one field per
+-- event is cheaper to write than nine.
+local US = '\31'
+
+local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left)
+  return kind .. US .. at .. US .. owner .. US .. fence .. US .. ttl .. US .. count .. US ..
+    actor .. US .. reason .. US .. (exp or '') .. US .. (left or '')
+end
+
+-- unpack_event is the event a history element holds, or nil.
+local function unpack_event(s)
+  if not s then
+    return nil
+  end
+  local f, i = {}, 1
+  for v in string.gmatch(s .. US, '([^\31]*)\31') do
+    f[i] = v
+    i = i + 1
+  end
+  return {type = f[1], at = f[2], owner = f[3], fence = f[4], ttl_ms = f[5], count = f[6],
+    actor = f[7], reason = f[8], exp = f[9], left = f[10]}
+end
+
+-- last_event is the newest event of a history, or nil.
+local function last_event(hist)
+  return unpack_event(redis.call('LINDEX', hist, -1))
+end
+
+-- trim_slack: a history is cut back to its cap only once it is this many
+-- past it, so that a busy key pays the LTRIM once every so many events.
+local trim_slack = 16
+
+-- push appends a packed event to a list capped at cap entries (at least).
+local function push(list, cap, packed)
+  local n = redis.call('RPUSH', list, packed)
+  cap = tonumber(cap)
+  if n > cap + trim_slack then
+    redis.call('LTRIM', list, -cap, -1)
+  end
+end
+
 -- record appends one lifecycle event to a key's capped history, and to the
 -- event stream (ev). exp is set while the lease stays live after the
 -- event: a last event with exp and no lease means the lease lapsed.
--- (Literal XADD calls: building an argument table and unpacking it costs
--- more.) Renewals are not recorded here but in their own stream
--- (renew.lua), so that they never push the story out of the history.
+-- Renewals are not recorded here but in their own list (renew.lua), so
+-- that they never push the story out of the history.
 --
 -- retention is the history's new TTL, or nil to leave it: events that start
 -- or extend a lease pass retention + the lease TTL, so the events that end
@@ -94,17 +145,15 @@ local function record(hist, cap, retention, kind, at, owner, fence, ttl, count, 
   at, ttl, count = str(at), str(ttl), str(count)
   if exp then
     exp = str(exp)
-    redis.call('XADD', hist, 'MAXLEN', '~', cap, '*', 'type', kind, 'at', at, 'owner', owner,
-      'fence', fence, 'ttl_ms', ttl, 'count', count, 'actor', actor, 'reason', reason, 'exp', exp)
-  else
-    redis.call('XADD', hist, 'MAXLEN', '~', cap, '*', 'type', kind, 'at', at, 'owner', owner,
-      'fence', fence, 'ttl_ms', ttl, 'count', count, 'actor', actor, 'reason', reason)
   end
+  push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil))
   if retention then
     redis.call('PEXPIRE', hist, str(retention))
   end
   if ev.stream then
     -- Never a token: the event stream is read by every reader and webhook.
+    -- (Literal XADD calls: building an argument table and unpacking it
+    -- costs more.)
     redis.call('XADD', ev.stream, 'MAXLEN', '~', ev.cap, '*', 'type', kind, 'key', ev.key, 'at', at,
       'owner', owner, 'fence', fence, 'ttl_ms', ttl, 'count', count, 'actor', actor, 'reason', reason)
   end
@@ -117,37 +166,31 @@ local function schedule(sched, key, exp)
   redis.call('ZADD', sched, str(exp), key)
 end
 
--- record_lapse adds an "expired" event when the last event left a lease
--- live that no longer exists. The caller checks that the lease is gone,
--- and takes the key off the schedule afterwards (or schedules its new
--- lease): with maxmemory reached, Redis refuses a script whose first write
--- may grow memory (XADD, HSET) but not one that first shrank it (ZREM), so
--- an acquire must not start with a ZREM. It runs in the same atomic script
--- as every other write of the key, and the event it adds has no exp: the
--- same lapse is recorded once, whether the sweeper, an acquire or a read
--- of the history notices it first, on whichever lockd.
+-- record_lapse adds an "expired" event when the last event (last, read by
+-- the caller with last_event) left a lease live that no longer exists.
+-- The caller checks that the lease is gone, and takes the key off the
+-- schedule afterwards (or schedules its new lease): with maxmemory
+-- reached, Redis refuses a script whose first write may grow memory (RPUSH,
+-- HSET) but not one that first shrank it (ZREM), so an acquire must not
+-- start with a ZREM. It runs in the same atomic script as every other
+-- write of the key, and the event it adds has no exp: the same lapse is
+-- recorded once, whether the sweeper, an acquire or a read of the history
+-- notices it first, on whichever lockd.
 --
 -- The lapse happened at the schedule's time (renewals move it). Returns
 -- {lapsed_at_ms, last event's type, its at} when it recorded one, else nil.
-local function record_lapse(hist, cap, retention, sched, key)
+local function record_lapse(hist, cap, retention, sched, key, last)
+  if not last or last.exp == '' then
+    return nil
+  end
   local at = tonumber(redis.call('ZSCORE', sched, key))
   if not at then
     -- Only a lease still live or lapsed unrecorded is on the schedule:
     -- release, force-release and every recorded lapse take the key off.
     return nil
   end
-  local last = redis.call('XREVRANGE', hist, '+', '-', 'COUNT', 1)
-  if not last[1] then
-    return nil
-  end
-  local f, e = last[1][2], {}
-  for i = 1, #f, 2 do e[f[i]] = f[i + 1] end
-  if e['exp'] then
-    record(hist, cap, retention, 'expired', at, e['owner'], e['fence'],
-      e['ttl_ms'], e['count'], '', '', nil)
-    return {int(at), e['type'], e['at']}
-  end
-  return nil
+  record(hist, cap, retention, 'expired', at, last.owner, last.fence, last.ttl_ms, last.count, '', '', nil)
+  return {int(at), last.type, last.at}
 end
 
 -- The wait queue of a key (queue.go): a sorted set of waiter ids by
@@ -360,19 +403,24 @@ local function settle(lease, holders, sched, key, now)
   return live_holders(holders, now)
 end
 
--- next_fence takes a key's next fence. Fences never go backwards: the
--- counter lapses with the history retention, so every fence is also
--- floored at the Redis clock in microseconds.
-local function next_fence(fencekey, retention, now_us)
-  local fence = int(math.max((tonumber(redis.call('GET', fencekey)) or 0) + 1, now_us))
-  redis.call('SET', fencekey, fence, 'PX', str(retention))
-  return fence
+-- next_fence takes a key's next fence: past the fence of its newest event
+-- (last), and past its fence counter when asked (counter: the key of one,
+-- which Redlock writes, fence.lua, and which keys of the layout before the
+-- history list kept; otherwise nil). The history lapses with the retention,
+-- so every fence is also floored at the Redis clock in microseconds.
+local function next_fence(last, counter, now_us)
+  local top = last and tonumber(last.fence) or 0
+  if counter then
+    top = math.max(top, tonumber(redis.call('GET', counter)) or 0)
+  end
+  return int(math.max(top + 1, now_us))
 end
 
 -- grant_x writes a new exclusive lease on a free key (acquire.lua, and a
 -- release that hands the key to the next waiter); it returns its fence.
-local function grant_x(lease, fencekey, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us)
-  local fence = next_fence(fencekey, retention, now_us)
+-- last is the history's newest event, counter as for next_fence.
+local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter)
+  local fence = next_fence(last, counter, now_us)
   local ttl_s, now_s, exp_s = str(ttl), str(now_ms), str(now_ms + ttl)
   redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', '1',
     'ttl_ms', ttl_s, 'acquired_at', now_s, 'renewed_at', now_s, 'renewals', '0', 'idem', idem, 'ittl', ttl_s)

@@ -1,11 +1,10 @@
 -- release: give back one re-entry level; at zero delete the grant
 -- (compare-and-delete), take it off the expiry schedule and wake waiters.
 --
--- KEYS[1] lease hash   KEYS[2] history stream
+-- KEYS[1] lease hash   KEYS[2] history list
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] holders (shared or permits)    KEYS[6] wait queue
 -- KEYS[7] the queue's entries   KEYS[8] the bucket's replica liveness set
--- KEYS[9] fence counter
 -- ARGV[1] token        ARGV[2] actor   ARGV[3] history cap
 -- ARGV[4] wake channel ARGV[5] the event stream's cap
 -- ARGV[6] this lockd's replica id, or "" to hand the key to nobody
@@ -79,7 +78,9 @@ local q = {queue = KEYS[6], info = KEYS[7], replicas = KEYS[8], alive = {}, dead
 local nx = ARGV[6] ~= '' and first_live(q, now_ms)
 if nx and nx.r == ARGV[6] and nx.m == 'x' then
   local ttl = tonumber(nx.l)
-  local fence = grant_x(lease, KEYS[9], hist, cap, tonumber(ARGV[7]), sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us)
+  -- The newest event is this release, with the released lease's fence.
+  local fence = grant_x(lease, hist, cap, tonumber(ARGV[7]), sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us,
+    {fence = cur[3]}, nil)
   -- Until the waiter's own try claims it, a give-back (ARGV[8]) may undo it.
   redis.call('HSET', lease, 'handed', 1)
   redis.call('ZREM', q.queue, nx.id)

@@ -1,13 +1,13 @@
 -- renew: extend a live grant if the token is the live one (compare-and-pexpire).
 --
--- KEYS[1] lease hash   KEYS[2] renewals stream   KEYS[3] wait queue
--- KEYS[4] the bucket's expiry schedule   KEYS[5] history stream
+-- KEYS[1] lease hash   KEYS[2] renewals list   KEYS[3] wait queue
+-- KEYS[4] the bucket's expiry schedule   KEYS[5] history list
 -- KEYS[6] holders (shared or permits)    KEYS[7] the bucket's event stream
 -- ARGV[1] token        ARGV[2] ttl_ms or "" (keep the lease's own)
 -- ARGV[3] actor        ARGV[4] renewals cap     ARGV[5] retention_ms
 -- ARGV[6] wake channel ARGV[7] history cap      ARGV[8] the event stream's cap
 --
--- A renewal goes to its own capped stream, with how much of the lease was
+-- A renewal goes to its own capped list (packed as history events, lib.lua), with how much of the lease was
 -- left when it came (left_ms), never to the history: a lease renewed every
 -- few hundred ms would otherwise push every lifecycle event out of it. The
 -- lease keeps left_ms of its last renewal for the at-risk check (state.lua).
@@ -33,8 +33,7 @@ if cur[7] then
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))
   redis.call('ZADD', holders, h.e, token)
   settle(lease, holders, sched, ev.key, now_ms)
-  redis.call('XADD', renewals, 'MAXLEN', '~', cap, '*', 'type', 'renewed', 'at', now_ms, 'owner', h.o,
-    'fence', h.f, 'ttl_ms', ttl, 'count', h.c, 'actor', actor, 'reason', '', 'left_ms', left)
+  push(renewals, cap, pack('renewed', int(now_ms), h.o, h.f, int(ttl), h.c, actor, '', nil, int(left)))
   redis.call('PEXPIRE', renewals, retention + ttl)
   redis.call('PEXPIRE', KEYS[5], retention + ttl)
   return {'ok', h.o, token, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms, cur[7], tonumber(cur[8])}
@@ -53,8 +52,7 @@ redis.call('PEXPIRE', lease, ttl_s)
 redis.call('HSET', lease, 'ttl_ms', ttl_s, 'renewed_at', now_s, 'left_ms', left)
 redis.call('HINCRBY', lease, 'renewals', 1)
 schedule(sched, lock_of(lease), now_ms + ttl)
-redis.call('XADD', renewals, 'MAXLEN', '~', cap, '*', 'type', 'renewed', 'at', now_s, 'owner', cur[1],
-  'fence', cur[3], 'ttl_ms', ttl_s, 'count', cur[4], 'actor', actor, 'reason', '', 'left_ms', left)
+push(renewals, cap, pack('renewed', now_s, cur[1], cur[3], ttl_s, cur[4], actor, '', nil, left))
 local keep = str(retention + ttl)
 redis.call('PEXPIRE', renewals, keep)
 -- The history outlives the lease's end by the retention, however long it

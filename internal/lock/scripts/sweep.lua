@@ -92,7 +92,7 @@ local function sweep_bucket(b)
         -- Shared holders or permits: each lapses on its own.
         ev = {stream = b .. 'events', cap = evcap, key = key}
         local holders = 'lockd:{' .. key .. '}:holders'
-        local gone = prune(lease, holders, 'lockd:{' .. key .. '}:hist', cap, now)
+        local gone = prune(lease, holders, sibling(lease, 'history'), cap, now)
         settle(lease, holders, sched, key, now)
         if #gone == prune_max then
           -- More lapsed together than one call records: come back now.
@@ -109,7 +109,8 @@ local function sweep_bucket(b)
         end
       elseif pttl == -2 then
         ev = {stream = b .. 'events', cap = evcap, key = key}
-        local r = record_lapse('lockd:{' .. key .. '}:hist', cap, retention, sched, key)
+        local hist = sibling(lease, 'history')
+        local r = record_lapse(hist, cap, retention, sched, key, last_event(hist))
         redis.call('ZREM', sched, key)
         if r then
           -- Waiters wake now rather than at their PTTL timer.
