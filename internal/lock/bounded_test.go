@@ -46,6 +46,9 @@ func fillQueue(t *testing.T, c *redis.Client, key string, n int, live bool) {
 			t.Fatal(err)
 		}
 	}
+	if err := lock.MarkWaiting(ctx, c, key); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // cpuPerCall runs op and returns the Redis CPU (INFO cpu) it took per

@@ -1,15 +1,17 @@
 // Package lock is lockd's lock engine: leases on Redis, each operation one
 // atomic Lua script and one round trip.
 //
-// A lease is a Redis hash with a TTL (`lockd:{K}:lease`). Acquire creates it
-// only when the key is free; renew, release and re-entry compare the
-// holder's secret token inside the script, so a stale token never touches
-// another holder's lease. Every grant gets a fence, a number that strictly
-// increases per key: the counter (`lockd:{K}:fence`) lapses with the history
-// retention, and every fence is floored at the Redis clock in microseconds,
-// so fences keep increasing across expiry, lockd restarts and counter lapse.
-// Events go to a capped stream per key (`lockd:{K}:hist`). All keys of one
-// lock share a hash tag, so one script can touch them all on Redis Cluster.
+// An exclusive lease is a Redis string with a TTL (`lockd:{K}:lease`), its
+// fields packed into one value. Acquire creates it only when the key is
+// free; renew, release and re-entry compare the holder's secret token
+// inside the script, so a stale token never touches another holder's lease.
+// Every grant gets a fence, a number that strictly increases per key: past
+// the fence of the key's newest event, and floored at the Redis clock in
+// microseconds, so fences keep increasing across expiry, lockd restarts and
+// the history's lapse. Events go to a capped list per key
+// (`lockd:{K}:history`), one packed string each, so a key locked once
+// keeps a few hundred bytes for the retention. All keys of one lock share
+// a hash tag, so one script can touch them all on Redis Cluster.
 //
 // Waiting is push, not poll: release and force-release PUBLISH on the key's
 // channel; a timer at the holder's PTTL covers expiry. Each key has one FIFO

@@ -24,8 +24,8 @@ import (
 type Options struct {
 	// HistoryMax is how many events are kept per key (at least; XADD MAXLEN ~).
 	HistoryMax int
-	// Retention is how long a key's history and fence counter outlive its
-	// last event.
+	// Retention is how long a key's history (which carries its last
+	// fence) outlives its last lease.
 	Retention time.Duration
 	// MaxWait is the longest wait a caller may ask for; it bounds how long a
 	// dead process's waiter count can linger.
@@ -109,11 +109,13 @@ type Engine struct {
 	shared     [1]*sharedKeys               // one server or Sentinel: the one bucket
 	slotShared []atomic.Pointer[sharedKeys] // Cluster: per slot, made when first used
 	arg        args
-	// fenceCounter is "1" on a Redlock master: its grants' fences also
-	// pass the key's fence counter, which Redlock writes back (fence.lua).
-	fenceCounter string
-	lapseMu      sync.Mutex
-	lapse        LapseFunc
+	// redlockMaster is "1" on a Redlock master: its grants' fences also
+	// pass the key's fence counter, which Redlock writes back (fence.lua),
+	// and every release wakes waiters, since Redlock's wait in their
+	// process, not in the key's queue in Redis.
+	redlockMaster string
+	lapseMu       sync.Mutex
+	lapse         LapseFunc
 }
 
 // New returns an engine on rdb and starts its waiter hub (one pub/sub
@@ -397,7 +399,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		token, packable(req.Owner), req.TTL.Milliseconds(), req.Token, idem, packable(req.Actor),
 		e.arg.historyMax, e.arg.retention, k.wake, mode,
 		seen, live, e.newEpochID(), least, e.arg.eventsMax,
-		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff(), named(req), e.opts.MaxHoldersPerKey, e.fenceCounter)
+		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff(), named(req), e.opts.MaxHoldersPerKey, e.redlockMaster)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -626,7 +628,7 @@ func (e *Engine) release(ctx context.Context, key, token, actor string, unclaime
 	}
 	v, err := e.write(ctx, e.scripts.release,
 		[]string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
-		token, packable(actor), e.arg.historyMax, k.wake, e.arg.eventsMax, self, e.arg.retention, giveBack(unclaimed))
+		token, packable(actor), e.arg.historyMax, k.wake, e.arg.eventsMax, self, e.arg.retention, giveBack(unclaimed), e.redlockMaster)
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
 	}
@@ -706,7 +708,7 @@ func (e *Engine) forceRelease(ctx context.Context, key string, fence int64, acto
 	defer cancel()
 	sh := e.sharedOf(key)
 	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
-		packable(actor), packable(reason), e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax)
+		packable(actor), packable(reason), e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax, e.arg.retention)
 	if err != nil {
 		return Broken{}, false, wrap("force-release", err)
 	}
@@ -962,19 +964,11 @@ func (e *Engine) readHistory(ctx context.Context, key string, limit int, renewal
 
 // unpackEvent reads an event of a key's history or renewals as lib.lua
 // packs it: type, at, owner, fence, ttl_ms, count, actor, reason, exp,
-// left_ms, joined by US (\x1f).
+// left_ms and then fields for the scripts only, joined by US (\x1f).
 func unpackEvent(s string) (Event, error) {
-	var f [10]string
-	for i := range f {
-		var ok bool
-		if i == len(f)-1 {
-			f[i], ok = s, !strings.Contains(s, eventSep)
-		} else {
-			f[i], s, ok = strings.Cut(s, eventSep)
-		}
-		if !ok {
-			return Event{}, fmt.Errorf("lock: history entry has not %d fields", len(f))
-		}
+	f := strings.SplitN(s, eventSep, 11)
+	if len(f) < 10 {
+		return Event{}, fmt.Errorf("lock: history entry has %d fields, want at least 10", len(f))
 	}
 	return Event{
 		Type: f[0], At: time.UnixMilli(atoi(f[1])).UTC(), Owner: f[2], Fence: atoi(f[3]),

@@ -174,8 +174,7 @@ func TestSweeperIdleCost(t *testing.T) {
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range 20_000 {
 			key := fmt.Sprint("idle:", i)
-			p.HSet(ctx, "lockd:{"+key+"}:lease", "owner", "o")
-			p.PExpire(ctx, "lockd:{"+key+"}:lease", time.Hour)
+			p.Set(ctx, "lockd:{"+key+"}:lease", "token\x1fo", time.Hour)
 			p.ZAdd(ctx, "lockd:expiries", redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: key})
 		}
 		return nil

@@ -2,6 +2,9 @@ package lock
 
 import (
 	"context"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -37,4 +40,50 @@ func RawHistory(ctx context.Context, rdb redis.Cmdable, key string) ([]Event, er
 		out = append(out, ev)
 	}
 	return out, nil
+}
+
+// SetLeaseOwner rewrites the owner of key's exclusive lease straight in
+// Redis, with a new TTL: a change of hands that no script announced.
+func SetLeaseOwner(ctx context.Context, rdb redis.Cmdable, key, owner string, ttl time.Duration) error {
+	raw, err := rdb.Get(ctx, keysOf(key).lease).Result()
+	if err != nil {
+		return err
+	}
+	f := strings.Split(raw, eventSep)
+	f[1] = owner
+	f[11] = strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10) // exp
+	return rdb.Set(ctx, keysOf(key).lease, strings.Join(f, eventSep), ttl).Err()
+}
+
+// LeaseToken is the token of key's exclusive lease as Redis holds it, or
+// "" when there is none.
+func LeaseToken(ctx context.Context, rdb redis.Cmdable, key string) string {
+	raw, err := rdb.Get(ctx, keysOf(key).lease).Result()
+	if err != nil {
+		return ""
+	}
+	token, _, _ := strings.Cut(raw, eventSep)
+	return token
+}
+
+// MarkWaiting says in Redis, as a queued waiter's try does, that key may
+// have waiters (lib.lua, waiting): on its exclusive lease if held, else on
+// its newest event.
+func MarkWaiting(ctx context.Context, rdb redis.Cmdable, key string) error {
+	k := keysOf(key)
+	if raw, err := rdb.Get(ctx, k.lease).Result(); err == nil {
+		f := strings.Split(raw, eventSep)
+		f[13] = "1"
+		return rdb.SetArgs(ctx, k.lease, strings.Join(f, eventSep), redis.SetArgs{KeepTTL: true}).Err()
+	}
+	last, err := rdb.LIndex(ctx, k.hist, -1).Result()
+	if err == redis.Nil {
+		return nil // no history: the next grant looks at the queue
+	}
+	if err != nil {
+		return err
+	}
+	f := strings.Split(last, eventSep)
+	f[10] = "1"
+	return rdb.LSet(ctx, k.hist, -1, strings.Join(f, eventSep)).Err()
 }

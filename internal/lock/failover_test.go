@@ -99,7 +99,7 @@ func TestWakeAfterFailoverUnderLoad(t *testing.T) {
 			if err != nil && !errors.Is(err, lock.ErrUnavailable) && !errors.Is(err, lock.ErrNotFound) {
 				t.Fatalf("run %d: release: %v", i, err)
 			}
-			if err == nil && mc.HGet(ctx, "lockd:{"+key+"}:lease", "token").Val() != l.Token {
+			if err == nil && lock.LeaseToken(ctx, mc, key) != l.Token {
 				released = at
 				break
 			}

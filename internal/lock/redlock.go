@@ -67,7 +67,7 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	subs := make([]subscription, len(clients))
 	for i, c := range clients {
 		n := New(c, opts)
-		n.fenceCounter = "1"
+		n.redlockMaster = "1"
 		r.nodes = append(r.nodes, n)
 		subs[i] = newNodeSubscription(c)
 	}

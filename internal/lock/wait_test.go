@@ -187,11 +187,7 @@ func TestWaitTimeoutNamesCurrentHolder(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return e.Waiters() == 1 })
 	// The lease changes hands without a message this replica could see.
-	lease := "lockd:{truth:k}:lease"
-	if err := rdb.HSet(ctx, lease, "owner", "new").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.PExpire(ctx, lease, 3*time.Second).Err(); err != nil {
+	if err := lock.SetLeaseOwner(ctx, rdb, "truth:k", "new", 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	err := <-done

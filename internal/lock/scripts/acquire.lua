@@ -1,6 +1,6 @@
 -- acquire: take a free key, re-enter a grant, or queue behind others.
 --
--- KEYS[1] lease hash   KEYS[2] history list
+-- KEYS[1] lease (lib.lua)   KEYS[2] history list
 -- KEYS[3] wait queue (lib.lua)   KEYS[4] epoch marker (see below)
 -- KEYS[5] the bucket's expiry schedule  KEYS[6] the bucket's event stream
 -- KEYS[7] the queue's entries    KEYS[8] holders (shared or permits)
@@ -70,7 +70,7 @@ local cap, retention, channel, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[
 local want, limit, wid = ARGV[16], tonumber(ARGV[17]) or 0, ARGV[18]
 local named = ARGV[25] == '1'
 local sched = KEYS[5]
-ev = {stream = KEYS[6], cap = ARGV[15], key = lock_of(lease)}
+ev = {stream = KEYS[6], cap = ARGV[15], key = lock_of(lease), retention = retention}
 local q = {queue = KEYS[3], info = KEYS[7], replicas = KEYS[9], alive = {}, dead = {}}
 
 local now_ms, now_us = clock()
@@ -105,10 +105,36 @@ local function epoch_id()
   return redis.call('HGET', KEYS[4], 'id') or ''
 end
 
+-- The lease at KEYS[1] (lib.lua, read_lease), and the history's newest
+-- event once read (last_event).
+local cur, last = read_lease(lease, now_ms), nil
+
+-- waiting says, on a free key or an exclusive one, that waiters may be
+-- queued from now on: releases, renewals and the next grant look at the
+-- queue only then (a lease's w, and the newest event's while the key is
+-- free). Shared holders and permits always look.
+local function waiting()
+  if cur and not cur.multi then
+    if cur.w ~= '1' and not cur.old then
+      cur.w = '1'
+      save_lease(lease, cur, tonumber(cur.exp) - now_ms)
+    end
+  elseif not cur then
+    last = last or last_event(hist)
+    if last and last.w ~= '1' then
+      redis.call('LSET', hist, -1, pack(last.type, last.at, last.owner, last.fence, last.ttl_ms, last.count,
+        last.actor, last.reason, last.exp, last.left, '1', last.keep))
+    end
+  end
+end
+
 -- held answers that the caller waits for the holder who, whose lease has
 -- retry ms left.
 local function held(who, retry)
   local place = queued()
+  if place ~= '' then
+    waiting()
+  end
   forget(q)
   return {'held', who, retry, epoch_id(), place}
 end
@@ -119,6 +145,9 @@ end
 -- length, without the caller.
 local function behind(e, retry)
   local place = queued()
+  if place ~= '' then
+    waiting()
+  end
   forget(q)
   local waiters = redis.call('ZCARD', q.queue)
   if place ~= '' then
@@ -143,56 +172,61 @@ local function live_holder(raw)
   return h
 end
 
-local cur = redis.call('HMGET', lease, 'owner', 'token', 'fence', 'count', 'acquired_at', 'idem', 'ttl_ms', 'ittl', 'mode', 'limit', 'handed')
-if cur[2] then
-  local pttl = redis.call('PTTL', lease)
-  if cur[2] == token then
-    if cur[11] then
+if cur and not cur.multi then
+  local pttl = tonumber(cur.exp) - now_ms
+  if cur.token == token then
+    if cur.handed ~= '' then
       -- A release handed this waiter the key: it is claimed now, and a
       -- give-back (release.lua) leaves it alone.
-      redis.call('HDEL', lease, 'handed')
+      cur.handed = ''
+      save_lease(lease, cur, pttl)
     end
-    return {'granted', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms), '', 'x', 0}
+    return {'granted', cur.owner, cur.token, cur.fence, tonumber(cur.count), tonumber(cur.ttl), cur.acquired, pttl, int(now_ms), '', 'x', 0}
   end
   if reentry ~= '' then
-    if cur[2] ~= reentry then
+    if cur.token ~= reentry then
       return {'lost'}
     end
     if named and want ~= 'x' then
       return {'mode', 'x'}
     end
-    local count = redis.call('HINCRBY', lease, 'count', 1)
-    redis.call('HSET', lease, 'ttl_ms', ttl, 'renewed_at', now_ms)
-    redis.call('PEXPIRE', lease, ttl)
+    local count = tonumber(cur.count) + 1
+    cur.count, cur.ttl, cur.renewed, cur.exp = int(count), ARGV[3], int(now_ms), int(now_ms + ttl)
+    local set
+    cur.keep, set = keep_for(cur.keep, now_ms + ttl + retention, retention)
+    save_lease(lease, cur, ttl)
     schedule(sched, ev.key, now_ms + ttl)
-    record(hist, cap, retention + ttl, 'reentered', now_ms, cur[1], cur[3], ttl, count, actor, '', now_ms + ttl)
-    if redis.call('EXISTS', q.queue) == 1 then
+    record(hist, cap, 'reentered', now_ms, cur.owner, cur.fence, ttl, count, actor, '', now_ms + ttl, cur.w, cur.keep)
+    if set then
+      redis.call('PEXPIREAT', hist, cur.keep)
+    end
+    if cur.w == '1' then
       redis.call('PUBLISH', channel, 'renewed:' .. ttl)
     end
-    return {'reentered', cur[1], cur[2], cur[3], count, ttl, cur[5], ttl, now_ms, '', 'x', 0}
+    return {'reentered', cur.owner, cur.token, cur.fence, count, ttl, cur.acquired, ttl, now_ms, '', 'x', 0}
   end
-  if idem ~= '' and cur[6] == idem then
-    if cur[1] ~= owner or cur[8] ~= ARGV[3] or (named and want ~= 'x') then
+  if idem ~= '' and cur.idem == idem then
+    if cur.owner ~= owner or cur.ittl ~= ARGV[3] or (named and want ~= 'x') then
       return {'mismatch'}
     end
-    return {'idempotent', cur[1], cur[2], cur[3], tonumber(cur[4]), tonumber(cur[7]), cur[5], pttl, int(now_ms), '', 'x', 0}
+    return {'idempotent', cur.owner, cur.token, cur.fence, tonumber(cur.count), tonumber(cur.ttl), cur.acquired, pttl, int(now_ms), '', 'x', 0}
   end
-  return held(cur[1], pttl)
+  return held(cur.owner, pttl)
 end
 
 -- Shared holders or permits.
-local multi, used = cur[9], 0
+local multi, used = cur and cur.multi, 0
 if multi then
   prune(lease, holders, hist, cap, now_ms)
   used = live_holders(holders, now_ms)
   if used == 0 then
     redis.call('DEL', lease, holders)
-    multi = nil
+    multi, cur = nil, nil
   end
 end
 local held_as, held_limit = 'x', 0
 if multi then
-  held_as, held_limit = multi == 'shared' and 's' or 'p', tonumber(cur[10]) or 0
+  held_as, held_limit = multi == 'shared' and 's' or 'p', tonumber(cur.limit) or 0
   local h = live_holder(redis.call('HGET', lease, 'h:' .. token))
   if h then
     return {'granted', h.o, token, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms), '', held_as, held_limit}
@@ -212,7 +246,9 @@ if multi then
     redis.call('HSET', lease, 'h:' .. reentry, cjson.encode(h))
     redis.call('ZADD', holders, h.e, reentry)
     settle(lease, holders, sched, ev.key, now_ms)
-    record(hist, cap, retention + ttl, 'reentered', now_ms, h.o, h.f, ttl, h.c, actor, '', nil)
+    local keep = keep_for(nil, now_ms + ttl + retention, retention)
+    record(hist, cap, 'reentered', now_ms, h.o, h.f, ttl, h.c, actor, '', nil, '1', keep)
+    redis.call('PEXPIREAT', hist, keep)
     return {'reentered', h.o, reentry, h.f, tonumber(h.c), ttl, h.a, ttl, now_ms, '', held_as, held_limit}
   end
   if idem ~= '' then
@@ -225,7 +261,7 @@ if multi then
       return {'idempotent', h.o, t, h.f, tonumber(h.c), tonumber(h.t), h.a, tonumber(h.e) - now_ms, int(now_ms), '', held_as, held_limit}
     end
   end
-  if want == 'p' and tonumber(cur[10]) ~= limit then
+  if want == 'p' and tonumber(cur.limit) ~= limit then
     return {'limit'}
   end
 end
@@ -251,10 +287,19 @@ if multi and used >= tonumber(ARGV[26]) then
   return {'full', used}
 end
 
--- Blocked by waiters queued before the caller.
-local ok, e, retry = ahead(q, want, used, limit, wid, now_ms)
-if not ok then
-  return behind(e, retry)
+-- Blocked by waiters queued before the caller. On a free key, the queue
+-- is read only when waiters may be queued (waiting): a key's newest event
+-- says so, or says that its lease lapsed.
+local walked = multi ~= nil
+if not multi then
+  last = last_event(hist)
+  walked = not last or last.w == '1' or last.exp ~= ''
+end
+if walked then
+  local ok, e, retry = ahead(q, want, used, limit, wid, now_ms)
+  if not ok then
+    return behind(e, retry)
+  end
 end
 if mode == 'peek' then
   forget(q)
@@ -263,13 +308,15 @@ end
 
 local epoch, untl = check_epoch(KEYS[4], ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[14]), ARGV[13], now_ms)
 if untl > now_ms and ARGV[24] ~= 'off' then
-  queued()
+  if queued() ~= '' then
+    waiting()
+  end
   return {'recovering', epoch, int(untl - now_ms)}
 end
 
-local last = last_event(hist)
+last = last or last_event(hist)
 if not multi then
-  record_lapse(hist, cap, retention, sched, ev.key, last)
+  record_lapse(hist, cap, sched, ev.key, last)
 end
 -- The fence counter: Redlock's (ARGV[27]), or a key's of the layout before
 -- the history list, met the first time the key is used after an upgrade.
@@ -280,7 +327,20 @@ end
 
 local fence
 if want == 'x' then
-  fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter)
+  -- w: waiters left behind the caller, or dead ones past the walk's bound.
+  local w = ''
+  if walked then
+    if wid ~= '' then
+      redis.call('ZREM', q.queue, wid)
+      redis.call('HDEL', q.info, wid)
+      wid = ''
+    end
+    forget(q)
+    if redis.call('EXISTS', q.queue) == 1 then
+      w = '1'
+    end
+  end
+  fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, '')
 else
   if not multi then
     -- fx: every holder of this lease is in the fence index (f:<fence>).
@@ -298,7 +358,11 @@ else
   used = settle(lease, holders, sched, ev.key, now_ms)
   -- Multi events carry no exp: the lapse of each holder is recorded by
   -- prune, never by record_lapse.
-  record(hist, cap, retention + ttl, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', nil)
+  local keep, set = keep_for(last and last.keep, now_ms + ttl + retention, retention)
+  record(hist, cap, 'acquired', now_ms, owner, fence, ttl, 1, actor, '', nil, '1', keep)
+  if set then
+    redis.call('PEXPIREAT', hist, keep)
+  end
 end
 
 if wid ~= '' then

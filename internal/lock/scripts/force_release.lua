@@ -1,12 +1,12 @@
 -- force_release: break a key's grants whoever holds them (or the one with
 -- a given fence), take it off the expiry schedule and wake waiters.
 --
--- KEYS[1] lease hash   KEYS[2] history stream
+-- KEYS[1] lease (lib.lua)   KEYS[2] history list
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] holders (shared or permits)
 -- ARGV[1] actor        ARGV[2] reason   ARGV[3] history cap
 -- ARGV[4] wake channel ARGV[5] the fence to break, or "" for every holder
--- ARGV[6] the event stream's cap
+-- ARGV[6] the event stream's cap   ARGV[7] retention_ms
 --
 -- Reply: {"ok", owner, fence, acquired_at_ms, more} (of the newest holder
 --        broken; more is 1 when holders are left that a call for every
@@ -14,20 +14,20 @@
 --      | {"not_found"} | {"lost"} (no holder has that fence)
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local actor, reason, cap, channel, want = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-ev = {stream = KEYS[4], cap = ARGV[6], key = lock_of(lease)}
+ev = {stream = KEYS[4], cap = ARGV[6], key = lock_of(lease), retention = tonumber(ARGV[7])}
 
 -- force_max bounds the holders one call breaks; Go calls again while more
 -- are left (engine.go), so each call's time stays bounded.
 local force_max = 50
 
-local cur = redis.call('HMGET', lease, 'owner', 'fence', 'ttl_ms', 'count', 'acquired_at', 'mode', 'fx')
-if cur[6] then
-  local now_ms = clock()
+local now_ms = clock()
+local cur = read_lease(lease, now_ms)
+if cur and cur.multi then
   prune(lease, holders, hist, cap, now_ms)
   local tokens
   if want == '' then
     tokens = redis.call('ZRANGEBYSCORE', holders, '(' .. int(now_ms), '+inf', 'LIMIT', 0, force_max)
-  elseif cur[7] then
+  elseif redis.call('HEXISTS', lease, 'fx') == 1 then
     tokens = {redis.call('HGET', lease, 'f:' .. want)}
   else
     -- A lease made before the fence index: look at each holder (at most
@@ -39,7 +39,7 @@ if cur[6] then
     local raw = t and redis.call('HGET', lease, 'h:' .. t)
     local h = raw and cjson.decode(raw)
     if h and (want == '' or h.f == want) and tonumber(h.e) > now_ms then
-      record(hist, cap, nil, 'force_released', now_ms, h.o, h.f, h.t, h.c, actor, reason, nil)
+      record(hist, cap, 'force_released', now_ms, h.o, h.f, h.t, h.c, actor, reason, nil, '1', '')
       redis.call('HDEL', lease, 'h:' .. t, 'f:' .. h.f)
       if h.i ~= '' then
         redis.call('HDEL', lease, 'i:' .. h.i)
@@ -64,15 +64,16 @@ if cur[6] then
   end
   return {'ok', broken.o, broken.f, broken.a, more}
 end
-if not cur[1] then
+if not cur then
   return {'not_found'}
 end
-if want ~= '' and cur[2] ~= want then
+if want ~= '' and cur.fence ~= want then
   return {'lost'}
 end
 
 redis.call('DEL', lease)
 redis.call('ZREM', sched, ev.key)
-record(hist, cap, nil, 'force_released', clock(), cur[1], cur[2], cur[3], cur[4], actor, reason, nil)
+-- w: waiters woken now may queue again on the free key.
+record(hist, cap, 'force_released', now_ms, cur.owner, cur.fence, cur.ttl, cur.count, actor, reason, nil, '1', cur.keep)
 redis.call('PUBLISH', channel, 'released')
-return {'ok', cur[1], cur[2], cur[5]}
+return {'ok', cur.owner, cur.fence, cur.acquired}

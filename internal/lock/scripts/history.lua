@@ -1,6 +1,6 @@
 -- history: the newest events of a key, recording a lapsed lease first.
 --
--- KEYS[1] lease hash   KEYS[2] history list
+-- KEYS[1] lease (lib.lua)   KEYS[2] history list
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] the list to read: the history, or the renewals
 -- KEYS[6] holders (shared or permits)
@@ -11,12 +11,13 @@
 -- the newest ones.
 local lease, hist, sched = KEYS[1], KEYS[2], KEYS[3]
 local limit, cap, retention = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-ev = {stream = KEYS[4], cap = ARGV[4], key = lock_of(lease)}
+ev = {stream = KEYS[4], cap = ARGV[4], key = lock_of(lease), retention = retention}
 
-if redis.call('EXISTS', lease) == 0 then
-  record_lapse(hist, cap, retention, sched, ev.key, last_event(hist))
+local raw = redis.pcall('GET', lease)
+if not raw then
+  record_lapse(hist, cap, sched, ev.key, last_event(hist))
   redis.call('ZREM', sched, ev.key)
-elseif redis.call('HEXISTS', lease, 'mode') == 1 then
+elseif type(raw) == 'table' and redis.call('HEXISTS', lease, 'mode') == 1 then
   local now_ms = clock()
   prune(lease, KEYS[6], hist, cap, now_ms)
   settle(lease, KEYS[6], sched, ev.key, now_ms)

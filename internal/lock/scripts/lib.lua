@@ -70,8 +70,9 @@ end
 -- ev says where record also appends lifecycle events for the event stream
 -- (GET /v1/events, webhooks): stream is the bucket's event stream (the
 -- shared one, or on a Cluster the key's slot outbox, see events.go), cap
--- its MAXLEN, key the lock key. A script that records sets it first; a
--- script that leaves it empty writes no shared event.
+-- its MAXLEN, key the lock key; and retention, the history's. A script
+-- that records sets it first; a script that leaves stream empty writes no
+-- shared event.
 local ev = {}
 
 -- lock_of is the lock key K of a lease key "lockd:{K}:lease".
@@ -89,14 +90,25 @@ end
 -- packed into one string each: their fields joined by US (\31), which no
 -- owner, actor or reason may hold (lock.CheckText refuses control
 -- characters): type, at, owner, fence, ttl_ms, count, actor, reason, exp,
--- left_ms. One list element per event keeps a key used once at a few
--- hundred bytes (a stream's first node takes 4 KB), and one field per
--- event is cheaper to write than nine.
+-- left_ms, w, keep. One list element per event keeps a key used once at a
+-- few hundred bytes (a stream's first node takes 4 KB), and one field per
+-- event is cheaper to write than nine. w is "1" when waiters may be queued
+-- (the lease's own w, below), keep until when the history's TTL runs.
 local US = '\31'
 
-local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left)
+local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left, w, keep)
   return kind .. US .. at .. US .. owner .. US .. fence .. US .. ttl .. US .. count .. US ..
-    actor .. US .. reason .. US .. (exp or '') .. US .. (left or '')
+    actor .. US .. reason .. US .. (exp or '') .. US .. (left or '') .. US .. (w or '') .. US .. (keep or '')
+end
+
+-- fields splits a packed string into its fields.
+local function fields(s)
+  local f, i = {}, 1
+  for v in string.gmatch(s .. US, '([^\31]*)\31') do
+    f[i] = v
+    i = i + 1
+  end
+  return f
 end
 
 -- unpack_event is the event a history element holds, or nil.
@@ -104,13 +116,9 @@ local function unpack_event(s)
   if not s then
     return nil
   end
-  local f, i = {}, 1
-  for v in string.gmatch(s .. US, '([^\31]*)\31') do
-    f[i] = v
-    i = i + 1
-  end
+  local f = fields(s)
   return {type = f[1], at = f[2], owner = f[3], fence = f[4], ttl_ms = f[5], count = f[6],
-    actor = f[7], reason = f[8], exp = f[9], left = f[10]}
+    actor = f[7], reason = f[8], exp = f[9], left = f[10], w = f[11] or '1', keep = f[12] or ''}
 end
 
 -- last_event is the newest event of a history, or nil.
@@ -118,37 +126,115 @@ local function last_event(hist)
   return unpack_event(redis.call('LINDEX', hist, -1))
 end
 
+-- keep_slack: a history's TTL is set this much past what it needs (the
+-- retention's 24th, an hour by default), so that a busy key extends it
+-- once in a while, not on every grant.
+local function keep_slack(retention)
+  return math.floor(retention / 24)
+end
+
+-- keep_for says until when a key's history (and renewals) must live now:
+-- need ms (Redis time), or keep, the lease's or newest event's record of
+-- it, when that is enough. It returns the new keep, and true when the
+-- caller must set it (PEXPIREAT, after its writes: a key that does not
+-- exist yet keeps no TTL). A key's history and renewals thus outlive its
+-- last lease's end by the retention, and by at most keep_slack more.
+local function keep_for(keep, need, retention)
+  keep = tonumber(keep) or 0
+  if keep >= need then
+    return int(keep), false
+  end
+  return int(need + keep_slack(retention)), true
+end
+
+-- An exclusive lease is a string with the lease's TTL at the lock's
+-- lease key: its fields packed (US) in this order: token, owner, fence,
+-- count, ttl_ms, acquired_at, renewed_at, renewals, idem (the
+-- idempotency tag), ittl (the TTL its first request asked), left_ms (left
+-- at the last renewal), exp, handed ("1": handed to a waiter who has not
+-- claimed it yet), w ("1": waiters may be queued, so a release or renewal
+-- wakes them), keep (until when the history lives, keep_for). Shared
+-- holders and permits keep a hash at the same name (below), and so did
+-- exclusive leases before this layout: read_lease reads all three, so a
+-- lease of the layout before is honoured, renewed and released until it
+-- ends.
+local function pack_lease(l)
+  return l.token .. US .. l.owner .. US .. l.fence .. US .. l.count .. US .. l.ttl .. US ..
+    l.acquired .. US .. l.renewed .. US .. l.renewals .. US .. l.idem .. US .. l.ittl .. US ..
+    l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep
+end
+
+local function unpack_lease(s)
+  local f = fields(s)
+  return {token = f[1], owner = f[2], fence = f[3], count = f[4], ttl = f[5], acquired = f[6],
+    renewed = f[7], renewals = f[8], idem = f[9], ittl = f[10], left = f[11], exp = f[12],
+    handed = f[13], w = f[14], keep = f[15]}
+end
+
+-- read_lease is the lease at lease: nil when nobody holds the key, {multi
+-- = mode, limit = limit} for shared holders or permits (a hash), else the
+-- exclusive lease's fields (old set for one of the layout before).
+local function read_lease(lease, now)
+  local raw = redis.pcall('GET', lease)
+  if not raw then
+    return nil
+  end
+  if type(raw) == 'string' then
+    return unpack_lease(raw)
+  end
+  local h = redis.call('HMGET', lease, 'mode', 'limit', 'owner', 'token', 'fence', 'count', 'ttl_ms',
+    'acquired_at', 'renewed_at', 'renewals', 'idem', 'ittl', 'left_ms', 'handed')
+  if h[1] then
+    return {multi = h[1], limit = h[2]}
+  end
+  if not h[4] then
+    return nil
+  end
+  local pttl = redis.call('PTTL', lease)
+  -- w: waiters of either layout may be queued.
+  return {token = h[4], owner = h[3], fence = h[5], count = h[6], ttl = h[7], acquired = h[8],
+    renewed = h[9] or h[8], renewals = h[10] or '0', idem = h[11] or '', ittl = h[12] or h[7],
+    left = h[13] or '', exp = int(now + pttl), handed = h[14] and '1' or '', w = '1', keep = '', old = true}
+end
+
+-- save_lease writes an exclusive lease that runs ms more (exp - now).
+local function save_lease(lease, l, ms)
+  redis.call('SET', lease, pack_lease(l), 'PX', str(ms))
+end
+
 -- trim_slack: a history is cut back to its cap only once it is this many
 -- past it, so that a busy key pays the LTRIM once every so many events.
 local trim_slack = 16
 
--- push appends a packed event to a list capped at cap entries (at least).
+-- push appends a packed event to a list capped at cap entries (at least)
+-- and returns the list's length before any trim.
 local function push(list, cap, packed)
   local n = redis.call('RPUSH', list, packed)
   cap = tonumber(cap)
   if n > cap + trim_slack then
     redis.call('LTRIM', list, -cap, -1)
   end
+  return n
 end
 
 -- record appends one lifecycle event to a key's capped history, and to the
 -- event stream (ev). exp is set while the lease stays live after the
--- event: a last event with exp and no lease means the lease lapsed.
--- Renewals are not recorded here but in their own list (renew.lua), so
--- that they never push the story out of the history.
---
--- retention is the history's new TTL, or nil to leave it: events that start
--- or extend a lease pass retention + the lease TTL, so the events that end
--- it (release, force-release, within that TTL) need not touch it and the
--- history still outlives its last event by the retention.
-local function record(hist, cap, retention, kind, at, owner, fence, ttl, count, actor, reason, exp)
+-- event: a last event with exp and no lease means the lease lapsed. w and
+-- keep are the lease's (pack). Renewals are not recorded here but in their
+-- own list (renew.lua), so that they never push the story out of the
+-- history. The history's TTL is the caller's (keep_for): events that
+-- start or extend a lease make it outlive the lease by the retention, so
+-- the events that end it need not touch it.
+local function record(hist, cap, kind, at, owner, fence, ttl, count, actor, reason, exp, w, keep)
   at, ttl, count = str(at), str(ttl), str(count)
   if exp then
     exp = str(exp)
   end
-  push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil))
-  if retention then
-    redis.call('PEXPIRE', hist, str(retention))
+  local n = push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil, w, keep))
+  if n == 1 and (keep or '') == '' then
+    -- A history begun by an event that knows no TTL for it (a lease of
+    -- the layout before, shared holders): the retention from now.
+    redis.call('PEXPIRE', hist, int(ev.retention + keep_slack(ev.retention)))
   end
   if ev.stream then
     -- Never a token: the event stream is read by every reader and webhook.
@@ -179,7 +265,7 @@ end
 --
 -- The lapse happened at the schedule's time (renewals move it). Returns
 -- {lapsed_at_ms, last event's type, its at} when it recorded one, else nil.
-local function record_lapse(hist, cap, retention, sched, key, last)
+local function record_lapse(hist, cap, sched, key, last)
   if not last or last.exp == '' then
     return nil
   end
@@ -189,7 +275,8 @@ local function record_lapse(hist, cap, retention, sched, key, last)
     -- release, force-release and every recorded lapse take the key off.
     return nil
   end
-  record(hist, cap, retention, 'expired', at, last.owner, last.fence, last.ttl_ms, last.count, '', '', nil)
+  -- w: waiters may have queued while it lapsed.
+  record(hist, cap, 'expired', at, last.owner, last.fence, last.ttl_ms, last.count, '', '', nil, '1', last.keep)
   return {int(at), last.type, last.at}
 end
 
@@ -346,7 +433,7 @@ local function prune(lease, holders, hist, cap, now)
     local raw = redis.call('HGET', lease, 'h:' .. t)
     if raw then
       local h = cjson.decode(raw)
-      record(hist, cap, nil, 'expired', h.e, h.o, h.f, h.t, h.c, '', '', nil)
+      record(hist, cap, 'expired', h.e, h.o, h.f, h.t, h.c, '', '', nil, '1', '')
       redis.call('HDEL', lease, 'h:' .. t, 'f:' .. h.f)
       if h.i ~= '' then
         redis.call('HDEL', lease, 'i:' .. h.i)
@@ -418,14 +505,19 @@ end
 
 -- grant_x writes a new exclusive lease on a free key (acquire.lua, and a
 -- release that hands the key to the next waiter); it returns its fence.
--- last is the history's newest event, counter as for next_fence.
-local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter)
+-- last is the history's newest event, counter as for next_fence, w and
+-- handed the lease's (pack_lease).
+local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, handed)
   local fence = next_fence(last, counter, now_us)
   local ttl_s, now_s, exp_s = str(ttl), str(now_ms), str(now_ms + ttl)
-  redis.call('HSET', lease, 'owner', owner, 'token', token, 'fence', fence, 'count', '1',
-    'ttl_ms', ttl_s, 'acquired_at', now_s, 'renewed_at', now_s, 'renewals', '0', 'idem', idem, 'ittl', ttl_s)
-  redis.call('PEXPIRE', lease, ttl_s)
+  local keep, set = keep_for(last and last.keep, now_ms + ttl + retention, retention)
+  save_lease(lease, {token = token, owner = owner, fence = fence, count = '1', ttl = ttl_s, acquired = now_s,
+    renewed = now_s, renewals = '0', idem = idem, ittl = ttl_s, left = '', exp = exp_s, handed = handed, w = w,
+    keep = keep}, ttl_s)
   schedule(sched, ev.key, exp_s)
-  record(hist, cap, retention + ttl, 'acquired', now_s, owner, fence, ttl_s, '1', actor, '', exp_s)
+  record(hist, cap, 'acquired', now_s, owner, fence, ttl_s, '1', actor, '', exp_s, w, keep)
+  if set then
+    redis.call('PEXPIREAT', hist, keep)
+  end
   return fence
 end

@@ -1,6 +1,6 @@
 -- state: read a key's live grants (never a token) and its wait queue.
 --
--- KEYS[1] lease hash   KEYS[2] wait queue   KEYS[3] the queue's entries
+-- KEYS[1] lease (lib.lua)   KEYS[2] wait queue   KEYS[3] the queue's entries
 -- KEYS[4] holders (shared or permits)   KEYS[5] the bucket's replica liveness set
 --
 -- Reply: {} when nobody holds the key, else
@@ -42,16 +42,17 @@ local function waiting()
   return out
 end
 
-local cur = redis.call('HMGET', lease, 'owner', 'fence', 'count', 'ttl_ms', 'acquired_at', 'renewed_at', 'renewals', 'left_ms', 'mode', 'limit', 'last')
-if cur[9] then
+local cur = read_lease(lease, now_ms)
+if cur and cur.multi then
   local hs = {}
   local since = '(' .. int(now_ms)
   local live = redis.call('ZRANGEBYSCORE', KEYS[4], since, '+inf', 'LIMIT', 0, page_max)
-  if cur[11] and #live == page_max then
+  local newest = redis.call('HGET', lease, 'last')
+  if newest and #live == page_max then
     -- The newest holder, which the state describes, may be past the page.
-    local at = tonumber(redis.call('ZSCORE', KEYS[4], cur[11]))
+    local at = tonumber(redis.call('ZSCORE', KEYS[4], newest))
     if at and at > now_ms then
-      live[#live + 1] = cur[11]
+      live[#live + 1] = newest
     end
   end
   local seen = {}
@@ -68,12 +69,11 @@ if cur[9] then
   if not hs[1] then
     return {}
   end
-  return {'m', int(now_ms), waiting(), cur[9], cur[10], hs, redis.call('ZCARD', q.queue),
+  return {'m', int(now_ms), waiting(), cur.multi, cur.limit, hs, redis.call('ZCARD', q.queue),
     redis.call('ZCOUNT', KEYS[4], since, '+inf')}
 end
-if not cur[1] then
+if not cur then
   return {}
 end
-local pttl = redis.call('PTTL', lease)
-return {'x', int(now_ms), waiting(), cur[1], cur[2], tonumber(cur[3]), tonumber(cur[4]), cur[5], cur[6],
-  tonumber(cur[7]), pttl, cur[8], redis.call('ZCARD', q.queue)}
+return {'x', int(now_ms), waiting(), cur.owner, cur.fence, tonumber(cur.count), tonumber(cur.ttl), cur.acquired,
+  cur.renewed, tonumber(cur.renewals), tonumber(cur.exp) - now_ms, cur.left, redis.call('ZCARD', q.queue)}

@@ -88,9 +88,10 @@ local function sweep_bucket(b)
     for _, key in ipairs(lapsing) do
       local lease = 'lockd:{' .. key .. '}:lease'
       local pttl = redis.call('PTTL', lease)
-      if pttl > 0 and redis.call('HEXISTS', lease, 'mode') == 1 then
+      -- An exclusive lease is a string (lib.lua): HEXISTS answers it an error.
+      if pttl > 0 and redis.pcall('HEXISTS', lease, 'mode') == 1 then
         -- Shared holders or permits: each lapses on its own.
-        ev = {stream = b .. 'events', cap = evcap, key = key}
+        ev = {stream = b .. 'events', cap = evcap, key = key, retention = retention}
         local holders = 'lockd:{' .. key .. '}:holders'
         local gone = prune(lease, holders, sibling(lease, 'history'), cap, now)
         settle(lease, holders, sched, key, now)
@@ -108,9 +109,9 @@ local function sweep_bucket(b)
           lapses[#lapses + 1] = h.a
         end
       elseif pttl == -2 then
-        ev = {stream = b .. 'events', cap = evcap, key = key}
+        ev = {stream = b .. 'events', cap = evcap, key = key, retention = retention}
         local hist = sibling(lease, 'history')
-        local r = record_lapse(hist, cap, retention, sched, key, last_event(hist))
+        local r = record_lapse(hist, cap, sched, key, last_event(hist))
         redis.call('ZREM', sched, key)
         if r then
           -- Waiters wake now rather than at their PTTL timer.
