@@ -50,7 +50,14 @@ func buildLockd(t *testing.T) string {
 // URL and the process.
 func serveProcess(t *testing.T, redisURL string) (string, *exec.Cmd) {
 	t.Helper()
-	cmd := exec.Command(buildLockd(t), "serve", "--listen", "127.0.0.1:0", "--redis", redisURL)
+	return serveBinary(t, buildLockd(t), redisURL)
+}
+
+// serveBinary runs `bin serve` on redisURL, as serveProcess runs this
+// lockd.
+func serveBinary(t *testing.T, bin, redisURL string) (string, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--redis", redisURL)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

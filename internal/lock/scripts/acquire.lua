@@ -327,16 +327,17 @@ end
 
 local fence
 if want == 'x' then
-  -- w: waiters left behind the caller, or dead ones past the walk's bound.
+  -- w: waiters left behind the caller. Counted before any write: with
+  -- maxmemory reached, Redis refuses a script whose first write may grow
+  -- memory (the grant) but not one that first shrank it (the caller's
+  -- ZREM, below), lib.lua's record_lapse.
   local w = ''
   if walked then
-    if wid ~= '' then
-      redis.call('ZREM', q.queue, wid)
-      redis.call('HDEL', q.info, wid)
-      wid = ''
+    local left = redis.call('ZCARD', q.queue) - #q.dead
+    if q.found then
+      left = left - 1
     end
-    forget(q)
-    if redis.call('EXISTS', q.queue) == 1 then
+    if left > 0 then
       w = '1'
     end
   end

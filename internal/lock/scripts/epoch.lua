@@ -16,6 +16,8 @@ local now = clock()
 local id, untl = '', 0
 if ARGV[1] ~= '' or redis.call('EXISTS', KEYS[1]) == 1 then
   id, untl = check_epoch(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], now)
+  -- lockd of the layout before stay out while this one runs (lib.lua).
+  redis.call('HSET', KEYS[1], 'until', old_fence(now, tonumber(ARGV[3])), 'layout', layout)
 end
 local latest = latest_of(KEYS[2])
 -- Keys whose hash lapsed without a last settle leave here.

@@ -25,37 +25,55 @@ local function str(v)
   return v
 end
 
--- The epoch marker of a bucket (a hash, no TTL: id, until) says that
--- Redis still has the data it had; it disappears only with everything else
--- (a restart without persistence, a failover to an empty replica, a
--- flush). A lockd that saw it before and finds it gone, or finds another
--- id, knows leases may have been forgotten while their holders still
--- work: no key of the bucket is granted until every such lease has
--- expired (until). How long that is each lockd knows before the loss: it
--- reads the bucket's latest expiry (epoch.lua) every refresh and adds its
--- own grants since, so a lease released long ago never counts.
+-- The epoch marker of a bucket (a hash, no TTL: id, u2) says that Redis
+-- still has the data it had; it disappears only with everything else (a
+-- restart without persistence, a failover to an empty replica, a flush).
+-- A lockd that saw it before and finds it gone, or finds another id, knows
+-- leases may have been forgotten while their holders still work: no key
+-- of the bucket is granted until every such lease has expired (u2). How
+-- long that is each lockd knows before the loss: it reads the bucket's
+-- latest expiry (epoch.lua) every refresh and adds its own grants since,
+-- so a lease released long ago never counts.
 --
+-- The marker also says which data layout writes the bucket (layout, this
+-- one's is 2: leases as packed strings, histories as lists). lockd
+-- before it kept its quarantine in "until", and honours nothing else: a
+-- lockd of this layout keeps "until" a few seconds ahead (old_fence, on
+-- every refresh), so that lockd of the layout before refuse grants (503
+-- backend_recovering, /readyz 503) while any of this layout runs, and
+-- serve again within seconds of a rollback. (Were one to grant anyway, it
+-- fails on a lease of this layout, a string, rather than take it; and
+-- this layout honours the leases it made, read_lease.)
+local layout = '2'
+
+-- old_fence is how far ahead "until" is kept for lockd of the layout
+-- before: twice the shortest quarantine (min_ms, two refreshes).
+local function old_fence(now, min_ms)
+  return string.format('%d', now + 2 * min_ms)
+end
+
 -- check_epoch reads the marker and, for a lockd that saw another id
 -- before (seen), starts or extends the quarantine: with the marker gone,
--- a new one (id new_id) whose until is now + max(live_ms, min_ms); with
+-- a new one (id new_id) whose u2 is now + max(live_ms, min_ms); with
 -- another id (a lockd that noticed the loss first made it, maybe without
--- knowing what this one granted), until at least now + live_ms. live_ms is
+-- knowing what this one granted), u2 at least now + live_ms. live_ms is
 -- how long what the caller knows of could still be live; min_ms gives
 -- every other lockd one refresh to add what it knows. It returns the id
--- and until (a number).
+-- and u2 (a number).
 local function check_epoch(epoch, seen, live_ms, min_ms, new_id, now)
-  local ep = redis.call('HMGET', epoch, 'id', 'until')
+  local ep = redis.call('HMGET', epoch, 'id', 'u2')
   local untl = tonumber(ep[2]) or 0
   if not ep[1] then
     if seen ~= '' then
       untl = now + math.max(live_ms, min_ms)
     end
-    redis.call('HSET', epoch, 'id', new_id, 'until', string.format('%d', untl))
+    redis.call('HSET', epoch, 'id', new_id, 'u2', string.format('%d', untl), 'layout', layout,
+      'until', old_fence(now, min_ms))
     return new_id, untl
   end
   if seen ~= '' and ep[1] ~= seen and untl < now + live_ms then
     untl = now + live_ms
-    redis.call('HSET', epoch, 'until', string.format('%d', untl))
+    redis.call('HSET', epoch, 'u2', string.format('%d', untl))
   end
   return ep[1], untl
 end
@@ -358,11 +376,12 @@ end
 -- true, or false and the entry that blocks it with how long it stays
 -- live. Past walk_max entries it answers false, with the first live entry
 -- it met (nil if none: the dead ones it met are forgotten, and a retry
--- looks further).
+-- looks further). It sets q.found when it met wid.
 local function ahead(q, want, used, limit, wid, now)
   local live, first, until_first = 0, nil, 0
   local r, cut = walk(q, now, function(id, e, u)
     if id == wid then
+      q.found = true
       return {true}
     end
     if not first then
