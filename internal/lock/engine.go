@@ -394,12 +394,13 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	if en != nil {
 		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
-	v, err := e.write(ctx, e.scripts.acquire,
-		[]string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
-		token, packable(req.Owner), req.TTL.Milliseconds(), req.Token, idem, packable(req.Actor),
-		e.arg.historyMax, e.arg.retention, k.wake, mode,
-		seen, live, e.newEpochID(), least, e.arg.eventsMax,
-		want, req.Limit, wid, e.arg.replica, e.arg.alive, deadline, place, e.arg.queueTTL, e.quarantineOff(), named(req), e.opts.MaxHoldersPerKey, e.redlockMaster)
+	c := acquireCall{keys: k, shared: sh, token: token, owner: packable(req.Owner), ttlMS: req.TTL.Milliseconds(),
+		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
+		seen: seen, liveMS: live, newEpoch: e.newEpochID(), minMS: least,
+		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place,
+		quar: e.quarantineOff(), named: named(req), redlock: e.redlockMaster}
+	keys, argv := c.run(e)
+	v, err := e.write(ctx, e.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
@@ -548,8 +549,8 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	sh := e.sharedOf(key)
-	v, err := e.write(ctx, e.scripts.renew, []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		token, ttlArg, packable(actor), e.arg.renewalsMax, e.arg.retention, k.wake, e.arg.historyMax, e.arg.eventsMax)
+	keys, argv := renewCall{keys: k, shared: sh, token: token, ttl: ttlArg, actor: packable(actor)}.run(e)
+	v, err := e.write(ctx, e.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
@@ -622,13 +623,9 @@ func (e *Engine) release(ctx context.Context, key, token, actor string, unclaime
 	sh := e.sharedOf(key)
 	// With replica acks a grant must be acknowledged before its holder
 	// hears of it: no hand-off then.
-	self := e.arg.replica
-	if e.opts.ReplicaAcks > 0 {
-		self = ""
-	}
-	v, err := e.write(ctx, e.scripts.release,
-		[]string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
-		token, packable(actor), e.arg.historyMax, k.wake, e.arg.eventsMax, self, e.arg.retention, giveBack(unclaimed), e.redlockMaster)
+	keys, argv := releaseCall{keys: k, shared: sh, token: token, actor: packable(actor), handOff: e.opts.ReplicaAcks == 0,
+		unclaimed: giveBack(unclaimed), redlock: e.redlockMaster}.run(e)
+	v, err := e.write(ctx, e.scripts.release, keys, argv...)
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
 	}
@@ -707,8 +704,8 @@ func (e *Engine) forceRelease(ctx context.Context, key string, fence int64, acto
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	sh := e.sharedOf(key)
-	v, err := e.write(ctx, e.scripts.forceRelease, []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
-		packable(actor), packable(reason), e.opts.HistoryMax, k.wake, fenceArg, e.opts.EventsMax, e.arg.retention)
+	keys, argv := forceReleaseCall{keys: k, shared: sh, actor: packable(actor), reason: packable(reason), fence: fenceArg}.run(e)
+	v, err := e.write(ctx, e.scripts.forceRelease, keys, argv...)
 	if err != nil {
 		return Broken{}, false, wrap("force-release", err)
 	}
@@ -932,12 +929,8 @@ func (e *Engine) readHistory(ctx context.Context, key string, limit int, renewal
 	k := keysOf(key)
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	sh, read := e.sharedOf(key), k.hist
-	if renewals {
-		read = k.renewals
-	}
-	v, err := e.st.Run(ctx, e.scripts.history, []string{k.lease, k.hist, sh.expiries, sh.events, read, k.holders},
-		limit, e.opts.HistoryMax, e.opts.Retention.Milliseconds(), e.opts.EventsMax)
+	keys, argv := historyCall{keys: k, shared: e.sharedOf(key), renewals: renewals, limit: limit}.run(e)
+	v, err := e.st.Run(ctx, e.scripts.history, keys, argv...)
 	if err != nil {
 		return nil, wrap("history", err)
 	}
