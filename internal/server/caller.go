@@ -54,11 +54,9 @@ func (s *Server) identify(next http.Handler) http.Handler {
 }
 
 // exchange is what the middleware learns of one request for the handlers:
-// who sends it, and its body once checked (checkBody), so that the body is
-// decoded once.
+// who sends it, and where it was sent.
 type exchange struct {
 	caller caller
-	body   any
 	// foreignHost is set by checkHost on an open endpoint (served to any
 	// Host) when the Host is not one the server answers to.
 	foreignHost bool
