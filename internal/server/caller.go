@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 type callerKey struct{}
@@ -110,16 +111,13 @@ func (s *Server) authorize(r *http.Request) error {
 	}
 	if c.key == nil {
 		// No key at all guesses nothing: a plain 401, never limited.
-		return &problemError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized",
-			detail: "an API key is required: Authorization: Bearer <key>"}
+		return problem.ErrUnauthorized
 	}
 	if need := requiredScope(op); !c.key.Can(need) {
-		return &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
-			detail: "API key " + c.name + " lacks the " + need.String() + " scope"}
+		return problem.Errorf(problem.ErrForbidden, "API key %s lacks the %s scope", c.name, need)
 	}
 	if k, ok := routeKey(r); ok && !c.key.MayTouch(k) {
-		return &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
-			detail: "API key " + c.name + " may not touch keys outside its prefixes " + strings.Join(c.key.Prefixes, ", ")}
+		return problem.Errorf(problem.ErrForbidden, "API key %s may not touch keys outside its prefixes %s", c.name, strings.Join(c.key.Prefixes, ", "))
 	}
 	return nil
 }
@@ -142,8 +140,7 @@ func listScope(c caller, keys *auth.Keyring, prefix string) (filter bool, err er
 	if broader {
 		return true, nil
 	}
-	return false, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
-		detail: "API key " + c.name + " may only list keys under " + strings.Join(c.key.Prefixes, ", ")}
+	return false, problem.Errorf(problem.ErrForbidden, "API key %s may only list keys under %s", c.name, strings.Join(c.key.Prefixes, ", "))
 }
 
 // narrowed is what a listing with this prefix walks when listScope says to

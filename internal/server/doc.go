@@ -9,6 +9,7 @@
 // (leases, states, problems, events). Every error reaches writeError,
 // which writes the answer that internal/problem's table gives it (the
 // dashboard renders the same table as HTML); request checks that refuse
-// before the engine carry their answer with them (problemError). Lease
-// tokens never reach a log line or a metric label.
+// before the engine return its named refusals (problem.ErrForbidden,
+// problem.Invalid, …), so statuses are chosen there alone. Lease tokens
+// never reach a log line or a metric label.
 package server

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // maxHistoryRead is how many events a typed history read looks through:
@@ -47,8 +48,7 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 	case s.streams <- struct{}{}:
 	default:
 		releaseQuota()
-		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
-			title: "Too many event streams", detail: fmt.Sprintf("this server already keeps %d event streams open", cap(s.streams))}
+		return nil, problem.Errorf(problem.ErrTooManyStreams, "this server already keeps %d event streams open", cap(s.streams))
 	}
 	release := func() {
 		<-s.streams

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // Errors are returned, not answered here: writeError (the strict handler's
@@ -293,8 +292,7 @@ func (s *Server) forceRelease(ctx context.Context, k kind, name string, body *ap
 	b, err := s.engine.ForceReleaseFence(ctx, key, fence, callerOf(ctx).name, reason)
 	if errors.Is(err, lock.ErrLeaseLost) {
 		// No token was sent: only the fence can have missed.
-		return api.ForceReleaseResult{}, &problemError{status: http.StatusConflict, code: "lease_lost", title: "Lease lost",
-			detail: fmt.Sprintf("%s is held, but by no holder with fence %d; nothing was broken", name, fence)}
+		return api.ForceReleaseResult{}, problem.Errorf(lock.ErrLeaseLost, "%s is held, but by no holder with fence %d; nothing was broken", name, fence)
 	}
 	if err != nil {
 		return api.ForceReleaseResult{}, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // HoldLock acquires like AcquireLock, then answers with an event stream
@@ -39,8 +40,7 @@ func (s *Server) hold(ctx context.Context, k kind, name string, body acquireBody
 	case s.holds <- struct{}{}:
 	default:
 		releaseQuota()
-		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
-			title: "Too many holds", detail: fmt.Sprintf("this server already keeps %d hold streams open", cap(s.holds))}
+		return nil, problem.Errorf(problem.ErrTooManyHolds, "this server already keeps %d hold streams open", cap(s.holds))
 	}
 	l, err := s.acquire(ctx, k.engineKey(name), req)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // MaxBody is the largest request body accepted.
@@ -112,8 +112,7 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return &problemError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large",
-				title: "Payload too large", detail: fmt.Sprintf("the body is over %d bytes", MaxBody)}
+			return problem.Errorf(problem.ErrTooLarge, "the body is over %d bytes", MaxBody)
 		}
 		return invalid("body", "could not read the body: %v", err)
 	}
@@ -130,9 +129,7 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		// A cross-site page can send text/plain or a form, even an empty
 		// one, without a CORS preflight, but not application/json: from a
 		// browser, only JSON is taken (spec: browser safety).
-		return &problemError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-			title:  "Unsupported media type",
-			detail: fmt.Sprintf("a request from a browser must send Content-Type: application/json, not %q", ct)}
+		return problem.Errorf(problem.ErrMediaType, "a request from a browser must send Content-Type: application/json, not %q", ct)
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		r.Body = http.NoBody
@@ -142,9 +139,7 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		// curl -d labels every body as a form; take it when it is JSON.
 		curlDefault := mt == "application/x-www-form-urlencoded" && bytes.TrimSpace(b)[0] == '{'
 		if !isJSON && !curlDefault {
-			return &problemError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-				title:  "Unsupported media type",
-				detail: fmt.Sprintf("the body must be JSON (Content-Type: application/json), not %q", ct)}
+			return problem.Errorf(problem.ErrMediaType, "the body must be JSON (Content-Type: application/json), not %q", ct)
 		}
 	}
 	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
