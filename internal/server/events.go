@@ -13,6 +13,7 @@ import (
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/problem"
+	"github.com/lockd/lockd/internal/wire"
 )
 
 // maxHistoryRead is how many events a typed history read looks through:
@@ -79,21 +80,6 @@ type eventStream struct {
 	release func()
 }
 
-// LockEventOf is an event as the stream and webhooks send it: never a
-// token. A semaphore's event (engine key lock.SemaphoreKey) carries its
-// name as the key, and kind semaphore.
-func LockEventOf(c lock.Change) api.LockEvent {
-	name, sem := lock.SplitKey(c.Key)
-	kind := api.LockEventKindLock
-	if sem {
-		kind = api.LockEventKindSemaphore
-	}
-	return api.LockEvent{
-		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: name, At: c.At,
-		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
-	}
-}
-
 // VisitStreamEventsResponse runs the stream until the client leaves, the
 // server shuts down or the client reads too slowly (then the stream ends,
 // and the client resumes with Last-Event-ID).
@@ -146,7 +132,7 @@ func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 			if !es.keep(c.Key) {
 				continue
 			}
-			b, _ := json.Marshal(LockEventOf(c))
+			b, _ := json.Marshal(wire.LockEventOf(c))
 			if err := write(fmt.Sprintf("id: %s\nevent: %s\ndata: %s\n\n", c.ID, c.Type, b)); err != nil {
 				return nil
 			}

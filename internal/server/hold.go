@@ -13,6 +13,7 @@ import (
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/problem"
+	"github.com/lockd/lockd/internal/wire"
 )
 
 // HoldLock acquires like AcquireLock, then answers with an event stream
@@ -137,7 +138,7 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 		_ = send("lost", p)
 	}
 
-	if err := send("acquired", leaseOf(l)); err != nil {
+	if err := send("acquired", wire.LeaseOf(l)); err != nil {
 		release()
 		return nil
 	}
@@ -160,7 +161,7 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 			sendLost(e)
 			return nil
 		case l = <-renewed:
-			err = send("renewed", leaseOf(l))
+			err = send("renewed", wire.LeaseOf(l))
 		case <-heartbeat.C:
 			err = write(": heartbeat\n\n")
 		}
