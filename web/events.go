@@ -141,7 +141,7 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 			}
 		case err == nil:
 			name, isSem := lock.SplitKey(c.Key)
-			if isSem != sem || !strings.HasPrefix(name, prefix) || !id.MayTouch(name) {
+			if isSem != sem || !strings.HasPrefix(name, prefix) || !id.Key.MayTouch(name) {
 				continue
 			}
 			b, _ := json.Marshal(map[string]string{"key": c.Key, "type": c.Type})

@@ -122,48 +122,16 @@ func (s *Server) authorize(r *http.Request) error {
 	return nil
 }
 
-// listScope decides how a listing with this prefix is limited for the
-// caller: unlimited, filtered to the key's prefixes, or forbidden.
-func listScope(c caller, keys *auth.Keyring, prefix string) (filter bool, err error) {
-	if !keys.Enabled() || c.key == nil || len(c.key.Prefixes) == 0 {
-		return false, nil
+// listScope is what a listing under prefix walks for the caller, and
+// whether its rows are filtered (auth.Key.ListScope); with auth off, all
+// of it.
+func listScope(c caller, keys *auth.Keyring, prefix string) (scan string, filter bool, err error) {
+	if !keys.Enabled() || c.key == nil {
+		return prefix, false, nil
 	}
-	broader := false
-	for _, p := range c.key.Prefixes {
-		if strings.HasPrefix(prefix, p) {
-			return false, nil // the request is inside one allowed prefix
-		}
-		if strings.HasPrefix(p, prefix) {
-			broader = true
-		}
+	scan, filter, err = c.key.ListScope(prefix)
+	if err != nil {
+		return "", false, problem.Errorf(problem.ErrForbidden, "API key %s may only list keys under %s", c.name, strings.Join(c.key.Prefixes, ", "))
 	}
-	if broader {
-		return true, nil
-	}
-	return false, problem.Errorf(problem.ErrForbidden, "API key %s may only list keys under %s", c.name, strings.Join(c.key.Prefixes, ", "))
-}
-
-// narrowed is what a listing with this prefix walks when listScope says to
-// filter it: the key's own prefix when exactly one of them lies inside the
-// requested one. Walking the broader prefix and dropping other tenants'
-// locks would answer an empty page for each of them, telling how many
-// there are. With several prefixes inside, the walk stays broad and its
-// rows are filtered.
-func narrowed(c caller, prefix string) string {
-	if c.key == nil {
-		return prefix
-	}
-	inside := ""
-	for _, p := range c.key.Prefixes {
-		if strings.HasPrefix(p, prefix) {
-			if inside != "" {
-				return prefix
-			}
-			inside = p
-		}
-	}
-	if inside == "" {
-		return prefix
-	}
-	return inside
+	return scan, filter, nil
 }

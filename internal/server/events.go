@@ -28,7 +28,7 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		return nil, err
 	}
 	c := callerOf(ctx)
-	filter, err := listScope(c, s.cfg.Keys, prefix)
+	scan, filter, err := listScope(c, s.cfg.Keys, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -60,11 +60,11 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		release()
 		return nil, err
 	}
-	// The prefix and the API key's prefixes apply to a semaphore's name
-	// as to a lock's key.
+	// The prefix (narrowed to the API key's one prefix under it) and the
+	// key's prefixes apply to a semaphore's name as to a lock's key.
 	keep := func(key string) bool {
 		name, _ := lock.SplitKey(key)
-		return strings.HasPrefix(name, prefix) && (!filter || c.mayTouch(s.cfg.Keys, name))
+		return strings.HasPrefix(name, scan) && (!filter || c.mayTouch(s.cfg.Keys, name))
 	}
 	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep, release: release}, nil
 }

@@ -338,14 +338,11 @@ func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix
 		cursor = *cursorParam
 	}
 	c := callerOf(ctx)
-	filter, err := listScope(c, s.cfg.Keys, prefix)
+	scan, filter, err := listScope(c, s.cfg.Keys, prefix)
 	if err != nil {
 		return nil, nil, err
 	}
-	if filter {
-		prefix = narrowed(c, prefix)
-	}
-	page, err := list(ctx, prefix, limit, cursor)
+	page, err := list(ctx, scan, limit, cursor)
 	if err != nil {
 		return nil, nil, err
 	}
