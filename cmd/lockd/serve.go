@@ -26,8 +26,8 @@ import (
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/internal/web"
 	"github.com/lockd/lockd/internal/webhook"
-	"github.com/lockd/lockd/web"
 )
 
 // serveConfig is lockd serve's configuration, from flags and LOCKD_* variables.
