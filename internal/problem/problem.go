@@ -119,49 +119,12 @@ func refusal(err error) (Problem, bool) {
 // engine is the answer to an engine error, or Internal for anything the
 // table does not know.
 func engine(err error, key string) Problem {
-	var held *lock.HeldError
-	var queued *lock.QueuedError
-	var mode *lock.ModeMismatchError
-	var full *lock.TooManyHoldersError
-	var recovering *lock.RecoveringError
 	key, sem := lock.SplitKey(key)
+	if p, ok := conflict(err, key, sem); ok {
+		return p
+	}
+	var recovering *lock.RecoveringError
 	switch {
-	case errors.As(err, &queued):
-		what := "is free"
-		if sem {
-			what = "has a free permit"
-		}
-		detail := fmt.Sprintf("%s %s, but kept for %d earlier %s", key, what, queued.Waiters, plural(queued.Waiters, "waiter", "waiters"))
-		if queued.Next.Owner != "" {
-			detail += fmt.Sprintf("; next is %s, waiting since %s", queued.Next.Owner, queued.Next.Since.Format(time.RFC3339Nano))
-		}
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeQueued, Title: "Queued behind earlier waiters",
-			Detail: detail, RetryAfter: ceilSeconds(queued.RetryAfter), Queued: queued}
-	case errors.As(err, &held) && sem:
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNoPermits, Title: "No permit is free",
-			Detail:     fmt.Sprintf("every permit of %s is held; the first ends in %d ms (%s)", key, held.Remaining.Milliseconds(), held.Owner),
-			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}
-	case errors.As(err, &held):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLockHeld, Title: "Lock is held",
-			Detail:     fmt.Sprintf("%s is held by %s for %d ms more", key, held.Owner, held.Remaining.Milliseconds()),
-			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}
-	case errors.Is(err, lock.ErrLeaseLost):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLeaseLost, Title: "Lease lost",
-			Detail: "the token is not the live lease's token: stop the protected work"}
-	case errors.Is(err, lock.ErrIdempotencyMismatch):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeIdempotencyMismatch, Title: "Idempotency key reused",
-			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner, ttl_ms, mode or limit; nothing was changed"}
-	case errors.As(err, &full):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeTooManyHolders, Title: "Too many holders",
-			Detail:     fmt.Sprintf("%s already has %d live holders, the most one key may have; retry when some have released", key, full.Holders),
-			RetryAfter: 1}
-	case errors.As(err, &mode):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeModeMismatch, Title: "Mode mismatch",
-			Detail: fmt.Sprintf("%s is held %s by this token; a re-entry keeps the lease's mode (leave mode out, or release and acquire %s); nothing was changed", key, mode.Held, mode.Asked),
-			Field:  "mode"}
-	case errors.Is(err, lock.ErrLimitMismatch):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
-			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}
 	case errors.Is(err, lock.ErrNoEventStream):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no event stream: each master records only the events it took part in, " +
@@ -205,6 +168,55 @@ func engine(err error, key string) Problem {
 		return Problem{Status: http.StatusInternalServerError, Code: api.ProblemCodeInternal, Title: "Internal error",
 			Detail: "internal error; the server logged it", Internal: true}
 	}
+}
+
+// conflict is the answer to the engine's 409s: the key is held or kept
+// for waiters, or the request does not fit the live lease. key is the
+// name (of a semaphore, when sem).
+func conflict(err error, key string, sem bool) (Problem, bool) {
+	var held *lock.HeldError
+	var queued *lock.QueuedError
+	var mode *lock.ModeMismatchError
+	var full *lock.TooManyHoldersError
+	switch {
+	case errors.As(err, &queued):
+		what := "is free"
+		if sem {
+			what = "has a free permit"
+		}
+		detail := fmt.Sprintf("%s %s, but kept for %d earlier %s", key, what, queued.Waiters, plural(queued.Waiters, "waiter", "waiters"))
+		if queued.Next.Owner != "" {
+			detail += fmt.Sprintf("; next is %s, waiting since %s", queued.Next.Owner, queued.Next.Since.Format(time.RFC3339Nano))
+		}
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeQueued, Title: "Queued behind earlier waiters",
+			Detail: detail, RetryAfter: ceilSeconds(queued.RetryAfter), Queued: queued}, true
+	case errors.As(err, &held) && sem:
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNoPermits, Title: "No permit is free",
+			Detail:     fmt.Sprintf("every permit of %s is held; the first ends in %d ms (%s)", key, held.Remaining.Milliseconds(), held.Owner),
+			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}, true
+	case errors.As(err, &held):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLockHeld, Title: "Lock is held",
+			Detail:     fmt.Sprintf("%s is held by %s for %d ms more", key, held.Owner, held.Remaining.Milliseconds()),
+			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}, true
+	case errors.Is(err, lock.ErrLeaseLost):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLeaseLost, Title: "Lease lost",
+			Detail: "the token is not the live lease's token: stop the protected work"}, true
+	case errors.Is(err, lock.ErrIdempotencyMismatch):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeIdempotencyMismatch, Title: "Idempotency key reused",
+			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner, ttl_ms, mode or limit; nothing was changed"}, true
+	case errors.As(err, &full):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeTooManyHolders, Title: "Too many holders",
+			Detail:     fmt.Sprintf("%s already has %d live holders, the most one key may have; retry when some have released", key, full.Holders),
+			RetryAfter: 1}, true
+	case errors.As(err, &mode):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeModeMismatch, Title: "Mode mismatch",
+			Detail: fmt.Sprintf("%s is held %s by this token; a re-entry keeps the lease's mode (leave mode out, or release and acquire %s); nothing was changed", key, mode.Held, mode.Asked),
+			Field:  "mode"}, true
+	case errors.Is(err, lock.ErrLimitMismatch):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
+			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}, true
+	}
+	return Problem{}, false
 }
 
 func plural(n int, one, many string) string {

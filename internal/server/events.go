@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -98,19 +97,7 @@ func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 		}
 	}()
 
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(text string) error {
-		// A client that stops reading cannot pin this goroutine.
-		_ = rc.SetWriteDeadline(time.Now().Add(holdWriteTimeout))
-		if _, err := io.WriteString(w, text); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	write := startSSE(w).write
 	if err := write(": lockd events\n\n"); err != nil {
 		return nil
 	}
