@@ -1,9 +1,9 @@
 // Package problem is lockd's one classification of errors at the HTTP
 // edge: Of turns an error into its status, machine code, title and detail.
 // The API writes the answer as application/problem+json
-// (internal/server), the dashboard as its HTML error page (web), so an
-// error maps to a status in one place and both say the same thing. The
-// engine's errors come from package lock; the edge's own refusals (bad
+// (internal/server), the dashboard as its HTML error page (internal/web),
+// so an error maps to a status in one place and both say the same thing.
+// The engine's errors come from package lock; the edge's own refusals (bad
 // input, no credentials, a cap or quota reached) are the kinds of edge.go,
 // with an *Error to say what is wrong with this request.
 //
