@@ -19,7 +19,7 @@ check:
 	go vet ./...
 	go tool staticcheck ./...
 	go generate ./...
-	git diff --exit-code -- api web
+	git diff --exit-code -- api internal/web
 
 generate:
 	go generate ./...
@@ -35,7 +35,7 @@ lint-spec:
 # docs/dashboard.png, from the dashboard's browser test in headless Chromium.
 screenshot:
 	./scripts/install-deps
-	go test -count=1 -run '^TestBrowser_FindAndForceRelease$$' ./web -screenshot "$(CURDIR)/docs/dashboard.png"
+	go test -count=1 -run '^TestBrowser_FindAndForceRelease$$' ./internal/web -screenshot "$(CURDIR)/docs/dashboard.png"
 
 # The performance figures: lockd beside a bare server, hand-off, engine ops,
 # webhook deliveries to a slow endpoint.

@@ -32,46 +32,105 @@ const exitNoCommand = 127
 // to that group and lockd run waits for COMMAND to end; ctx is not watched
 // then, since main cancels it on the same signals.
 func runCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	c, err := o.cf.client(client.WithRetry(o.retry))
+	if err != nil {
+		return err
+	}
+	h, err := o.acquire(ctx, c)
+	if err != nil {
+		if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrQueued) || errors.Is(err, client.ErrNoPermits) {
+			return &exitError{code: exitHeld, msg: fmt.Sprintf("%v (waited %v)", err, o.wait)}
+		}
+		return failed(err)
+	}
+	release := func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return h.lease.Release(rctx)
+	}
+	status, lostErr, err := o.supervise(ctx, h, stdout, stderr)
+	if err != nil {
+		_ = release()
+		return err
+	}
+	command := o.argv[0]
+	if lostErr != nil {
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s stopped (status %d): %s was lost", command, status, h.what)}
+	}
+	if err := release(); err != nil {
+		if errors.Is(err, client.ErrLeaseLost) {
+			// Lost between the last renew and now: COMMAND's end may have
+			// run unprotected, which the caller must hear about.
+			return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s exited (status %d) but %s was already lost: %s", command, status, h.what, trimLockd(err))}
+		}
+		fmt.Fprintf(stderr, "lockd: release %s: %s; it will expire within %v\n", h.what, trimLockd(err), h.lease.TTL())
+	}
+	if status != 0 {
+		return &exitError{code: status}
+	}
+	return nil
+}
+
+// runOptions is what `lockd run` was asked to do.
+type runOptions struct {
+	cf *clientFlags
+	// key is the lock key, or with sem the semaphore's name.
+	key   string
+	sem   bool
+	limit int
+	// argv is COMMAND and its arguments.
+	argv                    []string
+	ttl, wait, grace, retry time.Duration
+	owner                   string
+	shared                  bool
+}
+
+// parseRun reads `lockd run`'s flags and arguments; a usage error (or
+// --help) is an *exitError.
+func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runOptions, error) {
 	cf := newClientFlags("run", "[--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] KEY -- COMMAND [ARGS...]\n"+
 		"       lockd run --semaphore NAME --limit N [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]", getenv, stderr)
-	ttl := cf.fs.Duration("ttl", cf.env.dur("ttl", 30*time.Second), "lease TTL; renewed every ttl/3 while COMMAND runs")
-	wait := cf.fs.Duration("wait", cf.env.dur("wait", 60*time.Second), "how long to wait while the key is held or no permit is free (then exit 1)")
-	owner := cf.fs.String("owner", cf.env.str("owner", ""), "holder's label (default: the server's name for the caller)")
-	grace := cf.fs.Duration("grace", cf.env.dur("grace", 10*time.Second), "after a lost lease, how long COMMAND has between SIGTERM and SIGKILL")
-	retry := cf.fs.Duration("retry", cf.env.dur("retry", 30*time.Second), "how long to keep retrying the acquire while the server answers 503 or cannot be reached")
-	shared := cf.fs.Bool("shared", cf.env.bool("shared", false), "hold KEY together with other shared holders (a read lock); default exclusive")
+	o := runOptions{cf: cf}
+	cf.fs.DurationVar(&o.ttl, "ttl", cf.env.dur("ttl", 30*time.Second), "lease TTL; renewed every ttl/3 while COMMAND runs")
+	cf.fs.DurationVar(&o.wait, "wait", cf.env.dur("wait", 60*time.Second), "how long to wait while the key is held or no permit is free (then exit 1)")
+	cf.fs.StringVar(&o.owner, "owner", cf.env.str("owner", ""), "holder's label (default: the server's name for the caller)")
+	cf.fs.DurationVar(&o.grace, "grace", cf.env.dur("grace", 10*time.Second), "after a lost lease, how long COMMAND has between SIGTERM and SIGKILL")
+	cf.fs.DurationVar(&o.retry, "retry", cf.env.dur("retry", 30*time.Second), "how long to keep retrying the acquire while the server answers 503 or cannot be reached")
+	cf.fs.BoolVar(&o.shared, "shared", cf.env.bool("shared", false), "hold KEY together with other shared holders (a read lock); default exclusive")
 	semaphore := cf.fs.String("semaphore", cf.env.str("semaphore", ""), "hold a permit of this semaphore instead of a lock (then no KEY); needs --limit")
-	limit := cf.fs.Int("limit", cf.env.int("limit", 0), "with --semaphore: the most permits held at once, 1-10000 (every holder must use the same)")
+	cf.fs.IntVar(&o.limit, "limit", cf.env.int("limit", 0), "with --semaphore: the most permits held at once, 1-10000 (every holder must use the same)")
 	if err := cf.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return &exitError{code: exitOK}
+			return o, &exitError{code: exitOK}
 		}
-		return &exitError{code: exitUsage}
+		return o, &exitError{code: exitUsage}
 	}
 	if cf.env.err != nil {
-		return usageError("%v", cf.env.err)
+		return o, usageError("%v", cf.env.err)
 	}
-	sem := *semaphore != ""
+	o.sem = *semaphore != ""
 	rest := cf.fs.Args()
-	var key string
-	var argv []string
-	if sem {
+	if o.sem {
 		// The flag package has taken a "--" that came right after the
 		// flags; one further on means that a KEY was given too.
 		if len(rest) > 1 && rest[1] == "--" {
 			cf.fs.Usage()
-			return usageError("run --semaphore %s takes no KEY (got %q): the semaphore is the flag's value", *semaphore, rest[0])
+			return o, usageError("run --semaphore %s takes no KEY (got %q): the semaphore is the flag's value", *semaphore, rest[0])
 		}
-		key, argv = *semaphore, rest
-		if len(argv) == 0 {
+		o.key, o.argv = *semaphore, rest
+		if len(o.argv) == 0 {
 			cf.fs.Usage()
-			return usageError("run --semaphore NAME wants -- COMMAND [ARGS...]")
+			return o, usageError("run --semaphore NAME wants -- COMMAND [ARGS...]")
 		}
 		switch {
-		case *shared:
-			return usageError("--shared is for locks: a semaphore's permits have no mode")
-		case *limit == 0:
-			return usageError("run --semaphore needs --limit N (or LOCKD_LIMIT): the most permits held at once")
+		case o.shared:
+			return o, usageError("--shared is for locks: a semaphore's permits have no mode")
+		case o.limit == 0:
+			return o, usageError("run --semaphore needs --limit N (or LOCKD_LIMIT): the most permits held at once")
 		}
 	} else {
 		if len(rest) > 1 && rest[1] == "--" {
@@ -79,64 +138,63 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		if len(rest) < 2 {
 			cf.fs.Usage()
-			return usageError("run wants KEY -- COMMAND [ARGS...]")
+			return o, usageError("run wants KEY -- COMMAND [ARGS...]")
 		}
-		key, argv = rest[0], rest[1:]
-		if *limit != 0 {
-			return usageError("--limit is for --semaphore NAME")
+		o.key, o.argv = rest[0], rest[1:]
+		if o.limit != 0 {
+			return o, usageError("--limit is for --semaphore NAME")
 		}
 	}
-	if *grace < 0 {
-		return usageError("--grace must not be negative")
+	if o.grace < 0 {
+		return o, usageError("--grace must not be negative")
 	}
+	return o, nil
+}
 
-	c, err := cf.client(client.WithRetry(*retry))
-	if err != nil {
-		return err
-	}
-	opts := client.AcquireOptions{Owner: *owner, TTL: *ttl, Wait: *wait}
-	var l *client.Lease
-	// held names what the command runs under, for messages.
-	held := "the lease on " + key
-	history := c.History
-	if sem {
-		s := c.Semaphore(key, *limit)
-		l, err = s.Acquire(ctx, opts)
-		held = "the permit of semaphore " + key
-		history = func(ctx context.Context, _ string, limit int) (api.History, error) { return s.History(ctx, limit) }
-	} else {
-		if *shared {
-			opts.Mode = client.Shared
-		}
-		l, err = c.Acquire(ctx, key, opts)
-	}
-	if err != nil {
-		if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrQueued) || errors.Is(err, client.ErrNoPermits) {
-			return &exitError{code: exitHeld, msg: fmt.Sprintf("%v (waited %v)", err, *wait)}
-		}
-		return failed(err)
-	}
-	release := func() error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return l.Release(rctx)
-	}
+// runHold is the lease `lockd run` holds, what it is called in messages,
+// and how to read its key's history.
+type runHold struct {
+	lease   *client.Lease
+	what    string
+	history func(ctx context.Context, key string, limit int) (api.History, error)
+}
 
+// acquire takes the lock or the semaphore's permit.
+func (o runOptions) acquire(ctx context.Context, c *client.Client) (runHold, error) {
+	opts := client.AcquireOptions{Owner: o.owner, TTL: o.ttl, Wait: o.wait}
+	if o.sem {
+		s := c.Semaphore(o.key, o.limit)
+		l, err := s.Acquire(ctx, opts)
+		return runHold{lease: l, what: "the permit of semaphore " + o.key,
+			history: func(ctx context.Context, _ string, limit int) (api.History, error) { return s.History(ctx, limit) }}, err
+	}
+	if o.shared {
+		opts.Mode = client.Shared
+	}
+	l, err := c.Acquire(ctx, o.key, opts)
+	return runHold{lease: l, what: "the lease on " + o.key, history: c.History}, err
+}
+
+// supervise runs COMMAND under the lease h and waits for it to end,
+// passing signals on to its process group. When the lease is lost it
+// stops the group: SIGTERM, then SIGKILL after the grace period, and then
+// whatever is left of the group. It returns COMMAND's exit status and
+// the lease's loss, if any; err is COMMAND not starting (an *exitError).
+func (o runOptions) supervise(ctx context.Context, h runHold, stdout, stderr io.Writer) (status int, lostErr, err error) {
 	// Listen before starting COMMAND so that no signal falls in between.
 	sigc := make(chan os.Signal, 4)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigc)
 
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(childEnv(os.Environ()), "LOCKD_KEY="+key, "LOCKD_FENCE="+strconv.FormatInt(l.Fence(), 10))
+	cmd := exec.Command(o.argv[0], o.argv[1:]...)
+	cmd.Env = append(childEnv(os.Environ()), "LOCKD_KEY="+o.key, "LOCKD_FENCE="+strconv.FormatInt(h.lease.Fence(), 10))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// If COMMAND leaves children holding its output open, do not wait for
 	// them forever once COMMAND itself has exited.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		_ = release()
-		return &exitError{code: exitNoCommand, msg: fmt.Sprintf("run: %v", err)}
+		return 0, nil, &exitError{code: exitNoCommand, msg: fmt.Sprintf("run: %v", err)}
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan struct{})
@@ -145,8 +203,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		close(exited)
 	}()
 
-	lost := l.Lost()
-	var lostErr error
+	lost := h.lease.Lost()
 	var kill <-chan time.Time
 	for {
 		select {
@@ -154,12 +211,12 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
 			continue
 		case <-lost:
-			lostErr = l.Err()
+			lostErr = h.lease.Err()
 			lost = nil
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			kill = time.After(*grace)
+			kill = time.After(o.grace)
 			fmt.Fprintf(stderr, "lockd: %s%s\nlockd: stopping %s: SIGTERM now, SIGKILL in %v\n",
-				trimLockd(lostErr), why(ctx, history, key, l.Fence()), argv[0], *grace)
+				trimLockd(lostErr), why(ctx, h.history, o.key, h.lease.Fence()), o.argv[0], o.grace)
 			continue
 		case <-kill:
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -168,24 +225,11 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		break
 	}
-	status := exitStatus(cmd.ProcessState)
 	if lostErr != nil {
 		// Whatever is left in the group must not outlive the lease either.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s stopped (status %d): %s was lost", argv[0], status, held)}
 	}
-	if err := release(); err != nil {
-		if errors.Is(err, client.ErrLeaseLost) {
-			// Lost between the last renew and now: COMMAND's end may have
-			// run unprotected, which the caller must hear about.
-			return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s exited (status %d) but %s was already lost: %s", argv[0], status, held, trimLockd(err))}
-		}
-		fmt.Fprintf(stderr, "lockd: release %s: %s; it will expire within %v\n", held, trimLockd(err), l.TTL())
-	}
-	if status != 0 {
-		return &exitError{code: status}
-	}
-	return nil
+	return exitStatus(cmd.ProcessState), lostErr, nil
 }
 
 // why looks in the key's history for what ended the lease with fence, to

@@ -26,8 +26,8 @@ import (
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/internal/web"
 	"github.com/lockd/lockd/internal/webhook"
-	"github.com/lockd/lockd/web"
 )
 
 // serveConfig is lockd serve's configuration, from flags and LOCKD_* variables.
@@ -352,22 +352,36 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// so that a late grant is always delivered.
 	httpSrv := newHTTPServer(srv.Handler(reg, dash), srv.MaxWait(), httpTimeouts)
 	if cfg.maxConns > 0 {
-		// Each connection costs memory and a file descriptor; without a
-		// cap, idle keep-alive connections alone exhaust them. At the cap
-		// a new connection takes the slot of the one idle the longest, so
-		// that probes and new clients get in (connLimiter).
-		limiter := newConnLimiter(ln, cfg.maxConns)
-		ln, httpSrv.ConnState = limiter, limiter.connState
-		reg.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "lockd_http_connections", Help: "Client connections open, counted against --max-conns.",
-			}, func() float64 { return float64(limiter.Open()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "lockd_http_idle_connections_closed_total",
-				Help: "Idle keep-alive connections closed to make room for a new one at --max-conns.",
-			}, func() float64 { return float64(limiter.IdleClosed()) }),
-		)
+		ln = limitConns(ln, httpSrv, cfg.maxConns, reg)
 	}
+	logAuth(cfg, ln, log)
+	log.Info().Str("addr", ln.Addr().String()).Bool("tls", cfg.tlsCert != "").Msg("listening")
+	return serveUntilDone(ctx, cfg, httpSrv, ln, srv, engine, log)
+}
+
+// limitConns caps the connections open on ln at maxConns. Each connection
+// costs memory and a file descriptor; without a cap, idle keep-alive
+// connections alone exhaust them. At the cap a new connection takes the
+// slot of the one idle the longest, so that probes and new clients get in
+// (connLimiter).
+func limitConns(ln net.Listener, httpSrv *http.Server, maxConns int, reg prometheus.Registerer) net.Listener {
+	limiter := newConnLimiter(ln, maxConns)
+	httpSrv.ConnState = limiter.connState
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockd_http_connections", Help: "Client connections open, counted against --max-conns.",
+		}, func() float64 { return float64(limiter.Open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "lockd_http_idle_connections_closed_total",
+			Help: "Idle keep-alive connections closed to make room for a new one at --max-conns.",
+		}, func() float64 { return float64(limiter.IdleClosed()) }),
+	)
+	return limiter
+}
+
+// logAuth says whether API keys are required, and warns when nothing
+// is.
+func logAuth(cfg serveConfig, ln net.Listener, log zerolog.Logger) {
 	switch {
 	case cfg.keys.Enabled():
 		log.Info().Int("keys", cfg.keys.Len()).Msg("auth on: API keys required")
@@ -377,8 +391,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn().Msg("INSECURE: auth off and listening on a non-loopback address; anyone who reaches it can take and break any lock. " +
 			"Requests whose Host is not an IP address, localhost, the --listen name or one of --allowed-hosts are refused (DNS rebinding)")
 	}
-	log.Info().Str("addr", ln.Addr().String()).Bool("tls", cfg.tlsCert != "").Msg("listening")
+}
 
+// serveUntilDone serves on ln until ctx ends, then shuts down: hold
+// streams end and release their leases, open waits are answered 503, and
+// requests get until --shutdown-timeout to finish.
+func serveUntilDone(ctx context.Context, cfg serveConfig, httpSrv *http.Server, ln net.Listener, srv *server.Server, engine lockEngine, log zerolog.Logger) error {
 	errc := make(chan error, 1)
 	go func() {
 		if cfg.tlsCert != "" {

@@ -70,7 +70,9 @@ type Key struct {
 // Can reports whether the key has scope s.
 func (k Key) Can(s Scope) bool { return k.Scope >= s }
 
-// MayTouch reports whether the key may act on lock key lk.
+// MayTouch reports whether the key may see and act on lock key or
+// semaphore name lk: it starts with one of the key's prefixes, or the key
+// has none.
 func (k Key) MayTouch(lk string) bool {
 	if len(k.Prefixes) == 0 {
 		return true
@@ -81,6 +83,43 @@ func (k Key) MayTouch(lk string) bool {
 		}
 	}
 	return false
+}
+
+// ErrOutsidePrefixes is ListScope's answer to a listing that none of the
+// key's prefixes lies in or under.
+var ErrOutsidePrefixes = errors.New("auth: the listing is outside the key's prefixes")
+
+// ListScope is what a listing of the names under prefix walks for this
+// key, and whether its rows must be filtered with MayTouch:
+//
+//   - prefix itself, unfiltered, when the key may see all of it (it has
+//     no prefixes, or prefix lies under one of them);
+//   - the key's one prefix that lies under prefix, unfiltered: walking the
+//     broader prefix and dropping other tenants' names would answer an
+//     empty page for each of them, telling how many there are;
+//   - prefix, filtered, when several of the key's prefixes lie under it;
+//   - ErrOutsidePrefixes when none does.
+func (k Key) ListScope(prefix string) (scan string, filter bool, err error) {
+	if len(k.Prefixes) == 0 {
+		return prefix, false, nil
+	}
+	var inside []string
+	for _, p := range k.Prefixes {
+		if strings.HasPrefix(prefix, p) {
+			return prefix, false, nil
+		}
+		if strings.HasPrefix(p, prefix) {
+			inside = append(inside, p)
+		}
+	}
+	switch len(inside) {
+	case 0:
+		return "", false, ErrOutsidePrefixes
+	case 1:
+		return inside[0], false, nil
+	default:
+		return prefix, true, nil
+	}
 }
 
 // Separators end a segment of a lock key or semaphore name. A prefix that

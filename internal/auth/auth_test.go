@@ -3,6 +3,7 @@ package auth_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -95,5 +96,37 @@ func TestDeployExampleParses(t *testing.T) {
 	r, err := auth.Parse(b)
 	if err != nil || r.Len() != 3 {
 		t.Fatalf("deploy/auth.yaml: %v", err)
+	}
+}
+
+// What a listing walks for a key: all of a prefix it may see, its one
+// prefix inside a broader one (so that the pages do not tell how many
+// other tenants' names there are), or a filtered walk when several are.
+// The API and the dashboard both list by it.
+func TestListScope(t *testing.T) {
+	key := auth.Key{Prefixes: []string{"ci:", "deploy:"}}
+	for _, tc := range []struct {
+		key          auth.Key
+		prefix, scan string
+		filter, ok   bool
+	}{
+		{auth.Key{}, "", "", false, true},
+		{auth.Key{}, "x", "x", false, true},
+		{key, "", "", true, true},
+		{key, "ci:a", "ci:a", false, true},
+		{key, "ci:", "ci:", false, true},
+		{key, "c", "ci:", false, true},
+		{key, "d", "deploy:", false, true},
+		{key, "other", "", false, false},
+		{key, "ci", "ci:", false, true},
+		{auth.Key{Prefixes: []string{"ci:"}}, "", "ci:", false, true},
+	} {
+		scan, filter, err := tc.key.ListScope(tc.prefix)
+		if scan != tc.scan || filter != tc.filter || (err == nil) != tc.ok {
+			t.Errorf("ListScope(%v, %q) = %q %v %v, want %q %v ok=%v", tc.key.Prefixes, tc.prefix, scan, filter, err, tc.scan, tc.filter, tc.ok)
+		}
+		if err != nil && !errors.Is(err, auth.ErrOutsidePrefixes) {
+			t.Errorf("ListScope(%v, %q): %v, want ErrOutsidePrefixes", tc.key.Prefixes, tc.prefix, err)
+		}
 	}
 }

@@ -1,8 +1,11 @@
 // Package problem is lockd's one classification of errors at the HTTP
 // edge: Of turns an error into its status, machine code, title and detail.
 // The API writes the answer as application/problem+json
-// (internal/server), the dashboard as its HTML error page (web), so an
-// error maps to a status in one place and both say the same thing.
+// (internal/server), the dashboard as its HTML error page (internal/web),
+// so an error maps to a status in one place and both say the same thing.
+// The engine's errors come from package lock; the edge's own refusals (bad
+// input, no credentials, a cap or quota reached) are the kinds of edge.go,
+// with an *Error to say what is wrong with this request.
 //
 // Caveat: only errors the table knows are shown as they are. Anything
 // else is Internal: its text may hold details of Redis or of the process,
@@ -41,71 +44,87 @@ type Problem struct {
 	Internal bool
 }
 
-// Known is an error that already knows its answer: a request the edge
-// refuses before the engine sees it (bad input, no credentials, a quota).
-type Known interface {
-	error
-	Problem() Problem
-}
-
 // ErrShuttingDown answers requests that arrive while the server stops.
 var ErrShuttingDown = errors.New("server is shutting down")
 
 // Of is the answer to err, about the engine key (which may be ""): a lock
 // key, or a semaphore's lock.SemaphoreKey, whose answers speak of permits
-// and name the semaphore. A client that went away (context.Canceled) is
-// the caller's to notice first: nobody reads that answer.
+// and name the semaphore. The kind of err (an edge refusal of edge.go or
+// an engine error) gives the status, code and title; an *Error in err's
+// chain adds its detail, field and Retry-After. A client that went away
+// (context.Canceled) is the caller's to notice first: nobody reads that
+// answer.
 func Of(err error, key string) Problem {
-	var known Known
-	var held *lock.HeldError
-	var queued *lock.QueuedError
-	var mode *lock.ModeMismatchError
-	var full *lock.TooManyHoldersError
-	var recovering *lock.RecoveringError
-	key, sem := lock.SplitKey(key)
-	switch {
-	case errors.As(err, &known):
-		p := known.Problem()
-		if (p.Status == http.StatusServiceUnavailable || p.Status == http.StatusTooManyRequests) && p.RetryAfter < 1 {
-			p.RetryAfter = 1
-		}
+	p, ok := refusal(err)
+	if !ok {
+		p = engine(err, key)
+	}
+	var e *Error
+	if p.Internal || !errors.As(err, &e) {
 		return p
-	case errors.As(err, &queued):
-		what := "is free"
-		if sem {
-			what = "has a free permit"
-		}
-		detail := fmt.Sprintf("%s %s, but kept for %d earlier %s", key, what, queued.Waiters, plural(queued.Waiters, "waiter", "waiters"))
-		if queued.Next.Owner != "" {
-			detail += fmt.Sprintf("; next is %s, waiting since %s", queued.Next.Owner, queued.Next.Since.Format(time.RFC3339Nano))
-		}
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeQueued, Title: "Queued behind earlier waiters",
-			Detail: detail, RetryAfter: ceilSeconds(queued.RetryAfter), Queued: queued}
-	case errors.As(err, &held) && sem:
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNoPermits, Title: "No permit is free",
-			Detail:     fmt.Sprintf("every permit of %s is held; the first ends in %d ms (%s)", key, held.Remaining.Milliseconds(), held.Owner),
-			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}
-	case errors.As(err, &held):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLockHeld, Title: "Lock is held",
-			Detail:     fmt.Sprintf("%s is held by %s for %d ms more", key, held.Owner, held.Remaining.Milliseconds()),
-			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}
-	case errors.Is(err, lock.ErrLeaseLost):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLeaseLost, Title: "Lease lost",
-			Detail: "the token is not the live lease's token: stop the protected work"}
-	case errors.Is(err, lock.ErrIdempotencyMismatch):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeIdempotencyMismatch, Title: "Idempotency key reused",
-			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner, ttl_ms, mode or limit; nothing was changed"}
-	case errors.As(err, &full):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeTooManyHolders, Title: "Too many holders",
-			Detail:     fmt.Sprintf("%s already has %d live holders, the most one key may have; retry when some have released", key, full.Holders),
-			RetryAfter: 1}
-	case errors.As(err, &mode):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeModeMismatch, Title: "Mode mismatch",
-			Detail: fmt.Sprintf("%s is held %s by this token; a re-entry keeps the lease's mode (leave mode out, or release and acquire %s); nothing was changed", key, mode.Held, mode.Asked),
-			Field:  "mode"}
-	case errors.Is(err, lock.ErrLimitMismatch):
-		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
-			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}
+	}
+	if e.Detail != "" {
+		p.Detail = e.Detail
+	}
+	if e.Field != "" {
+		p.Field = e.Field
+	}
+	if e.RetryAfter > 0 {
+		p.RetryAfter = e.RetryAfter
+	}
+	return p
+}
+
+// refusal is the answer to the edge's refusals (edge.go), with the detail
+// each kind has when its *Error gives none.
+func refusal(err error) (Problem, bool) {
+	tooMany := func(title, detail string) (Problem, bool) {
+		return Problem{Status: http.StatusTooManyRequests, Code: api.ProblemCodeTooManyRequests, Title: title,
+			Detail: detail, RetryAfter: 1}, true
+	}
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeInvalidRequest, Title: "Invalid request",
+			Detail: "the request does not follow the API's contract"}, true
+	case errors.Is(err, ErrUnauthorized):
+		return Problem{Status: http.StatusUnauthorized, Code: api.ProblemCodeUnauthorized, Title: "Unauthorized",
+			Detail: "an API key is required: Authorization: Bearer <key>"}, true
+	case errors.Is(err, ErrForbidden):
+		return Problem{Status: http.StatusForbidden, Code: api.ProblemCodeForbidden, Title: "Forbidden",
+			Detail: "this API key may not make this request"}, true
+	case errors.Is(err, ErrCrossOrigin):
+		return Problem{Status: http.StatusForbidden, Code: api.ProblemCodeForbidden, Title: "Cross-origin request refused",
+			Detail: "this request came from another web site (Sec-Fetch-Site or Origin); nothing was changed"}, true
+	case errors.Is(err, ErrUnknownHost):
+		return Problem{Status: http.StatusForbidden, Code: api.ProblemCodeForbidden, Title: "Unknown host name", Field: "Host",
+			Detail: "this server does not answer to the Host name in this request; use localhost or 127.0.0.1, or add the name with --allowed-hosts"}, true
+	case errors.Is(err, ErrTooLarge):
+		return Problem{Status: http.StatusRequestEntityTooLarge, Code: api.ProblemCodePayloadTooLarge, Title: "Payload too large",
+			Detail: "the body is larger than this server takes"}, true
+	case errors.Is(err, ErrMediaType):
+		return Problem{Status: http.StatusUnsupportedMediaType, Code: api.ProblemCodeUnsupportedMediaType, Title: "Unsupported media type",
+			Detail: "the body must be JSON (Content-Type: application/json)"}, true
+	case errors.Is(err, ErrTooManyUnknownKeys):
+		return tooMany("Too many failed sign-ins", "too many unknown API keys from this address; retry later")
+	case errors.Is(err, ErrTooManyHolds):
+		return tooMany("Too many holds", "this server already keeps as many hold streams open as it allows")
+	case errors.Is(err, ErrTooManyStreams):
+		return tooMany("Too many event streams", "this server already keeps as many event streams open as it allows")
+	case errors.Is(err, ErrQuota):
+		return tooMany("Quota of the API key reached", "this API key already uses its quota; retry later")
+	}
+	return Problem{}, false
+}
+
+// engine is the answer to an engine error, or Internal for anything the
+// table does not know.
+func engine(err error, key string) Problem {
+	key, sem := lock.SplitKey(key)
+	if p, ok := conflict(err, key, sem); ok {
+		return p
+	}
+	var recovering *lock.RecoveringError
+	switch {
 	case errors.Is(err, lock.ErrNoEventStream):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no event stream: each master records only the events it took part in, " +
@@ -149,6 +168,55 @@ func Of(err error, key string) Problem {
 		return Problem{Status: http.StatusInternalServerError, Code: api.ProblemCodeInternal, Title: "Internal error",
 			Detail: "internal error; the server logged it", Internal: true}
 	}
+}
+
+// conflict is the answer to the engine's 409s: the key is held or kept
+// for waiters, or the request does not fit the live lease. key is the
+// name (of a semaphore, when sem).
+func conflict(err error, key string, sem bool) (Problem, bool) {
+	var held *lock.HeldError
+	var queued *lock.QueuedError
+	var mode *lock.ModeMismatchError
+	var full *lock.TooManyHoldersError
+	switch {
+	case errors.As(err, &queued):
+		what := "is free"
+		if sem {
+			what = "has a free permit"
+		}
+		detail := fmt.Sprintf("%s %s, but kept for %d earlier %s", key, what, queued.Waiters, plural(queued.Waiters, "waiter", "waiters"))
+		if queued.Next.Owner != "" {
+			detail += fmt.Sprintf("; next is %s, waiting since %s", queued.Next.Owner, queued.Next.Since.Format(time.RFC3339Nano))
+		}
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeQueued, Title: "Queued behind earlier waiters",
+			Detail: detail, RetryAfter: ceilSeconds(queued.RetryAfter), Queued: queued}, true
+	case errors.As(err, &held) && sem:
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNoPermits, Title: "No permit is free",
+			Detail:     fmt.Sprintf("every permit of %s is held; the first ends in %d ms (%s)", key, held.Remaining.Milliseconds(), held.Owner),
+			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}, true
+	case errors.As(err, &held):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLockHeld, Title: "Lock is held",
+			Detail:     fmt.Sprintf("%s is held by %s for %d ms more", key, held.Owner, held.Remaining.Milliseconds()),
+			RetryAfter: ceilSeconds(held.Remaining), Holder: held.Owner, Remaining: held.Remaining}, true
+	case errors.Is(err, lock.ErrLeaseLost):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLeaseLost, Title: "Lease lost",
+			Detail: "the token is not the live lease's token: stop the protected work"}, true
+	case errors.Is(err, lock.ErrIdempotencyMismatch):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeIdempotencyMismatch, Title: "Idempotency key reused",
+			Detail: "this Idempotency-Key belongs to a live lease acquired with another owner, ttl_ms, mode or limit; nothing was changed"}, true
+	case errors.As(err, &full):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeTooManyHolders, Title: "Too many holders",
+			Detail:     fmt.Sprintf("%s already has %d live holders, the most one key may have; retry when some have released", key, full.Holders),
+			RetryAfter: 1}, true
+	case errors.As(err, &mode):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeModeMismatch, Title: "Mode mismatch",
+			Detail: fmt.Sprintf("%s is held %s by this token; a re-entry keeps the lease's mode (leave mode out, or release and acquire %s); nothing was changed", key, mode.Held, mode.Asked),
+			Field:  "mode"}, true
+	case errors.Is(err, lock.ErrLimitMismatch):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
+			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}, true
+	}
+	return Problem{}, false
 }
 
 func plural(n int, one, many string) string {

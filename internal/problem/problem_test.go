@@ -13,13 +13,7 @@ import (
 	"github.com/lockd/lockd/internal/problem"
 )
 
-// known is an error that knows its answer, as the server's request checks
-// build them.
-type known struct{ p problem.Problem }
-
-func (k known) Error() string            { return "secret text of a known error" }
-func (k known) Problem() problem.Problem { return k.p }
-func wrapped(err error) error            { return fmt.Errorf("lock: acquire k: %w", err) }
+func wrapped(err error) error { return fmt.Errorf("lock: acquire k: %w", err) }
 func held(owner string, d time.Duration) error {
 	return &lock.HeldError{Key: "k", Owner: owner, Remaining: d}
 }
@@ -56,12 +50,24 @@ func TestOf(t *testing.T) {
 		{"unavailable", wrapped(lock.ErrUnavailable), 503, "backend_unavailable", "Backend unavailable", "Redis cannot be reached", "", 1, false},
 		{"engine closed", lock.ErrClosed, 503, "backend_unavailable", "Shutting down", "shutting down", "", 1, false},
 		{"server shutting down", problem.ErrShuttingDown, 503, "backend_unavailable", "Shutting down", "shutting down", "", 1, false},
-		{"known 400", known{problem.Problem{Status: 400, Code: "invalid_request", Title: "Invalid request", Detail: "owner is too long", Field: "owner"}},
-			400, "invalid_request", "Invalid request", "owner is too long", "owner", 0, false},
-		{"known 429 gets a Retry-After", wrapped(known{problem.Problem{Status: 429, Code: "too_many_requests", Title: "Too many holds", Detail: "quota"}}),
-			429, "too_many_requests", "Too many holds", "quota", "", 1, false},
-		{"known 503 keeps its own", known{problem.Problem{Status: 503, Code: "backend_unavailable", Title: "t", Detail: "d", RetryAfter: 7}},
-			503, "backend_unavailable", "t", "d", "", 7, false},
+		// The edge's refusals: the kind gives status, code and title; the
+		// *Error its detail, field and Retry-After.
+		{"invalid", problem.Invalid("owner", "owner is too long"), 400, "invalid_request", "Invalid request", "owner is too long", "owner", 0, false},
+		{"unauthorized", problem.ErrUnauthorized, 401, "unauthorized", "Unauthorized", "an API key is required: Authorization: Bearer <key>", "", 0, false},
+		{"unknown key", problem.Errorf(problem.ErrUnauthorized, "unknown API key"), 401, "unauthorized", "Unauthorized", "unknown API key", "", 0, false},
+		{"forbidden", problem.Errorf(problem.ErrForbidden, "API key ci lacks the admin scope"), 403, "forbidden", "Forbidden", "lacks the admin scope", "", 0, false},
+		{"cross-origin", problem.ErrCrossOrigin, 403, "forbidden", "Cross-origin request refused", "from another web site", "", 0, false},
+		{"unknown host", problem.ErrUnknownHost, 403, "forbidden", "Unknown host name", "--allowed-hosts", "Host", 0, false},
+		{"too large", problem.Errorf(problem.ErrTooLarge, "the body is over 65536 bytes"), 413, "payload_too_large", "Payload too large", "over 65536 bytes", "", 0, false},
+		{"media type", problem.Errorf(problem.ErrMediaType, "the body must be JSON"), 415, "unsupported_media_type", "Unsupported media type", "must be JSON", "", 0, false},
+		{"429 gets a Retry-After", wrapped(problem.Errorf(problem.ErrTooManyHolds, "quota")), 429, "too_many_requests", "Too many holds", "quota", "", 1, false},
+		{"event streams", problem.ErrTooManyStreams, 429, "too_many_requests", "Too many event streams", "event streams open", "", 1, false},
+		{"quota", problem.Errorf(problem.ErrQuota, "API key ci already has 2 hold streams open"), 429, "too_many_requests", "Quota of the API key reached", "2 hold streams", "", 1, false},
+		{"429 keeps its own Retry-After", &problem.Error{Kind: problem.ErrTooManyUnknownKeys, Detail: "d", RetryAfter: 7},
+			429, "too_many_requests", "Too many failed sign-ins", "d", "", 7, false},
+		{"engine kind, own detail", problem.Errorf(lock.ErrLeaseLost, "k is held, but by no holder with fence 4"), 409, "lease_lost", "Lease lost", "no holder with fence 4", "", 0, false},
+		// An *Error of no known kind is internal: its detail is not shown.
+		{"unknown kind", &problem.Error{Kind: errors.New("secret text of a kind"), Detail: "secret text"}, 500, "internal", "Internal error", "the server logged it", "", 0, true},
 		{"anything else", errors.New("ERR redis internals: dial 10.0.0.7:6379"), 500, "internal", "Internal error", "the server logged it", "", 0, true},
 		{"limit mismatch", wrapped(lock.ErrLimitMismatch), 409, "limit_mismatch", "Limit mismatch", "k is held with another limit", "", 0, false},
 		{"shared unsupported", wrapped(lock.ErrUnsupported), 400, "unsupported", "Not supported by this server", "no shared holds", "mode", 0, false},

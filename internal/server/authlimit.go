@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/internal/authlimit"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // refuseUnknownKey is the answer to a request whose API key is unknown:
@@ -20,10 +21,9 @@ func (s *Server) refuseUnknownKey(r *http.Request) error {
 	if wait, ok := s.unknownKeys.Take(addr); !ok {
 		secs := authlimit.RetryAfter(wait)
 		hlog.FromRequest(r).Warn().Str("remote", addr).Msg("too many refused keys from this address")
-		return &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
-			title: "Too many failed sign-ins", retryAfter: secs,
-			detail: "too many unknown API keys from this address; retry in " + strconv.Itoa(secs) + " s"}
+		return &problem.Error{Kind: problem.ErrTooManyUnknownKeys, RetryAfter: secs,
+			Detail: "too many unknown API keys from this address; retry in " + strconv.Itoa(secs) + " s"}
 	}
 	hlog.FromRequest(r).Info().Str("remote", addr).Msg("API key refused")
-	return &problemError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized", detail: "unknown API key"}
+	return problem.Errorf(problem.ErrUnauthorized, "unknown API key")
 }

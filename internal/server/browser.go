@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // Browser safety (spec: "Browser safety (all modes)"). A web page that a
@@ -26,8 +28,7 @@ import (
 func crossOrigin() func(http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Cross-origin request refused",
-			detail: "this request came from another web site (Sec-Fetch-Site or Origin); nothing was changed"})
+		writeError(w, r, problem.ErrCrossOrigin)
 	}))
 	return cop.Handler
 }
@@ -68,9 +69,7 @@ func (s *Server) checkHost(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		writeError(w, r, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Unknown host name",
-			field:  "Host",
-			detail: "this server does not answer to the Host name in this request; use localhost or 127.0.0.1, or add the name with --allowed-hosts"})
+		writeError(w, r, problem.ErrUnknownHost)
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 type callerKey struct{}
@@ -54,11 +55,9 @@ func (s *Server) identify(next http.Handler) http.Handler {
 }
 
 // exchange is what the middleware learns of one request for the handlers:
-// who sends it, and its body once checked (checkBody), so that the body is
-// decoded once.
+// who sends it, and where it was sent.
 type exchange struct {
 	caller caller
-	body   any
 	// foreignHost is set by checkHost on an open endpoint (served to any
 	// Host) when the Host is not one the server answers to.
 	foreignHost bool
@@ -112,63 +111,27 @@ func (s *Server) authorize(r *http.Request) error {
 	}
 	if c.key == nil {
 		// No key at all guesses nothing: a plain 401, never limited.
-		return &problemError{status: http.StatusUnauthorized, code: "unauthorized", title: "Unauthorized",
-			detail: "an API key is required: Authorization: Bearer <key>"}
+		return problem.ErrUnauthorized
 	}
 	if need := requiredScope(op); !c.key.Can(need) {
-		return &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
-			detail: "API key " + c.name + " lacks the " + need.String() + " scope"}
+		return problem.Errorf(problem.ErrForbidden, "API key %s lacks the %s scope", c.name, need)
 	}
 	if k, ok := routeKey(r); ok && !c.key.MayTouch(k) {
-		return &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
-			detail: "API key " + c.name + " may not touch keys outside its prefixes " + strings.Join(c.key.Prefixes, ", ")}
+		return problem.Errorf(problem.ErrForbidden, "API key %s may not touch keys outside its prefixes %s", c.name, strings.Join(c.key.Prefixes, ", "))
 	}
 	return nil
 }
 
-// listScope decides how a listing with this prefix is limited for the
-// caller: unlimited, filtered to the key's prefixes, or forbidden.
-func listScope(c caller, keys *auth.Keyring, prefix string) (filter bool, err error) {
-	if !keys.Enabled() || c.key == nil || len(c.key.Prefixes) == 0 {
-		return false, nil
+// listScope is what a listing under prefix walks for the caller, and
+// whether its rows are filtered (auth.Key.ListScope); with auth off, all
+// of it.
+func listScope(c caller, keys *auth.Keyring, prefix string) (scan string, filter bool, err error) {
+	if !keys.Enabled() || c.key == nil {
+		return prefix, false, nil
 	}
-	broader := false
-	for _, p := range c.key.Prefixes {
-		if strings.HasPrefix(prefix, p) {
-			return false, nil // the request is inside one allowed prefix
-		}
-		if strings.HasPrefix(p, prefix) {
-			broader = true
-		}
+	scan, filter, err = c.key.ListScope(prefix)
+	if err != nil {
+		return "", false, problem.Errorf(problem.ErrForbidden, "API key %s may only list keys under %s", c.name, strings.Join(c.key.Prefixes, ", "))
 	}
-	if broader {
-		return true, nil
-	}
-	return false, &problemError{status: http.StatusForbidden, code: "forbidden", title: "Forbidden",
-		detail: "API key " + c.name + " may only list keys under " + strings.Join(c.key.Prefixes, ", ")}
-}
-
-// narrowed is what a listing with this prefix walks when listScope says to
-// filter it: the key's own prefix when exactly one of them lies inside the
-// requested one. Walking the broader prefix and dropping other tenants'
-// locks would answer an empty page for each of them, telling how many
-// there are. With several prefixes inside, the walk stays broad and its
-// rows are filtered.
-func narrowed(c caller, prefix string) string {
-	if c.key == nil {
-		return prefix
-	}
-	inside := ""
-	for _, p := range c.key.Prefixes {
-		if strings.HasPrefix(p, prefix) {
-			if inside != "" {
-				return prefix
-			}
-			inside = p
-		}
-	}
-	if inside == "" {
-		return prefix
-	}
-	return inside
+	return scan, filter, nil
 }

@@ -1,14 +1,15 @@
 package server
 
 import (
-	"errors"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // ContentionConfig bounds the key-prefix label of the contention metrics:
@@ -110,21 +111,24 @@ func (c *contention) lapsed(key string, lapsed, noticed time.Time, held time.Dur
 	c.ended(key, "expired", held)
 }
 
-// outcomeLabel is an acquire's outcome, from a fixed set: held means no
-// lease or permit was free (lock_held, no_permits).
+// outcomeLabel is an acquire's outcome, from a fixed set, named after the
+// problem the client was answered (problem.Of): held means no lease or
+// permit was free (lock_held, no_permits), unavailable that Redis could
+// not grant (backend_unavailable, backend_recovering).
 func outcomeLabel(o lock.Outcome, err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return string(o)
-	case errors.Is(err, lock.ErrHeld):
+	}
+	switch problem.Of(err, "").Code {
+	case api.ProblemCodeLockHeld, api.ProblemCodeNoPermits:
 		return "held"
-	case errors.Is(err, lock.ErrQueued):
+	case api.ProblemCodeQueued:
 		return "queued"
-	case errors.Is(err, lock.ErrLeaseLost):
+	case api.ProblemCodeLeaseLost:
 		return "lease_lost"
-	case errors.Is(err, lock.ErrLimitMismatch):
+	case api.ProblemCodeLimitMismatch:
 		return "limit_mismatch"
-	case errors.Is(err, lock.ErrUnavailable), errors.Is(err, lock.ErrRecovering):
+	case api.ProblemCodeBackendUnavailable, api.ProblemCodeBackendRecovering:
 		return "unavailable"
 	default:
 		return "error"

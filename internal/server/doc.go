@@ -6,9 +6,10 @@
 // Locks and semaphores share every handler: a kind (lockKind,
 // semaphoreKind) turns the {key} of a route into the engine key
 // (lock.SemaphoreKey for a semaphore), and the wire shows the name again
-// (leases, states, problems, events). Every error reaches writeError,
+// (leases, states and events through internal/wire, problems here). Every error reaches writeError,
 // which writes the answer that internal/problem's table gives it (the
 // dashboard renders the same table as HTML); request checks that refuse
-// before the engine carry their answer with them (problemError). Lease
-// tokens never reach a log line or a metric label.
+// before the engine return its named refusals (problem.ErrForbidden,
+// problem.Invalid, …), so statuses are chosen there alone. Lease tokens
+// never reach a log line or a metric label.
 package server

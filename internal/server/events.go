@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
+	"github.com/lockd/lockd/internal/wire"
 )
 
 // maxHistoryRead is how many events a typed history read looks through:
@@ -26,7 +27,7 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		return nil, err
 	}
 	c := callerOf(ctx)
-	filter, err := listScope(c, s.cfg.Keys, prefix)
+	scan, filter, err := listScope(c, s.cfg.Keys, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -47,8 +48,7 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 	case s.streams <- struct{}{}:
 	default:
 		releaseQuota()
-		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
-			title: "Too many event streams", detail: fmt.Sprintf("this server already keeps %d event streams open", cap(s.streams))}
+		return nil, problem.Errorf(problem.ErrTooManyStreams, "this server already keeps %d event streams open", cap(s.streams))
 	}
 	release := func() {
 		<-s.streams
@@ -59,11 +59,11 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		release()
 		return nil, err
 	}
-	// The prefix and the API key's prefixes apply to a semaphore's name
-	// as to a lock's key.
+	// The prefix (narrowed to the API key's one prefix under it) and the
+	// key's prefixes apply to a semaphore's name as to a lock's key.
 	keep := func(key string) bool {
 		name, _ := lock.SplitKey(key)
-		return strings.HasPrefix(name, prefix) && (!filter || c.mayTouch(s.cfg.Keys, name))
+		return strings.HasPrefix(name, scan) && (!filter || c.mayTouch(s.cfg.Keys, name))
 	}
 	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep, release: release}, nil
 }
@@ -77,21 +77,6 @@ type eventStream struct {
 	keep func(key string) bool
 	// release gives back the stream's slot and its key's quota.
 	release func()
-}
-
-// LockEventOf is an event as the stream and webhooks send it: never a
-// token. A semaphore's event (engine key lock.SemaphoreKey) carries its
-// name as the key, and kind semaphore.
-func LockEventOf(c lock.Change) api.LockEvent {
-	name, sem := lock.SplitKey(c.Key)
-	kind := api.LockEventKindLock
-	if sem {
-		kind = api.LockEventKindSemaphore
-	}
-	return api.LockEvent{
-		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: name, At: c.At,
-		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
-	}
 }
 
 // VisitStreamEventsResponse runs the stream until the client leaves, the
@@ -112,19 +97,7 @@ func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 		}
 	}()
 
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(text string) error {
-		// A client that stops reading cannot pin this goroutine.
-		_ = rc.SetWriteDeadline(time.Now().Add(holdWriteTimeout))
-		if _, err := io.WriteString(w, text); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	write := startSSE(w).write
 	if err := write(": lockd events\n\n"); err != nil {
 		return nil
 	}
@@ -146,7 +119,7 @@ func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 			if !es.keep(c.Key) {
 				continue
 			}
-			b, _ := json.Marshal(LockEventOf(c))
+			b, _ := json.Marshal(wire.LockEventOf(c))
 			if err := write(fmt.Sprintf("id: %s\nevent: %s\ndata: %s\n\n", c.ID, c.Type, b)); err != nil {
 				return nil
 			}

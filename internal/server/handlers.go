@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -12,6 +10,8 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
+	"github.com/lockd/lockd/internal/wire"
 )
 
 // Errors are returned, not answered here: writeError (the strict handler's
@@ -169,7 +169,7 @@ func (s *Server) AcquireLock(ctx context.Context, r api.AcquireLockRequestObject
 	if err != nil {
 		return nil, err
 	}
-	return api.AcquireLock200JSONResponse{Body: leaseOf(l), Headers: api.AcquireLock200ResponseHeaders{IdempotentReplayed: replayed(l)}}, nil
+	return api.AcquireLock200JSONResponse{Body: wire.LeaseOf(l), Headers: api.AcquireLock200ResponseHeaders{IdempotentReplayed: replayed(l)}}, nil
 }
 
 // replayed is the Idempotent-Replayed header of a grant: "true" when
@@ -238,7 +238,7 @@ func (s *Server) renew(ctx context.Context, k kind, name string, body *api.Renew
 	}
 	s.contention.renewed(key, l.AcquiredAt)
 	logOwner(ctx, l.Owner)
-	return leaseOf(l), nil
+	return wire.LeaseOf(l), nil
 }
 
 // ReleaseLock gives back one level of a lease.
@@ -293,8 +293,7 @@ func (s *Server) forceRelease(ctx context.Context, k kind, name string, body *ap
 	b, err := s.engine.ForceReleaseFence(ctx, key, fence, callerOf(ctx).name, reason)
 	if errors.Is(err, lock.ErrLeaseLost) {
 		// No token was sent: only the fence can have missed.
-		return api.ForceReleaseResult{}, &problemError{status: http.StatusConflict, code: "lease_lost", title: "Lease lost",
-			detail: fmt.Sprintf("%s is held, but by no holder with fence %d; nothing was broken", name, fence)}
+		return api.ForceReleaseResult{}, problem.Errorf(lock.ErrLeaseLost, "%s is held, but by no holder with fence %d; nothing was broken", name, fence)
 	}
 	if err != nil {
 		return api.ForceReleaseResult{}, err
@@ -310,7 +309,7 @@ func (s *Server) GetLock(ctx context.Context, r api.GetLockRequestObject) (api.G
 	if err != nil {
 		return nil, err
 	}
-	return api.GetLock200JSONResponse(stateOf(st)), nil
+	return api.GetLock200JSONResponse(wire.StateOf(st)), nil
 }
 
 // ListLocks pages through live locks.
@@ -339,14 +338,11 @@ func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix
 		cursor = *cursorParam
 	}
 	c := callerOf(ctx)
-	filter, err := listScope(c, s.cfg.Keys, prefix)
+	scan, filter, err := listScope(c, s.cfg.Keys, prefix)
 	if err != nil {
 		return nil, nil, err
 	}
-	if filter {
-		prefix = narrowed(c, prefix)
-	}
-	page, err := list(ctx, prefix, limit, cursor)
+	page, err := list(ctx, scan, limit, cursor)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -355,7 +351,7 @@ func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix
 		// A key limited to some prefixes sees only their locks and
 		// semaphores (by name).
 		if name, _ := lock.SplitKey(st.Key); !filter || c.mayTouch(s.cfg.Keys, name) {
-			out = append(out, stateOf(st))
+			out = append(out, wire.StateOf(st))
 		}
 	}
 	var next *string
@@ -399,77 +395,9 @@ func (s *Server) history(ctx context.Context, k kind, name string, limitParam *i
 	}
 	out := api.History{Key: name, Events: make([]api.Event, len(evs))}
 	for i, e := range evs {
-		out.Events[i] = api.Event{
-			Type: api.EventType(e.Type), At: e.At, Owner: e.Owner, Fence: e.Fence,
-			TtlMs: e.TTL.Milliseconds(), Count: e.Count, Actor: e.Actor, Reason: e.Reason,
-		}
-		if e.Type == string(api.Renewed) {
-			out.Events[i].RemainingMs = ptr(e.Left.Milliseconds())
-		}
+		out.Events[i] = wire.EventOf(e)
 	}
 	return out, nil
-}
-
-// modeOf is the mode of a grant on the wire. An engine that says none
-// (Redlock) grants locks exclusively and semaphores by permit.
-func modeOf(m lock.Mode, semaphore bool) api.GrantMode {
-	switch {
-	case m != "":
-		return api.GrantMode(m)
-	case semaphore:
-		return api.GrantModePermit
-	default:
-		return api.GrantModeExclusive
-	}
-}
-
-func leaseOf(l lock.Lease) api.Lease {
-	name, sem := lock.SplitKey(l.Key)
-	out := api.Lease{
-		Key: name, Mode: modeOf(l.Mode, sem), Owner: l.Owner, Token: l.Token, Fence: l.Fence, Count: l.Count,
-		TtlMs: l.TTL.Milliseconds(), AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt,
-	}
-	if sem {
-		out.Limit = ptr(l.Limit)
-	}
-	if l.Outcome == lock.Replayed {
-		out.Replayed = ptr(true)
-	}
-	return out
-}
-
-// stateOf is a live lock's or semaphore's state on the wire: its holders
-// and its queue, never a token.
-func stateOf(s lock.State) api.LockState {
-	name, sem := lock.SplitKey(s.Key)
-	out := api.LockState{
-		Key: name, Mode: modeOf(s.Mode, sem), Owner: s.Owner, Fence: s.Fence, Count: s.Count,
-		TtlMs: s.TTL.Milliseconds(), RemainingMs: s.Remaining.Milliseconds(),
-		AcquiredAt: s.AcquiredAt, RenewedAt: s.RenewedAt, ExpiresAt: s.ExpiresAt,
-		Renewals: s.Renewals, Waiters: s.Waiters, AtRisk: s.AtRisk, HoldersTotal: ptr(s.HoldersTotal),
-		Holders: make([]api.Holder, 0, max(1, len(s.Holders))),
-		Queue:   make([]api.Queued, 0, len(s.Queue)),
-	}
-	if sem {
-		out.Limit = ptr(s.Limit)
-	}
-	holders := s.Holders
-	if len(holders) == 0 {
-		// An engine that lists no holders (Redlock) has one: the one
-		// the state describes.
-		holders = []lock.Holder{{Owner: s.Owner, Mode: s.Mode, Fence: s.Fence, Count: s.Count, TTL: s.TTL,
-			AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining}}
-	}
-	for _, h := range holders {
-		out.Holders = append(out.Holders, api.Holder{
-			Owner: h.Owner, Mode: modeOf(h.Mode, sem), Fence: h.Fence, Count: h.Count, TtlMs: h.TTL.Milliseconds(),
-			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, RemainingMs: h.Remaining.Milliseconds(),
-		})
-	}
-	for _, q := range s.Queue {
-		out.Queue = append(out.Queue, api.Queued{Owner: q.Owner, Mode: modeOf(q.Mode, sem), WaitingSince: q.WaitingSince})
-	}
-	return out
 }
 
 // logOwner adds the lease owner to the request's access log line.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
+	"github.com/lockd/lockd/internal/wire"
 )
 
 // HoldLock acquires like AcquireLock, then answers with an event stream
@@ -39,8 +41,7 @@ func (s *Server) hold(ctx context.Context, k kind, name string, body acquireBody
 	case s.holds <- struct{}{}:
 	default:
 		releaseQuota()
-		return nil, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
-			title: "Too many holds", detail: fmt.Sprintf("this server already keeps %d hold streams open", cap(s.holds))}
+		return nil, problem.Errorf(problem.ErrTooManyHolds, "this server already keeps %d hold streams open", cap(s.holds))
 	}
 	l, err := s.acquire(ctx, k.engineKey(name), req)
 	if err != nil {
@@ -85,44 +86,9 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 		<-h.s.holds
 		h.releaseQuota()
 	}()
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-
+	out := startSSE(w)
 	key, l := h.lease.Key, h.lease // the engine key (a semaphore's lock.SemaphoreKey)
-	write := func(text string) error {
-		// A client that stops reading cannot pin this goroutine.
-		_ = rc.SetWriteDeadline(time.Now().Add(holdWriteTimeout))
-		if _, err := io.WriteString(w, text); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	send := func(event string, v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		return write(fmt.Sprintf("event: %s\ndata: %s\n\n", event, b))
-	}
-
-	renewCtx, cancelRenew := context.WithCancel(h.ctx)
-	renewed := make(chan lock.Lease, 1) // the latest renewal not yet sent
-	lost := make(chan error, 1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		h.renew(renewCtx, renewed, lost)
-	}()
-	// stopRenewing waits for the renewer so that no renewal follows the
-	// release.
-	stopRenewing := func() {
-		cancelRenew()
-		wg.Wait()
-	}
+	renewed, lost, stopRenewing := h.renewing()
 	defer stopRenewing()
 	release := func() {
 		stopRenewing()
@@ -134,10 +100,10 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 	}
 	sendLost := func(err error) {
 		p, _, _ := toAPI(err, key)
-		_ = send("lost", p)
+		_ = out.send("lost", p)
 	}
 
-	if err := send("acquired", leaseOf(l)); err != nil {
+	if err := out.send("acquired", wire.LeaseOf(l)); err != nil {
 		release()
 		return nil
 	}
@@ -160,15 +126,34 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 			sendLost(e)
 			return nil
 		case l = <-renewed:
-			err = send("renewed", leaseOf(l))
+			err = out.send("renewed", wire.LeaseOf(l))
 		case <-heartbeat.C:
-			err = write(": heartbeat\n\n")
+			err = out.write(": heartbeat\n\n")
 		}
 		if err != nil {
 			// The client is gone or has not read for holdWriteTimeout.
 			release()
 			return nil
 		}
+	}
+}
+
+// renewing starts renewing the lease in a goroutine of its own. renewed
+// holds the latest renewal not yet sent, lost a loss; stop waits for the
+// renewer, so that no renewal follows a release, and may be called again.
+func (h *holdStream) renewing() (renewed <-chan lock.Lease, lost <-chan error, stop func()) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	renewedc := make(chan lock.Lease, 1)
+	lostc := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h.renew(ctx, renewedc, lostc)
+	}()
+	return renewedc, lostc, func() {
+		cancel()
+		wg.Wait()
 	}
 }
 
@@ -207,4 +192,40 @@ func (h *holdStream) renew(ctx context.Context, renewed chan lock.Lease, lost ch
 			return
 		}
 	}
+}
+
+// sse writes a stream of server-sent events (holds, the event stream):
+// each write is flushed at once, and bounded by holdWriteTimeout so that
+// a client that stops reading cannot pin the stream's goroutine.
+type sse struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+// startSSE answers 200 with an event stream that no cache or proxy holds
+// back.
+func startSSE(w http.ResponseWriter) sse {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return sse{w: w, rc: http.NewResponseController(w)}
+}
+
+// write writes text as it is: whole events or comment lines.
+func (s sse) write(text string) error {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(holdWriteTimeout))
+	if _, err := io.WriteString(s.w, text); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// send writes one event whose data is v as JSON.
+func (s sse) send(event string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.write(fmt.Sprintf("event: %s\ndata: %s\n\n", event, b))
 }

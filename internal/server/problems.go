@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -16,32 +15,9 @@ import (
 	"github.com/lockd/lockd/internal/problem"
 )
 
-// problemError is an error that already knows its answer: request
-// validation, authentication and quotas build these. problem.Of takes
-// its answer as it is (problem.Known).
-type problemError struct {
-	status int
-	code   api.ProblemCode
-	title  string
-	detail string
-	field  string
-	// retryAfter is the Retry-After of a 429 or 503 in seconds; 0 means 1.
-	retryAfter int
-}
-
-func (e *problemError) Error() string { return e.detail }
-
-// Problem is the answer problemError already knows (problem.Known).
-func (e *problemError) Problem() problem.Problem {
-	return problem.Problem{Status: e.status, Code: e.code, Title: e.title, Detail: e.detail, Field: e.field, RetryAfter: e.retryAfter}
-}
-
-// invalid is a 400 that names the field at fault.
+// invalid is a 400 that names the field at fault (problem.ErrInvalid).
 func invalid(field, format string, args ...any) error {
-	return &problemError{
-		status: http.StatusBadRequest, code: "invalid_request", title: "Invalid request",
-		field: field, detail: fmt.Sprintf(format, args...),
-	}
+	return problem.Invalid(field, format, args...)
 }
 
 // errShuttingDown answers requests that arrive while the server stops.

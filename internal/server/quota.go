@@ -2,9 +2,9 @@ package server
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"sync"
+
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // Per-API-key quotas (F9, N7 of the audits): the process-wide caps on hold
@@ -76,9 +76,7 @@ func (s *Server) take(ctx context.Context, kind quotaKind) (release func(), err 
 		q.used[c.name] = n
 	}
 	if n[kind] >= limit {
-		return func() {}, &problemError{status: http.StatusTooManyRequests, code: "too_many_requests",
-			title:  "Quota of the API key reached",
-			detail: fmt.Sprintf("API key %s already has %d %s open, its limit; retry later", c.name, n[kind], what)}
+		return func() {}, problem.Errorf(problem.ErrQuota, "API key %s already has %d %s open, its limit; retry later", c.name, n[kind], what)
 	}
 	n[kind]++
 	var once sync.Once

@@ -64,7 +64,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		dashboard.Routes(r)
 	}
 
-	strict := api.NewStrictHandlerWithOptions(s, []api.StrictMiddlewareFunc{withBody}, api.StrictHTTPServerOptions{
+	strict := api.NewStrictHandlerWithOptions(s, nil, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  requestError,
 		ResponseErrorHandlerFunc: writeError,
 	})
@@ -98,8 +98,8 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		id := xid.New().String()
 		w.Header().Set("X-Request-Id", id)
 		l := s.log.With().Str("req_id", id).Logger()
-		// The exchange (who calls, the checked body) rides in the same
-		// new context: identify and checkBody fill it in.
+		// The exchange (who calls, from where) rides in the same new
+		// context: identify and checkHost fill it in.
 		r = r.WithContext(context.WithValue(l.WithContext(r.Context()), callerKey{}, &exchange{}))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)

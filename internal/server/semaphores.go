@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/wire"
 )
 
 // The semaphore operations are the lock operations on the semaphore's
@@ -16,7 +17,7 @@ func (s *Server) AcquireSemaphore(ctx context.Context, r api.AcquireSemaphoreReq
 	if err != nil {
 		return nil, err
 	}
-	return api.AcquireSemaphore200JSONResponse{Body: leaseOf(l), Headers: api.AcquireSemaphore200ResponseHeaders{IdempotentReplayed: replayed(l)}}, nil
+	return api.AcquireSemaphore200JSONResponse{Body: wire.LeaseOf(l), Headers: api.AcquireSemaphore200ResponseHeaders{IdempotentReplayed: replayed(l)}}, nil
 }
 
 // RenewSemaphore extends a live permit.
@@ -63,7 +64,7 @@ func (s *Server) GetSemaphore(ctx context.Context, r api.GetSemaphoreRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return api.GetSemaphore200JSONResponse(stateOf(st)), nil
+	return api.GetSemaphore200JSONResponse(wire.StateOf(st)), nil
 }
 
 // ListSemaphores pages through live semaphores.

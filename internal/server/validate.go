@@ -2,10 +2,8 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
 )
 
 // MaxBody is the largest request body accepted.
@@ -36,23 +35,6 @@ func keyParam(r *http.Request) string {
 		return lock.SemaphoreKey(k)
 	}
 	return k
-}
-
-// bodyTypes names the request body of each operation that takes one, by
-// operationId, so that bodies are checked against the generated types.
-// TestBodyTypes holds it to the operations of openapi.yaml.
-var bodyTypes = map[string]func() any{
-	"acquireLock":      func() any { return new(api.AcquireRequest) },
-	"holdLock":         func() any { return new(api.AcquireRequest) },
-	"renewLock":        func() any { return new(api.RenewRequest) },
-	"releaseLock":      func() any { return new(api.ReleaseRequest) },
-	"forceReleaseLock": func() any { return new(api.ForceReleaseRequest) },
-
-	"acquireSemaphore":      func() any { return new(api.SemaphoreAcquireRequest) },
-	"holdSemaphore":         func() any { return new(api.SemaphoreAcquireRequest) },
-	"renewSemaphore":        func() any { return new(api.RenewRequest) },
-	"releaseSemaphore":      func() any { return new(api.ReleaseRequest) },
-	"forceReleaseSemaphore": func() any { return new(api.ForceReleaseRequest) },
 }
 
 // operationOf is the contract's operation for the route that r matched
@@ -122,13 +104,15 @@ func routeKey(r *http.Request) (string, bool) {
 	return "", false
 }
 
+// checkBody validates a POST's body before the generated code binds it:
+// its size, media type and shape. It reads the body and puts back what the
+// generated code is to bind (for JSON null, {}); it decides nothing else.
 func checkBody(w http.ResponseWriter, r *http.Request) error {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return &problemError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large",
-				title: "Payload too large", detail: fmt.Sprintf("the body is over %d bytes", MaxBody)}
+			return problem.Errorf(problem.ErrTooLarge, "the body is over %d bytes", MaxBody)
 		}
 		return invalid("body", "could not read the body: %v", err)
 	}
@@ -145,9 +129,7 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		// A cross-site page can send text/plain or a form, even an empty
 		// one, without a CORS preflight, but not application/json: from a
 		// browser, only JSON is taken (spec: browser safety).
-		return &problemError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-			title:  "Unsupported media type",
-			detail: fmt.Sprintf("a request from a browser must send Content-Type: application/json, not %q", ct)}
+		return problem.Errorf(problem.ErrMediaType, "a request from a browser must send Content-Type: application/json, not %q", ct)
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		r.Body = http.NoBody
@@ -157,9 +139,7 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		// curl -d labels every body as a form; take it when it is JSON.
 		curlDefault := mt == "application/x-www-form-urlencoded" && bytes.TrimSpace(b)[0] == '{'
 		if !isJSON && !curlDefault {
-			return &problemError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-				title:  "Unsupported media type",
-				detail: fmt.Sprintf("the body must be JSON (Content-Type: application/json), not %q", ct)}
+			return problem.Errorf(problem.ErrMediaType, "the body must be JSON (Content-Type: application/json), not %q", ct)
 		}
 	}
 	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
@@ -167,85 +147,15 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		// struct pointer): it means the same as {}.
 		b = []byte("{}")
 	}
+	// The generated code binds the body as it was built to; this decode
+	// into the same type only validates it (unknown fields, types, one
+	// object), so that a 400 names the field at fault.
+	r.Body = io.NopCloser(bytes.NewReader(b))
 	op, _ := operationOf(r)
-	newBody, ok := bodyTypes[op.ID]
-	x := exchangeOf(r.Context())
-	if !ok || x == nil {
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		return nil
+	if v := api.NewRequestBody(op.ID); v != nil {
+		return decodeStrict(b, v)
 	}
-	v := newBody()
-	if err := decodeStrict(b, v); err != nil {
-		return err
-	}
-	// The generated code binds an empty object instead of decoding the
-	// body again (checkedBody); the handlers get this one (withBody).
-	x.body = v
-	r.Body = checkedBody{}
 	return nil
-}
-
-// checkedBody stands for a body checkBody decoded already. The generated
-// code's BindJSONBody binds its ValidatedValue (the hook kin-openapi
-// validators use), an empty object, instead of decoding JSON.
-type checkedBody struct{}
-
-var emptyObject = map[string]any{}
-
-func (checkedBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (checkedBody) Close() error             { return nil }
-func (checkedBody) ValidatedValue() any      { return emptyObject }
-
-// withBody gives each operation the body checkBody decoded, in place of
-// the empty one the generated code bound.
-func withBody(f api.StrictHandlerFunc, _ string) api.StrictHandlerFunc {
-	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
-		x := exchangeOf(ctx)
-		if x == nil || x.body == nil {
-			return f(ctx, w, r, request)
-		}
-		switch req := request.(type) {
-		case api.AcquireLockRequestObject:
-			req.Body = bodyAs[api.AcquireRequest](req.Body, x.body)
-			request = req
-		case api.HoldLockRequestObject:
-			req.Body = bodyAs[api.AcquireRequest](req.Body, x.body)
-			request = req
-		case api.RenewLockRequestObject:
-			req.Body = bodyAs[api.RenewRequest](req.Body, x.body)
-			request = req
-		case api.ReleaseLockRequestObject:
-			req.Body = bodyAs[api.ReleaseRequest](req.Body, x.body)
-			request = req
-		case api.ForceReleaseLockRequestObject:
-			req.Body = bodyAs[api.ForceReleaseRequest](req.Body, x.body)
-			request = req
-		case api.AcquireSemaphoreRequestObject:
-			req.Body = bodyAs[api.SemaphoreAcquireRequest](req.Body, x.body)
-			request = req
-		case api.HoldSemaphoreRequestObject:
-			req.Body = bodyAs[api.SemaphoreAcquireRequest](req.Body, x.body)
-			request = req
-		case api.RenewSemaphoreRequestObject:
-			req.Body = bodyAs[api.RenewRequest](req.Body, x.body)
-			request = req
-		case api.ReleaseSemaphoreRequestObject:
-			req.Body = bodyAs[api.ReleaseRequest](req.Body, x.body)
-			request = req
-		case api.ForceReleaseSemaphoreRequestObject:
-			req.Body = bodyAs[api.ForceReleaseRequest](req.Body, x.body)
-			request = req
-		}
-		return f(ctx, w, r, request)
-	}
-}
-
-// bodyAs is the body checkBody decoded, if it is a T.
-func bodyAs[T any](have *T, decoded any) *T {
-	if v, ok := decoded.(*T); ok {
-		return v
-	}
-	return have
 }
 
 // decodeStrict decodes one JSON object into v, naming the field at fault.

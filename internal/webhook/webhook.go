@@ -26,7 +26,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lockd/lockd/internal/lock"
-	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/internal/wire"
 )
 
 // Hook is one endpoint of the webhooks file.
@@ -554,7 +554,7 @@ func (d *Dispatcher) deliver(ctx context.Context, h endpoint, group, id string, 
 // within the timeout, is an error.
 func (d *Dispatcher) post(ctx context.Context, h endpoint, c lock.Change) error {
 	// The event stream's shape: a semaphore's name with kind semaphore.
-	body, err := json.Marshal(server.LockEventOf(c))
+	body, err := json.Marshal(wire.LockEventOf(c))
 	if err != nil {
 		return err
 	}

@@ -113,6 +113,18 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sub.Close()
+	// The lock keys, or the semaphores' names, under the prefix that the
+	// identity may see.
+	streamChanges(w, r, sub, func(key string) bool {
+		name, isSem := lock.SplitKey(key)
+		return isSem == sem && strings.HasPrefix(name, prefix) && id.Key.MayTouch(name)
+	})
+}
+
+// streamChanges writes sub's changes of the keys that keep takes, as
+// "change" events, until the browser leaves or the stream ends; a quiet
+// stream gets a heartbeat every liveHeartbeat.
+func streamChanges(w http.ResponseWriter, r *http.Request, sub *lock.Subscription, keep func(key string) bool) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -140,8 +152,7 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case err == nil:
-			name, isSem := lock.SplitKey(c.Key)
-			if isSem != sem || !strings.HasPrefix(name, prefix) || !id.MayTouch(name) {
+			if !keep(c.Key) {
 				continue
 			}
 			b, _ := json.Marshal(map[string]string{"key": c.Key, "type": c.Type})

@@ -100,9 +100,9 @@ const noKey = "\x00"
 func sessionIdentity(r *http.Request) identity {
 	s := signedInFrom(r.Context())
 	if s == nil {
-		return identity{Actor: "anonymous", Prefixes: []string{noKey}}
+		return identity{Actor: "anonymous", Key: auth.Key{Prefixes: []string{noKey}}}
 	}
-	return identity{Actor: s.key.Name, Admin: s.key.Can(auth.Admin), Prefixes: s.key.Prefixes}
+	return identity{Actor: s.key.Name, Admin: s.key.Can(auth.Admin), Key: s.key}
 }
 
 // viewer is who the page header says is signed in; nil with auth off.

@@ -643,29 +643,6 @@ func TestAuth_PrefixLimitedKey(t *testing.T) {
 	}
 }
 
-func TestListScope(t *testing.T) {
-	id := identity{Prefixes: []string{"ci:", "deploy:"}}
-	for _, tc := range []struct {
-		id           identity
-		prefix, scan string
-		filter, ok   bool
-	}{
-		{identity{}, "", "", false, true},
-		{identity{}, "x", "x", false, true},
-		{id, "", "", true, true},
-		{id, "ci:a", "ci:a", false, true},
-		{id, "c", "ci:", false, true},
-		{id, "d", "deploy:", false, true},
-		{id, "other", "", false, false},
-		{identity{Prefixes: []string{"ci:"}}, "", "ci:", false, true},
-	} {
-		scan, filter, ok := listScope(tc.id, tc.prefix)
-		if scan != tc.scan || filter != tc.filter || ok != tc.ok {
-			t.Errorf("listScope(%v, %q) = %q %v %v, want %q %v %v", tc.id.Prefixes, tc.prefix, scan, filter, ok, tc.scan, tc.filter, tc.ok)
-		}
-	}
-}
-
 func TestRequireLogin_Config(t *testing.T) {
 	d := NewDashboard(nil, zerolog.Nop())
 	if err := d.RequireLogin(Login{}); err == nil {

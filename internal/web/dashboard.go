@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/hlog"
 
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/problem"
@@ -44,22 +45,10 @@ type identity struct {
 	// Admin may force-release; without it the buttons are hidden and the
 	// form is refused.
 	Admin bool
-	// Prefixes limits the lock keys they may see and break; empty means
-	// every key.
-	Prefixes []string
-}
-
-// MayTouch reports whether the identity may see and act on lock key lk.
-func (i identity) MayTouch(lk string) bool {
-	if len(i.Prefixes) == 0 {
-		return true
-	}
-	for _, p := range i.Prefixes {
-		if strings.HasPrefix(lk, p) {
-			return true
-		}
-	}
-	return false
+	// Key's prefixes limit the lock keys and semaphore names they may see
+	// and break (auth.Key.MayTouch, ListScope); the zero Key may touch
+	// every one.
+	Key auth.Key
 }
 
 // identifyFunc tells who sends r. RequireLogin supplies one from the
@@ -223,11 +212,11 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*l
 		}
 		return v, http.StatusBadRequest
 	}
-	scan, filter, ok := listScope(id, prefix)
-	if !ok {
+	scan, filter, err := id.Key.ListScope(prefix)
+	if err != nil {
 		v := empty()
-		v.Error = "Your key may only see keys starting with " + strings.Join(id.Prefixes, ", ") + "."
-		v.Limited = id.Prefixes
+		v.Error = "Your key may only see keys starting with " + strings.Join(id.Key.Prefixes, ", ") + "."
+		v.Limited = id.Key.Prefixes
 		return v, http.StatusForbidden
 	}
 	list := d.engine.List
@@ -244,7 +233,7 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*l
 		// pager still leads on.
 		page.Locks = slices.DeleteFunc(page.Locks, func(s lock.State) bool {
 			name, _ := lock.SplitKey(s.Key)
-			return !id.MayTouch(name)
+			return !id.Key.MayTouch(name)
 		})
 	}
 	var v listView
@@ -253,35 +242,8 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*l
 	} else {
 		v = newListView(page, prefix, cursor, d.now(), id.Admin)
 	}
-	v.Limited = id.Prefixes
+	v.Limited = id.Key.Prefixes
 	return &v, http.StatusOK
-}
-
-// listScope is what to list for a prefix filter: the prefix itself when
-// the identity may see all of it; its one allowed prefix inside it; or the
-// prefix, filtered row by row, when several allowed prefixes are inside
-// it. ok is false when none is.
-func listScope(id identity, prefix string) (scan string, filter, ok bool) {
-	if len(id.Prefixes) == 0 {
-		return prefix, false, true
-	}
-	var inside []string
-	for _, p := range id.Prefixes {
-		if strings.HasPrefix(prefix, p) {
-			return prefix, false, true
-		}
-		if strings.HasPrefix(p, prefix) {
-			inside = append(inside, p)
-		}
-	}
-	switch len(inside) {
-	case 0:
-		return "", false, false
-	case 1:
-		return inside[0], false, true
-	default:
-		return prefix, true, true
-	}
 }
 
 func (d *Dashboard) detail(k kind) http.HandlerFunc {
@@ -490,7 +452,7 @@ func routeKey(r *http.Request) string {
 // mayTouch reports whether r may see the lock key or semaphore name, writing
 // a 403 page if not.
 func (d *Dashboard) mayTouch(w http.ResponseWriter, r *http.Request, k kind, name string) bool {
-	if d.identify(r).MayTouch(name) {
+	if d.identify(r).Key.MayTouch(name) {
 		return true
 	}
 	d.problem(w, r, http.StatusForbidden, "Not allowed", "Your API key may not see this "+k.noun()+": it is outside the key's prefixes.")

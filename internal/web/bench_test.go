@@ -22,7 +22,7 @@ import (
 // 100,000 live locks in Redis, whole (engine List + templ) through the
 // router, and fails when a page takes 200 ms or more on average.
 //
-//	go test ./web -run '^$' -bench ListPage -benchtime 50x
+//	go test ./internal/web -run '^$' -bench ListPage -benchtime 50x
 func BenchmarkListPage_100kLocks(b *testing.B) {
 	const n = 100_000
 	rdb := redistest.Start(b).Client(b)

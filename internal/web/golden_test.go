@@ -16,7 +16,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden.html")
 
 // TestListPage_Golden renders "/" from fixed lock states and compares the
 // HTML byte for byte, so that any change to the page shows up in review.
-// After an intended change: go test ./web -run Golden -update
+// After an intended change: go test ./internal/web -run Golden -update
 func TestListPage_Golden(t *testing.T) {
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	states := []lock.State{
@@ -65,7 +65,7 @@ func golden(t *testing.T, name string, got []byte) {
 		t.Fatalf("%v (run with -update to create it)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the rendered page; if the change is intended, run go test ./web -run Golden -update\ngot:\n%s", path, got)
+		t.Errorf("%s differs from the rendered page; if the change is intended, run go test ./internal/web -run Golden -update\ngot:\n%s", path, got)
 	}
 }
 

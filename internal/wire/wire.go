@@ -1,0 +1,108 @@
+// Package wire converts the engine's values (package lock) to the
+// contract's (package api): leases, states and events as the API, the
+// event stream and webhooks send them. It holds no policy: what a caller
+// may see is decided before a value gets here.
+//
+// Tokens: a Lease carries its token (it goes to the holder alone); a
+// State and a LockEvent never do. A semaphore's engine key
+// (lock.SemaphoreKey) is shown as the semaphore's name.
+package wire
+
+import (
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
+)
+
+// ModeOf is the mode of a grant on the wire. An engine that says none
+// (Redlock) grants locks exclusively and semaphores by permit.
+func ModeOf(m lock.Mode, semaphore bool) api.GrantMode {
+	switch {
+	case m != "":
+		return api.GrantMode(m)
+	case semaphore:
+		return api.GrantModePermit
+	default:
+		return api.GrantModeExclusive
+	}
+}
+
+// LeaseOf is a granted or renewed lease on the wire, token included: it
+// is the holder's answer.
+func LeaseOf(l lock.Lease) api.Lease {
+	name, sem := lock.SplitKey(l.Key)
+	out := api.Lease{
+		Key: name, Mode: ModeOf(l.Mode, sem), Owner: l.Owner, Token: l.Token, Fence: l.Fence, Count: l.Count,
+		TtlMs: l.TTL.Milliseconds(), AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt,
+	}
+	if sem {
+		out.Limit = ptr(l.Limit)
+	}
+	if l.Outcome == lock.Replayed {
+		out.Replayed = ptr(true)
+	}
+	return out
+}
+
+// StateOf is a live lock's or semaphore's state on the wire: its holders
+// and its queue, never a token.
+func StateOf(s lock.State) api.LockState {
+	name, sem := lock.SplitKey(s.Key)
+	out := api.LockState{
+		Key: name, Mode: ModeOf(s.Mode, sem), Owner: s.Owner, Fence: s.Fence, Count: s.Count,
+		TtlMs: s.TTL.Milliseconds(), RemainingMs: s.Remaining.Milliseconds(),
+		AcquiredAt: s.AcquiredAt, RenewedAt: s.RenewedAt, ExpiresAt: s.ExpiresAt,
+		Renewals: s.Renewals, Waiters: s.Waiters, AtRisk: s.AtRisk, HoldersTotal: ptr(s.HoldersTotal),
+		Holders: make([]api.Holder, 0, max(1, len(s.Holders))),
+		Queue:   make([]api.Queued, 0, len(s.Queue)),
+	}
+	if sem {
+		out.Limit = ptr(s.Limit)
+	}
+	holders := s.Holders
+	if len(holders) == 0 {
+		// An engine that lists no holders (Redlock) has one: the one
+		// the state describes.
+		holders = []lock.Holder{{Owner: s.Owner, Mode: s.Mode, Fence: s.Fence, Count: s.Count, TTL: s.TTL,
+			AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining}}
+	}
+	for _, h := range holders {
+		out.Holders = append(out.Holders, api.Holder{
+			Owner: h.Owner, Mode: ModeOf(h.Mode, sem), Fence: h.Fence, Count: h.Count, TtlMs: h.TTL.Milliseconds(),
+			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, RemainingMs: h.Remaining.Milliseconds(),
+		})
+	}
+	for _, q := range s.Queue {
+		out.Queue = append(out.Queue, api.Queued{Owner: q.Owner, Mode: ModeOf(q.Mode, sem), WaitingSince: q.WaitingSince})
+	}
+	return out
+}
+
+// LockEventOf is a change as the event stream and webhooks send it: never
+// a token. A semaphore's event carries its name as the key, and kind
+// semaphore.
+func LockEventOf(c lock.Change) api.LockEvent {
+	name, sem := lock.SplitKey(c.Key)
+	kind := api.LockEventKindLock
+	if sem {
+		kind = api.LockEventKindSemaphore
+	}
+	return api.LockEvent{
+		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: name, At: c.At,
+		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
+	}
+}
+
+// EventOf is an event of a key's history on the wire; a renewal carries
+// the time that was left.
+func EventOf(e lock.Event) api.Event {
+	out := api.Event{
+		Type: api.EventType(e.Type), At: e.At, Owner: e.Owner, Fence: e.Fence,
+		TtlMs: e.TTL.Milliseconds(), Count: e.Count, Actor: e.Actor, Reason: e.Reason,
+	}
+	if e.Type == string(api.Renewed) {
+		out.RemainingMs = ptr(e.Left.Milliseconds())
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
