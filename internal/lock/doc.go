@@ -22,9 +22,10 @@
 // hands the key straight to the next waiter when that one waits in the
 // same lockd, without another call. Waiters of one key in one process
 // queue locally in their Redis order and only the head retries, so a
-// release costs each process one retry, not one per waiter. One function
-// (hub.next) decides when a queue tries, so a queue with waiters always has
-// a try in flight, a timer pending or a subscription about to be confirmed.
+// release costs each process one retry, not one per waiter (the wait hub,
+// package wait). One function decides when a queue tries, so a queue with
+// waiters always has a try in flight, a timer pending or a subscription
+// about to be confirmed.
 //
 // Shared holds and semaphores keep their holders in the lease hash (one
 // field per holder, JSON) and a sorted set by expiry; each holder has its

@@ -217,7 +217,7 @@ func (e *Engine) sweepNode(ctx context.Context, t sweepTarget) (more bool, err e
 	}
 	lease := max(3*e.opts.SweepInterval, 500*time.Millisecond)
 	args := make([]any, 0, 10+2*len(notes)+len(buckets))
-	args = append(args, e.hub.id, lease.Milliseconds(), sweepBatch, e.opts.HistoryMax,
+	args = append(args, e.id, lease.Milliseconds(), sweepBatch, e.opts.HistoryMax,
 		e.opts.Retention.Milliseconds(), e.opts.EventsMax, relay, mode, len(notes))
 	for _, b := range notes {
 		args = append(args, b, 0) // due at once

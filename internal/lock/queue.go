@@ -93,7 +93,7 @@ func (e *Engine) alive(ctx context.Context, keys []string) error {
 	}
 	err := e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for b := range buckets {
-			e.scripts.alive.Run(ctx, p, []string{b + "replicas"}, e.hub.id, aliveFor.Milliseconds())
+			e.scripts.alive.Run(ctx, p, []string{b + "replicas"}, e.id, aliveFor.Milliseconds())
 		}
 		return nil
 	})

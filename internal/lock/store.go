@@ -36,8 +36,9 @@ type store interface {
 	RunAcked(ctx context.Context, s *redis.Script, acks int, timeout time.Duration, keys []string, args ...any) (any, int, error)
 	// Cmd runs plain commands, each on the node that owns its key.
 	Cmd() redis.Cmdable
-	// Subscribe opens this process's wake-up subscription.
-	Subscribe() subscription
+	// Subscribe opens this process's wake-up subscription, which tells l
+	// what it hears on the channels that names gives keys.
+	Subscribe(names channels, l listener) subscription
 	// Sharded says whether wake-ups travel by sharded pub/sub (SPUBLISH).
 	Sharded() bool
 	Ping(ctx context.Context) error
@@ -268,14 +269,14 @@ func (s *redisStore) masters(ctx context.Context) ([]*redis.Client, string, erro
 	return out, strings.Join(addrs, ","), nil
 }
 
-func (s *redisStore) Subscribe() subscription {
+func (s *redisStore) Subscribe(names channels, l listener) subscription {
 	if s.cluster != nil {
-		return newClusterSubscription(s.cluster)
+		return newClusterSubscription(s.cluster, names, l)
 	}
 	if c, ok := s.rdb.(*redis.Client); ok && s.sentinel != nil {
-		return newSentinelSubscription(c, s.sentinel)
+		return newSentinelSubscription(c, s.sentinel, names, l)
 	}
-	return newNodeSubscription(s.rdb)
+	return newNodeSubscription(s.rdb, names, l)
 }
 
 // slotOwner is one range of slots and the address of its master.
