@@ -32,9 +32,9 @@
 // own token, fence and TTL. A semaphore is the engine key "sem/<name>",
 // with its own keys, history, fences and queue.
 //
-// The lock semantics talk to Redis through a small store interface (store.go):
-// one implementation covers one server, Sentinel and Cluster, with wake-up
-// subscriptions that follow failovers and slot moves (subscribe.go). Redlock
+// The lock semantics talk to Redis through package store, which knows
+// nothing of locks: one Store covers one server, Sentinel or Cluster, with
+// wake-up subscriptions that follow failovers and slot moves. Redlock
 // (redlock.go) runs an Engine per independent master and decides by
 // majority, writing fences back so that they stay strictly increasing. The
 // restart quarantine (epoch.go) keeps a Redis that lost its data from

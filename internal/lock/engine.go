@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/lock/wait"
 )
 
@@ -93,7 +94,7 @@ const (
 // Engine grants, renews and releases leases on Redis. It is safe for
 // concurrent use; any number of engines (lockd replicas) may share a Redis.
 type Engine struct {
-	st store
+	st *store.Store
 
 	missedAcks atomic.Int64
 	epochs     epochs
@@ -161,7 +162,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = defaultSweepInterval
 	}
-	st := newRedisStore(rdb, opts.Sentinel)
+	st := store.New(rdb, opts.Sentinel)
 	e := &Engine{st: st, opts: opts, scripts: loadScripts(st.Sharded())}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -181,7 +182,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 		queueTTL:    (opts.MaxWait + time.Minute).Milliseconds(),
 	}
 	if st.Sharded() {
-		e.slotShared = make([]atomic.Pointer[sharedKeys], clusterSlots)
+		e.slotShared = make([]atomic.Pointer[sharedKeys], store.Slots)
 	} else {
 		e.shared[0] = e.newShared("")
 	}
@@ -1035,6 +1036,9 @@ func wrap(op string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("lock: %s: %w", op, err)
+	}
+	if errors.Is(err, store.ErrClosed) {
+		return fmt.Errorf("lock: %s: %w", op, ErrClosed)
 	}
 	if unavailable(err) {
 		return fmt.Errorf("lock: %s: %w: %w", op, ErrUnavailable, err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
 )
 
 // entrySlack is how long a waiter's entry outlives its wait in Redis: the
@@ -123,12 +125,12 @@ func (e *Engine) sharedOf(key string) *sharedKeys {
 	if e.slotShared == nil {
 		return e.shared[0]
 	}
-	slot := slotOf(key)
+	slot := store.SlotOf(key)
 	p := &e.slotShared[slot]
 	if sh := p.Load(); sh != nil {
 		return sh
 	}
-	sh := e.newShared(slotTags()[slot])
+	sh := e.newShared(store.SlotTags()[slot])
 	p.Store(sh)
 	return sh
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/lock/wait"
 )
 
@@ -83,9 +84,9 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	hc := hubConfig(r.opts)
 	hc.Listen = func(l wait.Listener) wait.Subscription {
 		// A wake-up from any master is a hint; the quorum decides.
-		subs := make(fanOut, len(clients))
-		for i, c := range clients {
-			subs[i] = newNodeSubscription(c, wakeChannels, l)
+		subs := make(fanOut, len(r.nodes))
+		for i, n := range r.nodes {
+			subs[i] = n.st.Subscribe(wakeChannels, l)
 		}
 		return subs
 	}
@@ -629,12 +630,12 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 			break
 		}
 		count := int64(max(limit-len(cands), 10) * 3)
-		batch, next, err := r.nodes[node].st.Scan(ctx, scanPos{Cursor: cur.Scan.Cursor}, match, count)
+		batch, next, err := r.nodes[node].st.Scan(ctx, store.ScanPos{Cursor: cur.Scan.Cursor}, match, count)
 		scanned += count
 		if err != nil {
 			// A master that does not answer is skipped: every key a
 			// majority holds is on another one too.
-			next = scanPos{Done: true}
+			next = store.ScanPos{Done: true}
 		}
 		slices.Sort(batch)
 		for _, rk := range batch {
@@ -642,9 +643,9 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 				cands = append(cands, found{k, node})
 			}
 		}
-		cur.Scan = scanPos{Node: node, Cursor: next.Cursor}
+		cur.Scan = store.ScanPos{Node: node, Cursor: next.Cursor}
 		if next.Done {
-			cur.Scan = scanPos{Node: node + 1}
+			cur.Scan = store.ScanPos{Node: node + 1}
 		}
 		cur.Scan.Done = cur.Scan.Node >= len(r.nodes)
 	}
@@ -744,7 +745,7 @@ func (r *Redlock) Recovering() time.Duration {
 
 // fanOut is one subscription over several masters' subscriptions, which
 // all tell the same listener.
-type fanOut []subscription
+type fanOut []store.Subscription
 
 // Subscribe subscribes on every master; it fails only when all of them do.
 func (f fanOut) Subscribe(ctx context.Context, key string) error {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/lock/wait"
 )
 
@@ -54,9 +55,9 @@ func renewedFor(payload string) (time.Duration, bool) {
 }
 
 // wakeChannels names a key's wake-up channel, and reads the key back.
-var wakeChannels = channels{
-	of:  func(key string) string { return keysOf(key).wake },
-	key: keyOfChannel,
+var wakeChannels = store.Channels{
+	Of:  func(key string) string { return keysOf(key).wake },
+	Key: keyOfChannel,
 }
 
 // fromHub turns the hub's own errors into the engine's.

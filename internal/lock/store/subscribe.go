@@ -1,4 +1,4 @@
-package lock
+package store
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// noticeKind says what a PubSub's message tells the listener.
+// noticeKind says what a PubSub's message tells the Listener.
 type noticeKind int
 
 const (
@@ -35,18 +35,25 @@ type notice struct {
 	payload string
 }
 
-// subscription is a process's wake-up subscription, one channel per key
-// that has local waiters. It tells its listener what it hears, by key, and
-// follows the topology by itself: after a move the listener hears Reset and
-// re-checks every waiting key.
-type subscription interface {
+// Subscription is a process's wake-up subscription, one channel per key
+// that has waiters. It tells its Listener what it hears, by key, and
+// follows the topology by itself: after a move the Listener hears Reset
+// and re-checks every waiting key.
+type Subscription interface {
+	// Subscribe subscribes to the key's channel; the Listener hears
+	// Subscribed when Redis confirms it. It may answer an error and
+	// subscribe later (go-redis subscribes again when it reconnects).
 	Subscribe(ctx context.Context, key string) error
+	// Unsubscribe drops the keys' channels.
 	Unsubscribe(ctx context.Context, keys ...string) error
+	// Close ends the subscription: the Listener hears nothing after it.
 	Close() error
 }
 
-// listener hears what a subscription receives (the wait hub).
-type listener interface {
+// Listener hears what a Subscription receives, by key (lockd's wait hub).
+// Its methods are called from the subscription's own goroutines, and must
+// not block.
+type Listener interface {
 	// Subscribed: Redis confirmed the subscription to the key's channel;
 	// messages before it may have been missed.
 	Subscribed(key string)
@@ -58,26 +65,27 @@ type listener interface {
 	Reset()
 }
 
-// channels names the channel of a key's wake-ups, and reads the key back
-// from a channel's name ("" for a channel that is no key's).
-type channels struct {
-	of  func(key string) string
-	key func(channel string) string
+// Channels names the channel of a key's wake-ups (Of), and reads the key
+// back from a channel's name (Key: "" for a channel that is no key's). On
+// a Cluster the channel must hash to the key's slot.
+type Channels struct {
+	Of  func(key string) string
+	Key func(channel string) string
 }
 
 // all is the channels of keys.
-func (c channels) all(keys []string) []string {
+func (c Channels) all(keys []string) []string {
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = c.of(k)
+		out[i] = c.Of(k)
 	}
 	return out
 }
 
-// ear tells a listener what a PubSub received, by key.
+// ear tells a Listener what a PubSub received, by key.
 type ear struct {
-	l     listener
-	names channels
+	l     Listener
+	names Channels
 }
 
 func (e ear) hear(nt notice) {
@@ -85,11 +93,11 @@ func (e ear) hear(nt notice) {
 	case noticeReset:
 		e.l.Reset()
 	case noticeSubscribed:
-		if key := e.names.key(nt.channel); key != "" {
+		if key := e.names.Key(nt.channel); key != "" {
 			e.l.Subscribed(key)
 		}
 	case noticeMessage:
-		if key := e.names.key(nt.channel); key != "" {
+		if key := e.names.Key(nt.channel); key != "" {
 			e.l.Message(key, nt.payload)
 		}
 	}
@@ -109,7 +117,7 @@ type nodeSubscription struct {
 	wg     sync.WaitGroup
 }
 
-func newNodeSubscription(rdb redis.UniversalClient, names channels, l listener) *nodeSubscription {
+func newNodeSubscription(rdb redis.UniversalClient, names Channels, l Listener) *nodeSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &nodeSubscription{ear: ear{l, names}, ctx: ctx, cancel: cancel}
 	n.ps = rdb.Subscribe(ctx)
@@ -124,7 +132,7 @@ func newNodeSubscription(rdb redis.UniversalClient, names channels, l listener) 
 func (n *nodeSubscription) Subscribe(ctx context.Context, key string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.ps.Subscribe(ctx, n.names.of(key))
+	return n.ps.Subscribe(ctx, n.names.Of(key))
 }
 
 func (n *nodeSubscription) Unsubscribe(ctx context.Context, keys ...string) error {
@@ -231,7 +239,7 @@ type sentinelSubscription struct {
 // it missed a +switch-master (a sentinel's connection was down).
 const masterPoll = 250 * time.Millisecond
 
-func newSentinelSubscription(rdb *redis.Client, sentinel *Sentinel, names channels, l listener) *sentinelSubscription {
+func newSentinelSubscription(rdb *redis.Client, sentinel *Sentinel, names Channels, l Listener) *sentinelSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &sentinelSubscription{
 		sentinel: sentinel, data: rdb.Options(), ear: ear{l, names},
@@ -257,7 +265,7 @@ func newSentinelSubscription(rdb *redis.Client, sentinel *Sentinel, names channe
 }
 
 func (s *sentinelSubscription) Subscribe(ctx context.Context, key string) error {
-	channel := s.names.of(key)
+	channel := s.names.Of(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.wanted[channel] = true
@@ -398,7 +406,7 @@ func (s *sentinelSubscription) master() (string, error) {
 		}
 	}
 	if best.addr == "" {
-		return "", fmt.Errorf("lock: no sentinel answered for %s", s.sentinel.MasterName)
+		return "", fmt.Errorf("store: no sentinel answered for %s", s.sentinel.MasterName)
 	}
 	return best.addr, nil
 }
@@ -493,7 +501,7 @@ const (
 	unconfirmedAfter = 200 * time.Millisecond
 )
 
-func newClusterSubscription(rdb *redis.ClusterClient, names channels, l listener) *clusterSubscription {
+func newClusterSubscription(rdb *redis.ClusterClient, names Channels, l Listener) *clusterSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &clusterSubscription{
 		rdb: rdb, ear: ear{l, names},
@@ -506,7 +514,7 @@ func newClusterSubscription(rdb *redis.ClusterClient, names channels, l listener
 }
 
 func (c *clusterSubscription) Subscribe(ctx context.Context, key string) error {
-	channel := c.names.of(key)
+	channel := c.names.Of(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.home[channel] = ""
@@ -626,7 +634,7 @@ func (c *clusterSubscription) rehome() bool {
 	slots := c.freshSlots(ctx)
 	moved := false
 	for ch, addr := range c.home {
-		owner := ownerIn(slots, slotOf(ch))
+		owner := ownerIn(slots, SlotOf(ch))
 		if owner == "" {
 			node, err := c.rdb.MasterForKey(ctx, ch)
 			if err != nil {
