@@ -25,6 +25,7 @@ import (
 	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/server"
 	"github.com/lockd/lockd/internal/web"
 	"github.com/lockd/lockd/internal/webhook"
@@ -454,15 +455,15 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 	stop := func() {}
 	var t topology
 	if url == "" && cfg.redlock == "" {
-		store, err := embedded.Start()
+		emb, err := embedded.Start()
 		if err != nil {
 			return topology{}, nil, err
 		}
-		stop = store.Close
+		stop = emb.Close
 		// No port: the client dials the store over in-memory pipes, so no
 		// other process can reach it (an open Redis would bypass API keys).
-		opts := &redis.Options{Addr: "embedded", Dialer: store.Dial}
-		lock.TuneClient(opts)
+		opts := &redis.Options{Addr: "embedded", Dialer: emb.Dial}
+		store.TuneClient(opts)
 		t = topology{kind: "embedded", client: redis.NewClient(opts), addrs: []string{"in-process"}}
 		log.Warn().Msg("no --redis given: using the EMBEDDED in-process store. Locks are NOT shared with other " +
 			"lockd processes and are LOST when lockd stops. For real use: lockd serve --redis redis://host:6379/0")

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 )
 
 // topology is a parsed --redis URL: the client for its scheme and what the
@@ -154,7 +155,7 @@ func openTopology(raw string, creds credentials) (topology, error) {
 			SentinelUsername: creds.sentinelUser, SentinelPassword: creds.sentinelPassword,
 			Username: u.user, Password: u.password, DB: db, TLSConfig: tlsConfig(u.tls),
 		}
-		lock.TuneFailover(opts)
+		store.TuneFailover(opts)
 		return topology{
 			kind: "sentinel", client: redis.NewFailoverClient(opts), addrs: u.addrs, tls: u.tls,
 			// The engine asks the sentinels for the master itself too
@@ -172,7 +173,7 @@ func openTopology(raw string, creds credentials) (topology, error) {
 			return topology{}, fmt.Errorf("a cluster has only database 0")
 		}
 		opts := &redis.ClusterOptions{Addrs: u.addrs, Username: u.user, Password: u.password, TLSConfig: tlsConfig(u.tls)}
-		lock.TuneCluster(opts)
+		store.TuneCluster(opts)
 		return topology{kind: "cluster", client: redis.NewClusterClient(opts), addrs: u.addrs, tls: u.tls}, nil
 	default:
 		opts, err := redis.ParseURL(raw)
@@ -187,7 +188,7 @@ func openTopology(raw string, creds credentials) (topology, error) {
 		if opts.Password == "" {
 			opts.Password = creds.password
 		}
-		lock.TuneClient(opts)
+		store.TuneClient(opts)
 		return topology{kind: "redis", client: redis.NewClient(opts), addrs: []string{opts.Addr}, tls: opts.TLSConfig != nil}, nil
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -93,7 +94,7 @@ func BenchmarkReplicaAcks(b *testing.B) {
 	for _, acks := range []int{0, 1} {
 		b.Run("acks="+string(rune('0'+acks)), func(b *testing.B) {
 			opts := &redis.Options{Addr: master.Addr}
-			lock.TuneClient(opts)
+			store.TuneClient(opts)
 			rdb := redis.NewClient(opts)
 			e := lock.New(rdb, lock.Options{ReplicaAcks: acks, ReplicaAckTimeout: time.Second})
 			b.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -19,7 +20,7 @@ import (
 func benchEngine(b *testing.B) (*lock.Engine, *atomic.Int64) {
 	srv := redistest.Start(b)
 	opts := &redis.Options{Addr: srv.Addr, PoolSize: 64}
-	lock.TuneClient(opts)
+	store.TuneClient(opts)
 	rdb := redis.NewClient(opts)
 	n := &redistest.Counter{}
 	rdb.AddHook(n)
@@ -100,7 +101,7 @@ func BenchmarkWakeUpReusedKey(b *testing.B) {
 	srv := redistest.Start(b)
 	client := func() *redis.Client {
 		opts := &redis.Options{Addr: srv.Addr}
-		lock.TuneClient(opts)
+		store.TuneClient(opts)
 		c := redis.NewClient(opts)
 		b.Cleanup(func() { _ = c.Close() })
 		return c

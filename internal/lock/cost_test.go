@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -23,7 +24,7 @@ import (
 func BenchmarkRedisCostPerOp(b *testing.B) {
 	srv := redistest.Start(b)
 	opts := &redis.Options{Addr: srv.Addr}
-	lock.TuneClient(opts)
+	store.TuneClient(opts)
 	rdb := redis.NewClient(opts)
 	admin := srv.Client(b)
 	e := lock.New(rdb, lock.Options{})
@@ -126,7 +127,7 @@ func BenchmarkCyclesOnRedis(b *testing.B) {
 		b.Skip("LOCKD_BENCH_REDIS is not set")
 	}
 	opts := &redis.Options{Addr: addr}
-	lock.TuneClient(opts)
+	store.TuneClient(opts)
 	// Under valgrind Redis runs some 50 times slower.
 	opts.ReadTimeout, opts.WriteTimeout = 30*time.Second, 30*time.Second
 	rdb := redis.NewClient(opts)
@@ -190,7 +191,7 @@ func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64, per
 func BenchmarkMemoryPerUsedKey(b *testing.B) {
 	srv := redistest.Start(b)
 	opts := &redis.Options{Addr: srv.Addr}
-	lock.TuneClient(opts)
+	store.TuneClient(opts)
 	rdb := redis.NewClient(opts)
 	admin := srv.Client(b)
 	e := lock.New(rdb, lock.Options{})

@@ -24,18 +24,19 @@
 // hands the key straight to the next waiter when that one waits in the
 // same lockd, without another call. Waiters of one key in one process
 // queue locally in their Redis order and only the head retries, so a
-// release costs each process one retry, not one per waiter. One function
-// (hub.next) decides when a queue tries, so a queue with waiters always has
-// a try in flight, a timer pending or a subscription about to be confirmed.
+// release costs each process one retry, not one per waiter (the wait hub,
+// package wait). One function decides when a queue tries, so a queue with
+// waiters always has a try in flight, a timer pending or a subscription
+// about to be confirmed.
 //
 // Shared holds and semaphores keep their holders in the lease hash (one
 // field per holder, JSON) and a sorted set by expiry; each holder has its
 // own token, fence and TTL. A semaphore is the engine key "sem/<name>",
 // with its own keys, history, fences and queue.
 //
-// The lock semantics talk to Redis through a small store interface (store.go):
-// one implementation covers one server, Sentinel and Cluster, with wake-up
-// subscriptions that follow failovers and slot moves (subscribe.go). Redlock
+// The lock semantics talk to Redis through package store, which knows
+// nothing of locks: one Store covers one server, Sentinel or Cluster, with
+// wake-up subscriptions that follow failovers and slot moves. Redlock
 // (redlock.go) runs an Engine per independent master and decides by
 // majority, writing fences back so that they stay strictly increasing. The
 // restart quarantine (epoch.go) keeps a Redis that lost its data from

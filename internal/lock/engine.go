@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
+	"github.com/lockd/lockd/internal/lock/wait"
 )
 
 // Options tune the engine. Zero values take the defaults.
@@ -91,7 +94,7 @@ const (
 // Engine grants, renews and releases leases on Redis. It is safe for
 // concurrent use; any number of engines (lockd replicas) may share a Redis.
 type Engine struct {
-	st store
+	st *store.Store
 
 	missedAcks atomic.Int64
 	epochs     epochs
@@ -100,8 +103,9 @@ type Engine struct {
 	closeOnce  sync.Once
 	opts       Options
 	scripts    scripts
-	hub        *hub
-	feed       *feed // the event stream's readers in this process (events.go)
+	hub        *wait.Hub[Lease]
+	id         string // this process, in the queues and sweeper leases in Redis
+	feed       *feed  // the event stream's readers in this process (events.go)
 	sweeper    sweeper
 	leaving    sync.WaitGroup // leave calls in flight
 	leaveMu    sync.Mutex
@@ -163,31 +167,27 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = defaultSweepInterval
 	}
-	st := newRedisStore(rdb, opts.Sentinel)
+	st := store.New(rdb, opts.Sentinel)
 	e := &Engine{st: st, opts: opts, scripts: loadScripts(st.Sharded())}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	e.epochs.seed = hex.EncodeToString(id[:])
-	e.hub = newHub(hubConfig{
-		id:        hex.EncodeToString(id[:]),
-		sub:       st.Subscribe(),
-		wakeOf:    func(key string) string { return keysOf(key).wake },
-		alive:     e.alive,
-		bound:     opts.CallTimeout,
-		maxTotal:  opts.MaxWaiters,
-		maxPerKey: opts.MaxWaitersPerKey,
-	})
+	e.id = hex.EncodeToString(id[:])
+	hc := hubConfig(opts)
+	hc.Listen = func(l wait.Listener) wait.Subscription { return st.Subscribe(wakeChannels, l) }
+	hc.Alive = e.alive
+	e.hub = wait.New(hc)
 	e.arg = args{
 		historyMax:  opts.HistoryMax,
 		retention:   opts.Retention.Milliseconds(),
 		eventsMax:   opts.EventsMax,
 		renewalsMax: opts.RenewalsMax,
-		replica:     e.hub.id,
+		replica:     e.id,
 		alive:       aliveFor.Milliseconds(),
 		queueTTL:    (opts.MaxWait + time.Minute).Milliseconds(),
 	}
 	if st.Sharded() {
-		e.slotShared = make([]atomic.Pointer[sharedKeys], clusterSlots)
+		e.slotShared = make([]atomic.Pointer[sharedKeys], store.Slots)
 	} else {
 		e.shared[0] = e.newShared("")
 	}
@@ -212,7 +212,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 // Close wakes every waiting caller with ErrClosed and stops the hub. It does
 // not close the Redis client, which the caller owns.
 func (e *Engine) Close() error {
-	e.hub.close()
+	e.hub.Close()
 	e.leaveMu.Lock()
 	e.closing = true
 	e.leaveMu.Unlock()
@@ -232,7 +232,7 @@ func (e *Engine) Ping(ctx context.Context) error {
 }
 
 // Waiters is the number of callers now waiting in this process.
-func (e *Engine) Waiters() int { return e.hub.waiting() }
+func (e *Engine) Waiters() int { return e.hub.Waiting() }
 
 // Outcome says how an acquire succeeded.
 type Outcome string
@@ -306,7 +306,7 @@ func (e *Engine) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 	if err != nil {
 		return Lease{}, err
 	}
-	seen := e.hub.watch(key)
+	seen := e.hub.Watch(key)
 	lease, err := e.try(ctx, key, req, token, want, en)
 	if err == nil || !waitable(err) {
 		return lease, err
@@ -342,7 +342,7 @@ func waitable(err error) bool {
 // queue waits in the hub. Every try of one waiter uses the same token, so a
 // try whose answer was lost (a timeout after Redis granted) is found again
 // by the next one instead of blocking the key until its TTL ends.
-func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, token, want string, en *entry, seen watch, first error) (Lease, error) {
+func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, token, want string, en *entry, seen wait.Seen, first error) (Lease, error) {
 	try := func(ctx context.Context) (Lease, error) {
 		return e.try(ctx, key, req, token, want, en)
 	}
@@ -352,13 +352,14 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 		defer cancel()
 		_, _ = e.Release(rctx, key, l.Token, req.Actor)
 	}
-	return e.hub.wait(ctx, key, time.Now().Add(req.Wait), waitSpec{
-		try:   try,
-		undo:  undo,
-		leave: func() { e.leave(key, en.id) },
-		id:    en.id,
-		place: en.placed,
+	lease, err := e.hub.Wait(ctx, key, time.Now().Add(req.Wait), wait.Waiter[Lease]{
+		Try:   try,
+		Undo:  undo,
+		Leave: func() { e.leave(key, en.id) },
+		ID:    en.id,
+		Place: en.placed,
 	}, seen, first)
+	return lease, fromHub(err)
 }
 
 // try modes: take a free key, or only look (re-entry, idempotent replay,
@@ -592,7 +593,7 @@ func (e *Engine) Release(ctx context.Context, key, token, actor string) (Release
 	// The key went to a waiter of this process; should it have gone
 	// meanwhile, the key is given back (and may go to the next one),
 	// unless the waiter's own try took it in the meantime.
-	for next != nil && !e.hub.handOff(key, next.waiter, next.lease) {
+	for next != nil && !e.hub.HandOff(key, next.waiter, next.lease) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.CallTimeout)
 		_, next, _ = e.release(rctx, key, next.lease.Token, next.actor, true)
 		cancel()
@@ -1043,6 +1044,9 @@ func wrap(op string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("lock: %s: %w", op, err)
+	}
+	if errors.Is(err, store.ErrClosed) {
+		return fmt.Errorf("lock: %s: %w", op, ErrClosed)
 	}
 	if unavailable(err) {
 		return fmt.Errorf("lock: %s: %w: %w", op, ErrUnavailable, err)

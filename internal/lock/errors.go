@@ -41,6 +41,21 @@ var (
 	ErrModeMismatch = errors.New("lock: re-entry with another mode than the lease's")
 	// ErrInvalidCursor means a list cursor was not one this engine handed out.
 	ErrInvalidCursor = errors.New("lock: invalid cursor")
+	// ErrLimitMismatch means a semaphore acquire asked for another limit
+	// than the one its holders hold it with.
+	ErrLimitMismatch = errors.New("lock: the semaphore is held with another limit")
+	// ErrUnsupported means the engine cannot do what was asked (shared
+	// holds, semaphores and the event stream are not available with
+	// Redlock).
+	ErrUnsupported = errors.New("lock: not supported by this engine")
+	// ErrNoSemaphores is Redlock's ErrUnsupported for any semaphore
+	// operation, the list included: an empty list or a 404 would read as
+	// "no semaphore is in use".
+	ErrNoSemaphores = fmt.Errorf("%w: Redlock has no semaphores: they need one Redis, Sentinel or Cluster", ErrUnsupported)
+	// ErrNoEventStream is Redlock's ErrUnsupported for the event stream:
+	// each master records only the events it took part in, failed
+	// attempts included, so no one stream has them all, or only true ones.
+	ErrNoEventStream = fmt.Errorf("%w: Redlock has no event stream: it needs one Redis, Sentinel or Cluster", ErrUnsupported)
 )
 
 // HeldError says who holds a key and for how long.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
 )
 
 // Prompt expiry. Redis forgets a lease when its TTL ends, but says nothing:
@@ -23,7 +25,7 @@ import (
 // `lockd:expiries` (member: the lock key, score: expiry in Redis ms), in the
 // same call: no extra round trip. On a Cluster a script may only touch keys
 // of its own slot, so there each slot has its own schedule
-// (`lockd:{<slot tag>}:expiries`, the tag from slotTags).
+// (`lockd:{<slot tag>}:expiries`, the tag from store.SlotTags).
 //
 // Each lockd runs a sweeper: every SweepInterval (250 ms) one script per
 // master (sweep.lua) reads the entries that are due, and for each lease
@@ -75,7 +77,7 @@ func (e *Engine) OnLapse(f LapseFunc) {
 // outbox. On a Cluster the bucket is key's slot.
 func (e *Engine) bucket(key string) string {
 	if e.st.Sharded() {
-		return keyPrefix + "{" + slotTags()[slotOf(key)] + "}:"
+		return keyPrefix + "{" + store.SlotTags()[store.SlotOf(key)] + "}:"
 	}
 	return keyPrefix
 }
@@ -217,7 +219,7 @@ func (e *Engine) sweepNode(ctx context.Context, t sweepTarget) (more bool, err e
 	}
 	lease := max(3*e.opts.SweepInterval, 500*time.Millisecond)
 	args := make([]any, 0, 10+2*len(notes)+len(buckets))
-	args = append(args, e.hub.id, lease.Milliseconds(), sweepBatch, e.opts.HistoryMax,
+	args = append(args, e.id, lease.Milliseconds(), sweepBatch, e.opts.HistoryMax,
 		e.opts.Retention.Milliseconds(), e.opts.EventsMax, relay, mode, len(notes))
 	for _, b := range notes {
 		args = append(args, b, 0) // due at once
@@ -269,8 +271,7 @@ func (e *Engine) lapsed(v any, now time.Time) {
 // Sentinel's master) with the single bucket, or each Cluster master with
 // its slots.
 func (e *Engine) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
-	rs, ok := e.st.(*redisStore)
-	if !ok || rs.cluster == nil {
+	if !e.st.Sharded() {
 		return []sweepTarget{{node: e.st.Cmd(), buckets: []string{keyPrefix}}}, nil
 	}
 	e.sweeper.mu.Lock()
@@ -278,40 +279,26 @@ func (e *Engine) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
 	if e.sweeper.targets != nil && time.Since(e.sweeper.at) < targetsTTL {
 		return e.sweeper.targets, nil
 	}
-	shards, err := rs.cluster.ClusterShards(ctx).Result()
+	masters, err := e.st.Masters(ctx)
 	if err != nil {
 		return nil, err
 	}
-	nodes := map[string]*redis.Client{}
-	var mu sync.Mutex
-	err = rs.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		mu.Lock()
-		nodes[c.Options().Addr] = c
-		mu.Unlock()
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	byAddr := map[string][]string{}
 	owner := map[string]string{}
-	tags := slotTags()
-	for _, s := range slotOwners(shards) {
-		addr := s.addr
-		for slot := s.start; slot <= s.end; slot++ {
-			b := keyPrefix + "{" + tags[slot] + "}:"
-			byAddr[addr] = append(byAddr[addr], b)
-			owner[b] = addr
+	tags := store.SlotTags()
+	targets := make([]sweepTarget, 0, len(masters))
+	for _, m := range masters {
+		var buckets []string
+		for _, r := range m.Slots {
+			for slot := r.Start; slot <= r.End; slot++ {
+				b := keyPrefix + "{" + tags[slot] + "}:"
+				buckets = append(buckets, b)
+				owner[b] = m.Addr
+			}
 		}
-	}
-	targets := make([]sweepTarget, 0, len(byAddr))
-	for addr, buckets := range byAddr {
-		if c := nodes[addr]; c != nil {
-			// The first bucket by name is home: every lockd picks the same one,
-			// and it stays while the master keeps that slot.
-			slices.Sort(buckets)
-			targets = append(targets, sweepTarget{addr: addr, node: c, buckets: buckets})
-		}
+		// The first bucket by name is home: every lockd picks the same one,
+		// and it stays while the master keeps that slot.
+		slices.Sort(buckets)
+		targets = append(targets, sweepTarget{addr: m.Addr, node: m.Node, buckets: buckets})
 	}
 	e.sweeper.targets, e.sweeper.owner, e.sweeper.at = targets, owner, time.Now()
 	return targets, nil

@@ -1,8 +1,6 @@
 package lock
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 )
@@ -63,21 +61,3 @@ type Queued struct {
 	Mode         Mode
 	WaitingSince time.Time
 }
-
-var (
-	// ErrLimitMismatch means a semaphore acquire asked for another limit
-	// than the one its holders hold it with.
-	ErrLimitMismatch = errors.New("lock: the semaphore is held with another limit")
-	// ErrUnsupported means the engine cannot do what was asked (shared
-	// holds, semaphores and the event stream are not available with
-	// Redlock).
-	ErrUnsupported = errors.New("lock: not supported by this engine")
-	// ErrNoSemaphores is Redlock's ErrUnsupported for any semaphore
-	// operation, the list included: an empty list or a 404 would read as
-	// "no semaphore is in use".
-	ErrNoSemaphores = fmt.Errorf("%w: Redlock has no semaphores: they need one Redis, Sentinel or Cluster", ErrUnsupported)
-	// ErrNoEventStream is Redlock's ErrUnsupported for the event stream:
-	// each master records only the events it took part in, failed
-	// attempts included, so no one stream has them all, or only true ones.
-	ErrNoEventStream = fmt.Errorf("%w: Redlock has no event stream: it needs one Redis, Sentinel or Cluster", ErrUnsupported)
-)

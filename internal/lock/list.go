@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
 )
 
 // Page is one page of live locks.
@@ -38,8 +40,8 @@ const (
 // than its prefixes is filtered row by row after List), so the cursor is
 // handed out encrypted: it reveals nothing, and a forged one is refused.
 type cursor struct {
-	Scan    scanPos  `json:"w"`
-	Pending []string `json:"p,omitempty"`
+	Scan    store.ScanPos `json:"w"`
+	Pending []string      `json:"p,omitempty"`
 }
 
 // List returns up to limit live locks whose key starts with prefix, walking

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
 )
 
 // entrySlack is how long a waiter's entry outlives its wait in Redis: the
@@ -93,7 +95,7 @@ func (e *Engine) alive(ctx context.Context, keys []string) error {
 	}
 	err := e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for b := range buckets {
-			e.scripts.alive.Run(ctx, p, []string{b + "replicas"}, e.hub.id, aliveFor.Milliseconds())
+			e.scripts.alive.Run(ctx, p, []string{b + "replicas"}, e.id, aliveFor.Milliseconds())
 		}
 		return nil
 	})
@@ -123,12 +125,12 @@ func (e *Engine) sharedOf(key string) *sharedKeys {
 	if e.slotShared == nil {
 		return e.shared[0]
 	}
-	slot := slotOf(key)
+	slot := store.SlotOf(key)
 	p := &e.slotShared[slot]
 	if sh := p.Load(); sh != nil {
 		return sh
 	}
-	sh := e.newShared(slotTags()[slot])
+	sh := e.newShared(store.SlotTags()[slot])
 	p.Store(sh)
 	return sh
 }

@@ -4,9 +4,15 @@ import (
 	"context"
 )
 
-// readyKey is written by Ready. It is outside every lock's key space
-// (lockd:{KEY}:…), so no listing or script ever sees it.
-const readyKey = "lockd:readyz"
+// readyKey is written by Ready: on a Cluster one per master, in one of its
+// slots (tag). It is outside every lock's key space (lockd:{KEY}:…), so no
+// listing or script ever sees it.
+func readyKey(tag string) string {
+	if tag == "" {
+		return keyPrefix + "readyz"
+	}
+	return keyPrefix + "{" + tag + "}:readyz"
+}
 
 // Ready reports whether Redis can grant right now: it answers, and it
 // takes a write. A PING alone answers on a read-only replica, on a server
@@ -19,5 +25,5 @@ func (e *Engine) Ready(ctx context.Context) error {
 	if left := e.Recovering(); left > 0 {
 		return &RecoveringError{Remaining: left}
 	}
-	return wrap("ready", e.st.Writable(ctx))
+	return wrap("ready", e.st.Writable(ctx, readyKey))
 }

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
+	"github.com/lockd/lockd/internal/lock/wait"
 )
 
 // Redlock grants leases on N independent Redis masters (no replication
@@ -40,7 +43,8 @@ type Redlock struct {
 	nodes  []*Engine
 	quorum int
 	opts   Options
-	hub    *hub
+	hub    *wait.Hub[Lease]
+	id     string // this process, in the Redlock sweeper lease
 	lapses *lapseTally
 	stop   chan struct{} // ends sweepLoop
 	swept  sync.WaitGroup
@@ -64,12 +68,10 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	// (redlock_sweep.go).
 	opts.NoSweep = true
 	r := &Redlock{quorum: len(clients)/2 + 1, stop: make(chan struct{})}
-	subs := make([]subscription, len(clients))
-	for i, c := range clients {
+	for _, c := range clients {
 		n := New(c, opts)
 		n.redlockMaster = "1"
 		r.nodes = append(r.nodes, n)
-		subs[i] = newNodeSubscription(c)
 	}
 	r.opts = r.nodes[0].opts // with the defaults
 	r.lapses = newLapseTally(r.quorum, len(r.nodes), 2*r.opts.CallTimeout+4*r.opts.SweepInterval)
@@ -80,14 +82,17 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	r.hub = newHub(hubConfig{
-		id:        hex.EncodeToString(id[:]),
-		sub:       newFanIn(subs),
-		wakeOf:    func(key string) string { return keysOf(key).wake },
-		bound:     r.opts.CallTimeout,
-		maxTotal:  r.opts.MaxWaiters,
-		maxPerKey: r.opts.MaxWaitersPerKey,
-	})
+	r.id = hex.EncodeToString(id[:])
+	hc := hubConfig(r.opts)
+	hc.Listen = func(l wait.Listener) wait.Subscription {
+		// A wake-up from any master is a hint; the quorum decides.
+		subs := make(fanOut, len(r.nodes))
+		for i, n := range r.nodes {
+			subs[i] = n.st.Subscribe(wakeChannels, l)
+		}
+		return subs
+	}
+	r.hub = wait.New(hc)
 	if sweep {
 		r.swept.Add(1)
 		go func() {
@@ -102,7 +107,7 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 // the engines.
 func (r *Redlock) Close() error {
 	r.closed.Do(func() {
-		r.hub.close()
+		r.hub.Close()
 		close(r.stop)
 		r.swept.Wait()
 		for _, n := range r.nodes {
@@ -113,7 +118,7 @@ func (r *Redlock) Close() error {
 }
 
 // Waiters is the number of callers now waiting in this process.
-func (r *Redlock) Waiters() int { return r.hub.waiting() }
+func (r *Redlock) Waiters() int { return r.hub.Waiting() }
 
 // perNode bounds one master's part of an operation: about 1 % of the TTL
 // (the Redis page's advice: small against the TTL), at least 10 ms, at most
@@ -183,9 +188,9 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 	if req.Wait <= 0 || req.Token != "" {
 		return r.try(ctx, key, req, token, grantFree)
 	}
-	seen := r.hub.watch(key)
+	seen := r.hub.Watch(key)
 	mode := grantFree
-	if seen.queued {
+	if seen.Queued() {
 		if req.IdempotencyKey == "" {
 			return r.wait(ctx, key, req, token, seen, nil)
 		}
@@ -201,14 +206,15 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 	return r.wait(ctx, key, req, token, seen, err)
 }
 
-func (r *Redlock) wait(ctx context.Context, key string, req AcquireRequest, token string, seen watch, first error) (Lease, error) {
+func (r *Redlock) wait(ctx context.Context, key string, req AcquireRequest, token string, seen wait.Seen, first error) (Lease, error) {
 	try := func(ctx context.Context) (Lease, error) { return r.try(ctx, key, req, token, grantFree) }
 	undo := func(l Lease) {
 		rctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
 		defer cancel()
 		_, _ = r.Release(rctx, key, l.Token, req.Actor)
 	}
-	return r.hub.wait(ctx, key, time.Now().Add(req.Wait), waitSpec{try: try, undo: undo}, seen, first)
+	lease, err := r.hub.Wait(ctx, key, time.Now().Add(req.Wait), wait.Waiter[Lease]{Try: try, Undo: undo}, seen, first)
+	return lease, fromHub(err)
 }
 
 // try is one quorum attempt; see the type's comment.
@@ -626,12 +632,12 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 			break
 		}
 		count := int64(max(limit-len(cands), 10) * 3)
-		batch, next, err := r.nodes[node].st.Scan(ctx, scanPos{Cursor: cur.Scan.Cursor}, match, count)
+		batch, next, err := r.nodes[node].st.Scan(ctx, store.ScanPos{Cursor: cur.Scan.Cursor}, match, count)
 		scanned += count
 		if err != nil {
 			// A master that does not answer is skipped: every key a
 			// majority holds is on another one too.
-			next = scanPos{Done: true}
+			next = store.ScanPos{Done: true}
 		}
 		slices.Sort(batch)
 		for _, rk := range batch {
@@ -639,9 +645,9 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 				cands = append(cands, found{k, node})
 			}
 		}
-		cur.Scan = scanPos{Node: node, Cursor: next.Cursor}
+		cur.Scan = store.ScanPos{Node: node, Cursor: next.Cursor}
 		if next.Done {
-			cur.Scan = scanPos{Node: node + 1}
+			cur.Scan = store.ScanPos{Node: node + 1}
 		}
 		cur.Scan.Done = cur.Scan.Node >= len(r.nodes)
 	}
@@ -739,68 +745,37 @@ func (r *Redlock) Recovering() time.Duration {
 	return d
 }
 
-// fanIn is one subscription over several masters' subscriptions: a wake-up
-// from any of them is a hint, and the quorum decides.
-type fanIn struct {
-	subs []subscription
-	out  chan notice
-	stop chan struct{}
-	wg   sync.WaitGroup
-}
+// fanOut is one subscription over several masters' subscriptions, which
+// all tell the same listener.
+type fanOut []store.Subscription
 
-func newFanIn(subs []subscription) *fanIn {
-	f := &fanIn{subs: subs, out: make(chan notice, 256), stop: make(chan struct{})}
-	for _, s := range subs {
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			for {
-				select {
-				case nt := <-s.Notices():
-					select {
-					case f.out <- nt:
-					case <-f.stop:
-						return
-					}
-				case <-f.stop:
-					return
-				}
-			}
-		}()
-	}
-	return f
-}
-
-func (f *fanIn) Notices() <-chan notice { return f.out }
-
-func (f *fanIn) Subscribe(ctx context.Context, channel string) error {
+// Subscribe subscribes on every master; it fails only when all of them do.
+func (f fanOut) Subscribe(ctx context.Context, key string) error {
 	var errs []error
-	for _, s := range f.subs {
-		if err := s.Subscribe(ctx, channel); err != nil {
+	for _, s := range f {
+		if err := s.Subscribe(ctx, key); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == len(f.subs) {
+	if len(errs) == len(f) {
 		return errors.Join(errs...)
 	}
 	return nil
 }
 
-func (f *fanIn) Unsubscribe(ctx context.Context, channels ...string) error {
+func (f fanOut) Unsubscribe(ctx context.Context, keys ...string) error {
 	var errs []error
-	for _, s := range f.subs {
-		errs = append(errs, s.Unsubscribe(ctx, channels...))
+	for _, s := range f {
+		errs = append(errs, s.Unsubscribe(ctx, keys...))
 	}
 	return errors.Join(errs...)
 }
 
-func (f *fanIn) Close() error {
-	close(f.stop)
+func (f fanOut) Close() error {
 	var errs []error
-	for _, s := range f.subs {
+	for _, s := range f {
 		errs = append(errs, s.Close())
 	}
-	f.wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -388,7 +389,7 @@ func BenchmarkRedlockAcquireRelease(b *testing.B) {
 	clients := make([]*redis.Client, len(servers))
 	for i, s := range servers {
 		opts := &redis.Options{Addr: s.Addr}
-		lock.TuneClient(opts)
+		store.TuneClient(opts)
 		clients[i] = redis.NewClient(opts)
 		b.Cleanup(func() { _ = clients[i].Close() })
 	}

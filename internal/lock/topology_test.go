@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -21,7 +22,7 @@ import (
 func sentinelEngine(t *testing.T, s *redistest.Sentinel, opts lock.Options) *lock.Engine {
 	t.Helper()
 	fo := &redis.FailoverOptions{MasterName: s.MasterName(), SentinelAddrs: s.SentinelAddrs()}
-	lock.TuneFailover(fo)
+	store.TuneFailover(fo)
 	rdb := redis.NewFailoverClient(fo)
 	opts.Sentinel = &lock.Sentinel{Addrs: s.SentinelAddrs(), MasterName: s.MasterName()}
 	e := lock.New(rdb, opts)
@@ -32,7 +33,7 @@ func sentinelEngine(t *testing.T, s *redistest.Sentinel, opts lock.Options) *loc
 func clusterEngine(t *testing.T, c *redistest.Cluster, opts lock.Options) *lock.Engine {
 	t.Helper()
 	co := &redis.ClusterOptions{Addrs: c.Addrs()}
-	lock.TuneCluster(co)
+	store.TuneCluster(co)
 	rdb := redis.NewClusterClient(co)
 	e := lock.New(rdb, opts)
 	t.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })

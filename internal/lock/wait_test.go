@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -18,7 +19,7 @@ import (
 func tunedClient(t *testing.T, srv *redistest.Server) *redis.Client {
 	t.Helper()
 	opts := &redis.Options{Addr: srv.Addr}
-	lock.TuneClient(opts)
+	store.TuneClient(opts)
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 )
@@ -59,7 +60,7 @@ func Start(tb testing.TB, opts Options) *Lockd {
 		addr = opts.RedisAddr
 	}
 	ro := &redis.Options{Addr: addr}
-	lock.TuneClient(ro)
+	store.TuneClient(ro)
 	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 300*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 	rdb := redis.NewClient(ro)
 	engine := lock.New(rdb, lock.Options{})

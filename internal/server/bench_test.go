@@ -24,6 +24,7 @@ import (
 
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 )
@@ -110,7 +111,7 @@ func benchTargets(b *testing.B) (lockd, bare, eng target, rs *redistest.Server) 
 	// Both clients as lockd serve configures its own.
 	opts := func() *redis.Options {
 		o := &redis.Options{Addr: rs.Addr, PoolSize: 64}
-		lock.TuneClient(o)
+		store.TuneClient(o)
 		return o
 	}
 	rdb := redis.NewClient(opts())

@@ -1,4 +1,20 @@
-package lock
+// Package store is lockd's Redis transport for one topology: one server,
+// Sentinel or Cluster. It runs a script on the node that owns a key
+// (following MOVED and ASK where go-redis does not), batches the scripts
+// callers run at the same time into pipelines, keeps wake-up subscriptions
+// on every master through failovers and slot migrations, walks every
+// master's keys, and reports the nodes and their roles.
+//
+// It imports go-redis and nothing of lockd: it knows no key layout, no
+// script and no lock. The names it must build (a wake-up channel per key, a
+// key per master for Writable) are given to it. A quorum of independent
+// masters (Redlock) is one Store per master, decided on above.
+//
+// Caveats. A Store does not own its client: Close stops what the store runs
+// itself, and the caller closes the client. The client should be tuned as
+// Tune says (no retries, bounded timeouts), or a retried script may run
+// twice.
+package store
 
 import (
 	"context"
@@ -14,53 +30,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// store is what the lock semantics (scripts, fences, history, waiting) need
-// from Redis: run a script on the node that owns a key, hear wake-ups from
-// every master, and walk every master's keys. redisStore implements it for
-// one server, Sentinel and Cluster; a quorum of independent masters would be
-// another implementation.
-type store interface {
-	// Run runs the script on the node that owns keys[0] (EVALSHA, EVAL on
-	// NOSCRIPT). Calls made at the same time may share one pipeline.
-	Run(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error)
-	// Pipelined sends fn's commands in as few round trips as the topology
-	// allows, each to the node that owns its first key.
-	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error
-	// Load loads the script on every node, after NOSCRIPT in a pipeline.
-	Load(ctx context.Context, s *redis.Script) error
-	// Scan runs one SCAN step at pos and says where the walk goes on. A
-	// walk visits every master in turn; pos.Node counts them.
-	Scan(ctx context.Context, pos scanPos, match string, count int64) ([]string, scanPos, error)
-	// RunAcked is Run followed, on the same connection, by WAIT acks
-	// timeout: it also says how many replicas acknowledged the write.
-	RunAcked(ctx context.Context, s *redis.Script, acks int, timeout time.Duration, keys []string, args ...any) (any, int, error)
-	// Cmd runs plain commands, each on the node that owns its key.
-	Cmd() redis.Cmdable
-	// Subscribe opens this process's wake-up subscription.
-	Subscribe() subscription
-	// Sharded says whether wake-ups travel by sharded pub/sub (SPUBLISH).
-	Sharded() bool
-	Ping(ctx context.Context) error
-	// Writable checks that every master takes a write.
-	Writable(ctx context.Context) error
-	// Topology reports the nodes and their roles.
-	Topology(ctx context.Context) Topology
-	// Close stops what the store runs itself; the client stays open.
-	Close()
-}
+// ErrClosed answers a call made after the store closed.
+var ErrClosed = errors.New("store: closed")
 
-// scanPos is where a walk over every master stands: the master (by its
+// ScanPos is where a walk over every master stands: the master (by its
 // place in the sorted list of masters, whose fingerprint is Topo) and
-// SCAN's cursor on it.
-type scanPos struct {
+// SCAN's cursor on it. It travels in lockd's list cursors, as JSON.
+type ScanPos struct {
 	Node   int    `json:"n,omitempty"`
 	Cursor uint64 `json:"s,omitempty"`
 	Topo   string `json:"t,omitempty"`
 	Done   bool   `json:"d,omitempty"`
 }
 
-// Sentinel names the sentinels that watch a master, so that lockd can
-// follow failovers with its wake-up subscription.
+// Sentinel names the sentinels that watch a master, so that the store's
+// wake-up subscription follows a failover at once.
 type Sentinel struct {
 	Addrs      []string
 	MasterName string
@@ -68,34 +52,43 @@ type Sentinel struct {
 	Password   string
 }
 
-// redisStore is a store over one go-redis client: a *redis.Client (one
-// server, or Sentinel's failover client) or a *redis.ClusterClient.
-type redisStore struct {
+// Store is the transport over one go-redis client: a *redis.Client (one
+// server, or Sentinel's failover client) or a *redis.ClusterClient. It is
+// safe for concurrent use.
+type Store struct {
 	rdb      redis.UniversalClient
 	cluster  *redis.ClusterClient // nil unless Cluster
 	sentinel *Sentinel            // nil unless Sentinel
 	batch    *batcher
 }
 
-func newRedisStore(rdb redis.UniversalClient, sentinel *Sentinel) *redisStore {
-	s := &redisStore{rdb: rdb, sentinel: sentinel, batch: newBatcher(rdb)}
+// New returns a store on rdb and starts its batcher. sentinel names the
+// sentinels when rdb is Sentinel's failover client (nil otherwise), so that
+// wake-ups follow a failover at once. Close it to stop the batcher.
+func New(rdb redis.UniversalClient, sentinel *Sentinel) *Store {
+	s := &Store{rdb: rdb, sentinel: sentinel, batch: newBatcher(rdb)}
 	if c, ok := rdb.(*redis.ClusterClient); ok {
 		s.cluster = c
 	}
 	return s
 }
 
-func (s *redisStore) Run(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
+// Run runs the script on the node that owns keys[0] (EVALSHA, EVAL on
+// NOSCRIPT). Calls made at the same time may share one pipeline. After
+// Close it answers ErrClosed.
+func (s *Store) Run(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
 	return s.batch.run(ctx, sc, keys, args)
 }
 
-func (s *redisStore) Close() { s.batch.close() }
+// Close stops what the store runs itself; the client stays open.
+func (s *Store) Close() { s.batch.close() }
 
-// RunAcked pipelines the script and WAIT on one connection of the key's
-// master: WAIT counts the replicas that acknowledged every write made on
-// its connection, so it must follow the script on that same connection.
+// RunAcked is Run followed, on the same connection, by WAIT acks timeout:
+// it also says how many replicas acknowledged the write. WAIT counts the
+// replicas that acknowledged every write made on its connection, so it
+// must follow the script on that same connection of the key's master;
 // Redis refuses WAIT inside a script.
-func (s *redisStore) RunAcked(ctx context.Context, sc *redis.Script, acks int, timeout time.Duration, keys []string, args ...any) (any, int, error) {
+func (s *Store) RunAcked(ctx context.Context, sc *redis.Script, acks int, timeout time.Duration, keys []string, args ...any) (any, int, error) {
 	if s.cluster == nil {
 		return runAcked(ctx, s.rdb, false, sc, acks, timeout, keys, args...)
 	}
@@ -119,7 +112,7 @@ func (s *redisStore) RunAcked(ctx context.Context, sc *redis.Script, acks int, t
 		}
 		asking = ask
 	}
-	return nil, 0, fmt.Errorf("lock: too many redirections for %s", keys[0])
+	return nil, 0, fmt.Errorf("store: too many redirections for %s", keys[0])
 }
 
 // runAcked pipelines the script and WAIT on one connection of c (after
@@ -185,26 +178,34 @@ func clusterNode(ctx context.Context, c *redis.ClusterClient, addr string) (*red
 		return nil
 	})
 	if err == nil && found == nil {
-		err = fmt.Errorf("lock: no cluster node at %s", addr)
+		err = fmt.Errorf("store: no cluster node at %s", addr)
 	}
 	return found, err
 }
 
-func (s *redisStore) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {
+// Pipelined sends fn's commands in as few round trips as the topology
+// allows, each to the node that owns its first key.
+func (s *Store) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {
 	_, err := s.rdb.Pipelined(ctx, fn)
 	return err
 }
 
-func (s *redisStore) Load(ctx context.Context, sc *redis.Script) error {
+// Load loads the script on every node, after NOSCRIPT in a pipeline.
+func (s *Store) Load(ctx context.Context, sc *redis.Script) error {
 	// A ClusterClient broadcasts SCRIPT LOAD to every shard.
 	return sc.Load(ctx, s.rdb).Err()
 }
 
-func (s *redisStore) Cmd() redis.Cmdable { return s.rdb }
+// Cmd runs plain commands, each on the node that owns its key.
+func (s *Store) Cmd() redis.Cmdable { return s.rdb }
 
-func (s *redisStore) Sharded() bool { return s.cluster != nil }
+// Sharded says whether the store is a Cluster: its keys live in slots
+// (SlotOf), a script touches the keys of one slot, and wake-ups travel by
+// sharded pub/sub (SPUBLISH).
+func (s *Store) Sharded() bool { return s.cluster != nil }
 
-func (s *redisStore) Ping(ctx context.Context) error {
+// Ping checks that every master answers.
+func (s *Store) Ping(ctx context.Context) error {
 	if s.cluster != nil {
 		return s.cluster.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
 			return c.Ping(ctx).Err()
@@ -213,10 +214,12 @@ func (s *redisStore) Ping(ctx context.Context) error {
 	return s.rdb.Ping(ctx).Err()
 }
 
-func (s *redisStore) Scan(ctx context.Context, pos scanPos, match string, count int64) ([]string, scanPos, error) {
+// Scan runs one SCAN step at pos and says where the walk goes on. A walk
+// visits every master in turn; pos.Node counts them.
+func (s *Store) Scan(ctx context.Context, pos ScanPos, match string, count int64) ([]string, ScanPos, error) {
 	if s.cluster == nil {
 		keys, next, err := s.rdb.Scan(ctx, pos.Cursor, match, count).Result()
-		return keys, scanPos{Cursor: next, Done: next == 0}, err
+		return keys, ScanPos{Cursor: next, Done: next == 0}, err
 	}
 	masters, topo, err := s.masters(ctx)
 	if err != nil {
@@ -225,10 +228,10 @@ func (s *redisStore) Scan(ctx context.Context, pos scanPos, match string, count 
 	if pos.Topo != topo {
 		// The masters changed since the walk began: SCAN's guarantees hold
 		// per node, so the walk starts over on the new set.
-		pos = scanPos{Topo: topo}
+		pos = ScanPos{Topo: topo}
 	}
 	if pos.Node >= len(masters) {
-		return nil, scanPos{Topo: topo, Done: true}, nil
+		return nil, ScanPos{Topo: topo, Done: true}, nil
 	}
 	keys, next, err := masters[pos.Node].Scan(ctx, pos.Cursor, match, count).Result()
 	if err != nil {
@@ -244,7 +247,7 @@ func (s *redisStore) Scan(ctx context.Context, pos scanPos, match string, count 
 
 // masters are the cluster's masters sorted by address, and a fingerprint
 // of that list.
-func (s *redisStore) masters(ctx context.Context) ([]*redis.Client, string, error) {
+func (s *Store) masters(ctx context.Context) ([]*redis.Client, string, error) {
 	var mu sync.Mutex
 	byAddr := map[string]*redis.Client{}
 	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
@@ -268,14 +271,18 @@ func (s *redisStore) masters(ctx context.Context) ([]*redis.Client, string, erro
 	return out, strings.Join(addrs, ","), nil
 }
 
-func (s *redisStore) Subscribe() subscription {
+// Subscribe opens a wake-up subscription, which tells l what it hears on
+// the channels that names gives keys: on one server or Sentinel's master
+// (following failovers), or on every Cluster master (following slot
+// migrations). Close it before the store.
+func (s *Store) Subscribe(names Channels, l Listener) Subscription {
 	if s.cluster != nil {
-		return newClusterSubscription(s.cluster)
+		return newClusterSubscription(s.cluster, names, l)
 	}
 	if c, ok := s.rdb.(*redis.Client); ok && s.sentinel != nil {
-		return newSentinelSubscription(c, s.sentinel)
+		return newSentinelSubscription(c, s.sentinel, names, l)
 	}
-	return newNodeSubscription(s.rdb)
+	return newNodeSubscription(s.rdb, names, l)
 }
 
 // slotOwner is one range of slots and the address of its master.

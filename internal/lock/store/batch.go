@@ -1,8 +1,7 @@
-package lock
+package store
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"sync"
 
@@ -56,9 +55,6 @@ type scriptCall struct {
 // small enough that one batch's replies never wait long on the others'.
 const maxBatch = 64
 
-// errClosed answers a call made after the engine closed.
-var errClosed = errors.New("lock: engine closed")
-
 // newBatcher starts its flushers: as many as there are CPUs (at least
 // two), so that a batch can be written while another is read.
 func newBatcher(rdb redis.UniversalClient) *batcher {
@@ -79,7 +75,7 @@ func newBatcher(rdb redis.UniversalClient) *batcher {
 func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
 	select {
 	case <-b.stop:
-		return nil, errClosed
+		return nil, ErrClosed
 	default:
 	}
 	select {
@@ -99,7 +95,7 @@ func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-b.stop:
-		return nil, errClosed
+		return nil, ErrClosed
 	}
 	select {
 	case <-c.done:
@@ -114,7 +110,7 @@ func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args
 		case <-c.done:
 			return c.answer()
 		default:
-			return nil, errClosed
+			return nil, ErrClosed
 		}
 	}
 }
@@ -208,16 +204,16 @@ func (b *batcher) send(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 	return cmds
 }
 
-// fail answers calls errClosed.
+// fail answers calls ErrClosed.
 func (b *batcher) fail(batch []*scriptCall) {
 	for _, c := range batch {
-		c.err = errClosed
+		c.err = ErrClosed
 		c.done <- struct{}{}
 	}
 }
 
 // close stops the flushers; calls still queued or made later answer
-// errClosed.
+// ErrClosed.
 func (b *batcher) close() {
 	b.once.Do(func() {
 		close(b.stop)

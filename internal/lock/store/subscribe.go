@@ -1,4 +1,4 @@
-package lock
+package store
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// noticeKind says what a notice tells the hub.
+// noticeKind says what a PubSub's message tells the Listener.
 type noticeKind int
 
 const (
@@ -35,21 +35,79 @@ type notice struct {
 	payload string
 }
 
-// subscription is a process's wake-up subscription, one channel per key
-// that has local waiters. It follows the topology by itself: after a move
-// it delivers noticeReset, and the hub re-checks every waiting key.
-type subscription interface {
-	Subscribe(ctx context.Context, channel string) error
-	Unsubscribe(ctx context.Context, channels ...string) error
-	Notices() <-chan notice
+// Subscription is a process's wake-up subscription, one channel per key
+// that has waiters. It tells its Listener what it hears, by key, and
+// follows the topology by itself: after a move the Listener hears Reset
+// and re-checks every waiting key.
+type Subscription interface {
+	// Subscribe subscribes to the key's channel; the Listener hears
+	// Subscribed when Redis confirms it. It may answer an error and
+	// subscribe later (go-redis subscribes again when it reconnects).
+	Subscribe(ctx context.Context, key string) error
+	// Unsubscribe drops the keys' channels.
+	Unsubscribe(ctx context.Context, keys ...string) error
+	// Close ends the subscription: the Listener hears nothing after it.
 	Close() error
+}
+
+// Listener hears what a Subscription receives, by key (lockd's wait hub).
+// Its methods are called from the subscription's own goroutines, and must
+// not block.
+type Listener interface {
+	// Subscribed: Redis confirmed the subscription to the key's channel;
+	// messages before it may have been missed.
+	Subscribed(key string)
+	// Message: a message on the key's channel (released, expired,
+	// renewed:…).
+	Message(key, payload string)
+	// Reset: the subscription moved (reconnect, failover, slot
+	// migration); any key may have missed messages.
+	Reset()
+}
+
+// Channels names the channel of a key's wake-ups (Of), and reads the key
+// back from a channel's name (Key: "" for a channel that is no key's). On
+// a Cluster the channel must hash to the key's slot.
+type Channels struct {
+	Of  func(key string) string
+	Key func(channel string) string
+}
+
+// all is the channels of keys.
+func (c Channels) all(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = c.Of(k)
+	}
+	return out
+}
+
+// ear tells a Listener what a PubSub received, by key.
+type ear struct {
+	l     Listener
+	names Channels
+}
+
+func (e ear) hear(nt notice) {
+	switch nt.kind {
+	case noticeReset:
+		e.l.Reset()
+	case noticeSubscribed:
+		if key := e.names.Key(nt.channel); key != "" {
+			e.l.Subscribed(key)
+		}
+	case noticeMessage:
+		if key := e.names.Key(nt.channel); key != "" {
+			e.l.Message(key, nt.payload)
+		}
+	}
 }
 
 // nodeSubscription is one pub/sub connection to one server. go-redis
 // reconnects it after an error and subscribes again; the confirmations
-// that follow tell the hub to re-check those keys.
+// that follow tell the listener to re-check those keys.
 type nodeSubscription struct {
-	out chan notice
+	ear
 
 	mu sync.Mutex
 	ps *redis.PubSub
@@ -59,30 +117,28 @@ type nodeSubscription struct {
 	wg     sync.WaitGroup
 }
 
-func newNodeSubscription(rdb redis.UniversalClient) *nodeSubscription {
+func newNodeSubscription(rdb redis.UniversalClient, names Channels, l Listener) *nodeSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &nodeSubscription{out: make(chan notice, 256), ctx: ctx, cancel: cancel}
+	n := &nodeSubscription{ear: ear{l, names}, ctx: ctx, cancel: cancel}
 	n.ps = rdb.Subscribe(ctx)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		pump(n.ctx, n.ps, n.out, nil)
+		pump(n.ctx, n.ps, n.hear, nil)
 	}()
 	return n
 }
 
-func (n *nodeSubscription) Notices() <-chan notice { return n.out }
-
-func (n *nodeSubscription) Subscribe(ctx context.Context, channel string) error {
+func (n *nodeSubscription) Subscribe(ctx context.Context, key string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.ps.Subscribe(ctx, channel)
+	return n.ps.Subscribe(ctx, n.names.Of(key))
 }
 
-func (n *nodeSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+func (n *nodeSubscription) Unsubscribe(ctx context.Context, keys ...string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.ps.Unsubscribe(ctx, channels...)
+	return n.ps.Unsubscribe(ctx, n.names.all(keys)...)
 }
 
 func (n *nodeSubscription) Close() error {
@@ -94,9 +150,9 @@ func (n *nodeSubscription) Close() error {
 	return err
 }
 
-// pump forwards a PubSub's messages as notices until ctx ends or the PubSub
-// is closed.
-func pump(ctx context.Context, ps *redis.PubSub, out chan<- notice, broken func()) {
+// pump hands a PubSub's messages to deliver, as notices, until ctx ends or
+// the PubSub is closed.
+func pump(ctx context.Context, ps *redis.PubSub, deliver func(notice), broken func()) {
 	backoff := 50 * time.Millisecond
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
@@ -139,11 +195,7 @@ func pump(ctx context.Context, ps *redis.PubSub, out chan<- notice, broken func(
 		default:
 			continue
 		}
-		select {
-		case out <- nt:
-		case <-ctx.Done():
-			return
-		}
+		deliver(nt)
 	}
 }
 
@@ -166,17 +218,17 @@ type sentinelSubscription struct {
 	sentinel  *Sentinel
 	data      *redis.Options // the failover client's options, for the data nodes
 	sentinels []*redis.SentinelClient
-	out       chan notice
+	ear
 	// changed is signalled when a sentinel announces a new master
 	// (+switch-master), so that the subscription moves without waiting
 	// for the next poll.
 	changed chan struct{}
 
 	mu     sync.Mutex
-	addr   string        // the master the subscription is on; "" until known
-	node   *redis.Client // a client of addr alone
-	ps     *redis.PubSub // on node; nil until the master is known
-	wanted map[string]bool
+	addr   string          // the master the subscription is on; "" until known
+	node   *redis.Client   // a client of addr alone
+	ps     *redis.PubSub   // on node; nil until the master is known
+	wanted map[string]bool // channels
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -187,10 +239,10 @@ type sentinelSubscription struct {
 // it missed a +switch-master (a sentinel's connection was down).
 const masterPoll = 250 * time.Millisecond
 
-func newSentinelSubscription(rdb *redis.Client, sentinel *Sentinel) *sentinelSubscription {
+func newSentinelSubscription(rdb *redis.Client, sentinel *Sentinel, names Channels, l Listener) *sentinelSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &sentinelSubscription{
-		sentinel: sentinel, data: rdb.Options(), out: make(chan notice, 256),
+		sentinel: sentinel, data: rdb.Options(), ear: ear{l, names},
 		changed: make(chan struct{}, 1), wanted: map[string]bool{}, ctx: ctx, cancel: cancel,
 	}
 	for _, addr := range sentinel.Addrs {
@@ -212,21 +264,21 @@ func newSentinelSubscription(rdb *redis.Client, sentinel *Sentinel) *sentinelSub
 	return s
 }
 
-func (s *sentinelSubscription) Notices() <-chan notice { return s.out }
-
-func (s *sentinelSubscription) Subscribe(ctx context.Context, channel string) error {
+func (s *sentinelSubscription) Subscribe(ctx context.Context, key string) error {
+	channel := s.names.Of(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.wanted[channel] = true
 	if s.ps == nil {
 		// No master known yet: the first move subscribes the channel, and
-		// its confirmation tells the hub.
+		// its confirmation tells the listener.
 		return nil
 	}
 	return s.ps.Subscribe(ctx, channel)
 }
 
-func (s *sentinelSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+func (s *sentinelSubscription) Unsubscribe(ctx context.Context, keys ...string) error {
+	channels := s.names.all(keys)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range channels {
@@ -354,7 +406,7 @@ func (s *sentinelSubscription) master() (string, error) {
 		}
 	}
 	if best.addr == "" {
-		return "", fmt.Errorf("lock: no sentinel answered for %s", s.sentinel.MasterName)
+		return "", fmt.Errorf("store: no sentinel answered for %s", s.sentinel.MasterName)
 	}
 	return best.addr, nil
 }
@@ -362,7 +414,7 @@ func (s *sentinelSubscription) master() (string, error) {
 // move puts the subscription on the server at addr: a new PubSub there,
 // subscribed to every wanted channel, then the old one closed. Redis
 // confirms each channel on the new connection, and each confirmation has
-// the hub try that key again: a release published while nobody listened
+// the listener try that key again: a release published while nobody listened
 // on the new master (between the switch and this move) is not missed.
 func (s *sentinelSubscription) move(addr string) {
 	s.mu.Lock()
@@ -382,7 +434,7 @@ func (s *sentinelSubscription) move(addr string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		pump(s.ctx, ps, s.out, nil)
+		pump(s.ctx, ps, s.hear, nil)
 	}()
 	s.mu.Unlock()
 	if oldPS != nil {
@@ -424,7 +476,7 @@ func dataNodeOptions(fo *redis.Options, addr string) *redis.Options {
 // map says its owner changed (checked every slotPoll).
 type clusterSubscription struct {
 	rdb *redis.ClusterClient
-	out chan notice
+	ear
 
 	mu     sync.Mutex
 	byNode map[string]*redis.PubSub // master address → its PubSub
@@ -449,10 +501,10 @@ const (
 	unconfirmedAfter = 200 * time.Millisecond
 )
 
-func newClusterSubscription(rdb *redis.ClusterClient) *clusterSubscription {
+func newClusterSubscription(rdb *redis.ClusterClient, names Channels, l Listener) *clusterSubscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &clusterSubscription{
-		rdb: rdb, out: make(chan notice, 256),
+		rdb: rdb, ear: ear{l, names},
 		byNode: map[string]*redis.PubSub{}, home: map[string]string{}, placed: map[string]time.Time{},
 		moved: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
 	}
@@ -461,9 +513,8 @@ func newClusterSubscription(rdb *redis.ClusterClient) *clusterSubscription {
 	return c
 }
 
-func (c *clusterSubscription) Notices() <-chan notice { return c.out }
-
-func (c *clusterSubscription) Subscribe(ctx context.Context, channel string) error {
+func (c *clusterSubscription) Subscribe(ctx context.Context, key string) error {
+	channel := c.names.Of(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.home[channel] = ""
@@ -506,37 +557,22 @@ func (c *clusterSubscription) placeOn(ctx context.Context, channel, addr string)
 	return ps.SSubscribe(ctx, channel)
 }
 
-// pumpNode forwards one master's messages; a dropped channel is re-homed.
+// pumpNode hands one master's messages to the listener; a dropped channel
+// is re-homed. A broken connection may mean its master died: the new
+// owners are looked for at once.
 func (c *clusterSubscription) pumpNode(ps *redis.PubSub) {
-	out := make(chan notice, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// A broken connection may mean its master died: look for the
-		// new owners at once.
-		pump(c.ctx, ps, out, c.kick)
-	}()
-	for {
-		select {
-		case nt := <-out:
-			if nt.kind == noticeReset {
-				c.kick()
-				continue
-			}
-			if nt.kind == noticeSubscribed {
-				c.mu.Lock()
-				delete(c.placed, nt.channel)
-				c.mu.Unlock()
-			}
-			select {
-			case c.out <- nt:
-			case <-c.ctx.Done():
-				return
-			}
-		case <-done:
+	pump(c.ctx, ps, func(nt notice) {
+		switch nt.kind {
+		case noticeReset:
+			c.kick()
 			return
+		case noticeSubscribed:
+			c.mu.Lock()
+			delete(c.placed, nt.channel)
+			c.mu.Unlock()
 		}
-	}
+		c.hear(nt)
+	}, c.kick)
 }
 
 func (c *clusterSubscription) unconfirmed() bool {
@@ -571,11 +607,7 @@ func (c *clusterSubscription) watch() {
 		}
 		c.rdb.ReloadState(c.ctx)
 		if c.rehome() {
-			select {
-			case c.out <- notice{kind: noticeReset}:
-			case <-c.ctx.Done():
-				return
-			}
+			c.l.Reset()
 		}
 		next := slotPoll
 		if time.Now().Before(hurry) || c.unconfirmed() {
@@ -602,7 +634,7 @@ func (c *clusterSubscription) rehome() bool {
 	slots := c.freshSlots(ctx)
 	moved := false
 	for ch, addr := range c.home {
-		owner := ownerIn(slots, slotOf(ch))
+		owner := ownerIn(slots, SlotOf(ch))
 		if owner == "" {
 			node, err := c.rdb.MasterForKey(ctx, ch)
 			if err != nil {
@@ -667,11 +699,11 @@ func ownerIn(owners []slotOwner, slot int) string {
 	return ""
 }
 
-func (c *clusterSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+func (c *clusterSubscription) Unsubscribe(ctx context.Context, keys ...string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	byNode := map[string][]string{}
-	for _, ch := range channels {
+	for _, ch := range c.names.all(keys) {
 		if addr := c.home[ch]; addr != "" {
 			byNode[addr] = append(byNode[addr], ch)
 		}

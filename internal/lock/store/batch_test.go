@@ -1,4 +1,4 @@
-package lock
+package store
 
 import (
 	"context"
@@ -111,14 +111,14 @@ func TestBatcher(t *testing.T) {
 		}
 	})
 
-	t.Run("calls after close answer errClosed", func(t *testing.T) {
+	t.Run("calls after close answer ErrClosed", func(t *testing.T) {
 		b := newBatcher(rdb)
 		b.close()
 		b.close() // twice is fine
 		short, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		if _, err := b.run(short, echo, []string{"batch:closed"}, []any{1}); !errors.Is(err, errClosed) {
-			t.Fatalf("err = %v, want errClosed", err)
+		if _, err := b.run(short, echo, []string{"batch:closed"}, []any{1}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("err = %v, want ErrClosed", err)
 		}
 	})
 

@@ -1,4 +1,4 @@
-package lock
+package store
 
 import (
 	"context"
@@ -6,33 +6,31 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Node is one Redis server behind lockd, as /readyz reports it.
+// Node is one Redis server of the topology, as /readyz reports it.
 type Node struct {
 	Addr string
 	Role string // "master" or "replica"
 	Up   bool
 }
 
-// Topology says what lockd runs on: "redis" (one server), "sentinel" or
-// "cluster", and the nodes it sees.
+// Topology says what the store runs on: "redis" (one server), "sentinel"
+// or "cluster", and the nodes it sees.
 type Topology struct {
 	Kind  string
 	Nodes []Node
 }
 
-// Topology reports the topology and every node's role and reachability.
-func (e *Engine) Topology(ctx context.Context) Topology {
-	ctx, cancel := e.bound(ctx)
-	defer cancel()
-	return e.st.Topology(ctx)
-}
-
-func (s *redisStore) Topology(ctx context.Context) Topology {
+// Topology reports the topology ("redis", "sentinel" or "cluster") and
+// every node's role and reachability. A node that does not answer is
+// listed as down, or (the sentinels or the cluster not answering) not at
+// all.
+func (s *Store) Topology(ctx context.Context) Topology {
 	switch {
 	case s.cluster != nil:
 		t := Topology{Kind: "cluster"}
@@ -132,14 +130,15 @@ func masterAddr(ctx context.Context, s *Sentinel) (string, error) {
 			return net.JoinHostPort(addr[0], addr[1]), nil
 		}
 	}
-	return "", fmt.Errorf("lock: no sentinel answered for %s", s.MasterName)
+	return "", fmt.Errorf("store: no sentinel answered for %s", s.MasterName)
 }
 
-// Writable checks that every master takes a write: a short-lived key in a
-// slot of each (one key on one server).
-func (s *redisStore) Writable(ctx context.Context) error {
+// Writable checks that every master takes a write: a short-lived key on
+// each, named by key from the hash tag of one of its slots (from "" on one
+// server).
+func (s *Store) Writable(ctx context.Context, key func(tag string) string) error {
 	if s.cluster == nil {
-		return s.rdb.Set(ctx, readyKey, "1", 10*time.Second).Err()
+		return s.rdb.Set(ctx, key(""), "1", 10*time.Second).Err()
 	}
 	shards, err := s.cluster.ClusterShards(ctx).Result()
 	if err != nil {
@@ -147,7 +146,7 @@ func (s *redisStore) Writable(ctx context.Context) error {
 	}
 	owners := slotOwners(shards)
 	if len(owners) == 0 {
-		return errors.New("lock: the cluster serves no slots")
+		return errors.New("store: the cluster serves no slots")
 	}
 	seen := map[string]bool{}
 	for _, o := range owners {
@@ -155,10 +154,63 @@ func (s *redisStore) Writable(ctx context.Context) error {
 			continue
 		}
 		seen[o.addr] = true
-		key := keyPrefix + "{" + slotTags()[o.start] + "}:readyz"
-		if err := s.cluster.Set(ctx, key, "1", 10*time.Second).Err(); err != nil {
+		if err := s.cluster.Set(ctx, key(SlotTags()[o.start]), "1", 10*time.Second).Err(); err != nil {
 			return fmt.Errorf("master %s: %w", o.addr, err)
 		}
 	}
 	return nil
+}
+
+// Master is one master and the slots it owns.
+type Master struct {
+	Addr  string
+	Node  redis.Scripter
+	Slots []SlotRange // none: one server, which holds every key
+}
+
+// SlotRange is the Cluster slots from Start to End, both included.
+type SlotRange struct{ Start, End int }
+
+// Masters are the masters: the one server (or Sentinel's master) with no
+// slots, or each Cluster master with the slot ranges it owns (CLUSTER
+// SHARDS) and a client of it alone.
+func (s *Store) Masters(ctx context.Context) ([]Master, error) {
+	if s.cluster == nil {
+		return []Master{{Node: s.rdb}}, nil
+	}
+	shards, err := s.cluster.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	nodes := map[string]*redis.Client{}
+	var mu sync.Mutex
+	err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		nodes[c.Options().Addr] = c
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	byAddr := map[string]*Master{}
+	var out []*Master
+	for _, o := range slotOwners(shards) {
+		c := nodes[o.addr]
+		if c == nil {
+			continue
+		}
+		m := byAddr[o.addr]
+		if m == nil {
+			m = &Master{Addr: o.addr, Node: c}
+			byAddr[o.addr] = m
+			out = append(out, m)
+		}
+		m.Slots = append(m.Slots, SlotRange{o.start, o.end})
+	}
+	masters := make([]Master, len(out))
+	for i, m := range out {
+		masters[i] = *m
+	}
+	return masters, nil
 }

@@ -1,0 +1,25 @@
+package lock
+
+import (
+	"context"
+
+	"github.com/lockd/lockd/internal/lock/store"
+)
+
+// Sentinel names the sentinels that watch a master, so that lockd can
+// follow failovers with its wake-up subscription.
+type Sentinel = store.Sentinel
+
+// Topology says what lockd runs on: "redis" (one server), "sentinel",
+// "cluster" or "redlock", and the nodes it sees.
+type Topology = store.Topology
+
+// Node is one Redis server behind lockd, as /readyz reports it.
+type Node = store.Node
+
+// Topology reports the topology and every node's role and reachability.
+func (e *Engine) Topology(ctx context.Context) Topology {
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
+	return e.st.Topology(ctx)
+}
