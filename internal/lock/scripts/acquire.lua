@@ -306,7 +306,7 @@ if mode == 'peek' then
   return {'free'}
 end
 
-local epoch, untl = check_epoch(KEYS[4], ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[14]), ARGV[13], now_ms)
+local epoch, untl = check_epoch(KEYS[4], ARGV[11], ARGV[12], ARGV[14], ARGV[13], now_ms)
 if untl > now_ms and ARGV[24] ~= 'off' then
   if queued() ~= '' then
     waiting()

@@ -62,6 +62,11 @@ end
 -- and u2 (a number).
 local function check_epoch(epoch, seen, live_ms, min_ms, new_id, now)
   local ep = redis.call('HMGET', epoch, 'id', 'u2')
+  if ep[1] and (seen == '' or ep[1] == seen) then
+    -- The common case: the marker this lockd saw. Nothing to convert.
+    return ep[1], tonumber(ep[2]) or 0
+  end
+  live_ms, min_ms = tonumber(live_ms), tonumber(min_ms)
   local untl = tonumber(ep[2]) or 0
   if not ep[1] then
     if seen ~= '' then
@@ -164,9 +169,10 @@ end
 -- exist yet keeps no TTL). A key's history and renewals thus outlive its
 -- last lease's end by the retention, and by at most keep_slack more.
 local function keep_for(keep, need, retention)
-  keep = tonumber(keep) or 0
-  if keep >= need then
-    return int(keep), false
+  local k = tonumber(keep) or 0
+  if k >= need then
+    -- keep is already the string int() made of it: no string.format.
+    return keep, false
   end
   return int(need + keep_slack(retention)), true
 end

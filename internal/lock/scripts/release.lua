@@ -91,7 +91,7 @@ end
 if cur.old then
   redis.call('DEL', lease)
 end
-record(hist, cap, 'released', now_ms, cur.owner, cur.fence, cur.ttl, 0, actor, '', nil, cur.w, cur.keep)
+record(hist, cap, 'released', now_ms, cur.owner, cur.fence, cur.ttl, '0', actor, '', nil, cur.w, cur.keep)
 redis.call('ZREM', sched, ev.key)
 if cur.w ~= '1' then
   -- Nobody queued while it was held (acquire.lua, waiting).
