@@ -333,7 +333,9 @@ if want == 'x' then
   -- ZREM, below), lib.lua's record_lapse.
   local w = ''
   if walked then
-    local left = redis.call('ZCARD', q.queue) - #q.dead
+    -- Dead entries count too: their lockd may come back (a Redis pause
+    -- outlives its liveness) and retries only when woken.
+    local left = redis.call('ZCARD', q.queue)
     if q.found then
       left = left - 1
     end
