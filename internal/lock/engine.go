@@ -495,7 +495,7 @@ func (e *Engine) write(ctx context.Context, s *redis.Script, keys []string, args
 
 // MissedAcks counts writes that fewer replicas acknowledged than
 // Options.ReplicaAcks asked for.
-func (e *Engine) MissedAcks() int64 { return e.missedAcks.Load() }
+func (e *Engine) MissedAcks() (int64, error) { return e.missedAcks.Load(), nil }
 
 // bound gives one engine call its overall deadline, so that dialling,
 // waiting for a pooled connection and the round trip together answer
