@@ -115,6 +115,7 @@ type Engine struct {
 	arg        args
 	lapseMu    sync.Mutex
 	lapse      LapseFunc
+	cursorKey  cursorKey // the list cursors' cipher (list.go)
 }
 
 // New returns an engine on rdb and starts its waiter hub (one pub/sub
