@@ -313,7 +313,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL, EventsMax: cfg.eventsMax,
 		EventsResumeMax: cfg.eventsResumeMax,
 	}
-	var engine lockEngine
+	var engine lock.Service
 	if len(topo.masters) > 0 {
 		if engine, err = lock.NewRedlock(topo.masters, opts); err != nil {
 			return usageError("--redlock: %v", err)
@@ -397,7 +397,7 @@ func logAuth(cfg serveConfig, ln net.Listener, log zerolog.Logger) {
 // serveUntilDone serves on ln until ctx ends, then shuts down: hold
 // streams end and release their leases, open waits are answered 503, and
 // requests get until --shutdown-timeout to finish.
-func serveUntilDone(ctx context.Context, cfg serveConfig, httpSrv *http.Server, ln net.Listener, srv *server.Server, engine lockEngine, log zerolog.Logger) error {
+func serveUntilDone(ctx context.Context, cfg serveConfig, httpSrv *http.Server, ln net.Listener, srv *server.Server, engine lock.Service, log zerolog.Logger) error {
 	errc := make(chan error, 1)
 	go func() {
 		if cfg.tlsCert != "" {
@@ -595,14 +595,6 @@ func (e *envDefaults) bool(flag string, def bool) bool {
 // accept each other's, else with a random secret that ends sessions at
 // restart. The secret is read from the environment only (never a flag,
 // which ps would show) and never logged.
-// lockEngine is what lockd serves: one Redis topology (lock.Engine) or a
-// quorum of independent masters (lock.Redlock).
-type lockEngine interface {
-	server.Engine
-	web.Engine
-	Close() error
-}
-
 func dashboard(cfg serveConfig, getenv func(string) string, engine web.Engine, unknownKeys *authlimit.Limiter, log zerolog.Logger) (server.Dashboard, error) {
 	d := web.NewDashboard(engine, log)
 	if !cfg.keys.Enabled() {

@@ -150,14 +150,14 @@ func openTopology(raw string, creds credentials) (topology, error) {
 				return topology{}, fmt.Errorf("database %q: want a number", u.path[1])
 			}
 		}
-		opts := &redis.FailoverOptions{
-			MasterName: u.path[0], SentinelAddrs: u.addrs,
+		opts := &redis.UniversalOptions{
+			MasterName: u.path[0], Addrs: u.addrs,
 			SentinelUsername: creds.sentinelUser, SentinelPassword: creds.sentinelPassword,
 			Username: u.user, Password: u.password, DB: db, TLSConfig: tlsConfig(u.tls),
 		}
-		store.TuneFailover(opts)
+		store.Tune(opts)
 		return topology{
-			kind: "sentinel", client: redis.NewFailoverClient(opts), addrs: u.addrs, tls: u.tls,
+			kind: "sentinel", client: redis.NewFailoverClient(opts.Failover()), addrs: u.addrs, tls: u.tls,
 			// The engine asks the sentinels for the master itself too
 			// (wake-ups, /readyz), with the same credentials.
 			sentinel: &lock.Sentinel{Addrs: u.addrs, MasterName: u.path[0],
@@ -172,9 +172,9 @@ func openTopology(raw string, creds credentials) (topology, error) {
 		if len(u.path) > 0 && u.path[0] != "" && u.path[0] != "0" {
 			return topology{}, fmt.Errorf("a cluster has only database 0")
 		}
-		opts := &redis.ClusterOptions{Addrs: u.addrs, Username: u.user, Password: u.password, TLSConfig: tlsConfig(u.tls)}
-		store.TuneCluster(opts)
-		return topology{kind: "cluster", client: redis.NewClusterClient(opts), addrs: u.addrs, tls: u.tls}, nil
+		opts := &redis.UniversalOptions{Addrs: u.addrs, Username: u.user, Password: u.password, TLSConfig: tlsConfig(u.tls)}
+		store.Tune(opts)
+		return topology{kind: "cluster", client: redis.NewClusterClient(opts.Cluster()), addrs: u.addrs, tls: u.tls}, nil
 	default:
 		opts, err := redis.ParseURL(raw)
 		if err != nil {

@@ -2,38 +2,36 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/webhook"
 )
-
-// eventSource is an engine whose event stream webhooks can read.
-type eventSource interface {
-	EventClient() redis.Cmdable
-	EventStream() string
-}
 
 // startWebhooks delivers the event stream to --webhooks-file's endpoints
 // until the returned function is called. Every replica runs a dispatcher;
 // the consumer groups in Redis make each event one replica's to deliver.
 // An engine without an event stream (Redlock) is a usage error, never a
 // server that quietly delivers nothing; validate refuses it first.
-func startWebhooks(cfg serveConfig, engine any, log zerolog.Logger, reg prometheus.Registerer) (func(), error) {
+func startWebhooks(cfg serveConfig, engine lock.Service, log zerolog.Logger, reg prometheus.Registerer) (func(), error) {
 	if len(cfg.webhooks) == 0 {
 		return func() {}, nil
 	}
-	src, ok := engine.(eventSource)
-	if !ok {
+	src, err := engine.EventSource()
+	if errors.Is(err, lock.ErrUnsupported) {
 		return nil, usageError("--webhooks-file needs an event stream, which this topology does not have")
 	}
+	if err != nil {
+		return nil, err
+	}
 	host, _ := os.Hostname()
-	d := webhook.New(src.EventClient(), src.EventStream(), cfg.webhooks, webhook.Options{
+	d := webhook.New(src.Client, src.Stream, cfg.webhooks, webhook.Options{
 		Consumer: fmt.Sprintf("%s-%d", host, os.Getpid()),
 		// The error names the endpoint and what went wrong, never its
 		// secret or URL (which may carry credentials). Reasons such as

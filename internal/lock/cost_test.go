@@ -91,7 +91,7 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 		return err
 	})
 	// The same cycle from 32 callers at once, each on its own key, as in
-	// make bench: their scripts share pipelines (batch.go), so this is what
+	// make bench: their scripts share pipelines (store/batch.go), so this is what
 	// a cycle costs Redis under load, with the network's share spread.
 	const callers = 32
 	per := max(1, n/callers)

@@ -91,6 +91,36 @@ const (
 	defaultCall       = 1900 * time.Millisecond
 )
 
+// withDefaults is opts with each setting that is zero or negative (or, for
+// MaxHoldersPerKey, above MaxLimit) at its default.
+func (opts Options) withDefaults() Options {
+	orDefault(&opts.HistoryMax, defaultHistoryMax)
+	orDefault(&opts.Retention, defaultRetention)
+	orDefault(&opts.MaxWait, defaultMaxWait)
+	orDefault(&opts.MaxWaiters, defaultMaxWaiters)
+	orDefault(&opts.MaxWaitersPerKey, defaultMaxPerKey)
+	if opts.MaxHoldersPerKey > MaxLimit {
+		opts.MaxHoldersPerKey = MaxLimit
+	}
+	orDefault(&opts.MaxHoldersPerKey, MaxLimit)
+	orDefault(&opts.CallTimeout, defaultCall)
+	orDefault(&opts.MaxTTL, 24*time.Hour)
+	orDefault(&opts.EpochRefresh, time.Second)
+	orDefault(&opts.ReplicaAckTimeout, 50*time.Millisecond)
+	orDefault(&opts.RenewalsMax, defaultRenewalsMax)
+	orDefault(&opts.EventsMax, defaultEventsMax)
+	orDefault(&opts.EventsResumeMax, DefaultEventsResumeMax)
+	orDefault(&opts.SweepInterval, defaultSweepInterval)
+	return opts
+}
+
+// orDefault sets *v to def unless *v is above zero.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // Engine grants, renews and releases leases on Redis. It is safe for
 // concurrent use; any number of engines (lockd replicas) may share a Redis.
 type Engine struct {
@@ -120,53 +150,13 @@ type Engine struct {
 	redlockMaster string
 	lapseMu       sync.Mutex
 	lapse         LapseFunc
+	cursorKey     cursorKey // the list cursors' cipher (list.go)
 }
 
 // New returns an engine on rdb and starts its waiter hub (one pub/sub
 // connection). Close it to stop the hub.
 func New(rdb redis.UniversalClient, opts Options) *Engine {
-	if opts.HistoryMax <= 0 {
-		opts.HistoryMax = defaultHistoryMax
-	}
-	if opts.Retention <= 0 {
-		opts.Retention = defaultRetention
-	}
-	if opts.MaxWait <= 0 {
-		opts.MaxWait = defaultMaxWait
-	}
-	if opts.MaxWaiters <= 0 {
-		opts.MaxWaiters = defaultMaxWaiters
-	}
-	if opts.MaxWaitersPerKey <= 0 {
-		opts.MaxWaitersPerKey = defaultMaxPerKey
-	}
-	if opts.MaxHoldersPerKey <= 0 || opts.MaxHoldersPerKey > MaxLimit {
-		opts.MaxHoldersPerKey = MaxLimit
-	}
-	if opts.CallTimeout <= 0 {
-		opts.CallTimeout = defaultCall
-	}
-	if opts.MaxTTL <= 0 {
-		opts.MaxTTL = 24 * time.Hour
-	}
-	if opts.EpochRefresh <= 0 {
-		opts.EpochRefresh = time.Second
-	}
-	if opts.ReplicaAckTimeout <= 0 {
-		opts.ReplicaAckTimeout = 50 * time.Millisecond
-	}
-	if opts.RenewalsMax <= 0 {
-		opts.RenewalsMax = defaultRenewalsMax
-	}
-	if opts.EventsMax <= 0 {
-		opts.EventsMax = defaultEventsMax
-	}
-	if opts.EventsResumeMax <= 0 {
-		opts.EventsResumeMax = DefaultEventsResumeMax
-	}
-	if opts.SweepInterval <= 0 {
-		opts.SweepInterval = defaultSweepInterval
-	}
+	opts = opts.withDefaults()
 	st := store.New(rdb, opts.Sentinel)
 	e := &Engine{st: st, opts: opts, scripts: loadScripts(st.Sharded())}
 	var id [8]byte
@@ -501,7 +491,7 @@ func (e *Engine) write(ctx context.Context, s *redis.Script, keys []string, args
 
 // MissedAcks counts writes that fewer replicas acknowledged than
 // Options.ReplicaAcks asked for.
-func (e *Engine) MissedAcks() int64 { return e.missedAcks.Load() }
+func (e *Engine) MissedAcks() (int64, error) { return e.missedAcks.Load(), nil }
 
 // bound gives one engine call its overall deadline, so that dialling,
 // waiting for a pooled connection and the round trip together answer

@@ -44,18 +44,7 @@ func newEngine(t *testing.T, rdb redis.UniversalClient) *lock.Engine {
 	return e
 }
 
-// lockEngine is what the contract needs, from an Engine or a Redlock.
-type lockEngine interface {
-	Acquire(ctx context.Context, key string, req lock.AcquireRequest) (lock.Lease, error)
-	Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (lock.Lease, error)
-	Release(ctx context.Context, key, token, actor string) (lock.Released, error)
-	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
-	State(ctx context.Context, key string) (lock.State, error)
-	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
-	Waiters() int
-}
-
-func mustAcquire(t *testing.T, e lockEngine, key string, req lock.AcquireRequest) lock.Lease {
+func mustAcquire(t *testing.T, e lock.Service, key string, req lock.AcquireRequest) lock.Lease {
 	t.Helper()
 	if req.TTL == 0 {
 		req.TTL = 10 * time.Second
@@ -82,7 +71,7 @@ func TestContract(t *testing.T) {
 
 // runContract checks the engine's core guarantees on e; the topology tests
 // run it on Sentinel and Cluster too.
-func runContract(t *testing.T, e lockEngine) {
+func runContract(t *testing.T, e lock.Service) {
 	t.Helper()
 	ctx := context.Background()
 

@@ -45,8 +45,8 @@ var (
 	// than the one its holders hold it with.
 	ErrLimitMismatch = errors.New("lock: the semaphore is held with another limit")
 	// ErrUnsupported means the engine cannot do what was asked (shared
-	// holds, semaphores and the event stream are not available with
-	// Redlock).
+	// holds, semaphores, the event stream and replica acks are not
+	// available with Redlock; see Service).
 	ErrUnsupported = errors.New("lock: not supported by this engine")
 	// ErrNoSemaphores is Redlock's ErrUnsupported for any semaphore
 	// operation, the list included: an empty list or a 404 would read as
@@ -56,6 +56,9 @@ var (
 	// each master records only the events it took part in, failed
 	// attempts included, so no one stream has them all, or only true ones.
 	ErrNoEventStream = fmt.Errorf("%w: Redlock has no event stream: it needs one Redis, Sentinel or Cluster", ErrUnsupported)
+	// ErrNoReplicaAcks is Redlock's ErrUnsupported for MissedAcks: its
+	// masters are independent, and replica acks are refused at the start.
+	ErrNoReplicaAcks = fmt.Errorf("%w: Redlock has no replica acks: its masters are independent", ErrUnsupported)
 )
 
 // HeldError says who holds a key and for how long.

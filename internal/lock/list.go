@@ -214,14 +214,10 @@ const cursorSecretKey = "lockd:cursor-secret"
 // flush), replicas agree on the new one within this time.
 const cursorKeyTTL = time.Minute
 
-// cursorKeys caches each engine's cursor cipher, so that List reads the
-// secret once a minute rather than on every call.
-var cursorKeys = struct {
-	sync.Mutex
-	m map[*Engine]cursorKey
-}{m: map[*Engine]cursorKey{}}
-
+// cursorKey is an engine's cursor cipher and when it was made, so that
+// List reads the secret once a minute rather than on every call.
 type cursorKey struct {
+	mu   sync.Mutex
 	aead cipher.AEAD
 	at   time.Time
 }
@@ -230,11 +226,11 @@ type cursorKey struct {
 // shared secret. refresh reads the secret again, for a cursor that the
 // cached key does not open.
 func (e *Engine) cursorAEAD(ctx context.Context, refresh bool) (cipher.AEAD, error) {
-	cursorKeys.Lock()
-	k, ok := cursorKeys.m[e]
-	cursorKeys.Unlock()
-	if ok && !refresh && time.Since(k.at) < cursorKeyTTL {
-		return k.aead, nil
+	e.cursorKey.mu.Lock()
+	cached, at := e.cursorKey.aead, e.cursorKey.at
+	e.cursorKey.mu.Unlock()
+	if cached != nil && !refresh && time.Since(at) < cursorKeyTTL {
+		return cached, nil
 	}
 	secret, err := e.st.Cmd().Get(ctx, cursorSecretKey).Result()
 	if errors.Is(err, redis.Nil) {
@@ -259,9 +255,9 @@ func (e *Engine) cursorAEAD(ctx context.Context, refresh bool) (cipher.AEAD, err
 	if err != nil {
 		return nil, fmt.Errorf("lock: cursor key: %w", err)
 	}
-	cursorKeys.Lock()
-	cursorKeys.m[e] = cursorKey{aead: aead, at: time.Now()}
-	cursorKeys.Unlock()
+	e.cursorKey.mu.Lock()
+	e.cursorKey.aead, e.cursorKey.at = aead, time.Now()
+	e.cursorKey.mu.Unlock()
 	return aead, nil
 }
 

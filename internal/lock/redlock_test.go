@@ -401,7 +401,7 @@ func BenchmarkRedlockAcquireRelease(b *testing.B) {
 	b.Cleanup(func() { _ = r.Close(); _ = single.Close() })
 	for _, tc := range []struct {
 		name string
-		e    lockEngine
+		e    lock.Service
 	}{{"one-redis", single}, {"redlock-3", r}} {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()

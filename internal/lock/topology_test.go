@@ -21,9 +21,9 @@ import (
 
 func sentinelEngine(t *testing.T, s *redistest.Sentinel, opts lock.Options) *lock.Engine {
 	t.Helper()
-	fo := &redis.FailoverOptions{MasterName: s.MasterName(), SentinelAddrs: s.SentinelAddrs()}
-	store.TuneFailover(fo)
-	rdb := redis.NewFailoverClient(fo)
+	fo := &redis.UniversalOptions{MasterName: s.MasterName(), Addrs: s.SentinelAddrs()}
+	store.Tune(fo)
+	rdb := redis.NewFailoverClient(fo.Failover())
 	opts.Sentinel = &lock.Sentinel{Addrs: s.SentinelAddrs(), MasterName: s.MasterName()}
 	e := lock.New(rdb, opts)
 	t.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
@@ -32,9 +32,9 @@ func sentinelEngine(t *testing.T, s *redistest.Sentinel, opts lock.Options) *loc
 
 func clusterEngine(t *testing.T, c *redistest.Cluster, opts lock.Options) *lock.Engine {
 	t.Helper()
-	co := &redis.ClusterOptions{Addrs: c.Addrs()}
-	store.TuneCluster(co)
-	rdb := redis.NewClusterClient(co)
+	co := &redis.UniversalOptions{Addrs: c.Addrs()}
+	store.Tune(co)
+	rdb := redis.NewClusterClient(co.Cluster())
 	e := lock.New(rdb, opts)
 	t.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
 	return e

@@ -36,15 +36,10 @@ func (s *Server) Readyz(ctx context.Context, _ api.ReadyzRequestObject) (api.Rea
 	if !s.mayReadTopology(ctx) {
 		return out, nil
 	}
-	kind, nodes := api.ReadinessTopology("redis"), []api.RedisNode{}
-	if t, ok := s.engine.(interface {
-		Topology(context.Context) lock.Topology
-	}); ok {
-		topo := t.Topology(ctx)
-		kind = api.ReadinessTopology(topo.Kind)
-		for _, n := range topo.Nodes {
-			nodes = append(nodes, api.RedisNode{Addr: n.Addr, Role: api.RedisNodeRole(n.Role), Up: n.Up})
-		}
+	topo := s.engine.Topology(ctx)
+	kind, nodes := api.ReadinessTopology(topo.Kind), []api.RedisNode{}
+	for _, n := range topo.Nodes {
+		nodes = append(nodes, api.RedisNode{Addr: n.Addr, Role: api.RedisNodeRole(n.Role), Up: n.Up})
 	}
 	out.Topology, out.Nodes = &kind, &nodes
 	return out, nil

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -75,11 +76,14 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 	}, func() float64 { return float64(e.Waiters()) })
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.outcomes, m.waitSeconds, waiters)
-		if a, ok := e.(interface{ MissedAcks() int64 }); ok {
+		if _, err := e.MissedAcks(); !errors.Is(err, lock.ErrUnsupported) {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "lockd_replica_acks_missed_total",
 				Help: "Writes that fewer replicas acknowledged than --replica-acks asks for (each answered 503).",
-			}, func() float64 { return float64(a.MissedAcks()) }))
+			}, func() float64 {
+				n, _ := e.MissedAcks()
+				return float64(n)
+			}))
 		}
 	}
 	return m

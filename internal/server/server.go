@@ -30,8 +30,19 @@ type Engine interface {
 	Subscribe(ctx context.Context, after string) (*lock.Subscription, error)
 	// Ready reports whether Redis can take writes now (/readyz).
 	Ready(ctx context.Context) error
+	// Topology reports the Redis nodes and their roles (/readyz).
+	Topology(ctx context.Context) lock.Topology
 	Waiters() int
+	// MissedAcks counts writes that missed their replica acks; an engine
+	// without replica acks answers lock.ErrUnsupported, and the metric is
+	// not exported.
+	MissedAcks() (int64, error)
+	// OnLapse sets the function told of every lapse (the lapse metrics).
+	OnLapse(f lock.LapseFunc)
 }
+
+// lock.Service offers everything the server needs.
+var _ Engine = lock.Service(nil)
 
 // Config holds the server's limits.
 type Config struct {
@@ -138,9 +149,7 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 		cfg.UnknownKeys = authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)
 	}
 	cont := newContention(reg, cfg.Contention, cfg.Keys.Prefixes())
-	if l, ok := engine.(interface{ OnLapse(lock.LapseFunc) }); ok {
-		l.OnLapse(cont.lapsed)
-	}
+	engine.OnLapse(cont.lapsed)
 	s := &Server{
 		unknownKeys: cfg.UnknownKeys,
 		quotas:      newQuotas(),

@@ -38,6 +38,9 @@ type Engine interface {
 	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
 }
 
+// lock.Service offers everything the dashboard needs.
+var _ Engine = lock.Service(nil)
+
 // identity is who sends a dashboard request and what they may do.
 type identity struct {
 	// Actor is recorded in history when they force-release.

@@ -26,31 +26,27 @@ const (
 	poolTimeout = time.Second
 )
 
-// TuneClient sets the options of a client of one server.
+// Tune sets the settings above on opts, for any topology: make the client
+// from opts.Simple() (one server), opts.Failover() (Sentinel) or
+// opts.Cluster(). On a Cluster, MOVED and ASK redirections are still
+// followed (MaxRedirects): the script did not run on the node that
+// answered them.
+func Tune(opts *redis.UniversalOptions) {
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = dialTimeout, ioTimeout, ioTimeout, poolTimeout
+	opts.MaxRetries = -1
+	opts.Protocol = 2
+	opts.DisableIdentity = true
+	opts.ContextTimeoutEnabled = true
+}
+
+// TuneClient is Tune for the options of one server that UniversalOptions
+// cannot carry whole: those redis.ParseURL reads, whose Network may be a
+// unix socket. It sets what Tune sets (TestTuneClientIsTune).
 func TuneClient(opts *redis.Options) {
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = dialTimeout, ioTimeout, ioTimeout, poolTimeout
-	opts.MaxRetries = -1
-	opts.Protocol = 2
-	opts.DisableIdentity = true
-	opts.ContextTimeoutEnabled = true
-}
-
-// TuneFailover sets the options of a Sentinel (failover) client.
-func TuneFailover(opts *redis.FailoverOptions) {
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = dialTimeout, ioTimeout, ioTimeout, poolTimeout
-	opts.MaxRetries = -1
-	opts.Protocol = 2
-	opts.DisableIdentity = true
-	opts.ContextTimeoutEnabled = true
-}
-
-// TuneCluster sets the options of a Cluster client. MOVED and ASK
-// redirections are still followed (MaxRedirects): the script did not run
-// on the node that answered them.
-func TuneCluster(opts *redis.ClusterOptions) {
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = dialTimeout, ioTimeout, ioTimeout, poolTimeout
-	opts.MaxRetries = -1
-	opts.Protocol = 2
-	opts.DisableIdentity = true
-	opts.ContextTimeoutEnabled = true
+	u := redis.UniversalOptions{Addrs: []string{opts.Addr}}
+	Tune(&u)
+	t := u.Simple()
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = t.DialTimeout, t.ReadTimeout, t.WriteTimeout, t.PoolTimeout
+	opts.MaxRetries, opts.Protocol = t.MaxRetries, t.Protocol
+	opts.DisableIdentity, opts.ContextTimeoutEnabled = t.DisableIdentity, t.ContextTimeoutEnabled
 }

@@ -1,0 +1,95 @@
+package lock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Service is what a lock engine offers, on one Redis topology (Engine) or
+// on a quorum of independent masters (Redlock). What an engine cannot do it
+// answers with an error that errors.Is ErrUnsupported, never with an empty
+// answer or a zero that would read as "nothing there": Redlock answers so
+// for shared holds, every semaphore operation (ErrNoSemaphores), the event
+// stream and its source (ErrNoEventStream) and MissedAcks
+// (ErrNoReplicaAcks).
+//
+// Consumers declare the part they use (server.Engine, web.Engine); the
+// composition root (cmd/lockd) holds a Service.
+type Service interface {
+	// Acquire takes the key, re-enters it (req.Token) or, with req.Wait
+	// > 0, waits for it.
+	Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error)
+	// Renew sets the lease's expiry to now + ttl (ttl 0: its own TTL).
+	Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error)
+	// Release gives back one level of the lease.
+	Release(ctx context.Context, key, token, actor string) (Released, error)
+	// ForceReleaseFence breaks the lease with this fence (0: whoever
+	// holds the key).
+	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error)
+	// State is the key's live lease, or ErrNotFound.
+	State(ctx context.Context, key string) (State, error)
+	// List lists live locks whose key starts with prefix, a page at a
+	// time.
+	List(ctx context.Context, prefix string, limit int, after string) (Page, error)
+	// ListSemaphores lists live semaphores as List lists locks; each
+	// State's Key is the engine key (SemaphoreKey).
+	ListSemaphores(ctx context.Context, prefix string, limit int, after string) (Page, error)
+	// History is up to limit events of the key, newest first.
+	History(ctx context.Context, key string, limit int) ([]Event, error)
+	// Renewals is up to limit renewals of the key, newest first.
+	Renewals(ctx context.Context, key string, limit int) ([]Event, error)
+	// Subscribe follows the event stream after the event with ID after
+	// ("": from now on).
+	Subscribe(ctx context.Context, after string) (*Subscription, error)
+	// EventSource is where the event stream lives in Redis, for readers
+	// with consumer groups (webhooks).
+	EventSource() (EventSource, error)
+	// Ready reports whether Redis can grant right now (/readyz).
+	Ready(ctx context.Context) error
+	// Recovering is how long the restart quarantine still lasts (0: none).
+	Recovering() time.Duration
+	// Topology reports the topology and every node's role and
+	// reachability.
+	Topology(ctx context.Context) Topology
+	// Waiters is the number of callers now waiting in this process.
+	Waiters() int
+	// MissedAcks counts writes that fewer replicas acknowledged than
+	// Options.ReplicaAcks asked for.
+	MissedAcks() (int64, error)
+	// OnLapse sets the function told of every lapse this process
+	// records (for metrics). It must not block.
+	OnLapse(f LapseFunc)
+	// Close wakes every waiting caller with ErrClosed and stops the
+	// engine's work; it does not close the Redis clients.
+	Close() error
+}
+
+var (
+	_ Service = (*Engine)(nil)
+	_ Service = (*Redlock)(nil)
+)
+
+// EventSource is where the event stream lives in Redis: the client that
+// reaches it and its key.
+type EventSource struct {
+	Client redis.Cmdable
+	Stream string
+}
+
+// EventSource is the event stream's client and key.
+func (e *Engine) EventSource() (EventSource, error) {
+	return EventSource{Client: e.EventClient(), Stream: e.EventStream()}, nil
+}
+
+// EventSource answers ErrNoEventStream: see Subscribe.
+func (r *Redlock) EventSource() (EventSource, error) {
+	return EventSource{}, ErrNoEventStream
+}
+
+// MissedAcks answers ErrNoReplicaAcks: Redlock refuses replica acks at the
+// start (NewRedlock), and a count of 0 would read as "none missed".
+func (r *Redlock) MissedAcks() (int64, error) {
+	return 0, ErrNoReplicaAcks
+}
