@@ -147,8 +147,8 @@ func BenchmarkCyclesOnRedis(b *testing.B) {
 }
 
 // redisCost sums INFO commandstats: the commands Redis ran inside the
-// scripts, the µs of the EVAL/EVALSHA calls (their inner commands
-// included), and the EVAL/EVALSHA calls themselves (the round trips). The
+// scripts, the µs of the EVAL/EVALSHA/FCALL calls (their inner commands
+// included), and the EVAL/EVALSHA/FCALL calls themselves (the round trips). The
 // measurement's own INFO and CONFIG calls are left out.
 func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64, per string) {
 	b.Helper()
@@ -162,7 +162,7 @@ func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64, per
 			continue
 		}
 		cmd := strings.TrimPrefix(name, "cmdstat_")
-		if cmd == "info" || strings.HasPrefix(cmd, "config") {
+		if cmd == "info" || strings.HasPrefix(cmd, "config") || strings.HasPrefix(cmd, "function") {
 			continue
 		}
 		f := map[string]float64{}
@@ -170,7 +170,7 @@ func redisCost(b *testing.B, admin *redis.Client) (inner, usec, evals int64, per
 			k, v, _ := strings.Cut(kv, "=")
 			f[k], _ = strconv.ParseFloat(v, 64)
 		}
-		if cmd == "evalsha" || cmd == "eval" {
+		if cmd == "evalsha" || cmd == "eval" || cmd == "fcall" {
 			evals += int64(f["calls"])
 			usec += int64(f["usec"])
 		} else {

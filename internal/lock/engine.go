@@ -158,7 +158,9 @@ type Engine struct {
 func New(rdb redis.UniversalClient, opts Options) *Engine {
 	opts = opts.withDefaults()
 	st := store.New(rdb, opts.Sentinel)
-	e := &Engine{st: st, opts: opts, scripts: loadScripts(st.Sharded())}
+	sc, fns := loadScripts(st.Sharded())
+	st.UseFunctions(fns)
+	e := &Engine{st: st, opts: opts, scripts: sc}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	e.epochs.seed = hex.EncodeToString(id[:])

@@ -590,10 +590,36 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			t.Fatalf("%s: %v", op.name, err)
 		}
 		stats := commandStats(t, admin)
-		if sent.Commands.Load() != 1 || stats["evalsha"] != 1 || stats["eval"] != 0 {
-			t.Fatalf("%s: client sent %d commands; Redis counted evalsha=%d eval=%d",
-				op.name, sent.Commands.Load(), stats["evalsha"], stats["eval"])
+		// One FCALL: the scripts run as Redis Functions (store.Functions).
+		if sent.Commands.Load() != 1 || stats["fcall"] != 1 || stats["evalsha"] != 0 || stats["eval"] != 0 {
+			t.Fatalf("%s: client sent %d commands; Redis counted fcall=%d evalsha=%d eval=%d",
+				op.name, sent.Commands.Load(), stats["fcall"], stats["evalsha"], stats["eval"])
 		}
+	}
+}
+
+// A server that lost its functions (a restart without persistence, a
+// FUNCTION FLUSH, a node new to a Cluster) gets the library again on the
+// first call that misses it, and the call is answered.
+func TestFunctionsLoadedAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	mustAcquire(t, e, "fn:a", lock.AcquireRequest{})
+	if err := admin.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := mustAcquire(t, e, "fn:b", lock.AcquireRequest{})
+	if _, err := e.Release(ctx, "fn:b", l.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	stats := commandStats(t, admin)
+	if stats["function|load"] != 1 || stats["fcall"] != 3 || stats["evalsha"] != 0 {
+		t.Fatalf("after FUNCTION FLUSH: %v; want one FUNCTION LOAD and 3 FCALLs (the miss, its retry, the release)", stats)
 	}
 }
 

@@ -1,19 +1,25 @@
 package lock
 
 import (
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
 )
 
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
 // scripts holds one Lua script per operation. Each is lib.lua followed by
-// the operation's own file, and runs with EVALSHA, falling back to EVAL on
-// NOSCRIPT (redis.Script.Run).
+// the operation's own file. The store runs most as Redis Functions
+// (functionLibrary), and each with EVALSHA, falling back to EVAL on
+// NOSCRIPT, where it cannot (the embedded store) or in a pipeline of its
+// own (list.go, epoch.go).
 type scripts struct {
 	acquire, renew, release, forceRelease, state, history *redis.Script
 	// leave and alive keep the wait queue (queue.go).
@@ -29,19 +35,17 @@ type scripts struct {
 	sweep *redis.Script
 }
 
-// loadScripts reads the scripts. sharded makes them publish wake-ups with
-// SPUBLISH: on a Cluster a script may only publish on a channel of its own
-// slot, and only a sharded subscription on that slot's master hears it.
-func loadScripts(sharded bool) scripts {
+// loadScripts reads the scripts, and the library of functions that runs
+// them where the server has Redis Functions. sharded makes them publish
+// wake-ups with SPUBLISH: on a Cluster a script may only publish on a
+// channel of its own slot, and only a sharded subscription on that slot's
+// master hears it.
+func loadScripts(sharded bool) (scripts, *store.Functions) {
 	lib := mustRead("lib")
 	s := func(name string) *redis.Script {
-		src := lib + "\n" + mustRead(name)
-		if sharded {
-			src = strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")
-		}
-		return redis.NewScript(src)
+		return redis.NewScript(publishes(lib+"\n"+mustRead(name), sharded))
 	}
-	return scripts{
+	sc := scripts{
 		acquire:      s("acquire"),
 		renew:        s("renew"),
 		release:      s("release"),
@@ -54,6 +58,64 @@ func loadScripts(sharded bool) scripts {
 		epoch:        s("epoch"),
 		sweep:        sweepScript(lib, sharded),
 	}
+	return sc, functionLibrary(lib, sharded, []libFunction{
+		{"acquire", sc.acquire, ""},
+		{"renew", sc.renew, ""},
+		// Giving a lease back frees memory: it runs with maxmemory reached
+		// too, as its script does (its first write shrinks).
+		{"release", sc.release, "allow-oom"},
+		{"force_release", sc.forceRelease, "allow-oom"},
+		{"state", sc.state, ""},
+		{"history", sc.history, ""},
+		{"leave", sc.leave, ""},
+		{"alive", sc.alive, ""},
+		{"fence", sc.fence, ""},
+	})
+}
+
+func publishes(src string, sharded bool) string {
+	if sharded {
+		return strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")
+	}
+	return src
+}
+
+// libFunction is one script of the function library, and its flags.
+type libFunction struct {
+	name  string
+	sc    *redis.Script
+	flags string
+}
+
+// functionLibrary is the scripts as one library of Redis Functions
+// (store.Functions): lib.lua is its top level, run once when the library
+// is loaded, and each script the body of a function of KEYS and ARGV, so
+// that a call makes none of lib.lua's helpers again. ev, the one helper
+// state a script sets, starts empty on every call. The library's name
+// carries a hash of its code, so a lockd of another version loads its own
+// beside it.
+func functionLibrary(lib string, sharded bool, fns []libFunction) *store.Functions {
+	var body strings.Builder
+	body.WriteString(lib)
+	for _, f := range fns {
+		fmt.Fprintf(&body, "\nredis.register_function{function_name='NAME_%s', flags={%s}, callback=function(KEYS, ARGV)\nev = {}\n%s\nend}\n",
+			f.name, quoted(f.flags), mustRead(f.name))
+	}
+	sum := sha1.Sum([]byte(body.String()))
+	id := "lockd_" + hex.EncodeToString(sum[:6])
+	code := "#!lua name=" + id + "\n" + publishes(strings.ReplaceAll(body.String(), "'NAME_", "'"+id+"_"), sharded)
+	names := make(map[*redis.Script]string, len(fns))
+	for _, f := range fns {
+		names[f.sc] = id + "_" + f.name
+	}
+	return store.NewFunctions(code, names)
+}
+
+func quoted(flags string) string {
+	if flags == "" {
+		return ""
+	}
+	return "'" + flags + "'"
 }
 
 func mustRead(name string) string {
@@ -67,7 +129,7 @@ func mustRead(name string) string {
 func sweepScript(lib string, sharded bool) *redis.Script {
 	src := lib + "\n" + mustRead("sweep")
 	if sharded {
-		src = "#!lua flags=allow-cross-slot-keys\n" + strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")
+		src = "#!lua flags=allow-cross-slot-keys\n" + publishes(src, true)
 	}
 	return redis.NewScript(src)
 }

@@ -38,6 +38,10 @@ type batcher struct {
 	stop  chan struct{}
 	done  sync.WaitGroup
 	once  sync.Once
+	// fns runs scripts as functions where it can (Store.UseFunctions);
+	// loadFns loads its library.
+	fns     *Functions
+	loadFns func(context.Context) error
 }
 
 // scriptCall is one queued script and, once done is sent to, its result.
@@ -57,6 +61,25 @@ const maxBatch = 64
 
 // newBatcher starts its flushers: as many as there are CPUs (at least
 // two), so that a batch can be written while another is read.
+// runOne runs one script call on its own: an FCALL of its function where
+// the library has one (loaded first if the server lacks it), else EVALSHA
+// with EVAL on NOSCRIPT.
+func (b *batcher) runOne(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
+	if fn := b.fns.name(sc); fn != "" {
+		v, err := b.rdb.FCall(ctx, fn, keys, args...).Result()
+		if !missing(err) {
+			return v, err
+		}
+		if err := b.loadFns(ctx); err != nil {
+			return nil, err
+		}
+		if fn := b.fns.name(sc); fn != "" {
+			return b.rdb.FCall(ctx, fn, keys, args...).Result()
+		}
+	}
+	return sc.Run(ctx, b.rdb, keys, args...).Result()
+}
+
 func newBatcher(rdb redis.UniversalClient) *batcher {
 	n := max(2, runtime.GOMAXPROCS(0))
 	b := &batcher{rdb: rdb, calls: make(chan *scriptCall, 4*maxBatch), slots: make(chan struct{}, n), stop: make(chan struct{})}
@@ -81,7 +104,7 @@ func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args
 	select {
 	case b.slots <- struct{}{}:
 		if len(b.calls) == 0 {
-			v, err := sc.Run(ctx, b.rdb, keys, args...).Result()
+			v, err := b.runOne(ctx, sc, keys, args)
 			<-b.slots
 			return v, err
 		}
@@ -182,22 +205,30 @@ func (b *batcher) send(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 		return cmds
 	case 1:
 		c := live[0]
-		c.val, c.err = c.sc.Run(ctx, b.rdb, c.keys, c.args...).Result()
+		c.val, c.err = b.runOne(ctx, c.sc, c.keys, c.args)
 		c.done <- struct{}{}
 		return cmds
 	}
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range live {
-			cmds = append(cmds, c.sc.EvalSha(ctx, p, c.keys, c.args...))
+			if fn := b.fns.name(c.sc); fn != "" {
+				cmds = append(cmds, p.FCall(ctx, fn, c.keys, c.args...))
+			} else {
+				cmds = append(cmds, c.sc.EvalSha(ctx, p, c.keys, c.args...))
+			}
 		}
 		return nil
 	})
 	for i, c := range live {
 		c.val, c.err = cmds[i].Result()
-		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+		switch {
+		case c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT"):
 			// A server that lost its scripts (a restart, a failover to a
 			// replica that never loaded them): EVAL loads it again.
 			c.val, c.err = c.sc.Eval(ctx, b.rdb, c.keys, c.args...).Result()
+		case missing(c.err):
+			// Or its functions: runOne loads them again.
+			c.val, c.err = b.runOne(ctx, c.sc, c.keys, c.args)
 		}
 		c.done <- struct{}{}
 	}

@@ -60,6 +60,7 @@ type Store struct {
 	cluster  *redis.ClusterClient // nil unless Cluster
 	sentinel *Sentinel            // nil unless Sentinel
 	batch    *batcher
+	fns      *Functions // nil: every script runs with EVALSHA
 }
 
 // New returns a store on rdb and starts its batcher. sentinel names the
