@@ -398,64 +398,63 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
 	}
-	r, err := newReply(v)
+	r, err := decodeAcquire(v)
 	if err != nil {
 		return Lease{}, err
 	}
-	switch status := r.str(0); status {
+	switch r.status {
 	case "granted", "reentered":
 		if unacked {
 			// A failover now could lose the grant while its holder works:
 			// give it back (one level of a re-entry) and say so.
-			_, _ = e.Release(context.WithoutCancel(ctx), key, r.str(2), req.Actor)
+			_, _ = e.Release(context.WithoutCancel(ctx), key, r.grant.token, req.Actor)
 			return Lease{}, wrap("acquire", errNoAcks)
 		}
 		e.noted(key)
-		l := leaseFrom(key, r)
-		l.Outcome = Outcome(status)
-		if id := r.str(9); id != "" {
-			e.epochs.saw(sh, id)
+		l := r.grant.lease(key)
+		l.Outcome = Outcome(r.status)
+		if r.grant.epoch != "" {
+			e.epochs.saw(sh, r.grant.epoch)
 		}
-		e.epochs.lease(sh, r.ms(7))
-		return l, r.err
+		e.epochs.lease(sh, r.grant.left)
+		return l, nil
 	case "recovering":
-		e.epochs.saw(sh, r.str(1))
-		left := r.ms(2)
-		e.epochs.recovering(left)
-		return Lease{}, &RecoveringError{Remaining: left}
+		e.epochs.saw(sh, r.epoch)
+		e.epochs.recovering(r.left)
+		return Lease{}, &RecoveringError{Remaining: r.left}
 	case "idempotent":
-		l := leaseFrom(key, r)
+		l := r.grant.lease(key)
 		l.Outcome = Replayed
-		return l, r.err
+		return l, nil
 	case "held", "queued":
-		if r.str(3) != "" {
-			e.epochs.met(sh, r.str(3))
+		if r.epoch != "" {
+			e.epochs.met(sh, r.epoch)
 		}
 		if en != nil {
-			en.setPlace(r.str(4))
+			en.setPlace(r.place)
 		}
-		if status == "queued" {
-			qe := &QueuedError{Key: key, Waiters: int(r.int(5)), RetryAfter: min(r.ms(2), queuedRetry)}
-			if r.str(1) != "" {
-				qe.Next = Waiter{Owner: r.str(1), Since: r.time(6)}
+		if r.status == "queued" {
+			qe := &QueuedError{Key: key, Waiters: r.waiters, RetryAfter: min(r.retry, queuedRetry)}
+			if r.owner != "" {
+				qe.Next = Waiter{Owner: r.owner, Since: r.since}
 			}
 			return Lease{}, qe
 		}
-		return Lease{}, &HeldError{Key: key, Owner: r.str(1), Remaining: r.ms(2)}
+		return Lease{}, &HeldError{Key: key, Owner: r.owner, Remaining: r.retry}
 	case "lost":
 		return Lease{}, ErrLeaseLost
 	case "mismatch":
 		return Lease{}, ErrIdempotencyMismatch
 	case "full":
-		return Lease{}, &TooManyHoldersError{Holders: int(r.int(1))}
+		return Lease{}, &TooManyHoldersError{Holders: r.holders}
 	case "mode":
-		return Lease{}, &ModeMismatchError{Held: modeOf(r.str(1)), Asked: modeOf(want)}
+		return Lease{}, &ModeMismatchError{Held: r.held, Asked: modeOf(want)}
 	case "limit":
 		return Lease{}, ErrLimitMismatch
 	case "free":
 		return Lease{}, errFree
 	default:
-		return Lease{}, fmt.Errorf("lock: acquire script said %q", status)
+		return Lease{}, fmt.Errorf("lock: acquire script said %q", r.status)
 	}
 }
 
@@ -502,26 +501,6 @@ func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, e.opts.CallTimeout)
 }
 
-// leaseFrom reads {status, owner, token, fence, count, ttl_ms, acquired_at,
-// pttl_ms, now_ms, [epoch_id, mode, limit]}: with the mode and limit, what
-// Redis holds, never what was asked.
-func leaseFrom(key string, r *reply) Lease {
-	l := Lease{
-		Key:        key,
-		Owner:      r.str(1),
-		Token:      r.str(2),
-		Fence:      r.int(3),
-		Count:      int(r.int(4)),
-		TTL:        r.ms(5),
-		AcquiredAt: r.time(6),
-		ExpiresAt:  r.time(8).Add(r.ms(7)),
-	}
-	if r.len() > 11 {
-		l.Mode, l.Limit = modeOf(r.str(10)), int(r.int(11))
-	}
-	return l
-}
-
 // named says whether req names its mode (or a semaphore's limit), so that
 // a re-entry or replay must match the lease's: without one, it takes the
 // lease as it is.
@@ -547,23 +526,12 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
-	r, err := newReply(v)
+	g, err := decodeRenew(v)
 	if err != nil {
 		return Lease{}, err
 	}
-	if err := statusErr(r); err != nil {
-		return Lease{}, err
-	}
-	l := leaseFrom(key, r)
-	l.Mode = Exclusive
-	if r.len() > 10 {
-		l.Mode, l.Limit = Shared, 0
-		if r.str(9) == "permit" {
-			l.Mode, l.Limit = Permit, int(r.int(10))
-		}
-	}
-	e.epochs.lease(sh, r.ms(7))
-	return l, r.err
+	e.epochs.lease(sh, g.left)
+	return g.lease(key), nil
 }
 
 // Released is what a release gave back.
@@ -622,33 +590,27 @@ func (e *Engine) release(ctx context.Context, key, token, actor string, unclaime
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
 	}
-	r, err := newReply(v)
+	r, err := decodeRelease(v)
 	if err != nil {
 		return Released{}, nil, err
 	}
-	if r.str(0) == "claimed" {
+	if r.status == "claimed" {
 		return Released{}, nil, nil
 	}
-	if err := statusErr(r); err != nil {
-		return Released{}, nil, err
-	}
 	e.noted(key)
-	count := int(r.int(1))
-	out := Released{Released: count == 0, Count: count}
-	if out.Released && r.len() > 2 {
-		out.HeldFor = heldSince(r.int(2))
+	out := Released{Released: r.count == 0, Count: r.count}
+	if out.Released {
+		out.HeldFor = heldSince(r.acquiredAt.UnixMilli())
 	}
 	var next *handed
-	if r.len() > 8 {
-		ttl := r.ms(7)
-		at := r.time(8)
-		next = &handed{waiter: r.str(3), actor: actor, lease: Lease{
-			Key: key, Owner: r.str(4), Token: r.str(5), Fence: r.int(6), Count: 1, TTL: ttl,
-			AcquiredAt: at, ExpiresAt: at.Add(ttl), Outcome: Granted, Mode: Exclusive,
+	if h := r.handoff; h != nil {
+		next = &handed{waiter: h.waiter, actor: actor, lease: Lease{
+			Key: key, Owner: h.owner, Token: h.token, Fence: h.fence, Count: 1, TTL: h.ttl,
+			AcquiredAt: h.at, ExpiresAt: h.at.Add(h.ttl), Outcome: Granted, Mode: Exclusive,
 		}}
-		e.epochs.lease(sh, ttl)
+		e.epochs.lease(sh, h.ttl)
 	}
-	return out, next, r.err
+	return out, next, nil
 }
 
 // Broken describes a lease that ForceReleaseFence broke.
@@ -702,32 +664,12 @@ func (e *Engine) forceRelease(ctx context.Context, key string, fence int64, acto
 	if err != nil {
 		return Broken{}, false, wrap("force-release", err)
 	}
-	r, err := newReply(v)
+	r, err := decodeForce(v)
 	if err != nil {
 		return Broken{}, false, err
 	}
-	if err := statusErr(r); err != nil {
-		return Broken{}, false, err
-	}
 	e.noted(key)
-	out := Broken{Owner: r.str(1), Fence: r.int(2)}
-	if r.len() > 3 {
-		out.HeldFor = heldSince(r.int(3))
-	}
-	return out, r.len() > 4 && r.int(4) == 1, r.err
-}
-
-func statusErr(r *reply) error {
-	switch s := r.str(0); s {
-	case "ok":
-		return r.err
-	case "not_found":
-		return ErrNotFound
-	case "lost":
-		return ErrLeaseLost
-	default:
-		return fmt.Errorf("lock: script said %q", s)
-	}
+	return Broken{Owner: r.owner, Fence: r.fence, HeldFor: heldSince(r.acquiredAt.UnixMilli())}, r.more, nil
 }
 
 // State is a live lease as readers see it: never its token.

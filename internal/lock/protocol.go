@@ -1,5 +1,10 @@
 package lock
 
+import (
+	"fmt"
+	"time"
+)
+
 // The scripts' protocol: one Go type per script call, its fields in the
 // order of the script's header (KEYS, then ARGV), so that a reader holds
 // one call in their head and TestScriptHeaders holds each type to its
@@ -108,4 +113,187 @@ func (c historyCall) run(e *Engine) ([]string, []any) {
 	}
 	return []string{k.lease, k.hist, sh.expiries, sh.events, read, k.holders},
 		[]any{c.limit, e.arg.historyMax, e.arg.retention, e.arg.eventsMax}
+}
+
+// Replies: one Go type per reply shape of a script's header, each read by
+// one decode function, so that the engine names fields, never indexes.
+
+// grantReply is a lease as acquire.lua and renew.lua answer it: {status,
+// owner, token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms,
+// then acquire's epoch_id, mode, limit}. The mode and limit are the
+// lease's as Redis holds it, never the request's.
+type grantReply struct {
+	status     string
+	owner      string
+	token      string
+	fence      int64
+	count      int
+	ttl        time.Duration
+	acquiredAt time.Time
+	left       time.Duration // the lease's PTTL
+	now        time.Time
+	epoch      string // the epoch marker's id on a fresh grant, else ""
+	mode       Mode
+	limit      int
+}
+
+func (g grantReply) lease(key string) Lease {
+	return Lease{
+		Key: key, Owner: g.owner, Token: g.token, Fence: g.fence, Count: g.count, TTL: g.ttl,
+		AcquiredAt: g.acquiredAt, ExpiresAt: g.now.Add(g.left), Mode: g.mode, Limit: g.limit,
+	}
+}
+
+func readGrant(r *reply) grantReply {
+	return grantReply{
+		status: r.str(0), owner: r.str(1), token: r.str(2), fence: r.int(3), count: int(r.int(4)),
+		ttl: r.ms(5), acquiredAt: r.time(6), left: r.ms(7), now: r.time(8),
+	}
+}
+
+// acquireReply is acquire.lua's reply: its status, and the fields of that
+// status's shape.
+type acquireReply struct {
+	status string
+	grant  grantReply // granted, reentered, idempotent
+	// held, queued: who is in the way (the holder, or the first waiter
+	// queued before the caller: "" when the walk met none live), for how
+	// long, the epoch id, the caller's place; queued also how many wait
+	// and since when the first has.
+	owner   string
+	retry   time.Duration
+	epoch   string // also recovering's
+	place   string
+	waiters int
+	since   time.Time
+	left    time.Duration // recovering: the quarantine's time left
+	holders int           // full: live holders
+	held    Mode          // mode: the lease's mode
+}
+
+func decodeAcquire(v any) (acquireReply, error) {
+	r, err := newReply(v)
+	if err != nil {
+		return acquireReply{}, err
+	}
+	out := acquireReply{status: r.str(0)}
+	switch out.status {
+	case "granted", "reentered", "idempotent":
+		out.grant = readGrant(r)
+		out.grant.epoch, out.grant.mode, out.grant.limit = r.str(9), modeOf(r.str(10)), int(r.int(11))
+	case "held", "queued":
+		out.owner, out.retry, out.epoch, out.place = r.str(1), r.ms(2), r.str(3), r.str(4)
+		if out.status == "queued" {
+			out.waiters, out.since = int(r.int(5)), r.time(6)
+		}
+	case "recovering":
+		out.epoch, out.left = r.str(1), r.ms(2)
+	case "full":
+		out.holders = int(r.int(1))
+	case "mode":
+		out.held = modeOf(r.str(1))
+	}
+	return out, r.err
+}
+
+// decodeRenew reads renew.lua's reply: a grant, with "shared" or "permit"
+// and the limit for shared holders and permits.
+func decodeRenew(v any) (grantReply, error) {
+	r, err := newReply(v)
+	if err != nil {
+		return grantReply{}, err
+	}
+	if err := statusErr(r.str(0)); err != nil {
+		return grantReply{}, err
+	}
+	g := readGrant(r)
+	g.mode = Exclusive
+	if r.len() > 10 {
+		g.mode = Shared
+		if r.str(9) == "permit" {
+			g.mode, g.limit = Permit, int(r.int(10))
+		}
+	}
+	return g, r.err
+}
+
+// releaseReply is release.lua's reply.
+type releaseReply struct {
+	status     string // ok, or claimed (a give-back the waiter beat)
+	count      int    // re-entry levels left
+	acquiredAt time.Time
+	// The next waiter, of this lockd, that the key went to; nil if none.
+	handoff *struct {
+		waiter, owner, token string
+		fence                int64
+		ttl                  time.Duration
+		at                   time.Time
+	}
+}
+
+func decodeRelease(v any) (releaseReply, error) {
+	r, err := newReply(v)
+	if err != nil {
+		return releaseReply{}, err
+	}
+	out := releaseReply{status: r.str(0)}
+	if out.status == "claimed" {
+		return out, nil
+	}
+	if err := statusErr(out.status); err != nil {
+		return releaseReply{}, err
+	}
+	out.count = int(r.int(1))
+	if r.len() > 2 {
+		out.acquiredAt = r.time(2)
+	}
+	if r.len() > 8 {
+		out.handoff = &struct {
+			waiter, owner, token string
+			fence                int64
+			ttl                  time.Duration
+			at                   time.Time
+		}{r.str(3), r.str(4), r.str(5), r.int(6), r.ms(7), r.time(8)}
+	}
+	return out, r.err
+}
+
+// forceReply is force_release.lua's reply: the newest holder broken, and
+// whether holders are left that the call did not reach.
+type forceReply struct {
+	owner      string
+	fence      int64
+	acquiredAt time.Time
+	more       bool
+}
+
+func decodeForce(v any) (forceReply, error) {
+	r, err := newReply(v)
+	if err != nil {
+		return forceReply{}, err
+	}
+	if err := statusErr(r.str(0)); err != nil {
+		return forceReply{}, err
+	}
+	out := forceReply{owner: r.str(1), fence: r.int(2)}
+	if r.len() > 3 {
+		out.acquiredAt = r.time(3)
+	}
+	out.more = r.len() > 4 && r.int(4) == 1
+	return out, r.err
+}
+
+// statusErr is the error of a status that is neither "ok" nor a reply
+// shape of its own.
+func statusErr(status string) error {
+	switch status {
+	case "ok":
+		return nil
+	case "not_found":
+		return ErrNotFound
+	case "lost":
+		return ErrLeaseLost
+	default:
+		return fmt.Errorf("lock: script said %q", status)
+	}
 }
