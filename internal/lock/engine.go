@@ -187,6 +187,15 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	e.stop = make(chan struct{})
 	e.stopped.Add(1)
 	go func() {
+		// The function library, loaded before the first call needs it (a
+		// call that finds it missing loads it too).
+		defer e.stopped.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), opts.CallTimeout)
+		defer cancel()
+		_ = st.LoadFunctions(ctx)
+	}()
+	e.stopped.Add(1)
+	go func() {
 		defer e.stopped.Done()
 		e.keepEpochs(e.stop)
 	}()

@@ -41,14 +41,18 @@ func (f *Functions) name(sc *redis.Script) string {
 func (s *Store) UseFunctions(f *Functions) {
 	s.fns = f
 	s.batch.fns = f
-	s.batch.loadFns = s.loadFunctions
+	s.batch.loadFns = s.LoadFunctions
 }
 
-// loadFunctions loads the library on every master (FUNCTION LOAD REPLACE:
-// loading it twice is harmless). A server that does not know the command
-// turns functions off for good.
-func (s *Store) loadFunctions(ctx context.Context) error {
+// LoadFunctions loads the library on every master (FUNCTION LOAD REPLACE:
+// loading it twice is harmless); without one (UseFunctions), it does
+// nothing. A server that does not know the command turns functions off
+// for good.
+func (s *Store) LoadFunctions(ctx context.Context) error {
 	f := s.fns
+	if f == nil {
+		return nil
+	}
 	f.load.Lock()
 	defer f.load.Unlock()
 	load := func(ctx context.Context, c *redis.Client) error {
