@@ -107,9 +107,7 @@ func TestServeQueuedIsNotHeld(t *testing.T) {
 		}
 	}()
 	lockdtest.Eventually(t, func() bool { return waitersOf(t, b) == 1 }, 5*time.Second, "the waiter on b")
-	if err := bProc.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	redistest.StopProcess(t, bProc.Process)
 	if status, _ := post(t, a+key+"/release", `{"token":"`+held["token"].(string)+`"}`); status != 200 {
 		t.Fatalf("release: %d", status)
 	}

@@ -56,20 +56,7 @@ func fillQueue(t *testing.T, c *redis.Client, key string, n int, live bool) {
 // loaded test machine hardly stretches it.
 func cpuPerCall(t *testing.T, c *redis.Client, op func()) time.Duration {
 	t.Helper()
-	calls := func() int64 {
-		info := c.Info(context.Background(), "commandstats").Val()
-		var n int64
-		for _, line := range strings.Split(info, "\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-					v, _, _ = strings.Cut(v, ",")
-					k, _ := strconv.ParseInt(v, 10, 64)
-					n += k
-				}
-			}
-		}
-		return n
-	}
+	calls := func() int64 { return scriptCalls(t, c) }
 	c0, n0 := redistest.CPU(c), calls()
 	op()
 	c1, n1 := redistest.CPU(c), calls()

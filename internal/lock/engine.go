@@ -25,7 +25,8 @@ import (
 
 // Options tune the engine. Zero values take the defaults.
 type Options struct {
-	// HistoryMax is how many events are kept per key (at least; XADD MAXLEN ~).
+	// HistoryMax is how many events are kept per key (at least; trimmed
+	// once 16 past it).
 	HistoryMax int
 	// Retention is how long a key's history (which carries its last
 	// fence) outlives its last lease.
@@ -80,6 +81,11 @@ type Options struct {
 	SweepInterval time.Duration
 	// NoSweep turns the expiry sweeper of this process off (tests).
 	NoSweep bool
+	// redlockMaster marks the engine of one Redlock master (NewRedlock):
+	// its grants' fences also pass the key's fence counter, which Redlock
+	// writes back (fence.lua), and every release wakes waiters, since
+	// Redlock's wait in their process, not in the key's queue in Redis.
+	redlockMaster bool
 }
 
 const (
@@ -143,14 +149,9 @@ type Engine struct {
 	shared     [1]*sharedKeys               // one server or Sentinel: the one bucket
 	slotShared []atomic.Pointer[sharedKeys] // Cluster: per slot, made when first used
 	arg        args
-	// redlockMaster is "1" on a Redlock master: its grants' fences also
-	// pass the key's fence counter, which Redlock writes back (fence.lua),
-	// and every release wakes waiters, since Redlock's wait in their
-	// process, not in the key's queue in Redis.
-	redlockMaster string
-	lapseMu       sync.Mutex
-	lapse         LapseFunc
-	cursorKey     cursorKey // the list cursors' cipher (list.go)
+	lapseMu    sync.Mutex
+	lapse      LapseFunc
+	cursorKey  cursorKey // the list cursors' cipher (list.go)
 }
 
 // New returns an engine on rdb and starts its waiter hub (one pub/sub
@@ -158,7 +159,7 @@ type Engine struct {
 func New(rdb redis.UniversalClient, opts Options) *Engine {
 	opts = opts.withDefaults()
 	st := store.New(rdb, opts.Sentinel)
-	sc, fns := loadScripts(st.Sharded())
+	sc, fns := loadScripts(st.Sharded(), scriptConfigOf(opts))
 	st.UseFunctions(fns)
 	e := &Engine{st: st, opts: opts, scripts: sc}
 	var id [8]byte
@@ -399,8 +400,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	c := acquireCall{keys: k, shared: sh, token: token, owner: packable(req.Owner), ttlMS: req.TTL.Milliseconds(),
 		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
 		seen: seen, liveMS: live, newEpoch: e.newEpochID(), minMS: least,
-		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place,
-		quar: e.quarantineOff(), named: named(req), redlock: e.redlockMaster}
+		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req)}
 	keys, argv := c.run(e)
 	v, err := e.write(ctx, e.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
@@ -594,7 +594,7 @@ func (e *Engine) release(ctx context.Context, key, token, actor string, unclaime
 	// With replica acks a grant must be acknowledged before its holder
 	// hears of it: no hand-off then.
 	keys, argv := releaseCall{keys: k, shared: sh, token: token, actor: packable(actor), handOff: e.opts.ReplicaAcks == 0,
-		unclaimed: giveBack(unclaimed), redlock: e.redlockMaster}.run(e)
+		unclaimed: giveBack(unclaimed)}.run(e)
 	v, err := e.write(ctx, e.scripts.release, keys, argv...)
 	if err != nil {
 		return Released{}, nil, wrap("release", err)

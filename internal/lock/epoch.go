@@ -148,15 +148,6 @@ func (e *Engine) minQuarantine() time.Duration {
 	return 2 * e.opts.EpochRefresh
 }
 
-// quarantineOff is acquire.lua's ARGV that grants whatever a marker's until
-// says: an operator who turned the quarantine off in this lockd means it.
-func (e *Engine) quarantineOff() string {
-	if e.opts.NoQuarantine {
-		return "off"
-	}
-	return ""
-}
-
 // seedEpoch reads the server's marker when the process starts, so that a
 // loss of data is noticed even if its first acquires come after it. (On a
 // Cluster, with a marker per slot, each is learnt from the first reply.)

@@ -66,7 +66,7 @@ func TestIdleWaitersCostNoCallPerWaiter(t *testing.T) {
 }
 
 // scriptCalls is how many scripts Redis ran (its calls from lockd: every
-// engine call is one script).
+// engine call is one script, an FCALL or, without functions, an EVALSHA).
 func scriptCalls(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
@@ -75,7 +75,7 @@ func scriptCalls(t *testing.T, c *redis.Client) int64 {
 	}
 	var n int64
 	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls=", "cmdstat_fcall:calls="} {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
 				v, _, _ = strings.Cut(v, ",")
 				c, _ := strconv.ParseInt(v, 10, 64)

@@ -8,8 +8,9 @@ import (
 // The scripts' protocol: one Go type per script call, its fields in the
 // order of the script's header (KEYS, then ARGV), so that a reader holds
 // one call in their head and TestScriptHeaders holds each type to its
-// script. Engine-wide values (caps, retention, replica id) come from
-// Engine.arg; the rest is the request's.
+// script. The engine's settings (caps, retention, liveness) are in the
+// scripts' text (lib.lua's cfg, scriptConfig), not arguments; the replica
+// id comes from Engine.arg; the rest is the request's.
 
 // acquireCall is acquire.lua's call.
 type acquireCall struct {
@@ -31,19 +32,15 @@ type acquireCall struct {
 	waiter   string // the waiter's queue id, or "" for a try-once request
 	deadline int64  // ms from now
 	place    string // the waiter's place from an earlier try, or ""
-	quar     string // quarantineOff
 	named    string // named
-	redlock  string // Engine.redlockMaster
 }
 
 func (c acquireCall) run(e *Engine) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
-		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor,
-			e.arg.historyMax, e.arg.retention, k.wake, c.intent,
-			c.seen, c.liveMS, c.newEpoch, c.minMS, e.arg.eventsMax,
-			c.mode, c.limit, c.waiter, e.arg.replica, e.arg.alive, c.deadline, c.place, e.arg.queueTTL,
-			c.quar, c.named, e.opts.MaxHoldersPerKey, c.redlock}
+		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor, k.wake, c.intent,
+			c.seen, c.liveMS, c.newEpoch, c.minMS,
+			c.mode, c.limit, c.waiter, e.arg.replica, c.deadline, c.place, c.named}
 }
 
 // renewCall is renew.lua's call.
@@ -58,7 +55,7 @@ type renewCall struct {
 func (c renewCall) run(e *Engine) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		[]any{c.token, c.ttl, c.actor, e.arg.renewalsMax, e.arg.retention, k.wake, e.arg.historyMax, e.arg.eventsMax}
+		[]any{c.token, c.ttl, c.actor, k.wake}
 }
 
 // releaseCall is release.lua's call.
@@ -69,7 +66,6 @@ type releaseCall struct {
 	actor     string
 	handOff   bool   // hand the key to the next waiter if it waits in this lockd
 	unclaimed string // giveBack
-	redlock   string // Engine.redlockMaster
 }
 
 func (c releaseCall) run(e *Engine) ([]string, []any) {
@@ -79,7 +75,7 @@ func (c releaseCall) run(e *Engine) ([]string, []any) {
 		handTo = e.arg.replica
 	}
 	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
-		[]any{c.token, c.actor, e.arg.historyMax, k.wake, e.arg.eventsMax, handTo, e.arg.retention, c.unclaimed, c.redlock}
+		[]any{c.token, c.actor, k.wake, handTo, c.unclaimed}
 }
 
 // forceReleaseCall is force_release.lua's call.
@@ -94,7 +90,7 @@ type forceReleaseCall struct {
 func (c forceReleaseCall) run(e *Engine) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
-		[]any{c.actor, c.reason, e.arg.historyMax, k.wake, c.fence, e.arg.eventsMax, e.arg.retention}
+		[]any{c.actor, c.reason, k.wake, c.fence}
 }
 
 // historyCall is history.lua's call.
@@ -112,7 +108,7 @@ func (c historyCall) run(e *Engine) ([]string, []any) {
 		read = k.renewals
 	}
 	return []string{k.lease, k.hist, sh.expiries, sh.events, read, k.holders},
-		[]any{c.limit, e.arg.historyMax, e.arg.retention, e.arg.eventsMax}
+		[]any{c.limit}
 }
 
 // Replies: one Go type per reply shape of a script's header, each read by

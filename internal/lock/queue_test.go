@@ -548,9 +548,7 @@ func TestQueuedIsNotHeld(t *testing.T) {
 		st, err := e.State(ctx, key)
 		return err == nil && len(st.Queue) == 1 && st.Queue[0].Owner == "doomed"
 	})
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	redistest.StopProcess(t, cmd.Process)
 	if _, err := e.Release(ctx, key, h.Token, "t"); err != nil {
 		t.Fatal(err)
 	}

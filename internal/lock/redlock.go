@@ -68,10 +68,9 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	// (redlock_sweep.go).
 	opts.NoSweep = true
 	r := &Redlock{quorum: len(clients)/2 + 1, stop: make(chan struct{})}
+	opts.redlockMaster = true
 	for _, c := range clients {
-		n := New(c, opts)
-		n.redlockMaster = "1"
-		r.nodes = append(r.nodes, n)
+		r.nodes = append(r.nodes, New(c, opts))
 	}
 	r.opts = r.nodes[0].opts // with the defaults
 	r.lapses = newLapseTally(r.quorum, len(r.nodes), 2*r.opts.CallTimeout+4*r.opts.SweepInterval)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,13 +36,38 @@ type scripts struct {
 	sweep *redis.Script
 }
 
+// scriptConfig is what lib.lua's cfg says: the engine's settings, written
+// into the scripts' text rather than passed on every call (each argument
+// costs Redis about 1,100 instructions). Engines with other settings run
+// scripts, and load a library, of their own.
+type scriptConfig struct {
+	historyMax, eventsMax, renewalsMax, maxHolders int
+	retention, aliveMS, queueTTL                   int64
+	quarantineOff, redlock                         bool
+}
+
+func scriptConfigOf(o Options) scriptConfig {
+	return scriptConfig{
+		historyMax: o.HistoryMax, eventsMax: o.EventsMax, renewalsMax: o.RenewalsMax, maxHolders: o.MaxHoldersPerKey,
+		retention: o.Retention.Milliseconds(), aliveMS: aliveFor.Milliseconds(),
+		queueTTL:      (o.MaxWait + time.Minute).Milliseconds(),
+		quarantineOff: o.NoQuarantine, redlock: o.redlockMaster,
+	}
+}
+
+func (c scriptConfig) lua() string {
+	return fmt.Sprintf("local cfg = {history_max = %d, events_max = %d, renewals_max = %d, max_holders = %d, "+
+		"retention = %d, alive_ms = %d, queue_ttl = %d, quarantine_off = %t, redlock = %t}\n",
+		c.historyMax, c.eventsMax, c.renewalsMax, c.maxHolders, c.retention, c.aliveMS, c.queueTTL, c.quarantineOff, c.redlock)
+}
+
 // loadScripts reads the scripts, and the library of functions that runs
 // them where the server has Redis Functions. sharded makes them publish
 // wake-ups with SPUBLISH: on a Cluster a script may only publish on a
 // channel of its own slot, and only a sharded subscription on that slot's
 // master hears it.
-func loadScripts(sharded bool) (scripts, *store.Functions) {
-	lib := mustRead("lib")
+func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
+	lib := cfg.lua() + mustRead("lib")
 	s := func(name string) *redis.Script {
 		return redis.NewScript(publishes(lib+"\n"+mustRead(name), sharded))
 	}

@@ -21,6 +21,7 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -124,9 +125,7 @@ func (s *Server) Stop() {
 // commands queue unanswered, as when Redis stalls. Resume continues it.
 func (s *Server) Pause() {
 	s.tb.Helper()
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		s.tb.Fatalf("pause redis-server: %v", err)
-	}
+	StopProcess(s.tb, s.cmd.Process)
 }
 
 // Resume continues a paused server (SIGCONT).
@@ -180,4 +179,26 @@ func CPU(c *redis.Client) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// StopProcess stops p (SIGSTOP) and returns once the kernel says it is
+// stopped: the signal is delivered asynchronously, and a thread running on
+// another core may still send a request or two after kill returns.
+func StopProcess(tb testing.TB, p *os.Process) {
+	tb.Helper()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatalf("stop process %d: %v", p.Pid, err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", p.Pid)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			tb.Fatalf("stop process %d: %v", p.Pid, err)
+		}
+		// The state follows the command name, which is in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+	}
+	tb.Fatalf("process %d did not stop in 5 s", p.Pid)
 }

@@ -7,29 +7,28 @@
 -- KEYS[9] the bucket's replica liveness set
 -- ARGV[1] new token         ARGV[2] owner          ARGV[3] ttl_ms
 -- ARGV[4] re-entry token or ""                     ARGV[5] idempotency tag or ""
--- ARGV[6] actor             ARGV[7] history cap    ARGV[8] retention_ms
--- ARGV[9] wake channel      ARGV[10] "grant", or "peek" to leave a free
---                            key alone (Redlock: others queue in process)
--- ARGV[11] the epoch id this lockd saw last in KEYS[4], or ""
--- ARGV[12] live_ms: how long what this lockd knows of in the bucket (its
+-- ARGV[6] actor             ARGV[7] wake channel
+-- ARGV[8] "grant", or "peek" to leave a free key alone (Redlock: others
+--         queue in process)
+-- ARGV[9] the epoch id this lockd saw last in KEYS[4], or ""
+-- ARGV[10] live_ms: how long what this lockd knows of in the bucket (its
 --          last read of the bucket's expiries, its grants since) could
 --          still be live
--- ARGV[13] a new epoch id, used if the marker must be made
--- ARGV[14] min_ms: the shortest quarantine after a loss (lib.lua)
--- ARGV[15] the event stream's cap
--- ARGV[16] want: "x" exclusive, "s" shared, "p" a semaphore's permit
--- ARGV[17] the semaphore's limit (want "p")
--- ARGV[18] the waiter's queue id, or "" for a request that does not wait
--- ARGV[19] this lockd's replica id   ARGV[20] liveness_ms
--- ARGV[21] the waiter's deadline, ms from now   ARGV[22] its place in the
---          queue from an earlier try, or ""     ARGV[23] the queue's TTL ms
--- ARGV[24] "off": the restart quarantine is off in this lockd, grant
---          whatever the marker's until says
--- ARGV[25] "1" when the caller named its mode (or a limit): a re-entry or
+-- ARGV[11] a new epoch id, used if the marker must be made
+-- ARGV[12] min_ms: the shortest quarantine after a loss (lib.lua)
+-- ARGV[13] want: "x" exclusive, "s" shared, "p" a semaphore's permit
+-- ARGV[14] the semaphore's limit (want "p")
+-- ARGV[15] the waiter's queue id, or "" for a request that does not wait
+-- ARGV[16] this lockd's replica id
+-- ARGV[17] the waiter's deadline, ms from now   ARGV[18] its place in the
+--          queue from an earlier try, or ""
+-- ARGV[19] "1" when the caller named its mode (or a limit): a re-entry or
 --          replay must then match the lease's mode and limit
--- ARGV[26] the most shared holders or permits a key may have
--- ARGV[27] "1": take the fence past the key's fence counter too (Redlock
---          writes one, fence.lua)
+-- The engine's settings come from cfg (lib.lua): the history's and event
+-- stream's caps, the retention, the waiters' liveness and the queue's
+-- TTL, the most holders of a key, whether the restart quarantine is off
+-- (grant whatever the marker says) and whether this is a Redlock master
+-- (take the fence past the key's fence counter too, fence.lua).
 --
 -- The epoch marker and the restart quarantine: lib.lua (check_epoch).
 --
@@ -57,7 +56,7 @@
 --   {"mode", mode}  a re-entry named another mode than the lease's
 --   {"limit"}     the semaphore is held with another limit (also a re-entry)
 --   {"full", n}   the key has n live shared holders or permits, the most
---                 it may have (ARGV[26])
+--                 it may have (cfg.max_holders)
 --   {"free"}      peek only: nobody holds the key
 --   {"recovering", epoch_id, ms_left}  quarantine after a loss of data
 --
@@ -66,11 +65,11 @@
 local lease, hist, holders = KEYS[1], KEYS[2], KEYS[8]
 local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
-local cap, retention, channel, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
-local want, limit, wid = ARGV[16], tonumber(ARGV[17]) or 0, ARGV[18]
-local named = ARGV[25] == '1'
+local cap, retention, channel, mode = cfg.history_max, cfg.retention, ARGV[7], ARGV[8]
+local want, limit, wid = ARGV[13], tonumber(ARGV[14]) or 0, ARGV[15]
+local named = ARGV[19] == '1'
 local sched = KEYS[5]
-ev = {stream = KEYS[6], cap = ARGV[15], key = lock_of(lease), retention = retention}
+ev = {stream = KEYS[6], cap = cfg.events_max, key = lock_of(lease), retention = retention}
 local q = {queue = KEYS[3], info = KEYS[7], replicas = KEYS[9], alive = {}, dead = {}}
 
 local now_ms, now_us = clock()
@@ -83,19 +82,19 @@ local function queued()
   end
   local place = redis.call('ZSCORE', q.queue, wid)
   if not place then
-    place = ARGV[22]
+    place = ARGV[18]
     if place == '' then
       -- Arrival order: Redis's clock, kept strictly increasing.
       local last = redis.call('ZRANGE', q.queue, -1, -1, 'WITHSCORES')
       place = int(math.max(now_us, (tonumber(last[2]) or 0) + 1))
     end
     redis.call('ZADD', q.queue, place, wid)
-    redis.call('HSET', q.info, wid, cjson.encode({r = ARGV[19], d = int(now_ms + tonumber(ARGV[21])), m = want,
+    redis.call('HSET', q.info, wid, cjson.encode({r = ARGV[16], d = int(now_ms + tonumber(ARGV[17])), m = want,
       s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor}))
-    redis.call('PEXPIRE', q.queue, ARGV[23])
-    redis.call('PEXPIRE', q.info, ARGV[23])
+    redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
+    redis.call('PEXPIRE', q.info, cfg.queue_ttl)
   end
-  redis.call('ZADD', q.replicas, now_ms + tonumber(ARGV[20]), ARGV[19])
+  redis.call('ZADD', q.replicas, now_ms + cfg.alive_ms, ARGV[16])
   return place
 end
 
@@ -283,7 +282,7 @@ if multi and (want == 'x' or (want == 'p' and used >= limit)) then
   local h = cjson.decode(redis.call('HGET', lease, 'h:' .. at[1]))
   return held(h.o, tonumber(at[2]) - now_ms)
 end
-if multi and used >= tonumber(ARGV[26]) then
+if multi and used >= cfg.max_holders then
   return {'full', used}
 end
 
@@ -306,8 +305,8 @@ if mode == 'peek' then
   return {'free'}
 end
 
-local epoch, untl = check_epoch(KEYS[4], ARGV[11], ARGV[12], ARGV[14], ARGV[13], now_ms)
-if untl > now_ms and ARGV[24] ~= 'off' then
+local epoch, untl = check_epoch(KEYS[4], ARGV[9], ARGV[10], ARGV[12], ARGV[11], now_ms)
+if untl > now_ms and not cfg.quarantine_off then
   if queued() ~= '' then
     waiting()
   end
@@ -318,10 +317,10 @@ last = last or last_event(hist)
 if not multi then
   record_lapse(hist, cap, sched, ev.key, last)
 end
--- The fence counter: Redlock's (ARGV[27]), or a key's of the layout before
+-- The fence counter: Redlock's (cfg.redlock), or a key's of the layout before
 -- the history list, met the first time the key is used after an upgrade.
 local counter = nil
-if ARGV[27] == '1' or not last then
+if cfg.redlock or not last then
   counter = sibling(lease, 'fence')
 end
 

@@ -4,17 +4,17 @@
 -- KEYS[1] lease (lib.lua)   KEYS[2] history list
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] holders (shared or permits)
--- ARGV[1] actor        ARGV[2] reason   ARGV[3] history cap
--- ARGV[4] wake channel ARGV[5] the fence to break, or "" for every holder
--- ARGV[6] the event stream's cap   ARGV[7] retention_ms
+-- ARGV[1] actor        ARGV[2] reason   ARGV[3] wake channel
+-- ARGV[4] the fence to break, or "" for every holder
+-- From cfg (lib.lua): the caps, the retention.
 --
 -- Reply: {"ok", owner, fence, acquired_at_ms, more} (of the newest holder
 --        broken; more is 1 when holders are left that a call for every
 --        holder did not reach: force_max per call)
 --      | {"not_found"} | {"lost"} (no holder has that fence)
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
-local actor, reason, cap, channel, want = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-ev = {stream = KEYS[4], cap = ARGV[6], key = lock_of(lease), retention = tonumber(ARGV[7])}
+local actor, reason, cap, channel, want = ARGV[1], ARGV[2], cfg.history_max, ARGV[3], ARGV[4]
+ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = cfg.retention}
 
 -- force_max bounds the holders one call breaks; Go calls again while more
 -- are left (engine.go), so each call's time stays bounded.

@@ -4,14 +4,13 @@
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] the list to read: the history, or the renewals
 -- KEYS[6] holders (shared or permits)
--- ARGV[1] limit        ARGV[2] history cap   ARGV[3] retention_ms
--- ARGV[4] the event stream's cap
+-- ARGV[1] limit   (the cap, retention and event stream's cap: cfg, lib.lua)
 --
 -- Reply: up to limit packed events of KEYS[5] (lib.lua), oldest first:
 -- the newest ones.
 local lease, hist, sched = KEYS[1], KEYS[2], KEYS[3]
-local limit, cap, retention = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-ev = {stream = KEYS[4], cap = ARGV[4], key = lock_of(lease), retention = retention}
+local limit, cap, retention = tonumber(ARGV[1]), cfg.history_max, cfg.retention
+ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = retention}
 
 local raw = redis.pcall('GET', lease)
 if not raw then

@@ -5,22 +5,21 @@
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] holders (shared or permits)    KEYS[6] wait queue
 -- KEYS[7] the queue's entries   KEYS[8] the bucket's replica liveness set
--- ARGV[1] token        ARGV[2] actor   ARGV[3] history cap
--- ARGV[4] wake channel ARGV[5] the event stream's cap
--- ARGV[6] this lockd's replica id, or "" to hand the key to nobody
--- ARGV[7] retention_ms
--- ARGV[8] "unclaimed": release only a key handed to a waiter (below) that
+-- ARGV[1] token        ARGV[2] actor   ARGV[3] wake channel
+-- ARGV[4] this lockd's replica id, or "" to hand the key to nobody
+-- ARGV[5] "unclaimed": release only a key handed to a waiter (below) that
 --         the waiter did not claim with a try of its own, else ""
--- ARGV[9] "1": wake waiters on every release, queued in Redis or not
---         (Redlock's wait in their process)
+-- From cfg (lib.lua): the caps, the retention, and redlock: a Redlock
+-- master wakes waiters on every release, queued in Redis or not
+-- (Redlock's wait in their process).
 --
 -- Reply: {"ok", count_left, acquired_at_ms}
 --      | {"ok", 0, acquired_at_ms, waiter id, owner, token, fence, ttl_ms, now_ms}
 --        when the key went to the next waiter, of this lockd
---      | {"claimed"} (ARGV[8]) | {"not_found"} | {"lost"}
+--      | {"claimed"} (ARGV[5]) | {"not_found"} | {"lost"}
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
-local token, actor, cap, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-ev = {stream = KEYS[4], cap = ARGV[5], key = lock_of(lease), retention = tonumber(ARGV[7])}
+local token, actor, cap, channel = ARGV[1], ARGV[2], cfg.history_max, ARGV[3]
+ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = cfg.retention}
 
 local now_ms, now_us = clock()
 -- The common case in one command: an exclusive lease, released by its
@@ -70,7 +69,7 @@ if cur.token ~= token then
   put_back()
   return {'lost'}
 end
-if ARGV[8] == 'unclaimed' and cur.handed == '' then
+if ARGV[5] == 'unclaimed' and cur.handed == '' then
   -- Giving back a key handed to a waiter that seemed gone: the waiter
   -- claimed it with a try of its own meanwhile (acquire.lua), so it is
   -- the waiter's.
@@ -95,24 +94,24 @@ record(hist, cap, 'released', now_ms, cur.owner, cur.fence, cur.ttl, '0', actor,
 redis.call('ZREM', sched, ev.key)
 if cur.w ~= '1' then
   -- Nobody queued while it was held (acquire.lua, waiting).
-  if ARGV[9] == '1' then
+  if cfg.redlock then
     redis.call('PUBLISH', channel, 'released')
   end
   return {'ok', 0, cur.acquired}
 end
 -- Hand the key to the next waiter at once if it waits in this lockd (its
--- replica id is ARGV[6]): the lockd answers it without another call.
+-- replica id is ARGV[4]): the lockd answers it without another call.
 local q = {queue = KEYS[6], info = KEYS[7], replicas = KEYS[8], alive = {}, dead = {}}
-local nx = ARGV[6] ~= '' and first_live(q, now_ms)
-if nx and nx.r == ARGV[6] and nx.m == 'x' then
+local nx = ARGV[4] ~= '' and first_live(q, now_ms)
+if nx and nx.r == ARGV[4] and nx.m == 'x' then
   local ttl = tonumber(nx.l)
   redis.call('ZREM', q.queue, nx.id)
   redis.call('HDEL', q.info, nx.id)
   forget(q)
   -- The newest event is this release, with the released lease's fence.
-  local fence = grant_x(lease, hist, cap, tonumber(ARGV[7]), sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us,
+  local fence = grant_x(lease, hist, cap, cfg.retention, sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us,
     {fence = cur.fence, keep = cur.keep}, nil, '1', '1')
-  -- handed: until the waiter's own try claims it, a give-back (ARGV[8])
+  -- handed: until the waiter's own try claims it, a give-back (ARGV[5])
   -- may undo it.
   return {'ok', 0, cur.acquired, nx.id, nx.o, nx.t, fence, ttl, now_ms}
 end

@@ -4,8 +4,9 @@
 -- KEYS[4] the bucket's expiry schedule   KEYS[5] history list
 -- KEYS[6] holders (shared or permits)    KEYS[7] the bucket's event stream
 -- ARGV[1] token        ARGV[2] ttl_ms or "" (keep the lease's own)
--- ARGV[3] actor        ARGV[4] renewals cap     ARGV[5] retention_ms
--- ARGV[6] wake channel ARGV[7] history cap      ARGV[8] the event stream's cap
+-- ARGV[3] actor        ARGV[4] wake channel
+-- From cfg (lib.lua): the renewals' and history's caps, the retention,
+-- the event stream's cap.
 --
 -- A renewal goes to its own capped list (packed as history events, lib.lua),
 -- with how much of the lease was left when it came (left_ms), never to the
@@ -16,15 +17,15 @@
 -- Reply: {"ok", owner, token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms,
 --         [mode, limit] (shared holders or permits)} | {"not_found"} | {"lost"}
 local lease, renewals, queue, sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, actor, cap, retention, channel = ARGV[1], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local token, actor, cap, retention, channel = ARGV[1], ARGV[3], cfg.renewals_max, cfg.retention, ARGV[4]
 
 local now_ms = clock()
 local cur = read_lease(lease, now_ms)
 if cur and cur.multi then
   -- One of several holders.
   local holders = KEYS[6]
-  ev = {stream = KEYS[7], cap = ARGV[8], key = lock_of(lease), retention = retention}
-  local h, status = holder_of(lease, holders, KEYS[5], ARGV[7], sched, ev.key, token, now_ms)
+  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention}
+  local h, status = holder_of(lease, holders, KEYS[5], cfg.history_max, sched, ev.key, token, now_ms)
   if not h then
     return {status}
   end
