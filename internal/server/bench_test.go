@@ -78,10 +78,12 @@ func engineServer(e *lock.Engine) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /engine/{key}/acquire", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
-			TTL int64 `json:"ttl_ms"`
+			TTL  int64 `json:"ttl_ms"`
+			Wait int64 `json:"wait_ms"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
-		l, err := e.Acquire(r.Context(), r.PathValue("key"), lock.AcquireRequest{Owner: "bench", TTL: time.Duration(body.TTL) * time.Millisecond, Actor: "bench"})
+		l, err := e.Acquire(r.Context(), r.PathValue("key"), lock.AcquireRequest{Owner: "bench", Actor: "bench",
+			TTL: time.Duration(body.TTL) * time.Millisecond, Wait: time.Duration(body.Wait) * time.Millisecond})
 		if err != nil {
 			w.WriteHeader(409)
 			return
@@ -326,63 +328,94 @@ func BenchmarkHTTPVersusBare(b *testing.B) {
 	b.ReportMetric(float64(l.cpu.Microseconds())/float64(l.cycles), "cpu-µs/cycle")
 }
 
-// BenchmarkHandoff: 16 waiters on one key over HTTP, each holding 1 ms.
-// Reports grants/s, the release→grant gap, fairness and Redis calls per grant.
+// BenchmarkHandoff: 16 waiters on one key over HTTP, each holding 1 ms,
+// through lockd and through the engine server (the engine's hand-off
+// without lockd's HTTP stack), interleaved. Reports grants/s of both and
+// their ratio, the release→grant gap, fairness and Redis calls per grant.
 func BenchmarkHandoff(b *testing.B) {
-	lockdT, _, _, _ := benchTargets(b)
-	const waiters, d = 16, 3 * time.Second
+	lockdT, _, engineT, _ := benchTargets(b)
+	const waiters, d, rounds = 16, 3 * time.Second, 3
 	b.ResetTimer()
 	for range b.N {
-		var lastRelease atomic.Int64 // unix ns of the last release call
-		var mu sync.Mutex
-		var gaps []time.Duration
-		grants := make([]int, waiters)
-		calls0 := lockdT.calls.Commands.Load()
-		start := time.Now()
-		deadline := start.Add(d)
-		var wg sync.WaitGroup
-		for w := range waiters {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(deadline) {
-					status, body, err := postJSON(lockdT.base+"/handoff/acquire", []byte(`{"ttl_ms":5000,"wait_ms":10000}`))
-					if err != nil || status != 200 {
-						continue
-					}
-					now := time.Now()
-					if lr := lastRelease.Load(); lr != 0 {
-						mu.Lock()
-						gaps = append(gaps, now.Sub(time.Unix(0, lr)))
-						mu.Unlock()
-					}
-					grants[w]++
-					var l struct {
-						Token string `json:"token"`
-					}
-					_ = json.Unmarshal(body, &l)
-					time.Sleep(time.Millisecond)
-					lastRelease.Store(time.Now().UnixNano())
-					_, _, _ = postJSON(lockdT.base+"/handoff/release", []byte(`{"token":"`+l.Token+`"}`))
+		var ratios []float64
+		var last map[string]handoffResult
+		for range rounds {
+			last = map[string]handoffResult{}
+			for _, t := range []target{engineT, lockdT} {
+				r := handoffRound(t, waiters, d)
+				b.Logf("hand-off through %s: %d waiters, %.0f grants/s, gap p50 %.2f ms p99 %.2f ms, grants per waiter min %d max %d, %.2f Redis calls/grant",
+					t.name, waiters, r.rate, ms(r.gapP50), ms(r.gapP99), r.min, r.max, r.calls)
+				last[t.name] = r
+			}
+			ratios = append(ratios, last["lockd"].rate/last["engine"].rate)
+		}
+		slices.Sort(ratios)
+		l := last["lockd"]
+		b.Logf("lockd/engine hand-off: %.2f (median of %d rounds)", ratios[len(ratios)/2], rounds)
+		b.ReportMetric(ratios[len(ratios)/2], "lockd/engine")
+		b.ReportMetric(l.rate, "grants/s")
+		b.ReportMetric(ms(l.gapP50), "gap-p50-ms")
+		b.ReportMetric(ms(l.gapP99), "gap-p99-ms")
+		b.ReportMetric(float64(l.min), "min-grants/waiter")
+		b.ReportMetric(float64(l.max), "max-grants/waiter")
+		b.ReportMetric(l.calls, "redis-calls/grant")
+	}
+}
+
+type handoffResult struct {
+	rate           float64 // grants/s
+	gapP50, gapP99 time.Duration
+	min, max       int // grants per waiter
+	calls          float64
+}
+
+// handoffRound runs waiters goroutines on one key of t for d, each taking
+// the key (waiting for it), holding it 1 ms and releasing it.
+func handoffRound(t target, waiters int, d time.Duration) handoffResult {
+	var lastRelease atomic.Int64 // unix ns of the last release call
+	var mu sync.Mutex
+	var gaps []time.Duration
+	grants := make([]int, waiters)
+	calls0 := t.calls.Commands.Load()
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				status, body, err := postJSON(t.base+"/handoff/acquire", []byte(`{"ttl_ms":5000,"wait_ms":10000}`))
+				if err != nil || status != 200 {
+					continue
 				}
-			}()
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		total := 0
-		for _, g := range grants {
-			total += g
-		}
-		calls := lockdT.calls.Commands.Load() - calls0
-		b.Logf("hand-off: %d waiters, %.0f grants/s, gap p50 %.2f ms p99 %.2f ms, grants per waiter min %d max %d, %.2f Redis calls/grant",
-			waiters, float64(total)/elapsed.Seconds(), ms(percentile(gaps, .5)), ms(percentile(gaps, .99)),
-			slices.Min(grants), slices.Max(grants), float64(calls)/float64(total))
-		b.ReportMetric(float64(total)/elapsed.Seconds(), "grants/s")
-		b.ReportMetric(ms(percentile(gaps, .5)), "gap-p50-ms")
-		b.ReportMetric(ms(percentile(gaps, .99)), "gap-p99-ms")
-		b.ReportMetric(float64(slices.Min(grants)), "min-grants/waiter")
-		b.ReportMetric(float64(slices.Max(grants)), "max-grants/waiter")
-		b.ReportMetric(float64(calls)/float64(total), "redis-calls/grant")
+				now := time.Now()
+				if lr := lastRelease.Load(); lr != 0 {
+					mu.Lock()
+					gaps = append(gaps, now.Sub(time.Unix(0, lr)))
+					mu.Unlock()
+				}
+				grants[w]++
+				var l struct {
+					Token string `json:"token"`
+				}
+				_ = json.Unmarshal(body, &l)
+				time.Sleep(time.Millisecond)
+				lastRelease.Store(time.Now().UnixNano())
+				_, _, _ = postJSON(t.base+"/handoff/release", []byte(`{"token":"`+l.Token+`"}`))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total := 0
+	for _, g := range grants {
+		total += g
+	}
+	return handoffResult{
+		rate: float64(total) / elapsed.Seconds(), gapP50: percentile(gaps, .5), gapP99: percentile(gaps, .99),
+		min: slices.Min(grants), max: slices.Max(grants),
+		calls: float64(t.calls.Commands.Load()-calls0) / float64(total),
 	}
 }
 
