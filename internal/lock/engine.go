@@ -411,6 +411,12 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	if err != nil {
 		return Lease{}, err
 	}
+	return e.acquired(ctx, key, req, want, en, sh, r, unacked)
+}
+
+// acquired turns acquire.lua's reply r into the caller's answer, noting
+// the epoch it names and the waiter's place.
+func (e *Engine) acquired(ctx context.Context, key string, req AcquireRequest, want string, en *entry, sh *sharedKeys, r acquireReply, unacked bool) (Lease, error) {
 	switch r.status {
 	case "granted", "reentered":
 		if unacked {
@@ -738,7 +744,8 @@ func (e *Engine) stateKeys(key string) []string {
 	return []string{k.lease, k.queue, k.qinfo, k.holders, e.sharedOf(key).replicas}
 }
 
-// stateFrom reads state.lua's reply.
+// stateFrom reads state.lua's reply: one exclusive holder ("x"), or
+// shared holders or permits ("m").
 func stateFrom(key string, v any) (State, error) {
 	r, err := newReply(v)
 	if err != nil {
@@ -747,33 +754,50 @@ func stateFrom(key string, v any) (State, error) {
 	if r.len() == 0 {
 		return State{}, ErrNotFound
 	}
-	now := r.time(1)
 	s := State{Key: key, Queue: queueFrom(r, 2)}
 	s.Waiters = len(s.Queue)
 	if r.str(0) == "x" {
-		if r.len() > 12 {
-			s.Waiters = int(r.int(12))
-		}
-		s.HoldersTotal = 1
-		remaining := r.ms(10)
-		h := Holder{
-			Owner:      r.str(3),
-			Mode:       Exclusive,
-			Fence:      r.int(4),
-			Count:      int(r.int(5)),
-			TTL:        r.ms(6),
-			AcquiredAt: r.time(7),
-			ExpiresAt:  now.Add(remaining),
-			Remaining:  remaining,
-		}
-		s.Mode, s.Holders = Exclusive, []Holder{h}
-		s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
-		s.RenewedAt = r.time(8)
-		s.Renewals = r.int(9)
-		s.LeftAtRenewal = r.ms(11)
-		s.AtRisk = atRisk(s)
+		exclusiveState(&s, r)
 		return s, r.err
 	}
+	if err := sharedState(&s, r); err != nil {
+		return State{}, err
+	}
+	return s, r.err
+}
+
+// exclusiveState reads {"x", now_ms, queue, owner, fence, count, ttl_ms,
+// acquired_at_ms, renewed_at_ms, renewals, pttl_ms, left_ms, waiters}.
+func exclusiveState(s *State, r *reply) {
+	now := r.time(1)
+	if r.len() > 12 {
+		s.Waiters = int(r.int(12))
+	}
+	s.HoldersTotal = 1
+	remaining := r.ms(10)
+	h := Holder{
+		Owner:      r.str(3),
+		Mode:       Exclusive,
+		Fence:      r.int(4),
+		Count:      int(r.int(5)),
+		TTL:        r.ms(6),
+		AcquiredAt: r.time(7),
+		ExpiresAt:  now.Add(remaining),
+		Remaining:  remaining,
+	}
+	s.Mode, s.Holders = Exclusive, []Holder{h}
+	s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
+	s.RenewedAt = r.time(8)
+	s.Renewals = r.int(9)
+	s.LeftAtRenewal = r.ms(11)
+	s.AtRisk = atRisk(*s)
+}
+
+// sharedState reads {"m", now_ms, queue, mode, limit, holders, waiters,
+// holders_total}, each holder {owner, fence, count, ttl, acquired,
+// renewed, renewals, expires, left}; the state describes the newest.
+func sharedState(s *State, r *reply) error {
+	now := r.time(1)
 	s.Mode = Permit
 	if r.str(3) == "shared" {
 		s.Mode = Shared
@@ -782,17 +806,10 @@ func stateFrom(key string, v any) (State, error) {
 	}
 	hs, err := newReply(r.vals[5])
 	if err != nil {
-		return State{}, err
+		return err
 	}
 	if r.len() > 7 {
 		s.Waiters, s.HoldersTotal = int(r.int(6)), int(r.int(7))
-	}
-	// Each holder: owner, fence, count, ttl, acquired, renewed, renewals,
-	// expires, left.
-	var newest struct {
-		renewed  time.Time
-		renewals int64
-		left     time.Duration
 	}
 	for i := 0; i+8 < hs.len(); i += 9 {
 		exp := hs.time(i + 7)
@@ -809,16 +826,12 @@ func stateFrom(key string, v any) (State, error) {
 		s.Holders = append(s.Holders, h)
 		if len(s.Holders) == 1 || h.Fence > s.Fence {
 			s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
-			newest.renewed, newest.renewals, newest.left = hs.time(i+5), hs.int(i+6), hs.ms(i+8)
+			s.RenewedAt, s.Renewals, s.LeftAtRenewal = hs.time(i+5), hs.int(i+6), hs.ms(i+8)
 		}
 	}
 	slices.SortFunc(s.Holders, func(a, b Holder) int { return cmp.Compare(a.Fence, b.Fence) })
-	s.RenewedAt, s.Renewals, s.LeftAtRenewal = newest.renewed, newest.renewals, newest.left
-	s.AtRisk = atRisk(s)
-	if hs.err != nil {
-		return State{}, hs.err
-	}
-	return s, r.err
+	s.AtRisk = atRisk(*s)
+	return hs.err
 }
 
 // queueFrom reads the queue part of a state reply: {owner, mode, since, …}.

@@ -229,40 +229,9 @@ func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token
 		}
 		return n.try(ctx, key, req, token, want, nil)
 	}, func(Lease, error) bool { return false })
-	var granted, reentered, replayed []Lease
-	var grantedOn, reenteredOn []int // which masters
-	var held []*HeldError
-	var lost, mismatch, free int
-	var recovering *RecoveringError
-	var failed error
-	for i, err := range errs {
-		var he *HeldError
-		var re *RecoveringError
-		switch {
-		case err == nil && leases[i].Outcome == Granted:
-			granted = append(granted, leases[i])
-			grantedOn = append(grantedOn, i)
-		case err == nil && leases[i].Outcome == Reentered:
-			reentered = append(reentered, leases[i])
-			reenteredOn = append(reenteredOn, i)
-		case err == nil && leases[i].Outcome == Replayed:
-			replayed = append(replayed, leases[i])
-		case errors.As(err, &he):
-			held = append(held, he)
-		case errors.Is(err, ErrLeaseLost):
-			lost++
-		case errors.Is(err, ErrIdempotencyMismatch):
-			mismatch++
-		case errors.Is(err, errFree):
-			free++
-		case errors.As(err, &re):
-			if recovering == nil || re.Remaining < recovering.Remaining {
-				recovering = re
-			}
-		default:
-			failed = err
-		}
-	}
+	t := tallyOf(leases, errs)
+	granted, reentered, replayed, grantedOn, reenteredOn := t.granted, t.reentered, t.replayed, t.grantedOn, t.reenteredOn
+	held, lost, mismatch, free, recovering, failed := t.held, t.lost, t.mismatch, t.free, t.recovering, t.failed
 	switch {
 	case len(replayed) >= r.quorum:
 		// The replay stands; this attempt's own fresh grants go.
@@ -299,6 +268,49 @@ func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token
 	default:
 		return Lease{}, fmt.Errorf("%w: no majority of the redlock masters granted %s", ErrUnavailable, key)
 	}
+}
+
+// tally is what the masters answered one acquire attempt.
+type tally struct {
+	granted, reentered, replayed []Lease
+	grantedOn, reenteredOn       []int // which masters
+	held                         []*HeldError
+	lost, mismatch, free         int
+	recovering                   *RecoveringError // the shortest
+	failed                       error
+}
+
+func tallyOf(leases []Lease, errs []error) tally {
+	var t tally
+	for i, err := range errs {
+		var he *HeldError
+		var re *RecoveringError
+		switch {
+		case err == nil && leases[i].Outcome == Granted:
+			t.granted = append(t.granted, leases[i])
+			t.grantedOn = append(t.grantedOn, i)
+		case err == nil && leases[i].Outcome == Reentered:
+			t.reentered = append(t.reentered, leases[i])
+			t.reenteredOn = append(t.reenteredOn, i)
+		case err == nil && leases[i].Outcome == Replayed:
+			t.replayed = append(t.replayed, leases[i])
+		case errors.As(err, &he):
+			t.held = append(t.held, he)
+		case errors.Is(err, ErrLeaseLost):
+			t.lost++
+		case errors.Is(err, ErrIdempotencyMismatch):
+			t.mismatch++
+		case errors.Is(err, errFree):
+			t.free++
+		case errors.As(err, &re):
+			if t.recovering == nil || re.Remaining < t.recovering.Remaining {
+				t.recovering = re
+			}
+		default:
+			t.failed = err
+		}
+	}
+	return t
 }
 
 // heldByQuorum is the 409 for a key held on enough masters: it becomes free
@@ -609,19 +621,38 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 	if err != nil {
 		return Page{}, err
 	}
-	match := keyPrefix + "{" + escapeGlob(prefix) + "*}:lease"
-	type found struct {
-		key  string
-		node int
+	cands, err := r.candidates(ctx, &cur, prefix, limit)
+	if err != nil {
+		return Page{}, err
 	}
-	var cands []found
+	page := Page{Locks: r.quorumStates(ctx, cands)}
+	if !cur.Scan.Done || len(cur.Pending) > 0 {
+		if page.NextCursor, err = first.encodeCursor(ctx, cur); err != nil {
+			return Page{}, err
+		}
+	}
+	return page, nil
+}
+
+// candidate is a key a listing found on one master.
+type candidate struct {
+	key  string
+	node int
+}
+
+// candidates are up to limit keys under prefix, from the cursor's pending
+// keys and then from scanning the masters one after another; the cursor
+// moves past them and keeps the surplus as pending.
+func (r *Redlock) candidates(ctx context.Context, cur *cursor, prefix string, limit int) ([]candidate, error) {
+	match := keyPrefix + "{" + escapeGlob(prefix) + "*}:lease"
+	var cands []candidate
 	for _, p := range cur.Pending {
 		i, k, ok := strings.Cut(p, "/")
 		n, err := strconv.Atoi(i)
 		if !ok || err != nil || n < 0 || n >= len(r.nodes) || !strings.HasPrefix(k, prefix) {
-			return Page{}, fmt.Errorf("%w: pending key", ErrInvalidCursor)
+			return nil, fmt.Errorf("%w: pending key", ErrInvalidCursor)
 		}
-		cands = append(cands, found{k, n})
+		cands = append(cands, candidate{k, n})
 	}
 	scanned := int64(0)
 	for !cur.Scan.Done && len(cands) < limit && scanned < scanBudget {
@@ -641,7 +672,7 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 		slices.Sort(batch)
 		for _, rk := range batch {
 			if k := lockKeyOf(rk); listed(k, prefix) {
-				cands = append(cands, found{k, node})
+				cands = append(cands, candidate{k, node})
 			}
 		}
 		cur.Scan = store.ScanPos{Node: node, Cursor: next.Cursor}
@@ -657,6 +688,12 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 		}
 		cands = cands[:limit]
 	}
+	return cands, nil
+}
+
+// quorumStates are the candidates a majority of masters hold, each once:
+// listed by the first master that found it.
+func (r *Redlock) quorumStates(ctx context.Context, cands []candidate) []State {
 	keys := make([]string, len(cands))
 	for i, c := range cands {
 		keys[i] = c.key
@@ -673,7 +710,7 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 			}
 		}
 	}
-	page := Page{Locks: []State{}}
+	out := []State{}
 	seen := map[string]bool{}
 	for _, c := range cands {
 		if seen[c.key] {
@@ -691,14 +728,9 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, after stri
 			continue
 		}
 		seen[c.key] = true
-		page.Locks = append(page.Locks, mergeStates(found, r.quorum))
+		out = append(out, mergeStates(found, r.quorum))
 	}
-	if !cur.Scan.Done || len(cur.Pending) > 0 {
-		if page.NextCursor, err = first.encodeCursor(ctx, cur); err != nil {
-			return Page{}, err
-		}
-	}
-	return page, nil
+	return out
 }
 
 // Ready reports whether a majority of masters can grant.

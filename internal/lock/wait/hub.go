@@ -261,6 +261,15 @@ func (h *Hub[T]) Wait(ctx context.Context, key string, deadline time.Time, w Wai
 		gone = ErrClosed
 	}
 
+	return h.stop(ctx, q, en, w, gone)
+}
+
+// stop ends en's wait when its time ran out or its caller has gone (gone
+// says why; nil at the deadline): it takes a grant that raced the end (and
+// gives it back if the caller has gone), the outcome of a try under way,
+// or, at the deadline, one last try's answer.
+func (h *Hub[T]) stop(ctx context.Context, q *queue[T], en *entry[T], w Waiter[T], gone error) (T, error) {
+	var zero T
 	h.mu.Lock()
 	select {
 	case o := <-en.result:
