@@ -936,53 +936,6 @@ func atoi(s string) int64 {
 	return n
 }
 
-// keys names the Redis keys of one lock. The {hash tag} puts them in one
-// Cluster slot so a script may touch them all.
-type keys struct {
-	lease, fence, hist, renewals, wake string
-	// queue and qinfo are the wait queue (lib.lua); holders the shared
-	// holders or permits by expiry.
-	queue, qinfo, holders string
-}
-
-const keyPrefix = "lockd:"
-
-func keysOf(key string) keys {
-	// One allocation for all the names: each is a slice of one string.
-	base := len(keyPrefix) + len(key) + 3
-	var b strings.Builder
-	b.Grow(8*base + len("leasefencehistoryrenewedwakequeueqinfoholders"))
-	name := func(suffix string) (start, end int) {
-		start = b.Len()
-		b.WriteString(keyPrefix)
-		b.WriteByte('{')
-		b.WriteString(key)
-		b.WriteString("}:")
-		b.WriteString(suffix)
-		return start, b.Len()
-	}
-	var at [8][2]int
-	for i, suffix := range [8]string{"lease", "fence", "history", "renewed", "wake", "queue", "qinfo", "holders"} {
-		at[i][0], at[i][1] = name(suffix)
-	}
-	all := b.String()
-	k := func(i int) string { return all[at[i][0]:at[i][1]] }
-	return keys{lease: k(0), fence: k(1), hist: k(2), renewals: k(3), wake: k(4), queue: k(5), qinfo: k(6), holders: k(7)}
-}
-
-// keyOfChannel is the lock key of a wake channel, or "" for another channel.
-func keyOfChannel(ch string) string {
-	rest, ok := strings.CutPrefix(ch, keyPrefix+"{")
-	if !ok {
-		return ""
-	}
-	key, ok := strings.CutSuffix(rest, "}:wake")
-	if !ok {
-		return ""
-	}
-	return key
-}
-
 // newToken returns 192 random bits as URL-safe text.
 func newToken() (string, error) {
 	var b [24]byte

@@ -87,10 +87,7 @@ var ErrTooSlow = errors.New("lock: event reader too slow")
 
 // EventStream is the Redis key of the shared event stream.
 func (e *Engine) EventStream() string {
-	if e.st.Sharded() {
-		return keyPrefix + "{events}:all"
-	}
-	return keyPrefix + "events"
+	return eventStreamKey(e.st.Sharded())
 }
 
 // EventClient is the Redis client that reaches the event stream (for the

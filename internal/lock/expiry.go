@@ -77,9 +77,9 @@ func (e *Engine) OnLapse(f LapseFunc) {
 // outbox. On a Cluster the bucket is key's slot.
 func (e *Engine) bucket(key string) string {
 	if e.st.Sharded() {
-		return keyPrefix + "{" + store.SlotTags()[store.SlotOf(key)] + "}:"
+		return bucketOf(store.SlotTags()[store.SlotOf(key)])
 	}
-	return keyPrefix
+	return bucketOf("")
 }
 
 // sweepTarget is one master and the buckets it owns, the first of which
@@ -272,7 +272,7 @@ func (e *Engine) lapsed(v any, now time.Time) {
 // its slots.
 func (e *Engine) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
 	if !e.st.Sharded() {
-		return []sweepTarget{{node: e.st.Cmd(), buckets: []string{keyPrefix}}}, nil
+		return []sweepTarget{{node: e.st.Cmd(), buckets: []string{bucketOf("")}}}, nil
 	}
 	e.sweeper.mu.Lock()
 	defer e.sweeper.mu.Unlock()
@@ -290,7 +290,7 @@ func (e *Engine) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
 		var buckets []string
 		for _, r := range m.Slots {
 			for slot := r.Start; slot <= r.End; slot++ {
-				b := keyPrefix + "{" + tags[slot] + "}:"
+				b := bucketOf(tags[slot])
 				buckets = append(buckets, b)
 				owner[b] = m.Addr
 			}

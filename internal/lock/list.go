@@ -64,7 +64,7 @@ func (e *Engine) list(ctx context.Context, prefix string, limit int, after strin
 	if err != nil {
 		return Page{}, err
 	}
-	match := keyPrefix + "{" + escapeGlob(prefix) + "*}:lease"
+	match := leaseMatch(prefix)
 	seen := map[string]bool{}
 	keys := make([]string, 0, limit)
 	add := func(k string) {
@@ -177,19 +177,6 @@ func listed(key, prefix string) bool {
 	return sem == semList
 }
 
-// lockKeyOf is the lock key of a lease's Redis key.
-func lockKeyOf(redisKey string) string {
-	rest, ok := strings.CutPrefix(redisKey, keyPrefix+"{")
-	if !ok {
-		return ""
-	}
-	key, ok := strings.CutSuffix(rest, "}:lease")
-	if !ok {
-		return ""
-	}
-	return key
-}
-
 // escapeGlob escapes the characters that SCAN MATCH treats as a pattern.
 func escapeGlob(s string) string {
 	var b strings.Builder
@@ -202,12 +189,6 @@ func escapeGlob(s string) string {
 	}
 	return b.String()
 }
-
-// cursorSecretKey holds the secret from which cursors' encryption key is
-// derived. It lives in Redis so that every replica on the same Redis
-// accepts the others' cursors with no configuration; whoever can read it
-// can read every lease anyway. It is outside every lock's key space.
-const cursorSecretKey = "lockd:cursor-secret"
 
 // cursorKeyTTL is how long a process uses the secret it read before it
 // reads it again: should Redis lose it (a restart without persistence, a

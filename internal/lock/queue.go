@@ -105,22 +105,6 @@ func (e *Engine) alive(ctx context.Context, keys []string) error {
 	return err
 }
 
-// sharedKeys names the keys a key's scripts write beside the key's own:
-// its bucket's expiry schedule, event stream (a Cluster slot's outbox) and
-// replica liveness set, and the epoch marker. They are made once per
-// bucket, not on every call.
-type sharedKeys struct {
-	expiries, events, replicas, epoch string
-}
-
-func (e *Engine) newShared(tag string) *sharedKeys {
-	b := keyPrefix
-	if tag != "" {
-		b = keyPrefix + "{" + tag + "}:"
-	}
-	return &sharedKeys{expiries: b + "expiries", events: b + "events", replicas: b + "replicas", epoch: b + "epoch"}
-}
-
 func (e *Engine) sharedOf(key string) *sharedKeys {
 	if e.slotShared == nil {
 		return e.shared[0]

@@ -4,16 +4,6 @@ import (
 	"context"
 )
 
-// readyKey is written by Ready: on a Cluster one per master, in one of its
-// slots (tag). It is outside every lock's key space (lockd:{KEY}:…), so no
-// listing or script ever sees it.
-func readyKey(tag string) string {
-	if tag == "" {
-		return keyPrefix + "readyz"
-	}
-	return keyPrefix + "{" + tag + "}:readyz"
-}
-
 // Ready reports whether Redis can grant right now: it answers, and it
 // takes a write. A PING alone answers on a read-only replica, on a server
 // out of memory (maxmemory with noeviction) and, for some commands, while

@@ -644,7 +644,7 @@ type candidate struct {
 // keys and then from scanning the masters one after another; the cursor
 // moves past them and keeps the surplus as pending.
 func (r *Redlock) candidates(ctx context.Context, cur *cursor, prefix string, limit int) ([]candidate, error) {
-	match := keyPrefix + "{" + escapeGlob(prefix) + "*}:lease"
+	match := leaseMatch(prefix)
 	var cands []candidate
 	for _, p := range cur.Pending {
 		i, k, ok := strings.Cut(p, "/")

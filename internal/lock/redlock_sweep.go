@@ -30,10 +30,6 @@ import (
 // that was paused). Reports of two leases of one key are told apart by the
 // master: a master reports one lapse of a key at a time.
 
-// redlockSweeperKey is the Redlock sweeper lease, on every master. It is no
-// lock key (those are lockd:{key}:…), so no list shows it.
-const redlockSweeperKey = keyPrefix + "redlock:sweeper"
-
 // claimSweeper takes the sweeper lease when it is free or already ours,
 // for ARGV[2] ms; 1 when it did.
 var claimSweeper = redis.NewScript(`

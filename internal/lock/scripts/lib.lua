@@ -98,13 +98,19 @@ end
 -- shared event.
 local ev = {}
 
--- lock_of is the lock key K of a lease key "lockd:{K}:lease".
-local function lock_of(lease)
-  return string.sub(lease, 8, -8)
+-- The key layout (keys.go): lock K's keys are "lockd:{K}:<part>".
+
+-- key_of is the name of lock k's key part.
+local function key_of(k, part)
+  return 'lockd:{' .. k .. '}:' .. part
 end
 
--- sibling is the name of another Redis key of the same lock: name with
--- its part after "}:" replaced by part (keys.go has the layout).
+-- lock_of is the lock key K of one of its keys.
+local function lock_of(name)
+  return string.match(name, '^lockd:{(.*)}:')
+end
+
+-- sibling is the name of another key of the same lock as name.
 local function sibling(name, part)
   return string.match(name, '^(.*}:)') .. part
 end

@@ -86,13 +86,13 @@ local function sweep_bucket(b)
       more = 1
     end
     for _, key in ipairs(lapsing) do
-      local lease = 'lockd:{' .. key .. '}:lease'
+      local lease = key_of(key, 'lease')
       local pttl = redis.call('PTTL', lease)
       -- An exclusive lease is a string (lib.lua): HEXISTS answers it an error.
       if pttl > 0 and redis.pcall('HEXISTS', lease, 'mode') == 1 then
         -- Shared holders or permits: each lapses on its own.
         ev = {stream = b .. 'events', cap = evcap, key = key, retention = retention}
-        local holders = 'lockd:{' .. key .. '}:holders'
+        local holders = key_of(key, 'holders')
         local gone = prune(lease, holders, sibling(lease, 'history'), cap, now)
         settle(lease, holders, sched, key, now)
         if #gone == prune_max then
@@ -100,7 +100,7 @@ local function sweep_bucket(b)
           more = 1
         end
         if gone[1] then
-          redis.call('PUBLISH', 'lockd:{' .. key .. '}:wake', 'expired')
+          redis.call('PUBLISH', key_of(key, 'wake'), 'expired')
         end
         for _, h in ipairs(gone) do
           lapses[#lapses + 1] = key
@@ -115,7 +115,7 @@ local function sweep_bucket(b)
         redis.call('ZREM', sched, key)
         if r then
           -- Waiters wake now rather than at their PTTL timer.
-          redis.call('PUBLISH', 'lockd:{' .. key .. '}:wake', 'expired')
+          redis.call('PUBLISH', key_of(key, 'wake'), 'expired')
           lapses[#lapses + 1] = key
           lapses[#lapses + 1] = r[1]
           lapses[#lapses + 1] = r[2]
