@@ -23,6 +23,9 @@ type Operation struct {
 	// Scope is the operation's x-lockd-scope: "read", "write", "admin", or
 	// "none" for the operations that never need a key (the probes).
 	Scope string
+	// Kind is the operation's x-lockd-kind: "lock" or "semaphore" for the
+	// operations on one kind of resource, "" for the others.
+	Kind string
 	// Body reports whether the operation takes a request body.
 	Body bool
 }
@@ -57,12 +60,13 @@ func mustOperations(doc []byte) map[string]Operation {
 }
 
 // parseOperations reads only what the policy needs; a full OpenAPI loader
-// would be a large dependency for five fields.
+// would be a large dependency for six fields.
 func parseOperations(doc []byte) (map[string]Operation, error) {
 	var d struct {
 		Paths map[string]map[string]struct {
 			OperationID string    `yaml:"operationId"`
 			Scope       string    `yaml:"x-lockd-scope"`
+			Kind        string    `yaml:"x-lockd-kind"`
 			RequestBody yaml.Node `yaml:"requestBody"`
 		} `yaml:"paths"`
 	}
@@ -83,10 +87,15 @@ func parseOperations(doc []byte) (map[string]Operation, error) {
 			default:
 				return nil, fmt.Errorf("%s %s (%s): x-lockd-scope is %q, want read, write, admin or none", m, path, o.OperationID, o.Scope)
 			}
+			switch o.Kind {
+			case "", "lock", "semaphore":
+			default:
+				return nil, fmt.Errorf("%s %s (%s): x-lockd-kind is %q, want lock or semaphore", m, path, o.OperationID, o.Kind)
+			}
 			if o.OperationID == "" {
 				return nil, fmt.Errorf("%s %s has no operationId", m, path)
 			}
-			ops[m+" "+path] = Operation{ID: o.OperationID, Method: m, Path: path, Scope: o.Scope, Body: !o.RequestBody.IsZero()}
+			ops[m+" "+path] = Operation{ID: o.OperationID, Method: m, Path: path, Scope: o.Scope, Kind: o.Kind, Body: !o.RequestBody.IsZero()}
 		}
 	}
 	return ops, nil

@@ -44,10 +44,10 @@ func TestPythonWebhookReceiver(t *testing.T) {
 		return err == nil && len(gs) == 1
 	}, 5*time.Second, "the consumer group")
 
-	if _, err := ld.Engine.Acquire(ctx, "py:job", lock.AcquireRequest{Owner: "cron", TTL: time.Minute}); err != nil {
+	if _, err := ld.Engine.Acquire(ctx, lock.Lock("py:job"), lock.AcquireRequest{Owner: "cron", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ld.Engine.ForceReleaseFence(ctx, "py:job", 0, "ops", "stuck"); err != nil {
+	if _, err := ld.Engine.ForceReleaseFence(ctx, lock.Lock("py:job"), 0, "ops", "stuck"); err != nil {
 		t.Fatal(err)
 	}
 	py.waitOutput(t, `"type": "force_released"`)

@@ -40,11 +40,11 @@ func TestReceiver(t *testing.T) {
 		return err == nil && len(gs) == 1
 	}, 5*time.Second, "the consumer group")
 
-	l, err := ld.Engine.Acquire(ctx, "deploy:prod", lock.AcquireRequest{Owner: "ci", TTL: time.Minute})
+	l, err := ld.Engine.Acquire(ctx, lock.Lock("deploy:prod"), lock.AcquireRequest{Owner: "ci", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ld.Engine.ForceReleaseFence(ctx, "deploy:prod", 0, "ops", "stuck"); err != nil {
+	if _, err := ld.Engine.ForceReleaseFence(ctx, lock.Lock("deploy:prod"), 0, "ops", "stuck"); err != nil {
 		t.Fatal(err)
 	}
 	lockdtest.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 }, 10*time.Second, "the delivery")

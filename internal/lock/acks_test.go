@@ -41,29 +41,29 @@ func TestReplicaAcks(t *testing.T) {
 	t.Cleanup(func() { _ = e.Close(); _ = short.Close() })
 	ctx := context.Background()
 
-	l := mustAcquire(t, e, "acks:k", lock.AcquireRequest{Owner: "a"})
+	l := mustAcquire(t, e, lock.Lock("acks:k"), lock.AcquireRequest{Owner: "a"})
 	// The replica has the lease: read it there.
 	if got := lock.LeaseToken(ctx, replica.Client(t), "acks:k"); got != l.Token {
 		t.Fatalf("replica has token %q, want the lease's", got)
 	}
-	if _, err := e.Renew(ctx, "acks:k", l.Token, 0, "a"); err != nil {
+	if _, err := e.Renew(ctx, lock.Lock("acks:k"), l.Token, 0, "a"); err != nil {
 		t.Fatalf("renew with a live replica: %v", err)
 	}
-	if _, err := e.Release(ctx, "acks:k", l.Token, "a"); err != nil {
+	if _, err := e.Release(ctx, lock.Lock("acks:k"), l.Token, "a"); err != nil {
 		t.Fatalf("release with a live replica: %v", err)
 	}
 
 	replica.Pause()
 	defer replica.Resume()
 	start := time.Now()
-	_, err := short.Acquire(ctx, "acks:k", lock.AcquireRequest{Owner: "b", TTL: 10 * time.Second})
+	_, err := short.Acquire(ctx, lock.Lock("acks:k"), lock.AcquireRequest{Owner: "b", TTL: 10 * time.Second})
 	if !errors.Is(err, lock.ErrUnavailable) {
 		t.Fatalf("acquire with the replica stalled: %v, want ErrUnavailable", err)
 	}
 	if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
 		t.Errorf("the unacknowledged acquire took %v", d)
 	}
-	if st, err := e.State(ctx, "acks:k"); !errors.Is(err, lock.ErrNotFound) {
+	if st, err := e.State(ctx, lock.Lock("acks:k")); !errors.Is(err, lock.ErrNotFound) {
 		t.Fatalf("the unacknowledged grant was left behind: %+v %v", st, err)
 	}
 	if n, err := short.MissedAcks(); err != nil || n < 1 {
@@ -71,7 +71,7 @@ func TestReplicaAcks(t *testing.T) {
 	}
 	replica.Resume()
 	waitFor(t, func() bool {
-		_, err := e.Acquire(ctx, "acks:k2", lock.AcquireRequest{Owner: "c", TTL: time.Second})
+		_, err := e.Acquire(ctx, lock.Lock("acks:k2"), lock.AcquireRequest{Owner: "c", TTL: time.Second})
 		return err == nil
 	})
 }
@@ -103,12 +103,12 @@ func BenchmarkReplicaAcks(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
-				l, err := e.Acquire(ctx, "bench:acks", lock.AcquireRequest{Owner: "b", TTL: 10 * time.Second})
+				l, err := e.Acquire(ctx, lock.Lock("bench:acks"), lock.AcquireRequest{Owner: "b", TTL: 10 * time.Second})
 				lat = append(lat, time.Since(start))
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := e.Release(ctx, "bench:acks", l.Token, "b"); err != nil {
+				if _, err := e.Release(ctx, lock.Lock("bench:acks"), l.Token, "b"); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -44,12 +44,12 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		key := fmt.Sprint("bench:ar:", id.Add(1))
 		for pb.Next() {
-			l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "b", TTL: 30 * time.Second})
+			l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "b", TTL: 30 * time.Second})
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			if _, err := e.Release(ctx, key, l.Token, "b"); err != nil {
+			if _, err := e.Release(ctx, lock.Lock(key), l.Token, "b"); err != nil {
 				b.Error(err)
 				return
 			}
@@ -61,7 +61,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 func BenchmarkRenew(b *testing.B) {
 	e, n := benchEngine(b)
 	ctx := context.Background()
-	l, err := e.Acquire(ctx, "bench:renew", lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+	l, err := e.Acquire(ctx, lock.Lock("bench:renew"), lock.AcquireRequest{Owner: "b", TTL: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func BenchmarkRenew(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := e.Renew(ctx, "bench:renew", l.Token, 0, "b"); err != nil {
+		if _, err := e.Renew(ctx, lock.Lock("bench:renew"), l.Token, 0, "b"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -79,14 +79,14 @@ func BenchmarkRenew(b *testing.B) {
 func BenchmarkState(b *testing.B) {
 	e, n := benchEngine(b)
 	ctx := context.Background()
-	if _, err := e.Acquire(ctx, "bench:state", lock.AcquireRequest{Owner: "b", TTL: time.Minute}); err != nil {
+	if _, err := e.Acquire(ctx, lock.Lock("bench:state"), lock.AcquireRequest{Owner: "b", TTL: time.Minute}); err != nil {
 		b.Fatal(err)
 	}
 	start := n.Load()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := e.State(ctx, "bench:state"); err != nil {
+		if _, err := e.State(ctx, lock.Lock("bench:state")); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -120,18 +120,18 @@ func BenchmarkWakeUpReusedKey(b *testing.B) {
 			if lapse {
 				ttl = 30 * time.Millisecond
 			}
-			h, err := holder.Acquire(ctx, key, lock.AcquireRequest{Owner: "h", TTL: ttl, Wait: time.Second})
+			h, err := holder.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "h", TTL: ttl, Wait: time.Second})
 			if err != nil {
 				b.Fatal(err)
 			}
 			got := make(chan time.Time, 1)
 			go func() {
-				l, err := waiter.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: 10 * time.Second, Wait: 5 * time.Second})
+				l, err := waiter.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "w", TTL: 10 * time.Second, Wait: 5 * time.Second})
 				if err != nil {
 					b.Error(err)
 				}
 				got <- time.Now()
-				_, _ = waiter.Release(ctx, key, l.Token, "w")
+				_, _ = waiter.Release(ctx, lock.Lock(key), l.Token, "w")
 			}()
 			for waiter.Waiters() == 0 {
 				time.Sleep(100 * time.Microsecond)
@@ -140,7 +140,7 @@ func BenchmarkWakeUpReusedKey(b *testing.B) {
 			if !lapse {
 				time.Sleep(2 * time.Millisecond)
 				freed = time.Now()
-				if _, err := holder.Release(ctx, key, h.Token, "h"); err != nil {
+				if _, err := holder.Release(ctx, lock.Lock(key), h.Token, "h"); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -89,7 +89,7 @@ func TestBoundedWorkPerKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < holders; i += 20 {
-				if _, err := e.Acquire(ctx, "many:sh", lock.AcquireRequest{Owner: fmt.Sprint("r", i), Mode: lock.Shared, TTL: ttl}); err != nil {
+				if _, err := e.Acquire(ctx, lock.Lock("many:sh"), lock.AcquireRequest{Owner: fmt.Sprint("r", i), Mode: lock.Shared, TTL: ttl}); err != nil {
 					errs <- err
 					return
 				}
@@ -101,7 +101,7 @@ func TestBoundedWorkPerKey(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	held := mustAcquire(t, e, "many:q", lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+	held := mustAcquire(t, e, lock.Lock("many:q"), lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
 	fillQueue(t, admin, "many:q", waiters, true)
 
 	must := func(err error) {
@@ -128,39 +128,39 @@ func TestBoundedWorkPerKey(t *testing.T) {
 	var st lock.State
 	var err error
 	measure("state of a key with 10,000 shared holders", func() {
-		st, err = e.State(ctx, "many:sh")
+		st, err = e.State(ctx, lock.Lock("many:sh"))
 	})
 	lapse := st.ExpiresAt // the newest holder's: the last to lapse
 	if err != nil || st.HoldersTotal != holders || len(st.Holders) > lock.StatePage+1 || st.Mode != lock.Shared {
 		t.Fatalf("state of 10,000 holders: %d listed, total %d (%v)", len(st.Holders), st.HoldersTotal, err)
 	}
 	measure("state of a key with 20,000 live waiters", func() {
-		st, err = e.State(ctx, "many:q")
+		st, err = e.State(ctx, lock.Lock("many:q"))
 	})
 	if err != nil || st.Waiters != waiters || len(st.Queue) > lock.StatePage || st.Owner != "holder" {
 		t.Fatalf("state of 20,000 waiters: %d listed, %d waiting (%v)", len(st.Queue), st.Waiters, err)
 	}
-	measure("a listing of both", func() { _, err = e.List(ctx, "many:", 10, "") })
+	measure("a listing of both", func() { _, err = e.List(ctx, lock.KindLock, "many:", 10, "") })
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}
 	measure("a shared acquire on the full key", func() {
-		_, err = e.Acquire(ctx, "many:sh", lock.AcquireRequest{Owner: "one-more", Mode: lock.Shared, TTL: ttl})
+		_, err = e.Acquire(ctx, lock.Lock("many:sh"), lock.AcquireRequest{Owner: "one-more", Mode: lock.Shared, TTL: ttl})
 	})
 	if !errors.Is(err, lock.ErrTooManyHolders) {
 		t.Fatalf("holder 10,001: %v, want ErrTooManyHolders", err)
 	}
 	measure("a try-once on the held key", func() {
-		_, err = e.Acquire(ctx, "many:q", lock.AcquireRequest{Owner: "once", TTL: time.Second})
+		_, err = e.Acquire(ctx, lock.Lock("many:q"), lock.AcquireRequest{Owner: "once", TTL: time.Second})
 	})
 	if !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("try-once on the held key: %v", err)
 	}
-	measure("a release with 20,000 live waiters", func() { _, err = e.Release(ctx, "many:q", held.Token, "t") })
+	measure("a release with 20,000 live waiters", func() { _, err = e.Release(ctx, lock.Lock("many:q"), held.Token, "t") })
 	must(err)
 	var queued *lock.QueuedError
 	measure("a try-once behind 20,000 live waiters", func() {
-		_, err = e.Acquire(ctx, "many:q", lock.AcquireRequest{Owner: "once", TTL: time.Second})
+		_, err = e.Acquire(ctx, lock.Lock("many:q"), lock.AcquireRequest{Owner: "once", TTL: time.Second})
 	})
 	if !errors.As(err, &queued) || queued.Waiters != waiters {
 		t.Fatalf("try-once behind 20,000 live waiters: %v", err)
@@ -173,32 +173,32 @@ func TestBoundedWorkPerKey(t *testing.T) {
 	tries := 0
 	measure("tries behind 20,000 dead entries", func() {
 		for ; ; tries++ {
-			got, err = e.Acquire(ctx, "many:q", lock.AcquireRequest{Owner: "after", TTL: time.Minute})
+			got, err = e.Acquire(ctx, lock.Lock("many:q"), lock.AcquireRequest{Owner: "after", TTL: time.Minute})
 			if err == nil {
 				return
 			}
 			if !errors.Is(err, lock.ErrQueued) || tries > 200 {
 				t.Fatalf("try %d behind dead entries: %v", tries, err)
 			}
-			if st, err := e.State(ctx, "many:q"); !errors.Is(err, lock.ErrNotFound) {
+			if st, err := e.State(ctx, lock.Lock("many:q")); !errors.Is(err, lock.ErrNotFound) {
 				t.Fatalf("a try that answered queued left the key held by %q (%v)", st.Owner, err)
 			}
 		}
 	})
 	t.Logf("granted on try %d, once the dead entries were forgotten", tries)
-	_, err = e.Release(ctx, "many:q", got.Token, "t")
+	_, err = e.Release(ctx, lock.Lock("many:q"), got.Token, "t")
 	must(err)
 
 	// Breaking every holder of a key takes several bounded calls.
 	for i := range 1000 {
-		mustAcquire(t, e, "many:fr", lock.AcquireRequest{Owner: fmt.Sprint("f", i), Mode: lock.Shared, TTL: time.Minute})
+		mustAcquire(t, e, lock.Lock("many:fr"), lock.AcquireRequest{Owner: fmt.Sprint("f", i), Mode: lock.Shared, TTL: time.Minute})
 	}
 	var b lock.Broken
-	measure("a force-release of 1,000 shared holders", func() { b, err = e.ForceReleaseFence(ctx, "many:fr", 0, "ops", "test") })
+	measure("a force-release of 1,000 shared holders", func() { b, err = e.ForceReleaseFence(ctx, lock.Lock("many:fr"), 0, "ops", "test") })
 	if err != nil || b.Owner != "f999" {
 		t.Fatalf("force-release of 1,000 holders: %+v (%v), want the newest", b, err)
 	}
-	if _, err := e.State(ctx, "many:fr"); !errors.Is(err, lock.ErrNotFound) {
+	if _, err := e.State(ctx, lock.Lock("many:fr")); !errors.Is(err, lock.ErrNotFound) {
 		t.Fatalf("holders left after a force-release of all: %v", err)
 	}
 

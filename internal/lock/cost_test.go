@@ -69,25 +69,25 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 	}
 	b.ResetTimer()
 	measure("acquire", func(i int) (err error) {
-		leases[i], err = e.Acquire(ctx, keys[i], lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+		leases[i], err = e.Acquire(ctx, lock.Lock(keys[i]), lock.AcquireRequest{Owner: "b", TTL: time.Minute})
 		return err
 	})
 	measure("renew", func(i int) error {
-		_, err := e.Renew(ctx, keys[i], leases[i].Token, 0, "b")
+		_, err := e.Renew(ctx, lock.Lock(keys[i]), leases[i].Token, 0, "b")
 		return err
 	})
 	measure("release", func(i int) error {
-		_, err := e.Release(ctx, keys[i], leases[i].Token, "b")
+		_, err := e.Release(ctx, lock.Lock(keys[i]), leases[i].Token, "b")
 		return err
 	})
 	// What a busy key costs: acquire and release of one key, again and
 	// again (its history and fence exist), as in make bench.
 	measure("cycle", func(i int) error {
-		l, err := e.Acquire(ctx, "cost:cycle", lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+		l, err := e.Acquire(ctx, lock.Lock("cost:cycle"), lock.AcquireRequest{Owner: "b", TTL: time.Minute})
 		if err != nil {
 			return err
 		}
-		_, err = e.Release(ctx, "cost:cycle", l.Token, "b")
+		_, err = e.Release(ctx, lock.Lock("cost:cycle"), l.Token, "b")
 		return err
 	})
 	// The same cycle from 32 callers at once, each on its own key, as in
@@ -101,11 +101,11 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 			g.Go(func() error {
 				key := "cost:par:" + strconv.Itoa(c)
 				for range per {
-					l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+					l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "b", TTL: time.Minute})
 					if err != nil {
 						return err
 					}
-					if _, err := e.Release(ctx, key, l.Token, "b"); err != nil {
+					if _, err := e.Release(ctx, lock.Lock(key), l.Token, "b"); err != nil {
 						return err
 					}
 				}
@@ -136,11 +136,11 @@ func BenchmarkCyclesOnRedis(b *testing.B) {
 	ctx := context.Background()
 	for i := range b.N {
 		key := "cost:cg:" + strconv.Itoa(i%32)
-		l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+		l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "b", TTL: time.Minute})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := e.Release(ctx, key, l.Token, "b"); err != nil {
+		if _, err := e.Release(ctx, lock.Lock(key), l.Token, "b"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -205,11 +205,11 @@ func BenchmarkMemoryPerUsedKey(b *testing.B) {
 		for i := range n {
 			g.Go(func() error {
 				key := "order:pay:" + strconv.Itoa(100000+i)
-				l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "worker-7", TTL: 30 * time.Second})
+				l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "worker-7", TTL: 30 * time.Second})
 				if err != nil {
 					return err
 				}
-				_, err = e.Release(ctx, key, l.Token, "worker-7")
+				_, err = e.Release(ctx, lock.Lock(key), l.Token, "worker-7")
 				return err
 			})
 		}

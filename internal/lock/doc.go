@@ -31,8 +31,9 @@
 //
 // Shared holds and semaphores keep their holders in the lease hash (one
 // field per holder, JSON) and a sorted set by expiry; each holder has its
-// own token, fence and TTL. A semaphore is the engine key "sem/<name>",
-// with its own keys, history, fences and queue.
+// own token, fence and TTL. Every operation names a Resource, a kind (lock
+// or semaphore) and a name; each resource has its own keys, history,
+// fences and queue, and keys.go alone maps it to Redis key names.
 //
 // The lock semantics talk to Redis through package store, which knows
 // nothing of locks: one Store covers one server, Sentinel or Cluster, with

@@ -268,7 +268,7 @@ type AcquireRequest struct {
 
 // Lease is one grant of a key. Token is the holder's secret.
 type Lease struct {
-	Key        string
+	Resource   Resource
 	Owner      string
 	Token      string
 	Fence      int64
@@ -289,8 +289,9 @@ type Lease struct {
 // Idempotency-Key of a live lease is that lease (Outcome Replayed), or
 // ErrIdempotencyMismatch when it asks for another owner or TTL. If ctx ends
 // while waiting, no lease is left behind.
-func (e *Engine) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
-	want, err := e.want(key, req)
+func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) (Lease, error) {
+	key := res.id()
+	want, err := want(res, req)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -318,8 +319,11 @@ func (e *Engine) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 
 // want is the script's name for what the caller asks: an exclusive or
 // shared hold of a lock, or a permit of a semaphore.
-func (e *Engine) want(key string, req AcquireRequest) (string, error) {
-	if _, sem := SplitKey(key); sem {
+func want(res Resource, req AcquireRequest) (string, error) {
+	if err := res.check(); err != nil {
+		return "", err
+	}
+	if res.Kind == KindSemaphore {
 		if req.Limit < 1 || req.Limit > MaxLimit {
 			return "", fmt.Errorf("lock: semaphore limit %d is not within 1…%d", req.Limit, MaxLimit)
 		}
@@ -352,7 +356,7 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 		// Granted to a caller that has gone: give it straight back.
 		rctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
 		defer cancel()
-		_, _ = e.Release(rctx, key, l.Token, req.Actor)
+		_, _ = e.Release(rctx, l.Resource, l.Token, req.Actor)
 	}
 	lease, err := e.hub.Wait(ctx, key, time.Now().Add(req.Wait), wait.Waiter[Lease]{
 		Try:   try,
@@ -422,7 +426,7 @@ func (e *Engine) acquired(ctx context.Context, key string, req AcquireRequest, w
 		if unacked {
 			// A failover now could lose the grant while its holder works:
 			// give it back (one level of a re-entry) and say so.
-			_, _ = e.Release(context.WithoutCancel(ctx), key, r.grant.token, req.Actor)
+			_, _ = e.Release(context.WithoutCancel(ctx), resourceOf(key), r.grant.token, req.Actor)
 			return Lease{}, wrap("acquire", errNoAcks)
 		}
 		e.noted(key)
@@ -449,13 +453,13 @@ func (e *Engine) acquired(ctx context.Context, key string, req AcquireRequest, w
 			en.setPlace(r.place)
 		}
 		if r.status == "queued" {
-			qe := &QueuedError{Key: key, Waiters: r.waiters, RetryAfter: min(r.retry, queuedRetry)}
+			qe := &QueuedError{Resource: resourceOf(key), Waiters: r.waiters, RetryAfter: min(r.retry, queuedRetry)}
 			if r.owner != "" {
 				qe.Next = Waiter{Owner: r.owner, Since: r.since}
 			}
 			return Lease{}, qe
 		}
-		return Lease{}, &HeldError{Key: key, Owner: r.owner, Remaining: r.retry}
+		return Lease{}, &HeldError{Resource: resourceOf(key), Owner: r.owner, Remaining: r.retry}
 	case "lost":
 		return Lease{}, ErrLeaseLost
 	case "mismatch":
@@ -527,7 +531,11 @@ func named(req AcquireRequest) string {
 }
 
 // Renew sets the lease's expiry to now + ttl (ttl 0: the lease's own TTL).
-func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error) {
+func (e *Engine) Renew(ctx context.Context, res Resource, token string, ttl time.Duration, actor string) (Lease, error) {
+	if err := res.check(); err != nil {
+		return Lease{}, err
+	}
+	key := res.id()
 	k := keysOf(key)
 	ttlArg := ""
 	if ttl > 0 {
@@ -563,7 +571,11 @@ type Released struct {
 
 // Release gives back one level of the lease; at count 0 the lease is deleted
 // and waiters are woken.
-func (e *Engine) Release(ctx context.Context, key, token, actor string) (Released, error) {
+func (e *Engine) Release(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	if err := res.check(); err != nil {
+		return Released{}, err
+	}
+	key := res.id()
 	out, next, err := e.release(ctx, key, token, actor, false)
 	// The key went to a waiter of this process; should it have gone
 	// meanwhile, the key is given back (and may go to the next one),
@@ -620,7 +632,7 @@ func (e *Engine) release(ctx context.Context, key, token, actor string, unclaime
 	var next *handed
 	if h := r.handoff; h != nil {
 		next = &handed{waiter: h.waiter, actor: actor, lease: Lease{
-			Key: key, Owner: h.owner, Token: h.token, Fence: h.fence, Count: 1, TTL: h.ttl,
+			Resource: resourceOf(key), Owner: h.owner, Token: h.token, Fence: h.fence, Count: 1, TTL: h.ttl,
 			AcquiredAt: h.at, ExpiresAt: h.at.Add(h.ttl), Outcome: Granted, Mode: Exclusive,
 		}}
 		e.epochs.lease(sh, h.ttl)
@@ -642,7 +654,11 @@ type Broken struct {
 // does not break the next holder's. Shared holders and permits are broken
 // at most fifty per script call (force_release.lua), so breaking every
 // holder of a key may take several calls; Broken describes the newest.
-func (e *Engine) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
+func (e *Engine) ForceReleaseFence(ctx context.Context, res Resource, fence int64, actor, reason string) (Broken, error) {
+	if err := res.check(); err != nil {
+		return Broken{}, err
+	}
+	key := res.id()
 	var out Broken
 	for range MaxLimit/50 + 1 {
 		b, more, err := e.forceRelease(ctx, key, fence, actor, reason)
@@ -689,7 +705,7 @@ func (e *Engine) forceRelease(ctx context.Context, key string, fence int64, acto
 
 // State is a live lease as readers see it: never its token.
 type State struct {
-	Key        string
+	Resource   Resource
 	Owner      string
 	Fence      int64
 	Count      int
@@ -728,7 +744,11 @@ type State struct {
 }
 
 // State returns the key's live lease, or ErrNotFound.
-func (e *Engine) State(ctx context.Context, key string) (State, error) {
+func (e *Engine) State(ctx context.Context, res Resource) (State, error) {
+	if err := res.check(); err != nil {
+		return State{}, err
+	}
+	key := res.id()
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	v, err := e.st.Run(ctx, e.scripts.state, e.stateKeys(key))
@@ -754,7 +774,7 @@ func stateFrom(key string, v any) (State, error) {
 	if r.len() == 0 {
 		return State{}, ErrNotFound
 	}
-	s := State{Key: key, Queue: queueFrom(r, 2)}
+	s := State{Resource: resourceOf(key), Queue: queueFrom(r, 2)}
 	s.Waiters = len(s.Queue)
 	if r.str(0) == "x" {
 		exclusiveState(&s, r)
@@ -870,7 +890,11 @@ type Event struct {
 
 // History returns up to limit events of the key, newest first. A lease that
 // lapsed since the last event is recorded as "expired" first.
-func (e *Engine) History(ctx context.Context, key string, limit int) ([]Event, error) {
+func (e *Engine) History(ctx context.Context, res Resource, limit int) ([]Event, error) {
+	if err := res.check(); err != nil {
+		return nil, err
+	}
+	key := res.id()
 	return e.readHistory(ctx, key, limit, false)
 }
 
@@ -878,7 +902,11 @@ func (e *Engine) History(ctx context.Context, key string, limit int) ([]Event, e
 // with how much of the lease was left when it came (Event.Left). They are
 // kept apart from the history (Options.RenewalsMax of them), so that a
 // lease renewed every second never pushes its story out of the history.
-func (e *Engine) Renewals(ctx context.Context, key string, limit int) ([]Event, error) {
+func (e *Engine) Renewals(ctx context.Context, res Resource, limit int) ([]Event, error) {
+	if err := res.check(); err != nil {
+		return nil, err
+	}
+	key := res.id()
 	return e.readHistory(ctx, key, limit, true)
 }
 

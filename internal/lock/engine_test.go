@@ -44,7 +44,7 @@ func newEngine(t *testing.T, rdb redis.UniversalClient) *lock.Engine {
 	return e
 }
 
-func mustAcquire(t *testing.T, e lock.Service, key string, req lock.AcquireRequest) lock.Lease {
+func mustAcquire(t *testing.T, e lock.Service, res lock.Resource, req lock.AcquireRequest) lock.Lease {
 	t.Helper()
 	if req.TTL == 0 {
 		req.TTL = 10 * time.Second
@@ -52,9 +52,9 @@ func mustAcquire(t *testing.T, e lock.Service, key string, req lock.AcquireReque
 	if req.Owner == "" {
 		req.Owner = "test"
 	}
-	l, err := e.Acquire(context.Background(), key, req)
+	l, err := e.Acquire(context.Background(), res, req)
 	if err != nil {
-		t.Fatalf("acquire %s: %v", key, err)
+		t.Fatalf("acquire %s: %v", res, err)
 	}
 	return l
 }
@@ -75,7 +75,7 @@ func runContract(t *testing.T, e lock.Service) {
 	t.Helper()
 	ctx := context.Background()
 
-	l := mustAcquire(t, e, "c:1", lock.AcquireRequest{Owner: "w1", TTL: 5 * time.Second})
+	l := mustAcquire(t, e, lock.Lock("c:1"), lock.AcquireRequest{Owner: "w1", TTL: 5 * time.Second})
 	if l.Count != 1 || l.Fence <= 0 || len(l.Token) < 22 || l.Outcome != lock.Granted || l.Owner != "w1" {
 		t.Fatalf("fresh lease = %+v", l)
 	}
@@ -85,69 +85,69 @@ func runContract(t *testing.T, e lock.Service) {
 		t.Fatalf("expires_at - acquired_at = %v, want 5s", d)
 	}
 
-	_, err := e.Acquire(ctx, "c:1", lock.AcquireRequest{Owner: "w2", TTL: time.Second})
+	_, err := e.Acquire(ctx, lock.Lock("c:1"), lock.AcquireRequest{Owner: "w2", TTL: time.Second})
 	var held *lock.HeldError
 	if !errors.As(err, &held) || held.Owner != "w1" || held.Remaining <= 0 || held.Remaining > 5*time.Second {
 		t.Fatalf("second acquire: %v (%+v)", err, held)
 	}
 
-	re := mustAcquire(t, e, "c:1", lock.AcquireRequest{Token: l.Token, TTL: 5 * time.Second})
+	re := mustAcquire(t, e, lock.Lock("c:1"), lock.AcquireRequest{Token: l.Token, TTL: 5 * time.Second})
 	if re.Count != 2 || re.Fence != l.Fence || re.Token != l.Token || re.Outcome != lock.Reentered {
 		t.Fatalf("re-entry = %+v", re)
 	}
 
-	rn, err := e.Renew(ctx, "c:1", l.Token, 7*time.Second, "a")
+	rn, err := e.Renew(ctx, lock.Lock("c:1"), l.Token, 7*time.Second, "a")
 	if err != nil || rn.TTL != 7*time.Second || rn.Fence != l.Fence || rn.Count != 2 {
 		t.Fatalf("renew = %+v, %v", rn, err)
 	}
-	if _, err := e.Renew(ctx, "c:1", "not-the-token", 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Renew(ctx, lock.Lock("c:1"), "not-the-token", 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("renew with a wrong token: %v", err)
 	}
-	if _, err := e.Release(ctx, "c:1", "not-the-token", "a"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Release(ctx, lock.Lock("c:1"), "not-the-token", "a"); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("release with a wrong token: %v", err)
 	}
 
-	st, err := e.State(ctx, "c:1")
+	st, err := e.State(ctx, lock.Lock("c:1"))
 	if err != nil || st.Count != 2 || st.Renewals != 1 || st.Owner != "w1" || st.Remaining <= 0 {
 		t.Fatalf("state = %+v, %v", st, err)
 	}
 
-	r1, err := e.Release(ctx, "c:1", l.Token, "a")
+	r1, err := e.Release(ctx, lock.Lock("c:1"), l.Token, "a")
 	if err != nil || r1.Released || r1.Count != 1 {
 		t.Fatalf("first release = %+v, %v", r1, err)
 	}
-	r2, err := e.Release(ctx, "c:1", l.Token, "a")
+	r2, err := e.Release(ctx, lock.Lock("c:1"), l.Token, "a")
 	if err != nil || !r2.Released || r2.Count != 0 {
 		t.Fatalf("second release = %+v, %v", r2, err)
 	}
-	if _, err := e.State(ctx, "c:1"); !errors.Is(err, lock.ErrNotFound) {
+	if _, err := e.State(ctx, lock.Lock("c:1")); !errors.Is(err, lock.ErrNotFound) {
 		t.Fatalf("state after release: %v", err)
 	}
-	if _, err := e.Release(ctx, "c:1", l.Token, "a"); !errors.Is(err, lock.ErrNotFound) {
+	if _, err := e.Release(ctx, lock.Lock("c:1"), l.Token, "a"); !errors.Is(err, lock.ErrNotFound) {
 		t.Fatalf("release after release: %v", err)
 	}
-	if _, err := e.Acquire(ctx, "c:1", lock.AcquireRequest{Owner: "x", TTL: time.Second, Token: l.Token}); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Acquire(ctx, lock.Lock("c:1"), lock.AcquireRequest{Owner: "x", TTL: time.Second, Token: l.Token}); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("re-entry with a released token: %v", err)
 	}
 
 	// Expiry frees the key, and the stale token cannot touch it.
-	short := mustAcquire(t, e, "c:2", lock.AcquireRequest{TTL: 150 * time.Millisecond})
+	short := mustAcquire(t, e, lock.Lock("c:2"), lock.AcquireRequest{TTL: 150 * time.Millisecond})
 	time.Sleep(300 * time.Millisecond)
-	next := mustAcquire(t, e, "c:2", lock.AcquireRequest{Owner: "new"})
+	next := mustAcquire(t, e, lock.Lock("c:2"), lock.AcquireRequest{Owner: "new"})
 	if next.Fence <= short.Fence {
 		t.Fatalf("fence after expiry %d <= %d", next.Fence, short.Fence)
 	}
-	if _, err := e.Renew(ctx, "c:2", short.Token, 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Renew(ctx, lock.Lock("c:2"), short.Token, 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("renew with an expired token: %v", err)
 	}
-	if _, err := e.Release(ctx, "c:2", short.Token, "a"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Release(ctx, lock.Lock("c:2"), short.Token, "a"); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("release with an expired token: %v", err)
 	}
-	if _, err := e.Acquire(ctx, "c:2", lock.AcquireRequest{Owner: "x", TTL: time.Second, Token: short.Token}); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Acquire(ctx, lock.Lock("c:2"), lock.AcquireRequest{Owner: "x", TTL: time.Second, Token: short.Token}); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("re-entry with an expired token: %v", err)
 	}
 
-	evs, err := e.History(ctx, "c:2", 10)
+	evs, err := e.History(ctx, lock.Lock("c:2"), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,30 +155,30 @@ func runContract(t *testing.T, e lock.Service) {
 		t.Fatalf("history of c:2 = %q", got)
 	}
 
-	b, err := e.ForceReleaseFence(ctx, "c:2", 0, "ops", "stuck")
+	b, err := e.ForceReleaseFence(ctx, lock.Lock("c:2"), 0, "ops", "stuck")
 	if err != nil || b.Owner != "new" || b.Fence != next.Fence {
 		t.Fatalf("force-release = %+v, %v", b, err)
 	}
-	if _, err := e.ForceReleaseFence(ctx, "c:2", 0, "ops", ""); !errors.Is(err, lock.ErrNotFound) {
+	if _, err := e.ForceReleaseFence(ctx, lock.Lock("c:2"), 0, "ops", ""); !errors.Is(err, lock.ErrNotFound) {
 		t.Fatalf("force-release of a free key: %v", err)
 	}
-	evs, _ = e.History(ctx, "c:2", 1)
+	evs, _ = e.History(ctx, lock.Lock("c:2"), 1)
 	if len(evs) != 1 || evs[0].Type != "force_released" || evs[0].Actor != "ops" || evs[0].Reason != "stuck" {
 		t.Fatalf("last event = %+v", evs)
 	}
 
 	// Waiting: a release wakes the waiter.
-	h := mustAcquire(t, e, "c:3", lock.AcquireRequest{Owner: "first"})
+	h := mustAcquire(t, e, lock.Lock("c:3"), lock.AcquireRequest{Owner: "first"})
 	got := make(chan lock.Lease, 1)
 	go func() {
-		l, err := e.Acquire(ctx, "c:3", lock.AcquireRequest{Owner: "second", TTL: time.Second, Wait: 5 * time.Second})
+		l, err := e.Acquire(ctx, lock.Lock("c:3"), lock.AcquireRequest{Owner: "second", TTL: time.Second, Wait: 5 * time.Second})
 		if err != nil {
 			t.Errorf("waiter: %v", err)
 		}
 		got <- l
 	}()
 	waitFor(t, func() bool { return e.Waiters() == 1 })
-	if _, err := e.Release(ctx, "c:3", h.Token, "a"); err != nil {
+	if _, err := e.Release(ctx, lock.Lock("c:3"), h.Token, "a"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -217,30 +217,30 @@ func TestFencesIncreaseAcrossReleaseExpiryAndCounterLoss(t *testing.T) {
 	ctx := context.Background()
 	var last int64
 	for i := range 30 {
-		l := mustAcquire(t, e, "fence:k", lock.AcquireRequest{TTL: 100 * time.Millisecond})
+		l := mustAcquire(t, e, lock.Lock("fence:k"), lock.AcquireRequest{TTL: 100 * time.Millisecond})
 		if l.Fence <= last {
 			t.Fatalf("grant %d: fence %d <= %d", i, l.Fence, last)
 		}
 		last = l.Fence
 		switch i % 3 {
 		case 0:
-			if _, err := e.Release(ctx, "fence:k", l.Token, "t"); err != nil {
+			if _, err := e.Release(ctx, lock.Lock("fence:k"), l.Token, "t"); err != nil {
 				t.Fatal(err)
 			}
 		case 1:
 			time.Sleep(120 * time.Millisecond) // let it expire
 		case 2:
 			// The counter lapses (retention) while the lease is released.
-			if _, err := e.Release(ctx, "fence:k", l.Token, "t"); err != nil {
+			if _, err := e.Release(ctx, lock.Lock("fence:k"), l.Token, "t"); err != nil {
 				t.Fatal(err)
 			}
 			rdb.Del(ctx, "lockd:{fence:k}:fence")
 		}
 	}
 	// Re-entry and renewal keep the fence.
-	l := mustAcquire(t, e, "fence:k", lock.AcquireRequest{})
-	re := mustAcquire(t, e, "fence:k", lock.AcquireRequest{Token: l.Token})
-	rn, err := e.Renew(ctx, "fence:k", l.Token, 0, "t")
+	l := mustAcquire(t, e, lock.Lock("fence:k"), lock.AcquireRequest{})
+	re := mustAcquire(t, e, lock.Lock("fence:k"), lock.AcquireRequest{Token: l.Token})
+	rn, err := e.Renew(ctx, lock.Lock("fence:k"), l.Token, 0, "t")
 	if err != nil || re.Fence != l.Fence || rn.Fence != l.Fence {
 		t.Fatalf("fence changed: %d %d %d (%v)", l.Fence, re.Fence, rn.Fence, err)
 	}
@@ -261,9 +261,10 @@ func TestMutualExclusion(t *testing.T) {
 			e := engines[g%2]
 			for i := range 15 {
 				k := (g + i) % len(keys)
-				l, err := e.Acquire(context.Background(), keys[k], lock.AcquireRequest{
+				l, err := e.Acquire(context.Background(), lock.Lock(keys[k]), lock.AcquireRequest{
 					Owner: fmt.Sprint("g", g), TTL: 5 * time.Second, Wait: 10 * time.Second,
 				})
+
 				if err != nil {
 					t.Errorf("acquire: %v", err)
 					return
@@ -274,9 +275,9 @@ func TestMutualExclusion(t *testing.T) {
 				grants.Add(1)
 				time.Sleep(time.Millisecond)
 				inside[k].Add(-1)
-				if _, err := e.Release(context.Background(), keys[k], l.Token, "t"); err != nil {
-					st, _ := e.State(context.Background(), keys[k])
-					evs, _ := e.History(context.Background(), keys[k], 8)
+				if _, err := e.Release(context.Background(), lock.Lock(keys[k]), l.Token, "t"); err != nil {
+					st, _ := e.State(context.Background(), lock.Lock(keys[k]))
+					evs, _ := e.History(context.Background(), lock.Lock(keys[k]), 8)
 					var hs []string
 					for _, ev := range evs {
 						hs = append(hs, fmt.Sprintf("%s %s %d %v", ev.Type, ev.Owner, ev.Fence, ev.At.Format("05.000")))
@@ -309,18 +310,18 @@ func TestWakeUp(t *testing.T) {
 		free   func(l lock.Lease) // nil: let the lease expire
 		within time.Duration
 	}{
-		{"release, same process", a, 10 * time.Second, func(l lock.Lease) { _, _ = a.Release(ctx, l.Key, l.Token, "t") }, time.Second},
-		{"release through another process", b, 10 * time.Second, func(l lock.Lease) { _, _ = a.Release(ctx, l.Key, l.Token, "t") }, time.Second},
-		{"force-release", b, 10 * time.Second, func(l lock.Lease) { _, _ = a.ForceRelease(ctx, l.Key, "ops", "") }, time.Second},
+		{"release, same process", a, 10 * time.Second, func(l lock.Lease) { _, _ = a.Release(ctx, l.Resource, l.Token, "t") }, time.Second},
+		{"release through another process", b, 10 * time.Second, func(l lock.Lease) { _, _ = a.Release(ctx, l.Resource, l.Token, "t") }, time.Second},
+		{"force-release", b, 10 * time.Second, func(l lock.Lease) { _, _ = a.ForceRelease(ctx, l.Resource, "ops", "") }, time.Second},
 		{"expiry", b, 400 * time.Millisecond, nil, 1500 * time.Millisecond},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			key := fmt.Sprint("wake:", i)
-			l := mustAcquire(t, a, key, lock.AcquireRequest{TTL: tc.ttl})
+			l := mustAcquire(t, a, lock.Lock(key), lock.AcquireRequest{TTL: tc.ttl})
 			got := make(chan error, 1)
 			go func() {
-				_, err := tc.waiter.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 5 * time.Second})
+				_, err := tc.waiter.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 5 * time.Second})
 				got <- err
 			}()
 			waitFor(t, func() bool { return tc.waiter.Waiters() == 1 })
@@ -344,9 +345,9 @@ func TestWakeUp(t *testing.T) {
 
 func TestWaitTimesOutWithHolder(t *testing.T) {
 	e := newEngine(t, redistest.Start(t).Client(t))
-	mustAcquire(t, e, "to:k", lock.AcquireRequest{Owner: "holder", TTL: 10 * time.Second})
+	mustAcquire(t, e, lock.Lock("to:k"), lock.AcquireRequest{Owner: "holder", TTL: 10 * time.Second})
 	start := time.Now()
-	_, err := e.Acquire(context.Background(), "to:k", lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 300 * time.Millisecond})
+	_, err := e.Acquire(context.Background(), lock.Lock("to:k"), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 300 * time.Millisecond})
 	var held *lock.HeldError
 	if !errors.As(err, &held) || held.Owner != "holder" || held.Remaining < 9*time.Second {
 		t.Fatalf("err = %v", err)
@@ -366,16 +367,16 @@ func TestAbandonedWaiterHoldsNothing(t *testing.T) {
 	abandoned := 0 // the rounds that test something: the waiter left first
 	for i := range 20 {
 		key := fmt.Sprint("ab:", i)
-		h := mustAcquire(t, e, key, lock.AcquireRequest{TTL: 10 * time.Second})
+		h := mustAcquire(t, e, lock.Lock(key), lock.AcquireRequest{TTL: 10 * time.Second})
 		ctx, cancel := context.WithCancel(bg)
 		done := make(chan error, 1)
 		go func() {
-			_, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "gone", TTL: 10 * time.Second, Wait: 5 * time.Second})
+			_, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "gone", TTL: 10 * time.Second, Wait: 5 * time.Second})
 			done <- err
 		}()
 		waitFor(t, func() bool { return e.Waiters() == 1 })
 		// Race the release against the cancellation.
-		go func() { _, _ = e.Release(bg, key, h.Token, "t") }()
+		go func() { _, _ = e.Release(bg, lock.Lock(key), h.Token, "t") }()
 		if i%2 == 0 {
 			time.Sleep(time.Duration(i) * 100 * time.Microsecond)
 		}
@@ -387,7 +388,7 @@ func TestAbandonedWaiterHoldsNothing(t *testing.T) {
 		}
 		abandoned++
 		waitFor(t, func() bool {
-			_, err := e.State(bg, key)
+			_, err := e.State(bg, lock.Lock(key))
 			return errors.Is(err, lock.ErrNotFound)
 		})
 	}
@@ -402,7 +403,7 @@ func TestWaitersCountedAcrossProcesses(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newEngine(t, srv.Client(t))
 	b := newEngine(t, srv.Client(t))
-	h := mustAcquire(t, a, "wc:k", lock.AcquireRequest{TTL: 10 * time.Second})
+	h := mustAcquire(t, a, lock.Lock("wc:k"), lock.AcquireRequest{TTL: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range 5 {
@@ -413,27 +414,27 @@ func TestWaitersCountedAcrossProcesses(t *testing.T) {
 			if i >= 2 {
 				e = b
 			}
-			_, _ = e.Acquire(ctx, "wc:k", lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 10 * time.Second})
+			_, _ = e.Acquire(ctx, lock.Lock("wc:k"), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 10 * time.Second})
 		}()
 	}
 	waitFor(t, func() bool {
-		st, err := a.State(context.Background(), "wc:k")
+		st, err := a.State(context.Background(), lock.Lock("wc:k"))
 		return err == nil && st.Waiters == 5
 	})
 	cancel()
 	wg.Wait()
 	waitFor(t, func() bool {
-		st, err := a.State(context.Background(), "wc:k")
+		st, err := a.State(context.Background(), lock.Lock("wc:k"))
 		return err == nil && st.Waiters == 0
 	})
-	_, _ = a.Release(context.Background(), "wc:k", h.Token, "t")
+	_, _ = a.Release(context.Background(), lock.Lock("wc:k"), h.Token, "t")
 }
 
 func TestIdempotentAcquire(t *testing.T) {
 	e := newEngine(t, redistest.Start(t).Client(t))
 	ctx := context.Background()
-	first := mustAcquire(t, e, "idem:k", lock.AcquireRequest{IdempotencyKey: "delivery-1", Actor: "hook"})
-	again := mustAcquire(t, e, "idem:k", lock.AcquireRequest{IdempotencyKey: "delivery-1", Actor: "hook"})
+	first := mustAcquire(t, e, lock.Lock("idem:k"), lock.AcquireRequest{IdempotencyKey: "delivery-1", Actor: "hook"})
+	again := mustAcquire(t, e, lock.Lock("idem:k"), lock.AcquireRequest{IdempotencyKey: "delivery-1", Actor: "hook"})
 	if again.Token != first.Token || again.Fence != first.Fence || again.Count != first.Count || again.Outcome != lock.Replayed {
 		t.Fatalf("retry = %+v, first = %+v", again, first)
 	}
@@ -442,7 +443,7 @@ func TestIdempotentAcquire(t *testing.T) {
 		{Owner: "x", TTL: time.Second, IdempotencyKey: "delivery-2", Actor: "hook"},
 		{Owner: "x", TTL: time.Second},
 	} {
-		if _, err := e.Acquire(ctx, "idem:k", req); !errors.Is(err, lock.ErrHeld) {
+		if _, err := e.Acquire(ctx, lock.Lock("idem:k"), req); !errors.Is(err, lock.ErrHeld) {
 			t.Fatalf("%+v: %v", req, err)
 		}
 	}
@@ -454,17 +455,17 @@ func TestListPagesEveryKeyOnce(t *testing.T) {
 	want := map[string]bool{}
 	for i := range 230 {
 		k := fmt.Sprintf("list:%03d", i)
-		mustAcquire(t, e, k, lock.AcquireRequest{Owner: "o"})
+		mustAcquire(t, e, lock.Lock(k), lock.AcquireRequest{Owner: "o"})
 		want[k] = true
 	}
-	mustAcquire(t, e, "other:1", lock.AcquireRequest{})
-	mustAcquire(t, e, "list*x", lock.AcquireRequest{}) // '*' is not a key character, but must not act as a glob
+	mustAcquire(t, e, lock.Lock("other:1"), lock.AcquireRequest{})
+	mustAcquire(t, e, lock.Lock("list*x"), lock.AcquireRequest{}) // '*' is not a key character, but must not act as a glob
 
 	for _, limit := range []int{1, 7, 100, 1000} {
 		seen := map[string]bool{}
 		cursor, pages := "", 0
 		for {
-			p, err := e.List(ctx, "list:", limit, cursor)
+			p, err := e.List(ctx, lock.KindLock, "list:", limit, cursor)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -473,13 +474,13 @@ func TestListPagesEveryKeyOnce(t *testing.T) {
 				t.Fatalf("limit %d: page of %d", limit, len(p.Locks))
 			}
 			for _, s := range p.Locks {
-				if seen[s.Key] {
-					t.Fatalf("limit %d: %s returned twice", limit, s.Key)
+				if seen[s.Resource.Name] {
+					t.Fatalf("limit %d: %s returned twice", limit, s.Resource.Name)
 				}
-				if !want[s.Key] {
-					t.Fatalf("limit %d: unexpected key %s", limit, s.Key)
+				if !want[s.Resource.Name] {
+					t.Fatalf("limit %d: unexpected key %s", limit, s.Resource.Name)
 				}
-				seen[s.Key] = true
+				seen[s.Resource.Name] = true
 			}
 			if p.NextCursor == "" {
 				break
@@ -490,7 +491,7 @@ func TestListPagesEveryKeyOnce(t *testing.T) {
 			t.Fatalf("limit %d: saw %d keys of %d in %d pages", limit, len(seen), len(want), pages)
 		}
 	}
-	if _, err := e.List(ctx, "", 10, "!!not-a-cursor"); !errors.Is(err, lock.ErrInvalidCursor) {
+	if _, err := e.List(ctx, lock.KindLock, "", 10, "!!not-a-cursor"); !errors.Is(err, lock.ErrInvalidCursor) {
 		t.Fatalf("bad cursor: %v", err)
 	}
 }
@@ -503,23 +504,23 @@ func TestHistoryIsCapped(t *testing.T) {
 	e := lock.New(rdb, lock.Options{HistoryMax: 20, RenewalsMax: 30, Retention: time.Hour})
 	t.Cleanup(func() { _ = e.Close() })
 	ctx := context.Background()
-	l := mustAcquire(t, e, "cap:k", lock.AcquireRequest{})
+	l := mustAcquire(t, e, lock.Lock("cap:k"), lock.AcquireRequest{})
 	for range 500 {
-		if _, err := e.Renew(ctx, "cap:k", l.Token, 0, "t"); err != nil {
+		if _, err := e.Renew(ctx, lock.Lock("cap:k"), l.Token, 0, "t"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	evs, err := e.History(ctx, "cap:k", 100)
+	evs, err := e.History(ctx, lock.Lock("cap:k"), 100)
 	if err != nil || len(evs) != 1 || evs[0].Type != "acquired" {
 		t.Fatalf("history after 500 renewals: %+v, %v; want just acquired", evs, err)
 	}
-	rs, err := e.Renewals(ctx, "cap:k", 1000)
+	rs, err := e.Renewals(ctx, lock.Lock("cap:k"), 1000)
 	if err != nil || len(rs) < 30 || len(rs) > 300 || rs[0].Type != "renewed" || rs[0].Left <= 0 || rs[0].Left > 30*time.Second {
 		t.Fatalf("renewals: %d, newest %+v, %v; want about 30 with the time left", len(rs), rs[0], err)
 	}
 	for range 200 {
-		l = mustAcquire(t, e, "cap:k", lock.AcquireRequest{Token: l.Token})
-		if _, err := e.Release(ctx, "cap:k", l.Token, "t"); err != nil {
+		l = mustAcquire(t, e, lock.Lock("cap:k"), lock.AcquireRequest{Token: l.Token})
+		if _, err := e.Release(ctx, lock.Lock("cap:k"), l.Token, "t"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -534,7 +535,7 @@ func TestHistoryIsCapped(t *testing.T) {
 	if ttl <= time.Hour || ttl > time.Hour+10*time.Second+time.Hour/24 || rdb.Exists(ctx, "lockd:{cap:k}:fence").Val() != 0 {
 		t.Fatalf("history TTL %v (want 1h + the 10 s lease + at most 2.5 min), fence counter %d (want none)", ttl, rdb.Exists(ctx, "lockd:{cap:k}:fence").Val())
 	}
-	evs, _ = e.History(ctx, "unknown:key", 10)
+	evs, _ = e.History(ctx, lock.Lock("unknown:key"), 10)
 	if len(evs) != 0 {
 		t.Fatalf("unknown key history: %v", evs)
 	}
@@ -552,11 +553,11 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 	ctx := context.Background()
 
 	// Load the scripts once, as a running server has.
-	l := mustAcquire(t, e, "rt:warm", lock.AcquireRequest{})
-	_, _ = e.Renew(ctx, "rt:warm", l.Token, 0, "t")
-	_, _ = e.Release(ctx, "rt:warm", l.Token, "t")
-	mustAcquire(t, e, "rt:warm", lock.AcquireRequest{})
-	_, _ = e.ForceRelease(ctx, "rt:warm", "t", "")
+	l := mustAcquire(t, e, lock.Lock("rt:warm"), lock.AcquireRequest{})
+	_, _ = e.Renew(ctx, lock.Lock("rt:warm"), l.Token, 0, "t")
+	_, _ = e.Release(ctx, lock.Lock("rt:warm"), l.Token, "t")
+	mustAcquire(t, e, lock.Lock("rt:warm"), lock.AcquireRequest{})
+	_, _ = e.ForceRelease(ctx, lock.Lock("rt:warm"), "t", "")
 
 	var lease lock.Lease
 	ops := []struct {
@@ -564,20 +565,20 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 		run  func() error
 	}{
 		{"acquire", func() (err error) {
-			lease, err = e.Acquire(ctx, "rt:k", lock.AcquireRequest{Owner: "o", TTL: 10 * time.Second})
+			lease, err = e.Acquire(ctx, lock.Lock("rt:k"), lock.AcquireRequest{Owner: "o", TTL: 10 * time.Second})
 			return err
 		}},
-		{"renew", func() error { _, err := e.Renew(ctx, "rt:k", lease.Token, 0, "t"); return err }},
-		{"release", func() error { _, err := e.Release(ctx, "rt:k", lease.Token, "t"); return err }},
+		{"renew", func() error { _, err := e.Renew(ctx, lock.Lock("rt:k"), lease.Token, 0, "t"); return err }},
+		{"release", func() error { _, err := e.Release(ctx, lock.Lock("rt:k"), lease.Token, "t"); return err }},
 		{"force-release", func() error {
-			if _, err := e.Acquire(ctx, "rt:f", lock.AcquireRequest{Owner: "o", TTL: time.Second}); err != nil {
+			if _, err := e.Acquire(ctx, lock.Lock("rt:f"), lock.AcquireRequest{Owner: "o", TTL: time.Second}); err != nil {
 				return err
 			}
 			sent.Commands.Store(0)
 			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 				return err
 			}
-			_, err := e.ForceRelease(ctx, "rt:f", "ops", "")
+			_, err := e.ForceRelease(ctx, lock.Lock("rt:f"), "ops", "")
 			return err
 		}},
 	}
@@ -606,15 +607,15 @@ func TestFunctionsLoadedAgain(t *testing.T) {
 	admin := srv.Client(t)
 	e := newEngine(t, srv.Client(t))
 	ctx := context.Background()
-	mustAcquire(t, e, "fn:a", lock.AcquireRequest{})
+	mustAcquire(t, e, lock.Lock("fn:a"), lock.AcquireRequest{})
 	if err := admin.FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	l := mustAcquire(t, e, "fn:b", lock.AcquireRequest{})
-	if _, err := e.Release(ctx, "fn:b", l.Token, "t"); err != nil {
+	l := mustAcquire(t, e, lock.Lock("fn:b"), lock.AcquireRequest{})
+	if _, err := e.Release(ctx, lock.Lock("fn:b"), l.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
 	stats := commandStats(t, admin)
@@ -649,10 +650,10 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := newEngine(t, rdb)
-	mustAcquire(t, e, "down:k", lock.AcquireRequest{TTL: 500 * time.Millisecond})
+	mustAcquire(t, e, lock.Lock("down:k"), lock.AcquireRequest{TTL: 500 * time.Millisecond})
 	srv.Stop()
 	start := time.Now()
-	_, err := e.Acquire(context.Background(), "down:k2", lock.AcquireRequest{Owner: "o", TTL: time.Second})
+	_, err := e.Acquire(context.Background(), lock.Lock("down:k2"), lock.AcquireRequest{Owner: "o", TTL: time.Second})
 	if !errors.Is(err, lock.ErrUnavailable) {
 		t.Fatalf("acquire with Redis down: %v", err)
 	}
@@ -663,7 +664,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	// longest lease granted, 500 ms) ends by itself.
 	srv.Restart()
 	waitFor(t, func() bool {
-		_, err := e.Acquire(context.Background(), "down:k3", lock.AcquireRequest{Owner: "o", TTL: time.Second})
+		_, err := e.Acquire(context.Background(), lock.Lock("down:k3"), lock.AcquireRequest{Owner: "o", TTL: time.Second})
 		return err == nil
 	})
 }
@@ -671,16 +672,16 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 func TestForceReleaseOnlyTheFenceSeen(t *testing.T) {
 	e := newEngine(t, redistest.Start(t).Client(t))
 	ctx := context.Background()
-	first := mustAcquire(t, e, "fr:k", lock.AcquireRequest{Owner: "first"})
-	if _, err := e.ForceReleaseFence(ctx, "fr:k", first.Fence, "ops", "seen"); err != nil {
+	first := mustAcquire(t, e, lock.Lock("fr:k"), lock.AcquireRequest{Owner: "first"})
+	if _, err := e.ForceReleaseFence(ctx, lock.Lock("fr:k"), first.Fence, "ops", "seen"); err != nil {
 		t.Fatal(err)
 	}
-	second := mustAcquire(t, e, "fr:k", lock.AcquireRequest{Owner: "second"})
+	second := mustAcquire(t, e, lock.Lock("fr:k"), lock.AcquireRequest{Owner: "second"})
 	// A second confirmation of the first holder's page must not break the second holder.
-	if _, err := e.ForceReleaseFence(ctx, "fr:k", first.Fence, "ops", "stale page"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.ForceReleaseFence(ctx, lock.Lock("fr:k"), first.Fence, "ops", "stale page"); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("force-release with a stale fence: %v", err)
 	}
-	if st, err := e.State(ctx, "fr:k"); err != nil || st.Fence != second.Fence {
+	if st, err := e.State(ctx, lock.Lock("fr:k")); err != nil || st.Fence != second.Fence {
 		t.Fatalf("second lease after a stale force-release: %+v %v", st, err)
 	}
 }
@@ -694,13 +695,13 @@ func TestWaiterCaps(t *testing.T) {
 	wait := func(key string) chan error {
 		c := make(chan error, 1)
 		go func() {
-			_, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 10 * time.Second})
+			_, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 10 * time.Second})
 			c <- err
 		}()
 		return c
 	}
-	mustAcquire(t, e, "cap:a", lock.AcquireRequest{})
-	mustAcquire(t, e, "cap:b", lock.AcquireRequest{})
+	mustAcquire(t, e, lock.Lock("cap:a"), lock.AcquireRequest{})
+	mustAcquire(t, e, lock.Lock("cap:b"), lock.AcquireRequest{})
 	wait("cap:a")
 	wait("cap:a")
 	waitFor(t, func() bool { return e.Waiters() == 2 })
@@ -713,7 +714,7 @@ func TestWaiterCaps(t *testing.T) {
 		t.Fatalf("fourth waiter in all: %v", err)
 	}
 	// Trying once is never capped.
-	if _, err := e.Acquire(context.Background(), "cap:b", lock.AcquireRequest{Owner: "x", TTL: time.Second}); !errors.Is(err, lock.ErrHeld) {
+	if _, err := e.Acquire(context.Background(), lock.Lock("cap:b"), lock.AcquireRequest{Owner: "x", TTL: time.Second}); !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("try-once: %v", err)
 	}
 }

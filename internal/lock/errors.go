@@ -63,14 +63,14 @@ var (
 
 // HeldError says who holds a key and for how long.
 type HeldError struct {
-	Key       string
+	Resource  Resource
 	Owner     string
 	Remaining time.Duration
 }
 
 // Error describes the holder.
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("lock: %s is held by %s for %d ms more", e.Key, e.Owner, e.Remaining.Milliseconds())
+	return fmt.Sprintf("lock: %s is held by %s for %d ms more", e.Resource, e.Owner, e.Remaining.Milliseconds())
 }
 
 // Unwrap makes errors.Is(err, ErrHeld) true.
@@ -79,9 +79,9 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 // QueuedError says that earlier waiters come first: how many wait, and
 // the first of them. It names no holder: a waiter holds nothing.
 type QueuedError struct {
-	Key     string
-	Waiters int
-	Next    Waiter
+	Resource Resource
+	Waiters  int
+	Next     Waiter
 	// RetryAfter is when a try may find the queue moved: the next waiter
 	// takes the key at once if it is live, or its entry lapses within the
 	// liveness window if its lockd died.
@@ -100,7 +100,7 @@ const queuedRetry = aliveFor
 
 // Error describes the queue.
 func (e *QueuedError) Error() string {
-	return fmt.Sprintf("lock: %s is free but kept for %d earlier waiter(s), first %s", e.Key, e.Waiters, e.Next.Owner)
+	return fmt.Sprintf("lock: %s is free but kept for %d earlier waiter(s), first %s", e.Resource, e.Waiters, e.Next.Owner)
 }
 
 // Unwrap makes errors.Is(err, ErrQueued) true.

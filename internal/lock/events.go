@@ -32,16 +32,16 @@ import (
 // Change is one lifecycle event of the event stream.
 type Change struct {
 	// ID is the event's stream entry ID ("<ms>-<seq>"), increasing.
-	ID     string
-	Type   string
-	Key    string
-	At     time.Time
-	Owner  string
-	Fence  int64
-	TTL    time.Duration
-	Count  int
-	Actor  string
-	Reason string
+	ID       string
+	Type     string
+	Resource Resource
+	At       time.Time
+	Owner    string
+	Fence    int64
+	TTL      time.Duration
+	Count    int
+	Actor    string
+	Reason   string
 }
 
 // ErrBadEventID is a Last-Event-ID that is not a stream ID.
@@ -192,7 +192,7 @@ func ChangeOf(m redis.XMessage) Change { return changeOf(m) }
 func changeOf(m redis.XMessage) Change {
 	f := func(k string) string { s, _ := m.Values[k].(string); return s }
 	return Change{
-		ID: m.ID, Type: f("type"), Key: f("key"), Owner: f("owner"), Actor: f("actor"), Reason: f("reason"),
+		ID: m.ID, Type: f("type"), Resource: resourceOf(f("key")), Owner: f("owner"), Actor: f("actor"), Reason: f("reason"),
 		At:    time.UnixMilli(atoi(f("at"))).UTC(),
 		Fence: atoi(f("fence")), TTL: time.Duration(atoi(f("ttl_ms"))) * time.Millisecond, Count: int(atoi(f("count"))),
 	}

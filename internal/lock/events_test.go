@@ -25,7 +25,7 @@ func TestResume(t *testing.T) {
 	var ids []string // ids[i] is the event of key ev:<i>
 	add := func() {
 		t.Helper()
-		if _, err := e.Acquire(ctx, fmt.Sprintf("ev:%d", len(ids)), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+		if _, err := e.Acquire(ctx, lock.Lock(fmt.Sprintf("ev:%d", len(ids))), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		last, err := rdb.XRevRangeN(ctx, e.EventStream(), "+", "-", 1).Result()
@@ -63,13 +63,13 @@ func TestResume(t *testing.T) {
 				got = append(got, "reset "+c.Reason)
 				break
 			}
-			got = append(got, c.Key)
+			got = append(got, c.Resource.Name)
 			if c.ID == newest {
 				break
 			}
 		}
 		add()
-		return fmt.Sprint(append(got, next().Key))
+		return fmt.Sprint(append(got, next().Resource.Name))
 	}
 
 	for range 8 {

@@ -59,10 +59,10 @@ const (
 	targetsTTL = 2 * time.Second
 )
 
-// LapseFunc hears of a lapse this process's sweeper recorded: the lock key,
+// LapseFunc hears of a lapse this process's sweeper recorded: the resource,
 // when the lease lapsed and when it was noticed (Redis's clock), and how
 // long it had been held (0 when unknown).
-type LapseFunc func(key string, lapsed, noticed time.Time, held time.Duration)
+type LapseFunc func(res Resource, lapsed, noticed time.Time, held time.Duration)
 
 // OnLapse sets the function told of every lapse this process's sweeper
 // records (for metrics). It must not block.
@@ -263,7 +263,7 @@ func (e *Engine) lapsed(v any, now time.Time) {
 		if typ, _ := l[i+2].(string); typ == "acquired" {
 			held = at.Sub(time.UnixMilli(atoi(fmt.Sprint(l[i+3]))))
 		}
-		f(key, at, now, held)
+		f(resourceOf(key), at, now, held)
 	}
 }
 

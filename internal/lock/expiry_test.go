@@ -41,7 +41,7 @@ func follow(t *testing.T, e *lock.Engine) *lapses {
 			l.mu.Lock()
 			l.all = append(l.all, c)
 			if c.Type == "expired" {
-				l.seen[c.Key] = append(l.seen[c.Key], time.Since(c.At))
+				l.seen[c.Resource.Name] = append(l.seen[c.Resource.Name], time.Since(c.At))
 			}
 			l.mu.Unlock()
 		}
@@ -105,16 +105,16 @@ func TestExpiryNoticedWithNobodyLooking(t *testing.T) {
 	for i := range 60 {
 		key := fmt.Sprintf("exp:%02d", i)
 		keys = append(keys, key)
-		mustAcquire(t, replicas[i%3], key, lock.AcquireRequest{TTL: time.Duration(200+10*i) * time.Millisecond})
+		mustAcquire(t, replicas[i%3], lock.Lock(key), lock.AcquireRequest{TTL: time.Duration(200+10*i) * time.Millisecond})
 	}
-	renewed := mustAcquire(t, replicas[0], "exp:renewed", lock.AcquireRequest{TTL: 300 * time.Millisecond})
-	released := mustAcquire(t, replicas[1], "exp:released", lock.AcquireRequest{TTL: 300 * time.Millisecond})
-	if _, err := replicas[1].Release(ctx, "exp:released", released.Token, "t"); err != nil {
+	renewed := mustAcquire(t, replicas[0], lock.Lock("exp:renewed"), lock.AcquireRequest{TTL: 300 * time.Millisecond})
+	released := mustAcquire(t, replicas[1], lock.Lock("exp:released"), lock.AcquireRequest{TTL: 300 * time.Millisecond})
+	if _, err := replicas[1].Release(ctx, lock.Lock("exp:released"), released.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
 	stop := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(stop) {
-		if _, err := replicas[2].Renew(ctx, "exp:renewed", renewed.Token, 0, "t"); err != nil {
+		if _, err := replicas[2].Renew(ctx, lock.Lock("exp:renewed"), renewed.Token, 0, "t"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -145,7 +145,7 @@ func TestExpiryNoticedWithNobodyLooking(t *testing.T) {
 		t.Errorf("schedule holds %d leases, want 1 (the renewed one)", n)
 	}
 	// The history read records nothing more.
-	evs, err := replicas[0].History(ctx, keys[0], 10)
+	evs, err := replicas[0].History(ctx, lock.Lock(keys[0]), 10)
 	if err != nil || eventTypes(evs) != "acquired expired" {
 		t.Errorf("history of %s: %s, %v", keys[0], eventTypes(evs), err)
 	}
@@ -204,7 +204,7 @@ func TestExpiryAndEventsOnCluster(t *testing.T) {
 	for i := range 30 {
 		key := fmt.Sprintf("cx:%02d", i)
 		keys = append(keys, key)
-		mustAcquire(t, a, key, lock.AcquireRequest{TTL: time.Duration(300+10*i) * time.Millisecond})
+		mustAcquire(t, a, lock.Lock(key), lock.AcquireRequest{TTL: time.Duration(300+10*i) * time.Millisecond})
 		m, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+key+"}"))
 		if err != nil {
 			t.Fatal(err)
@@ -214,8 +214,8 @@ func TestExpiryAndEventsOnCluster(t *testing.T) {
 	if len(masters) != 3 {
 		t.Fatalf("30 keys on %d masters", len(masters))
 	}
-	l := mustAcquire(t, b, "cx:released", lock.AcquireRequest{})
-	if _, err := a.ForceReleaseFence(ctx, "cx:released", 0, "ops", "stuck"); err != nil {
+	l := mustAcquire(t, b, lock.Lock("cx:released"), lock.AcquireRequest{})
+	if _, err := a.ForceReleaseFence(ctx, lock.Lock("cx:released"), 0, "ops", "stuck"); err != nil {
 		t.Fatal(err)
 	}
 	checkPrompt(t, watch.expiredAll(t, keys))
@@ -223,7 +223,7 @@ func TestExpiryAndEventsOnCluster(t *testing.T) {
 		watch.mu.Lock()
 		defer watch.mu.Unlock()
 		for _, ch := range watch.all {
-			if ch.Key == "cx:released" && ch.Type == "force_released" && ch.Actor == "ops" && ch.Reason == "stuck" && ch.Fence == l.Fence {
+			if ch.Resource.Name == "cx:released" && ch.Type == "force_released" && ch.Actor == "ops" && ch.Reason == "stuck" && ch.Fence == l.Fence {
 				return true
 			}
 		}

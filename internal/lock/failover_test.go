@@ -59,7 +59,7 @@ func TestWakeAfterFailoverUnderLoad(t *testing.T) {
 		holder, waiter := engines[i%2], engines[1-i%2]
 		key := fmt.Sprintf("failover:%d", i)
 		l := retry(t, "hold", func() (lock.Lease, error) {
-			return holder.Acquire(ctx, key, lock.AcquireRequest{Owner: "holder", TTL: 30 * time.Second})
+			return holder.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "holder", TTL: 30 * time.Second})
 		})
 		// The replica has the lease before the failover, so that the new
 		// master still has it to release.
@@ -73,7 +73,7 @@ func TestWakeAfterFailoverUnderLoad(t *testing.T) {
 
 		got := make(chan time.Time, 1)
 		go func() {
-			_, err := waiter.Acquire(ctx, key, lock.AcquireRequest{Owner: "waiter", TTL: 5 * time.Second, Wait: 25 * time.Second})
+			_, err := waiter.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "waiter", TTL: 5 * time.Second, Wait: 25 * time.Second})
 			if err != nil {
 				t.Errorf("waiter: %v", err)
 			}
@@ -94,7 +94,7 @@ func TestWakeAfterFailoverUnderLoad(t *testing.T) {
 		defer func() { _ = mc.Close() }()
 		var released time.Time
 		for deadline := time.Now().Add(15 * time.Second); ; {
-			_, err := holder.Release(ctx, key, l.Token, "holder")
+			_, err := holder.Release(ctx, lock.Lock(key), l.Token, "holder")
 			at := time.Now()
 			if err != nil && !errors.Is(err, lock.ErrUnavailable) && !errors.Is(err, lock.ErrNotFound) {
 				t.Fatalf("run %d: release: %v", i, err)

@@ -1,7 +1,6 @@
 package lock
 
 import (
-	"strings"
 	"time"
 )
 
@@ -24,24 +23,6 @@ const MaxLimit = 10_000
 // state costs Redis the same whatever it holds (State.HoldersTotal and
 // State.Waiters count them all).
 const StatePage = 100
-
-// semPrefix starts the engine key of a semaphore. "/" is outside the key
-// alphabet (ValidKey), so no lock key starts with it: a semaphore and a
-// lock of the same name are different keys with their own Redis keys,
-// history, fences and queue, and every engine operation works on both.
-const semPrefix = "sem/"
-
-// SemaphoreKey is the engine key of the semaphore named name.
-func SemaphoreKey(name string) string { return semPrefix + name }
-
-// SplitKey says what an engine key names: a lock, or (semaphore true) the
-// semaphore name.
-func SplitKey(key string) (name string, semaphore bool) {
-	if name, ok := strings.CutPrefix(key, semPrefix); ok {
-		return name, true
-	}
-	return key, false
-}
 
 // Holder is one live grant of a key, as readers see it: never its token.
 type Holder struct {

@@ -28,7 +28,7 @@ func TestIdleWaitersCostNoCallPerWaiter(t *testing.T) {
 	admin := srv.Client(t)
 	const keys, waiters = 100, 10_000
 	for k := range keys {
-		mustAcquire(t, e, fmt.Sprint("idle:", k), lock.AcquireRequest{TTL: time.Minute})
+		mustAcquire(t, e, lock.Lock(fmt.Sprint("idle:", k)), lock.AcquireRequest{TTL: time.Minute})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -40,7 +40,7 @@ func TestIdleWaitersCostNoCallPerWaiter(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = e.Acquire(ctx, fmt.Sprint("idle:", w%keys), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 50 * time.Second})
+			_, _ = e.Acquire(ctx, lock.Lock(fmt.Sprint("idle:", w%keys)), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 50 * time.Second})
 		}()
 		if (w+1)%250 == 0 {
 			for deadline := time.Now().Add(time.Minute); e.Waiters() != w+1; time.Sleep(5 * time.Millisecond) {
@@ -51,7 +51,7 @@ func TestIdleWaitersCostNoCallPerWaiter(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool {
-		st, err := e.State(context.Background(), "idle:0")
+		st, err := e.State(context.Background(), lock.Lock("idle:0"))
 		return err == nil && st.Waiters == waiters/keys
 	})
 	time.Sleep(200 * time.Millisecond)

@@ -49,14 +49,14 @@ type cursor struct {
 // returned once: keys SCAN returned beyond the page travel in the cursor.
 // A page may be short, even empty, with a cursor: the walk stops after a
 // budget of keys so that one call stays fast whatever the keyspace.
-func (e *Engine) List(ctx context.Context, prefix string, limit int, after string) (Page, error) {
-	return e.list(ctx, prefix, limit, after)
-}
-
-// ListSemaphores lists live semaphores as List lists locks; each State's
-// Key is the engine key (SemaphoreKey).
-func (e *Engine) ListSemaphores(ctx context.Context, prefix string, limit int, after string) (Page, error) {
-	return e.list(ctx, semPrefix+prefix, limit, after)
+func (e *Engine) List(ctx context.Context, kind Kind, prefix string, limit int, after string) (Page, error) {
+	// The prefix is the start of a name; within the Redis key names
+	// (Resource.id) the kind's own part comes first.
+	within := Resource{Kind: kind, Name: prefix}
+	if err := within.check(); err != nil {
+		return Page{}, err
+	}
+	return e.list(ctx, within.id(), limit, after)
 }
 
 func (e *Engine) list(ctx context.Context, prefix string, limit int, after string) (Page, error) {
@@ -172,9 +172,7 @@ func listed(key, prefix string) bool {
 	if key == "" {
 		return false
 	}
-	_, sem := SplitKey(key)
-	_, semList := SplitKey(prefix)
-	return sem == semList
+	return resourceOf(key).Kind == resourceOf(prefix).Kind
 }
 
 // escapeGlob escapes the characters that SCAN MATCH treats as a pattern.

@@ -135,7 +135,7 @@ type grantReply struct {
 
 func (g grantReply) lease(key string) Lease {
 	return Lease{
-		Key: key, Owner: g.owner, Token: g.token, Fence: g.fence, Count: g.count, TTL: g.ttl,
+		Resource: resourceOf(key), Owner: g.owner, Token: g.token, Fence: g.fence, Count: g.count, TTL: g.ttl,
 		AcquiredAt: g.acquiredAt, ExpiresAt: g.now.Add(g.left), Mode: g.mode, Limit: g.limit,
 	}
 }

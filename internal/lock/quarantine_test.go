@@ -28,10 +28,10 @@ func TestRestartQuarantine(t *testing.T) {
 	const ttl = 800 * time.Millisecond
 
 	// b has seen the marker; a holds keys.
-	mustAcquire(t, b, "q:warm", lock.AcquireRequest{TTL: 100 * time.Millisecond})
+	mustAcquire(t, b, lock.Lock("q:warm"), lock.AcquireRequest{TTL: 100 * time.Millisecond})
 	var leases []lock.Lease
 	for i := range 5 {
-		leases = append(leases, mustAcquire(t, a, fmt.Sprint("q:", i), lock.AcquireRequest{Owner: "old", TTL: ttl}))
+		leases = append(leases, mustAcquire(t, a, lock.Lock(fmt.Sprint("q:", i)), lock.AcquireRequest{Owner: "old", TTL: ttl}))
 	}
 	time.Sleep(150 * time.Millisecond) // b reads the marker
 	srv.Restart()
@@ -43,7 +43,7 @@ func TestRestartQuarantine(t *testing.T) {
 		key := fmt.Sprint("q:", i)
 		var recovering bool
 		for {
-			l, err := b.Acquire(ctx, key, lock.AcquireRequest{Owner: "new", TTL: time.Second})
+			l, err := b.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "new", TTL: time.Second})
 			if err == nil {
 				if l.AcquiredAt.Before(old.ExpiresAt) {
 					t.Fatalf("%s granted at %v, before the forgotten lease's expiry %v", key, l.AcquiredAt, old.ExpiresAt)
@@ -74,15 +74,15 @@ func TestRestartQuarantine(t *testing.T) {
 	}
 
 	// A fresh lockd on the same Redis learns the quarantine from the marker.
-	mustAcquire(t, a, "q:again", lock.AcquireRequest{TTL: ttl})
+	mustAcquire(t, a, lock.Lock("q:again"), lock.AcquireRequest{TTL: ttl})
 	srv.Restart()
-	_, _ = b.Acquire(ctx, "q:trigger", lock.AcquireRequest{TTL: time.Second}) // may be ErrUnavailable while reconnecting
+	_, _ = b.Acquire(ctx, lock.Lock("q:trigger"), lock.AcquireRequest{TTL: time.Second}) // may be ErrUnavailable while reconnecting
 	waitFor(t, func() bool {
-		_, err := b.Acquire(ctx, "q:trigger2", lock.AcquireRequest{TTL: time.Second})
+		_, err := b.Acquire(ctx, lock.Lock("q:trigger2"), lock.AcquireRequest{TTL: time.Second})
 		return errors.Is(err, lock.ErrRecovering)
 	})
 	c := newEngine(t, srv.Client(t))
-	if _, err := c.Acquire(ctx, "q:fresh", lock.AcquireRequest{TTL: time.Second}); !errors.Is(err, lock.ErrRecovering) {
+	if _, err := c.Acquire(ctx, lock.Lock("q:fresh"), lock.AcquireRequest{TTL: time.Second}); !errors.Is(err, lock.ErrRecovering) {
 		t.Fatalf("a new lockd during the quarantine: %v", err)
 	}
 	if err := c.Ready(ctx); !errors.Is(err, lock.ErrRecovering) {
@@ -95,10 +95,10 @@ func TestRestartQuarantineOff(t *testing.T) {
 	srv := redistest.Start(t)
 	e := lock.New(srv.Client(t), lock.Options{NoQuarantine: true})
 	t.Cleanup(func() { _ = e.Close() })
-	mustAcquire(t, e, "qo:k", lock.AcquireRequest{TTL: 10 * time.Second})
+	mustAcquire(t, e, lock.Lock("qo:k"), lock.AcquireRequest{TTL: 10 * time.Second})
 	srv.Restart()
 	waitFor(t, func() bool {
-		_, err := e.Acquire(context.Background(), "qo:k", lock.AcquireRequest{TTL: time.Second})
+		_, err := e.Acquire(context.Background(), lock.Lock("qo:k"), lock.AcquireRequest{TTL: time.Second})
 		return err == nil
 	})
 }
@@ -132,7 +132,7 @@ func TestRestartWithoutPersistenceNoOverlap(t *testing.T) {
 					return
 				default:
 				}
-				l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: fmt.Sprint("w", w), TTL: 1500 * time.Millisecond, Wait: time.Second})
+				l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: fmt.Sprint("w", w), TTL: 1500 * time.Millisecond, Wait: time.Second})
 				if err != nil {
 					time.Sleep(10 * time.Millisecond)
 					continue
@@ -142,7 +142,7 @@ func TestRestartWithoutPersistenceNoOverlap(t *testing.T) {
 				// whatever happens to Redis meanwhile, then releases.
 				time.Sleep(time.Until(l.ExpiresAt) - 200*time.Millisecond)
 				end := time.Now()
-				_, _ = e.Release(ctx, key, l.Token, "w")
+				_, _ = e.Release(ctx, lock.Lock(key), l.Token, "w")
 				if end.After(l.ExpiresAt) {
 					end = l.ExpiresAt
 				}
@@ -182,7 +182,7 @@ func afterLoss(t *testing.T, e *lock.Engine, key string, lost time.Time, limit t
 	t.Helper()
 	var first *lock.RecoveringError
 	for {
-		l, err := e.Acquire(context.Background(), key, lock.AcquireRequest{Owner: "after", TTL: time.Second})
+		l, err := e.Acquire(context.Background(), lock.Lock(key), lock.AcquireRequest{Owner: "after", TTL: time.Second})
 		var rec *lock.RecoveringError
 		switch {
 		case err == nil:
@@ -218,9 +218,9 @@ func TestRestartQuarantineFollowsLiveLeases(t *testing.T) {
 	const refresh = time.Second // Options.EpochRefresh's default
 
 	t.Run("a long lease released before the loss", func(t *testing.T) {
-		mustAcquire(t, b, "ql:warm", lock.AcquireRequest{TTL: 100 * time.Millisecond})
-		long := mustAcquire(t, a, "ql:long", lock.AcquireRequest{TTL: 120 * time.Second})
-		if _, err := a.Release(ctx, "ql:long", long.Token, "t"); err != nil {
+		mustAcquire(t, b, lock.Lock("ql:warm"), lock.AcquireRequest{TTL: 100 * time.Millisecond})
+		long := mustAcquire(t, a, lock.Lock("ql:long"), lock.AcquireRequest{TTL: 120 * time.Second})
+		if _, err := a.Release(ctx, lock.Lock("ql:long"), long.Token, "t"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(refresh + 200*time.Millisecond) // b reads the marker
@@ -238,12 +238,12 @@ func TestRestartQuarantineFollowsLiveLeases(t *testing.T) {
 	})
 
 	t.Run("a 60 s lease live at the loss", func(t *testing.T) {
-		live := mustAcquire(t, a, "ql:live", lock.AcquireRequest{TTL: 60 * time.Second})
+		live := mustAcquire(t, a, lock.Lock("ql:live"), lock.AcquireRequest{TTL: 60 * time.Second})
 		time.Sleep(refresh + 200*time.Millisecond) // b reads the marker
 		srv.Restart()
 		var rec *lock.RecoveringError
 		retry(t, "an acquire after the restart", func() (lock.Lease, error) {
-			l, err := b.Acquire(ctx, "ql:other", lock.AcquireRequest{TTL: time.Second})
+			l, err := b.Acquire(ctx, lock.Lock("ql:other"), lock.AcquireRequest{TTL: time.Second})
 			if errors.As(err, &rec) {
 				return l, nil
 			}
@@ -273,9 +273,9 @@ func TestRestartQuarantineHearsEveryLockd(t *testing.T) {
 	a := lock.New(srv.Client(t), opts)
 	b := lock.New(srv.Client(t), opts)
 	t.Cleanup(func() { _, _ = a.Close(), b.Close() })
-	mustAcquire(t, b, "qh:warm", lock.AcquireRequest{TTL: 100 * time.Millisecond})
+	mustAcquire(t, b, lock.Lock("qh:warm"), lock.AcquireRequest{TTL: 100 * time.Millisecond})
 	time.Sleep(400 * time.Millisecond)
-	live := mustAcquire(t, a, "qh:live", lock.AcquireRequest{TTL: 3 * time.Second})
+	live := mustAcquire(t, a, lock.Lock("qh:live"), lock.AcquireRequest{TTL: 3 * time.Second})
 	srv.Restart() // before b's next refresh, most likely
 	lost := time.Now()
 	rec, l := afterLoss(t, b, "qh:k", lost, 6*time.Second)
@@ -295,18 +295,18 @@ func TestRestartQuarantineHearsEveryLockd(t *testing.T) {
 // "" when none: it is granted at once.
 func quarantineOnTopology(t *testing.T, a, b *lock.Engine, keys [4]string, away string, lose func()) {
 	ctx := context.Background()
-	mustAcquire(t, b, keys[0], lock.AcquireRequest{TTL: 100 * time.Millisecond}) // b knows the marker
-	long := mustAcquire(t, a, keys[1], lock.AcquireRequest{TTL: 120 * time.Second})
-	if _, err := a.Release(ctx, keys[1], long.Token, "t"); err != nil {
+	mustAcquire(t, b, lock.Lock(keys[0]), lock.AcquireRequest{TTL: 100 * time.Millisecond}) // b knows the marker
+	long := mustAcquire(t, a, lock.Lock(keys[1]), lock.AcquireRequest{TTL: 120 * time.Second})
+	if _, err := a.Release(ctx, lock.Lock(keys[1]), long.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
-	live := mustAcquire(t, a, keys[2], lock.AcquireRequest{TTL: 3 * time.Second})
+	live := mustAcquire(t, a, lock.Lock(keys[2]), lock.AcquireRequest{TTL: 3 * time.Second})
 	time.Sleep(300 * time.Millisecond) // b reads the marker
 	lose()
 	lost := time.Now()
 	if away != "" {
 		l := retry(t, "a key outside the lost data", func() (lock.Lease, error) {
-			return b.Acquire(ctx, away, lock.AcquireRequest{TTL: time.Second})
+			return b.Acquire(ctx, lock.Lock(away), lock.AcquireRequest{TTL: time.Second})
 		})
 		if l.AcquiredAt.After(live.ExpiresAt) {
 			t.Fatalf("%s, outside the lost data, waited for the quarantine", away)
@@ -363,7 +363,7 @@ func clusterQuarantine(t *testing.T, c *redistest.Cluster) {
 			away = k
 		}
 	}
-	mustAcquire(t, b, away, lock.AcquireRequest{TTL: 100 * time.Millisecond}) // b knows that marker too
+	mustAcquire(t, b, lock.Lock(away), lock.AcquireRequest{TTL: 100 * time.Millisecond}) // b knows that marker too
 	quarantineOnTopology(t, a, b, keys, away, func() {
 		if err := c.NodeClient(master).FlushAll(ctx).Err(); err != nil {
 			t.Fatal(err)

@@ -21,18 +21,18 @@ import (
 
 // queueUp starts a waiter on e and returns once the key's queue in Redis
 // has n entries: its grant (or error) arrives on the channel.
-func queueUp(t *testing.T, e *lock.Engine, key string, req lock.AcquireRequest, n int) <-chan error {
+func queueUp(t *testing.T, e *lock.Engine, res lock.Resource, req lock.AcquireRequest, n int) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		l, err := e.Acquire(context.Background(), key, req)
+		l, err := e.Acquire(context.Background(), res, req)
 		if err == nil && l.Owner != req.Owner {
 			err = fmt.Errorf("granted to %q", l.Owner)
 		}
 		done <- err
 	}()
 	waitFor(t, func() bool {
-		st, err := e.State(context.Background(), key)
+		st, err := e.State(context.Background(), res)
 		return err == nil && len(st.Queue) == n
 	})
 	return done
@@ -45,7 +45,7 @@ func TestQueueIsFIFOAcrossReplicas(t *testing.T) {
 	engines := []*lock.Engine{newEngine(t, srv.Client(t)), newEngine(t, srv.Client(t))}
 	ctx := context.Background()
 	const key, n = "fifo:k", 8
-	holder := mustAcquire(t, engines[0], key, lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+	holder := mustAcquire(t, engines[0], lock.Lock(key), lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
 
 	type grant struct {
 		who   int
@@ -57,7 +57,7 @@ func TestQueueIsFIFOAcrossReplicas(t *testing.T) {
 		// result.
 		e := engines[(i*7/3)%2]
 		go func() {
-			l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: time.Minute, Wait: 30 * time.Second})
+			l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: time.Minute, Wait: 30 * time.Second})
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -65,11 +65,11 @@ func TestQueueIsFIFOAcrossReplicas(t *testing.T) {
 			granted <- grant{i, l}
 		}()
 		waitFor(t, func() bool {
-			st, err := e.State(ctx, key)
+			st, err := e.State(ctx, lock.Lock(key))
 			return err == nil && len(st.Queue) == i+1
 		})
 	}
-	st, err := engines[1].State(ctx, key)
+	st, err := engines[1].State(ctx, lock.Lock(key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,18 +82,18 @@ func TestQueueIsFIFOAcrossReplicas(t *testing.T) {
 		t.Fatalf("waiters = %d, want %d", st.Waiters, n)
 	}
 
-	_, _ = engines[0].Release(ctx, key, holder.Token, "t")
+	_, _ = engines[0].Release(ctx, lock.Lock(key), holder.Token, "t")
 	for i := range n {
 		g := <-granted
 		if g.who != i {
 			t.Fatalf("grant %d went to waiter %d", i, g.who)
 		}
 		// Every waiter still queued is behind the holder now.
-		st, err := engines[0].State(ctx, key)
+		st, err := engines[0].State(ctx, lock.Lock(key))
 		if err != nil || len(st.Queue) != n-1-i {
 			t.Fatalf("after grant %d: queue %+v (%v)", i, st.Queue, err)
 		}
-		if _, err := engines[g.who%2].Release(ctx, key, g.lease.Token, "t"); err != nil {
+		if _, err := engines[g.who%2].Release(ctx, lock.Lock(key), g.lease.Token, "t"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,23 +105,23 @@ func TestQueueTryOnceAndLeaving(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEngine(t, srv.Client(t))
 	ctx := context.Background()
-	h := mustAcquire(t, e, "fifo:once", lock.AcquireRequest{TTL: time.Minute})
+	h := mustAcquire(t, e, lock.Lock("fifo:once"), lock.AcquireRequest{TTL: time.Minute})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Acquire(wctx, "fifo:once", lock.AcquireRequest{Owner: "patient", TTL: time.Minute, Wait: 30 * time.Second})
+		_, err := e.Acquire(wctx, lock.Lock("fifo:once"), lock.AcquireRequest{Owner: "patient", TTL: time.Minute, Wait: 30 * time.Second})
 		done <- err
 	}()
 	waitFor(t, func() bool {
-		st, err := e.State(ctx, "fifo:once")
+		st, err := e.State(ctx, lock.Lock("fifo:once"))
 		return err == nil && len(st.Queue) == 1
 	})
-	_, _ = e.Release(ctx, "fifo:once", h.Token, "t")
+	_, _ = e.Release(ctx, lock.Lock("fifo:once"), h.Token, "t")
 	// The waiter is granted; a try-once request behind it is not.
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	st, _ := e.State(ctx, "fifo:once")
+	st, _ := e.State(ctx, lock.Lock("fifo:once"))
 	if st.Owner != "patient" {
 		t.Fatalf("owner = %q, want the waiter", st.Owner)
 	}
@@ -129,11 +129,11 @@ func TestQueueTryOnceAndLeaving(t *testing.T) {
 	// Now queue one and cancel it: the queue is empty again, and a
 	// try-once request gets the key once it is free.
 	go func() {
-		_, err := e.Acquire(wctx, "fifo:once", lock.AcquireRequest{Owner: "leaver", TTL: time.Minute, Wait: 30 * time.Second})
+		_, err := e.Acquire(wctx, lock.Lock("fifo:once"), lock.AcquireRequest{Owner: "leaver", TTL: time.Minute, Wait: 30 * time.Second})
 		done <- err
 	}()
 	waitFor(t, func() bool {
-		st, err := e.State(ctx, "fifo:once")
+		st, err := e.State(ctx, lock.Lock("fifo:once"))
 		return err == nil && len(st.Queue) == 1
 	})
 	cancel()
@@ -141,11 +141,11 @@ func TestQueueTryOnceAndLeaving(t *testing.T) {
 		t.Fatalf("cancelled waiter: %v", err)
 	}
 	waitFor(t, func() bool {
-		st, err := e.State(ctx, "fifo:once")
+		st, err := e.State(ctx, lock.Lock("fifo:once"))
 		return err == nil && len(st.Queue) == 0
 	})
-	_, _ = e.ForceReleaseFence(ctx, "fifo:once", 0, "t", "")
-	mustAcquire(t, e, "fifo:once", lock.AcquireRequest{})
+	_, _ = e.ForceReleaseFence(ctx, lock.Lock("fifo:once"), 0, "t", "")
+	mustAcquire(t, e, lock.Lock("fifo:once"), lock.AcquireRequest{})
 }
 
 // TestQueueHelperProcess is not a test: it is the replica that
@@ -161,7 +161,7 @@ func TestQueueHelperProcess(t *testing.T) {
 		key = "dead:k"
 	}
 	e := lock.New(redis.NewClient(&redis.Options{Addr: addr}), lock.Options{})
-	_, err := e.Acquire(context.Background(), key, lock.AcquireRequest{Owner: "doomed", TTL: time.Minute, Wait: time.Minute})
+	_, err := e.Acquire(context.Background(), lock.Lock(key), lock.AcquireRequest{Owner: "doomed", TTL: time.Minute, Wait: time.Minute})
 	t.Fatalf("the helper was to be killed while waiting, got %v", err)
 }
 
@@ -171,7 +171,7 @@ func TestDeadReplicaLeavesQueue(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEngine(t, srv.Client(t))
 	ctx := context.Background()
-	h := mustAcquire(t, e, "dead:k", lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+	h := mustAcquire(t, e, lock.Lock("dead:k"), lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestQueueHelperProcess$")
 	cmd.Env = append(os.Environ(), "LOCKD_QUEUE_HELPER="+srv.Addr)
@@ -180,16 +180,16 @@ func TestDeadReplicaLeavesQueue(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	waitFor(t, func() bool {
-		st, err := e.State(ctx, "dead:k")
+		st, err := e.State(ctx, lock.Lock("dead:k"))
 		return err == nil && len(st.Queue) == 1 && st.Queue[0].Owner == "doomed"
 	})
-	done := queueUp(t, e, "dead:k", lock.AcquireRequest{Owner: "behind", TTL: time.Minute, Wait: 30 * time.Second}, 2)
+	done := queueUp(t, e, lock.Lock("dead:k"), lock.AcquireRequest{Owner: "behind", TTL: time.Minute, Wait: 30 * time.Second}, 2)
 
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	_, _ = e.Release(ctx, "dead:k", h.Token, "t")
+	_, _ = e.Release(ctx, lock.Lock("dead:k"), h.Token, "t")
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -207,39 +207,39 @@ func TestSharedAndExclusive(t *testing.T) {
 	a, b := newEngine(t, srv.Client(t)), newEngine(t, srv.Client(t))
 	ctx := context.Background()
 	const key = "rw:k"
-	r1 := mustAcquire(t, a, key, lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute})
-	r2 := mustAcquire(t, b, key, lock.AcquireRequest{Owner: "r2", Mode: lock.Shared, TTL: time.Minute})
+	r1 := mustAcquire(t, a, lock.Lock(key), lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute})
+	r2 := mustAcquire(t, b, lock.Lock(key), lock.AcquireRequest{Owner: "r2", Mode: lock.Shared, TTL: time.Minute})
 	if r1.Token == r2.Token || r2.Fence <= r1.Fence || r1.Mode != lock.Shared {
 		t.Fatalf("shared holders: %+v %+v", r1, r2)
 	}
-	if _, err := a.Acquire(ctx, key, lock.AcquireRequest{Owner: "x", TTL: time.Minute}); !errors.Is(err, lock.ErrHeld) {
+	if _, err := a.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "x", TTL: time.Minute}); !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("exclusive try while shared held: %v", err)
 	}
-	st, err := a.State(ctx, key)
+	st, err := a.State(ctx, lock.Lock(key))
 	if err != nil || st.Mode != lock.Shared || len(st.Holders) != 2 || st.Owner != "r2" || st.Fence != r2.Fence {
 		t.Fatalf("state: %+v (%v)", st, err)
 	}
 
-	writer := queueUp(t, a, key, lock.AcquireRequest{Owner: "writer", TTL: time.Minute, Wait: 30 * time.Second}, 1)
+	writer := queueUp(t, a, lock.Lock(key), lock.AcquireRequest{Owner: "writer", TTL: time.Minute, Wait: 30 * time.Second}, 1)
 	// No writer starvation: a reader after the writer waits.
-	reader := queueUp(t, b, key, lock.AcquireRequest{Owner: "late", Mode: lock.Shared, TTL: time.Minute, Wait: 30 * time.Second}, 2)
+	reader := queueUp(t, b, lock.Lock(key), lock.AcquireRequest{Owner: "late", Mode: lock.Shared, TTL: time.Minute, Wait: 30 * time.Second}, 2)
 	// The key is shared by readers, but kept for the writer first: the
 	// answer says queued, naming no holder.
-	if _, err := b.Acquire(ctx, key, lock.AcquireRequest{Owner: "once", Mode: lock.Shared, TTL: time.Minute}); !errors.Is(err, lock.ErrQueued) {
+	if _, err := b.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "once", Mode: lock.Shared, TTL: time.Minute}); !errors.Is(err, lock.ErrQueued) {
 		t.Fatalf("shared try-once behind a waiting writer: %v", err)
 	}
 
 	// Per holder: renew one, re-enter it, release the other.
-	if l, err := a.Renew(ctx, key, r1.Token, 2*time.Minute, "t"); err != nil || l.Fence != r1.Fence || l.TTL != 2*time.Minute || l.Mode != lock.Shared {
+	if l, err := a.Renew(ctx, lock.Lock(key), r1.Token, 2*time.Minute, "t"); err != nil || l.Fence != r1.Fence || l.TTL != 2*time.Minute || l.Mode != lock.Shared {
 		t.Fatalf("renew r1: %+v %v", l, err)
 	}
-	if l, err := a.Acquire(ctx, key, lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute, Token: r1.Token}); err != nil || l.Count != 2 || l.Outcome != lock.Reentered {
+	if l, err := a.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute, Token: r1.Token}); err != nil || l.Count != 2 || l.Outcome != lock.Reentered {
 		t.Fatalf("re-enter r1: %+v %v", l, err)
 	}
-	if _, err := b.Release(ctx, key, r2.Token, "t"); err != nil {
+	if _, err := b.Release(ctx, lock.Lock(key), r2.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Release(ctx, key, r2.Token, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := b.Release(ctx, lock.Lock(key), r2.Token, "t"); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("second release of r2: %v", err)
 	}
 	select {
@@ -248,18 +248,18 @@ func TestSharedAndExclusive(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	for range 2 { // r1 holds two levels
-		if _, err := a.Release(ctx, key, r1.Token, "t"); err != nil {
+		if _, err := a.Release(ctx, lock.Lock(key), r1.Token, "t"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := <-writer; err != nil {
 		t.Fatal(err)
 	}
-	st, _ = a.State(ctx, key)
+	st, _ = a.State(ctx, lock.Lock(key))
 	if st.Mode != lock.Exclusive || st.Owner != "writer" || len(st.Queue) != 1 || st.Queue[0].Mode != lock.Shared {
 		t.Fatalf("after the readers: %+v", st)
 	}
-	if _, err := a.ForceReleaseFence(ctx, key, 0, "admin", "test"); err != nil {
+	if _, err := a.ForceReleaseFence(ctx, lock.Lock(key), 0, "admin", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-reader; err != nil {
@@ -275,33 +275,33 @@ func TestForceReleaseSharedHolders(t *testing.T) {
 	const key = "rw:force"
 	var ls []lock.Lease
 	for i := range 3 {
-		ls = append(ls, mustAcquire(t, e, key, lock.AcquireRequest{Owner: fmt.Sprint("r", i), Mode: lock.Shared}))
+		ls = append(ls, mustAcquire(t, e, lock.Lock(key), lock.AcquireRequest{Owner: fmt.Sprint("r", i), Mode: lock.Shared}))
 	}
-	br, err := e.ForceReleaseFence(ctx, key, ls[1].Fence, "admin", "one")
+	br, err := e.ForceReleaseFence(ctx, lock.Lock(key), ls[1].Fence, "admin", "one")
 	if err != nil || br.Owner != "r1" || br.Fence != ls[1].Fence {
 		t.Fatalf("break r1: %+v %v", br, err)
 	}
-	if _, err := e.Renew(ctx, key, ls[1].Token, 0, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Renew(ctx, lock.Lock(key), ls[1].Token, 0, "t"); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("renew of the broken holder: %v", err)
 	}
-	if _, err := e.ForceReleaseFence(ctx, key, ls[1].Fence, "admin", "again"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.ForceReleaseFence(ctx, lock.Lock(key), ls[1].Fence, "admin", "again"); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("break a gone fence: %v", err)
 	}
-	st, _ := e.State(ctx, key)
+	st, _ := e.State(ctx, lock.Lock(key))
 	if len(st.Holders) != 2 || st.Holders[0].Owner != "r0" || st.Holders[1].Owner != "r2" {
 		t.Fatalf("holders: %+v", st.Holders)
 	}
-	if br, err := e.ForceReleaseFence(ctx, key, 0, "admin", "all"); err != nil || br.Owner != "r2" {
+	if br, err := e.ForceReleaseFence(ctx, lock.Lock(key), 0, "admin", "all"); err != nil || br.Owner != "r2" {
 		t.Fatalf("break all: %+v %v", br, err)
 	}
-	if _, err := e.State(ctx, key); !errors.Is(err, lock.ErrNotFound) {
+	if _, err := e.State(ctx, lock.Lock(key)); !errors.Is(err, lock.ErrNotFound) {
 		t.Fatalf("state after breaking all: %v", err)
 	}
-	evs, _ := e.History(ctx, key, 10)
+	evs, _ := e.History(ctx, lock.Lock(key), 10)
 	if got := eventTypes(evs); got != "acquired acquired acquired force_released force_released force_released" {
 		t.Fatalf("history: %s", got)
 	}
-	mustAcquire(t, e, key, lock.AcquireRequest{Owner: "x"})
+	mustAcquire(t, e, lock.Lock(key), lock.AcquireRequest{Owner: "x"})
 }
 
 // A semaphore never has more than its limit of permits held, under
@@ -309,7 +309,7 @@ func TestForceReleaseSharedHolders(t *testing.T) {
 func TestSemaphoreNeverOverLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	engines := []*lock.Engine{newEngine(t, srv.Client(t)), newEngine(t, srv.Client(t))}
-	key := lock.SemaphoreKey("pool")
+	key := lock.Semaphore("pool")
 	const limit = 3
 	var inside, most, grants atomic.Int64
 	var wg sync.WaitGroup
@@ -323,6 +323,7 @@ func TestSemaphoreNeverOverLimit(t *testing.T) {
 				l, err := e.Acquire(context.Background(), key, lock.AcquireRequest{
 					Owner: fmt.Sprint("g", g), TTL: 5 * time.Second, Wait: 10 * time.Second, Limit: limit,
 				})
+
 				if err != nil {
 					t.Errorf("acquire: %v", err)
 					return
@@ -356,7 +357,7 @@ func TestSemaphoreLimitAndExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEngine(t, srv.Client(t))
 	ctx := context.Background()
-	key := lock.SemaphoreKey("jobs")
+	key := lock.Semaphore("jobs")
 	p1 := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "a", Limit: 2, TTL: 300 * time.Millisecond})
 	p2 := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "b", Limit: 2, TTL: time.Minute})
 	if p1.Mode != lock.Permit || p1.Limit != 2 || p1.Fence >= p2.Fence {
@@ -399,13 +400,13 @@ func TestSemaphoreLimitAndExpiry(t *testing.T) {
 	}
 	// Empty, it takes a new limit; a lock of the same name is another key.
 	mustAcquire(t, e, key, lock.AcquireRequest{Limit: 5})
-	mustAcquire(t, e, "jobs", lock.AcquireRequest{})
-	page, err := e.ListSemaphores(ctx, "", 10, "")
-	if err != nil || len(page.Locks) != 1 || page.Locks[0].Key != key {
+	mustAcquire(t, e, lock.Lock("jobs"), lock.AcquireRequest{})
+	page, err := e.List(ctx, lock.KindSemaphore, "", 10, "")
+	if err != nil || len(page.Locks) != 1 || page.Locks[0].Resource != key {
 		t.Fatalf("semaphores: %+v %v", page, err)
 	}
-	page, err = e.List(ctx, "", 10, "")
-	if err != nil || len(page.Locks) != 1 || page.Locks[0].Key != "jobs" {
+	page, err = e.List(ctx, lock.KindLock, "", 10, "")
+	if err != nil || len(page.Locks) != 1 || page.Locks[0].Resource != lock.Lock("jobs") {
 		t.Fatalf("locks: %+v %v", page, err)
 	}
 }
@@ -426,11 +427,11 @@ func TestPrimitives(t *testing.T) {
 func runPrimitives(t *testing.T, a, b *lock.Engine) {
 	t.Helper()
 	ctx := context.Background()
-	h := mustAcquire(t, a, "prim:k", lock.AcquireRequest{Owner: "h", TTL: time.Minute})
-	w1 := queueUp(t, b, "prim:k", lock.AcquireRequest{Owner: "w1", Mode: lock.Shared, TTL: time.Minute, Wait: 20 * time.Second}, 1)
-	w2 := queueUp(t, a, "prim:k", lock.AcquireRequest{Owner: "w2", Mode: lock.Shared, TTL: time.Minute, Wait: 20 * time.Second}, 2)
-	w3 := queueUp(t, b, "prim:k", lock.AcquireRequest{Owner: "w3", TTL: time.Minute, Wait: 20 * time.Second}, 3)
-	if _, err := a.Release(ctx, "prim:k", h.Token, "t"); err != nil {
+	h := mustAcquire(t, a, lock.Lock("prim:k"), lock.AcquireRequest{Owner: "h", TTL: time.Minute})
+	w1 := queueUp(t, b, lock.Lock("prim:k"), lock.AcquireRequest{Owner: "w1", Mode: lock.Shared, TTL: time.Minute, Wait: 20 * time.Second}, 1)
+	w2 := queueUp(t, a, lock.Lock("prim:k"), lock.AcquireRequest{Owner: "w2", Mode: lock.Shared, TTL: time.Minute, Wait: 20 * time.Second}, 2)
+	w3 := queueUp(t, b, lock.Lock("prim:k"), lock.AcquireRequest{Owner: "w3", TTL: time.Minute, Wait: 20 * time.Second}, 3)
+	if _, err := a.Release(ctx, lock.Lock("prim:k"), h.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
 	// Both readers are granted together; the writer behind them waits.
@@ -439,19 +440,19 @@ func runPrimitives(t *testing.T, a, b *lock.Engine) {
 			t.Fatal(err)
 		}
 	}
-	st, err := a.State(ctx, "prim:k")
+	st, err := a.State(ctx, lock.Lock("prim:k"))
 	if err != nil || st.Mode != lock.Shared || len(st.Holders) != 2 || len(st.Queue) != 1 || st.Queue[0].Owner != "w3" {
 		t.Fatalf("state: %+v %v", st, err)
 	}
-	if _, err := a.ForceReleaseFence(ctx, "prim:k", 0, "t", ""); err != nil {
+	if _, err := a.ForceReleaseFence(ctx, lock.Lock("prim:k"), 0, "t", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-w3; err != nil {
 		t.Fatal(err)
 	}
-	_, _ = a.ForceReleaseFence(ctx, "prim:k", 0, "t", "")
+	_, _ = a.ForceReleaseFence(ctx, lock.Lock("prim:k"), 0, "t", "")
 
-	sem := lock.SemaphoreKey("prim")
+	sem := lock.Semaphore("prim")
 	p1 := mustAcquire(t, a, sem, lock.AcquireRequest{Owner: "p1", Limit: 2})
 	mustAcquire(t, b, sem, lock.AcquireRequest{Owner: "p2", Limit: 2})
 	p3 := queueUp(t, b, sem, lock.AcquireRequest{Owner: "p3", Limit: 2, TTL: time.Minute, Wait: 20 * time.Second}, 1)
@@ -481,26 +482,26 @@ func TestReleaseHandsOffLocally(t *testing.T) {
 	t.Cleanup(func() { _ = e.Close() })
 	ctx := context.Background()
 	// Load the release script first: a first EVALSHA is NOSCRIPT, then EVAL.
-	warm := mustAcquire(t, e, "handoff:warm", lock.AcquireRequest{})
-	_, _ = e.Release(ctx, "handoff:warm", warm.Token, "t")
-	h := mustAcquire(t, e, "handoff:k", lock.AcquireRequest{Owner: "h", TTL: time.Minute})
+	warm := mustAcquire(t, e, lock.Lock("handoff:warm"), lock.AcquireRequest{})
+	_, _ = e.Release(ctx, lock.Lock("handoff:warm"), warm.Token, "t")
+	h := mustAcquire(t, e, lock.Lock("handoff:k"), lock.AcquireRequest{Owner: "h", TTL: time.Minute})
 	got := make(chan lock.Lease, 1)
 	go func() {
-		l, err := e.Acquire(ctx, "handoff:k", lock.AcquireRequest{Owner: "next", TTL: 30 * time.Second, Wait: 20 * time.Second})
+		l, err := e.Acquire(ctx, lock.Lock("handoff:k"), lock.AcquireRequest{Owner: "next", TTL: 30 * time.Second, Wait: 20 * time.Second})
 		if err != nil {
 			t.Error(err)
 		}
 		got <- l
 	}()
 	waitFor(t, func() bool {
-		st, err := e.State(ctx, "handoff:k")
+		st, err := e.State(ctx, lock.Lock("handoff:k"))
 		return err == nil && len(st.Queue) == 1
 	})
 	// The waiter's queue tries once more when Redis confirms its
 	// subscription; let that pass.
 	time.Sleep(200 * time.Millisecond)
 	before := calls.Singles.Load()
-	if _, err := e.Release(ctx, "handoff:k", h.Token, "t"); err != nil {
+	if _, err := e.Release(ctx, lock.Lock("handoff:k"), h.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
 	l := <-got
@@ -511,14 +512,14 @@ func TestReleaseHandsOffLocally(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d Redis calls from the release to the grant, want 1 (the release)", n)
 	}
-	st, err := e.State(ctx, "handoff:k")
+	st, err := e.State(ctx, lock.Lock("handoff:k"))
 	if err != nil || st.Owner != "next" || st.Fence != l.Fence || len(st.Queue) != 0 {
 		t.Fatalf("state: %+v %v", st, err)
 	}
-	if _, err := e.Renew(ctx, "handoff:k", l.Token, 0, "t"); err != nil {
+	if _, err := e.Renew(ctx, lock.Lock("handoff:k"), l.Token, 0, "t"); err != nil {
 		t.Fatalf("renew the handed lease: %v", err)
 	}
-	evs, _ := e.History(ctx, "handoff:k", 10)
+	evs, _ := e.History(ctx, lock.Lock("handoff:k"), 10)
 	if got := eventTypes(evs); got != "acquired released acquired" {
 		t.Fatalf("history: %s", got)
 	}
@@ -533,8 +534,8 @@ func TestQueuedIsNotHeld(t *testing.T) {
 	e := newEngine(t, srv.Client(t))
 	ctx := context.Background()
 	const key = "q409:k"
-	h := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
-	if _, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "other", TTL: time.Second}); !errors.Is(err, lock.ErrHeld) {
+	h := mustAcquire(t, e, lock.Lock(key), lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+	if _, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "other", TTL: time.Second}); !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("try-once on a held key: %v, want ErrHeld", err)
 	}
 
@@ -545,14 +546,14 @@ func TestQueuedIsNotHeld(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	waitFor(t, func() bool {
-		st, err := e.State(ctx, key)
+		st, err := e.State(ctx, lock.Lock(key))
 		return err == nil && len(st.Queue) == 1 && st.Queue[0].Owner == "doomed"
 	})
 	redistest.StopProcess(t, cmd.Process)
-	if _, err := e.Release(ctx, key, h.Token, "t"); err != nil {
+	if _, err := e.Release(ctx, lock.Lock(key), h.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "other", TTL: time.Second})
+	_, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "other", TTL: time.Second})
 	var queued *lock.QueuedError
 	if !errors.As(err, &queued) || errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("try-once on a free key kept for a waiter: %v, want a QueuedError", err)
@@ -564,7 +565,7 @@ func TestQueuedIsNotHeld(t *testing.T) {
 	t.Logf("%v", err)
 	// The stopped replica's entry lapses: the key is granted.
 	got := retryQueued(t, func() (lock.Lease, error) {
-		return e.Acquire(ctx, key, lock.AcquireRequest{Owner: "other", TTL: time.Second})
+		return e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "other", TTL: time.Second})
 	})
 	if got.Owner != "other" {
 		t.Fatalf("owner %q", got.Owner)
@@ -594,16 +595,16 @@ func TestGrantAnswersTheLeaseHeld(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEngine(t, srv.Client(t))
 	ctx := context.Background()
-	const key = "held:as"
+	key := lock.Lock("held:as")
 	r1 := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute, IdempotencyKey: "d1"})
 	mustAcquire(t, e, key, lock.AcquireRequest{Owner: "r2", Mode: lock.Shared, TTL: time.Minute})
-	sem := lock.SemaphoreKey("held")
+	sem := lock.Semaphore("held")
 	p := mustAcquire(t, e, sem, lock.AcquireRequest{Owner: "p", Limit: 2, TTL: time.Minute, IdempotencyKey: "d2"})
-	x := mustAcquire(t, e, "held:x", lock.AcquireRequest{Owner: "x", TTL: time.Minute, IdempotencyKey: "d3"})
+	x := mustAcquire(t, e, lock.Lock("held:x"), lock.AcquireRequest{Owner: "x", TTL: time.Minute, IdempotencyKey: "d3"})
 
 	tests := []struct {
 		name      string
-		key       string
+		key       lock.Resource
 		req       lock.AcquireRequest
 		err       error
 		mode      lock.Mode
@@ -615,9 +616,9 @@ func TestGrantAnswersTheLeaseHeld(t *testing.T) {
 		{"shared re-entry without a mode", key, lock.AcquireRequest{Token: r1.Token}, nil, lock.Shared, 0, lock.Reentered, 2},
 		{"shared replay without a mode", key, lock.AcquireRequest{Owner: "r1", IdempotencyKey: "d1"}, nil, lock.Shared, 0, lock.Replayed, 2},
 		{"shared replay naming exclusive", key, lock.AcquireRequest{Owner: "r1", Mode: lock.Exclusive, IdempotencyKey: "d1"}, lock.ErrIdempotencyMismatch, "", 0, "", 2},
-		{"exclusive re-entry naming shared", "held:x", lock.AcquireRequest{Token: x.Token, Mode: lock.Shared}, lock.ErrModeMismatch, "", 0, "", 1},
-		{"exclusive replay naming shared", "held:x", lock.AcquireRequest{Owner: "x", Mode: lock.Shared, IdempotencyKey: "d3"}, lock.ErrIdempotencyMismatch, "", 0, "", 1},
-		{"exclusive replay without a mode", "held:x", lock.AcquireRequest{Owner: "x", IdempotencyKey: "d3"}, nil, lock.Exclusive, 0, lock.Replayed, 1},
+		{"exclusive re-entry naming shared", lock.Lock("held:x"), lock.AcquireRequest{Token: x.Token, Mode: lock.Shared}, lock.ErrModeMismatch, "", 0, "", 1},
+		{"exclusive replay naming shared", lock.Lock("held:x"), lock.AcquireRequest{Owner: "x", Mode: lock.Shared, IdempotencyKey: "d3"}, lock.ErrIdempotencyMismatch, "", 0, "", 1},
+		{"exclusive replay without a mode", lock.Lock("held:x"), lock.AcquireRequest{Owner: "x", IdempotencyKey: "d3"}, nil, lock.Exclusive, 0, lock.Replayed, 1},
 		{"permit re-entry with another limit", sem, lock.AcquireRequest{Token: p.Token, Limit: 7}, lock.ErrLimitMismatch, "", 0, "", 1},
 		{"permit re-entry with its limit", sem, lock.AcquireRequest{Token: p.Token, Limit: 2}, nil, lock.Permit, 2, lock.Reentered, 2},
 		{"permit replay with another limit", sem, lock.AcquireRequest{Owner: "p", Limit: 7, IdempotencyKey: "d2"}, lock.ErrIdempotencyMismatch, "", 0, "", 2},
@@ -641,7 +642,7 @@ func TestGrantAnswersTheLeaseHeld(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			owner := map[string]string{key: "r1", "held:x": "x", sem: "p"}[tc.key]
+			owner := map[lock.Resource]string{key: "r1", lock.Lock("held:x"): "x", sem: "p"}[tc.key]
 			count := -1
 			if len(st.Holders) == 0 && st.Owner == owner {
 				count = st.Count

@@ -75,8 +75,8 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	r.opts = r.nodes[0].opts // with the defaults
 	r.lapses = newLapseTally(r.quorum, len(r.nodes), 2*r.opts.CallTimeout+4*r.opts.SweepInterval)
 	for i, n := range r.nodes {
-		n.OnLapse(func(key string, lapsed, noticed time.Time, held time.Duration) {
-			r.lapses.report(i, key, lapsed, noticed, held)
+		n.OnLapse(func(res Resource, lapsed, noticed time.Time, held time.Duration) {
+			r.lapses.report(i, res.id(), lapsed, noticed, held)
 		})
 	}
 	var id [8]byte
@@ -176,8 +176,12 @@ var errNoAnswer = fmt.Errorf("%w: no answer yet", ErrUnavailable)
 
 // Acquire takes the key on a majority, re-enters it or waits for it, as
 // Engine.Acquire does on one Redis.
-func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
-	if _, sem := SplitKey(key); sem || req.Mode == Shared {
+func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest) (Lease, error) {
+	if err := res.check(); err != nil {
+		return Lease{}, err
+	}
+	key := res.id()
+	if res.Kind == KindSemaphore || req.Mode == Shared {
 		return Lease{}, fmt.Errorf("%w: shared holds and semaphores need one Redis, Sentinel or Cluster, not Redlock", ErrUnsupported)
 	}
 	token, err := newToken()
@@ -210,7 +214,7 @@ func (r *Redlock) wait(ctx context.Context, key string, req AcquireRequest, toke
 	undo := func(l Lease) {
 		rctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
 		defer cancel()
-		_, _ = r.Release(rctx, key, l.Token, req.Actor)
+		_, _ = r.Release(rctx, resourceOf(key), l.Token, req.Actor)
 	}
 	lease, err := r.hub.Wait(ctx, key, time.Now().Add(req.Wait), wait.Waiter[Lease]{Try: try, Undo: undo}, seen, first)
 	return lease, fromHub(err)
@@ -326,7 +330,7 @@ func heldByQuorum(key string, held []*HeldError, free, quorum int) *HeldError {
 			owner = h.Owner
 		}
 	}
-	return &HeldError{Key: key, Owner: owner, Remaining: held[i].Remaining}
+	return &HeldError{Resource: resourceOf(key), Owner: owner, Remaining: held[i].Remaining}
 }
 
 // newest is the lease most masters agree on: the fence that most of them
@@ -393,19 +397,20 @@ func (r *Redlock) undo(key, token, actor string, on []int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = r.nodes[i].Release(ctx, key, token, actor)
+			_, _ = r.nodes[i].Release(ctx, resourceOf(key), token, actor)
 		}()
 	}
 	wg.Wait()
 }
 
 // Renew extends the lease on every master; a majority must confirm.
-func (r *Redlock) Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error) {
-	if err := noSemaphore(key); err != nil {
+func (r *Redlock) Renew(ctx context.Context, res Resource, token string, ttl time.Duration, actor string) (Lease, error) {
+	key := res.id()
+	if err := onlyLocks(res); err != nil {
 		return Lease{}, err
 	}
 	leases, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Lease, error) {
-		return n.Renew(ctx, key, token, ttl, actor)
+		return n.Renew(ctx, resourceOf(key), token, ttl, actor)
 	})
 	var ok []Lease
 	for i, err := range errs {
@@ -421,12 +426,13 @@ func (r *Redlock) Renew(ctx context.Context, key, token string, ttl time.Duratio
 
 // Release gives back one level of the lease on every master; a majority
 // must confirm.
-func (r *Redlock) Release(ctx context.Context, key, token, actor string) (Released, error) {
-	if err := noSemaphore(key); err != nil {
+func (r *Redlock) Release(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	key := res.id()
+	if err := onlyLocks(res); err != nil {
 		return Released{}, err
 	}
 	rels, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Released, error) {
-		return n.Release(ctx, key, token, actor)
+		return n.Release(ctx, resourceOf(key), token, actor)
 	})
 	var ok []Released
 	for i, err := range errs {
@@ -473,12 +479,13 @@ func (r *Redlock) lostOr(errs []error, op string) error {
 
 // ForceReleaseFence breaks the lease (with this fence only, unless 0) on
 // every master; a majority must confirm.
-func (r *Redlock) ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
-	if err := noSemaphore(key); err != nil {
+func (r *Redlock) ForceReleaseFence(ctx context.Context, res Resource, fence int64, actor, reason string) (Broken, error) {
+	key := res.id()
+	if err := onlyLocks(res); err != nil {
 		return Broken{}, err
 	}
 	bs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Broken, error) {
-		return n.ForceReleaseFence(ctx, key, fence, actor, reason)
+		return n.ForceReleaseFence(ctx, resourceOf(key), fence, actor, reason)
 	})
 	var ok []Broken
 	for i, err := range errs {
@@ -500,12 +507,13 @@ func (r *Redlock) ForceReleaseFence(ctx context.Context, key string, fence int64
 
 // State is the lease as a majority of masters has it: the newest holder,
 // with the time left until a majority no longer has it.
-func (r *Redlock) State(ctx context.Context, key string) (State, error) {
-	if err := noSemaphore(key); err != nil {
+func (r *Redlock) State(ctx context.Context, res Resource) (State, error) {
+	key := res.id()
+	if err := onlyLocks(res); err != nil {
 		return State{}, err
 	}
 	sts, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (State, error) {
-		return n.State(ctx, key)
+		return n.State(ctx, resourceOf(key))
 	})
 	var found []State
 	notFound := 0
@@ -554,23 +562,25 @@ func mergeStates(found []State, quorum int) State {
 
 // History reads the key's history from every master and returns the
 // fullest (each master records the events it took part in).
-func (r *Redlock) History(ctx context.Context, key string, limit int) ([]Event, error) {
-	if err := noSemaphore(key); err != nil {
+func (r *Redlock) History(ctx context.Context, res Resource, limit int) ([]Event, error) {
+	key := res.id()
+	if err := onlyLocks(res); err != nil {
 		return nil, err
 	}
 	hs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]Event, error) {
-		return n.History(ctx, key, limit)
+		return n.History(ctx, resourceOf(key), limit)
 	})
 	return fullest(hs, errs, r.quorum, "history")
 }
 
 // Renewals reads the key's renewals as History does.
-func (r *Redlock) Renewals(ctx context.Context, key string, limit int) ([]Event, error) {
-	if err := noSemaphore(key); err != nil {
+func (r *Redlock) Renewals(ctx context.Context, res Resource, limit int) ([]Event, error) {
+	key := res.id()
+	if err := onlyLocks(res); err != nil {
 		return nil, err
 	}
 	hs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]Event, error) {
-		return n.Renewals(ctx, key, limit)
+		return n.Renewals(ctx, resourceOf(key), limit)
 	})
 	return fullest(hs, errs, r.quorum, "renewals")
 }
@@ -598,24 +608,25 @@ func fullest(hs [][]Event, errs []error, quorum int, op string) ([]Event, error)
 	return best, nil
 }
 
-// ListSemaphores answers ErrNoSemaphores: Redlock grants no permits, and
-// an empty page would read as "none in use".
-func (r *Redlock) ListSemaphores(ctx context.Context, prefix string, limit int, after string) (Page, error) {
-	return Page{}, ErrNoSemaphores
-}
-
-// noSemaphore is ErrNoSemaphores for a semaphore's engine key: a 404 or an
-// empty history would read as "not in use now", not "never here".
-func noSemaphore(key string) error {
-	if _, sem := SplitKey(key); sem {
+// onlyLocks is ErrNoSemaphores for any resource but a lock: Redlock grants
+// no permits, and a 404, an empty history or an empty page would read as
+// "not in use now", not "never here".
+func onlyLocks(res Resource) error {
+	if err := res.check(); err != nil {
+		return err
+	}
+	if res.Kind != KindLock {
 		return ErrNoSemaphores
 	}
 	return nil
 }
 
-// List walks the masters one after another and lists each key that a
+// List walks the masters one after another and lists each lock that a
 // majority holds, once: on the first master that has it.
-func (r *Redlock) List(ctx context.Context, prefix string, limit int, after string) (Page, error) {
+func (r *Redlock) List(ctx context.Context, kind Kind, prefix string, limit int, after string) (Page, error) {
+	if err := onlyLocks(Resource{Kind: kind}); err != nil {
+		return Page{}, err
+	}
 	first := r.nodes[0]
 	cur, err := first.decodeCursor(ctx, after)
 	if err != nil {
@@ -706,7 +717,7 @@ func (r *Redlock) quorumStates(ctx context.Context, cands []candidate) []State {
 		live[i] = map[string]State{}
 		if errs[i] == nil {
 			for _, s := range perNode[i] {
-				live[i][s.Key] = s
+				live[i][s.Resource.id()] = s
 			}
 		}
 	}

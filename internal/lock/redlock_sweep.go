@@ -196,7 +196,7 @@ func (t *lapseTally) report(node int, key string, lapsed, noticed time.Time, hel
 	tell := c.n == t.quorum
 	t.mu.Unlock()
 	if tell && f != nil {
-		f(key, lapsed, noticed, held)
+		f(resourceOf(key), lapsed, noticed, held)
 	}
 }
 

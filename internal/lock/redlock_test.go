@@ -89,9 +89,10 @@ func TestRedlockMutualExclusionWithAPausedMaster(t *testing.T) {
 			r := replicas[g%2]
 			for i := range 8 {
 				k := (g + i) % len(keys)
-				l, err := r.Acquire(context.Background(), keys[k], lock.AcquireRequest{
+				l, err := r.Acquire(context.Background(), lock.Lock(keys[k]), lock.AcquireRequest{
 					Owner: fmt.Sprint("g", g), TTL: 5 * time.Second, Wait: 20 * time.Second,
 				})
+
 				if err != nil {
 					t.Errorf("acquire: %v", err)
 					return
@@ -108,7 +109,7 @@ func TestRedlockMutualExclusionWithAPausedMaster(t *testing.T) {
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
 				inside[k].Unlock()
-				if _, err := r.Release(context.Background(), keys[k], l.Token, "t"); err != nil {
+				if _, err := r.Release(context.Background(), lock.Lock(keys[k]), l.Token, "t"); err != nil {
 					t.Errorf("release: %v", err)
 					return
 				}
@@ -137,7 +138,7 @@ func TestRedlockMajorityDown(t *testing.T) {
 	servers[1].Stop()
 	servers[2].Stop()
 	start := time.Now()
-	_, err := r.Acquire(context.Background(), "rl:down", lock.AcquireRequest{Owner: "o", TTL: time.Second})
+	_, err := r.Acquire(context.Background(), lock.Lock("rl:down"), lock.AcquireRequest{Owner: "o", TTL: time.Second})
 	if !errors.Is(err, lock.ErrUnavailable) {
 		t.Fatalf("acquire with 2 of 3 masters down: %v", err)
 	}
@@ -163,14 +164,14 @@ func TestRedlockMasterRestartedEmpty(t *testing.T) {
 	first := onEveryMaster(t, r, servers, "rl:restart", lock.AcquireRequest{Owner: "first", TTL: ttl})
 	servers[0].Restart()
 	// The key is still held on the two others: nobody else gets it.
-	if _, err := r.Acquire(ctx, "rl:restart", lock.AcquireRequest{Owner: "second", TTL: ttl}); !errors.Is(err, lock.ErrHeld) {
+	if _, err := r.Acquire(ctx, lock.Lock("rl:restart"), lock.AcquireRequest{Owner: "second", TTL: ttl}); !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("second holder while the first holds on a majority: %v", err)
 	}
-	if _, err := r.Release(ctx, "rl:restart", first.Token, "first"); err != nil {
+	if _, err := r.Release(ctx, lock.Lock("rl:restart"), first.Token, "first"); err != nil {
 		t.Fatal(err)
 	}
 	next := retry(t, "acquire after the restart", func() (lock.Lease, error) {
-		return r.Acquire(ctx, "rl:restart", lock.AcquireRequest{Owner: "second", TTL: ttl})
+		return r.Acquire(ctx, lock.Lock("rl:restart"), lock.AcquireRequest{Owner: "second", TTL: ttl})
 	})
 	if next.Fence <= first.Fence {
 		t.Fatalf("fence %d after %d", next.Fence, first.Fence)
@@ -185,7 +186,7 @@ func onEveryMaster(t *testing.T, r *lock.Redlock, servers []*redistest.Server, k
 	t.Helper()
 	ctx := context.Background()
 	for attempt := 1; ; attempt++ {
-		l := mustAcquire(t, r, key, req)
+		l := mustAcquire(t, r, lock.Lock(key), req)
 		everywhere := true
 		for _, s := range servers {
 			if lock.LeaseToken(ctx, s.Client(t), key) != l.Token {
@@ -198,7 +199,7 @@ func onEveryMaster(t *testing.T, r *lock.Redlock, servers []*redistest.Server, k
 		if attempt == 5 {
 			t.Fatalf("%s: no grant reached all %d masters in %d attempts", key, len(servers), attempt)
 		}
-		if _, err := r.Release(ctx, key, l.Token, req.Owner); err != nil {
+		if _, err := r.Release(ctx, lock.Lock(key), l.Token, req.Owner); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -220,16 +221,16 @@ func TestRedlockFenceCounterexample(t *testing.T) {
 	servers[2].Pause()
 	// A TTL of 3 s gives each master 30 ms (1 %) to answer, which a busy
 	// machine needs; 10 ms made the fence write-back time out in full runs.
-	g1 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g1", TTL: 3 * time.Second})
+	g1 := mustAcquire(t, r, lock.Lock(key), lock.AcquireRequest{Owner: "g1", TTL: 3 * time.Second})
 	servers[2].Resume()
-	if _, err := r.Release(ctx, key, g1.Token, "g1"); err != nil {
+	if _, err := r.Release(ctx, lock.Lock(key), g1.Token, "g1"); err != nil {
 		t.Fatal(err)
 	}
 	servers[0].Pause()
 	defer servers[0].Resume()
 	// Master 3 ran g1's acquire when it resumed, after g1's release: that
 	// orphan lapses after its TTL, so g2 waits for it.
-	g2 := mustAcquire(t, r, key, lock.AcquireRequest{Owner: "g2", TTL: 3 * time.Second, Wait: 10 * time.Second})
+	g2 := mustAcquire(t, r, lock.Lock(key), lock.AcquireRequest{Owner: "g2", TTL: 3 * time.Second, Wait: 10 * time.Second})
 	if g2.Fence <= g1.Fence {
 		t.Fatalf("grant on {2,3} got fence %d after %d from {1,2}", g2.Fence, g1.Fence)
 	}
@@ -246,7 +247,8 @@ func TestRedlockLapsesCountedOnce(t *testing.T) {
 	counted := map[string]int{}
 	late := time.Duration(0)
 	for _, r := range replicas {
-		r.OnLapse(func(key string, lapsed, noticed time.Time, held time.Duration) {
+		r.OnLapse(func(res lock.Resource, lapsed, noticed time.Time, held time.Duration) {
+			key := res.Name
 			mu.Lock()
 			defer mu.Unlock()
 			counted[key]++
@@ -264,7 +266,7 @@ func TestRedlockLapsesCountedOnce(t *testing.T) {
 			// Each master has 1 % of the TTL to answer (10 ms): a busy
 			// machine may miss that, and the grant is then refused.
 			retry(t, "acquire "+key, func() (lock.Lease, error) {
-				return replicas[i%2].Acquire(context.Background(), key, lock.AcquireRequest{Owner: "w", TTL: time.Duration(300+20*i) * time.Millisecond})
+				return replicas[i%2].Acquire(context.Background(), lock.Lock(key), lock.AcquireRequest{Owner: "w", TTL: time.Duration(300+20*i) * time.Millisecond})
 			})
 		}
 		return keys
@@ -338,7 +340,8 @@ func TestRedlockLapsesCountedAfterASplitSweep(t *testing.T) {
 	var mu sync.Mutex
 	counted := map[string]int{}
 	for _, r := range replicas {
-		r.OnLapse(func(key string, _, _ time.Time, _ time.Duration) {
+		r.OnLapse(func(res lock.Resource, _, _ time.Time, _ time.Duration) {
+			key := res.Name
 			mu.Lock()
 			defer mu.Unlock()
 			counted[key]++
@@ -352,7 +355,7 @@ func TestRedlockLapsesCountedAfterASplitSweep(t *testing.T) {
 			// Wait: on a loaded machine an attempt can miss its majority in
 			// time and leave a copy that a give-back did not reach; the
 			// next attempt waits for it.
-			return replicas[i%3].Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Duration(200+100*i) * time.Millisecond, Wait: 2 * time.Second})
+			return replicas[i%3].Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "w", TTL: time.Duration(200+100*i) * time.Millisecond, Wait: 2 * time.Second})
 		})
 	}
 	waitFor(t, func() bool {
@@ -377,23 +380,23 @@ func TestRedlockWaiting(t *testing.T) {
 	a := redlockOn(t, servers, lock.Options{})
 	b := redlockOn(t, servers, lock.Options{})
 	ctx := context.Background()
-	h := mustAcquire(t, a, "rl:wait", lock.AcquireRequest{Owner: "h", TTL: 30 * time.Second})
+	h := mustAcquire(t, a, lock.Lock("rl:wait"), lock.AcquireRequest{Owner: "h", TTL: 30 * time.Second})
 	order := make(chan string, 3)
 	for i := range 3 {
 		go func() {
-			l, err := b.Acquire(ctx, "rl:wait", lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: 5 * time.Second, Wait: 10 * time.Second})
+			l, err := b.Acquire(ctx, lock.Lock("rl:wait"), lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: 5 * time.Second, Wait: 10 * time.Second})
 			if err != nil {
 				t.Error(err)
 				order <- ""
 				return
 			}
 			order <- l.Owner
-			_, _ = b.Release(ctx, "rl:wait", l.Token, "w")
+			_, _ = b.Release(ctx, lock.Lock("rl:wait"), l.Token, "w")
 		}()
 		waitFor(t, func() bool { return b.Waiters() == i+1 })
 	}
 	released := time.Now()
-	if _, err := a.Release(ctx, "rl:wait", h.Token, "h"); err != nil {
+	if _, err := a.Release(ctx, lock.Lock("rl:wait"), h.Token, "h"); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -404,7 +407,7 @@ func TestRedlockWaiting(t *testing.T) {
 	if !slices.Equal(got, []string{"w0", "w1", "w2"}) {
 		t.Fatalf("served in order %v", got)
 	}
-	st, err := a.List(ctx, "rl:", 10, "")
+	st, err := a.List(ctx, lock.KindLock, "rl:", 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,12 +442,12 @@ func BenchmarkRedlockAcquireRelease(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
-				l, err := tc.e.Acquire(ctx, "bench:rl", lock.AcquireRequest{Owner: "b", TTL: 10 * time.Second})
+				l, err := tc.e.Acquire(ctx, lock.Lock("bench:rl"), lock.AcquireRequest{Owner: "b", TTL: 10 * time.Second})
 				lat = append(lat, time.Since(start))
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := tc.e.Release(ctx, "bench:rl", l.Token, "b"); err != nil {
+				if _, err := tc.e.Release(ctx, lock.Lock("bench:rl"), l.Token, "b"); err != nil {
 					b.Fatal(err)
 				}
 			}

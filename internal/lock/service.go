@@ -18,28 +18,25 @@ import (
 // Consumers declare the part they use (server.Engine, web.Engine); the
 // composition root (cmd/lockd) holds a Service.
 type Service interface {
-	// Acquire takes the key, re-enters it (req.Token) or, with req.Wait
-	// > 0, waits for it.
-	Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error)
+	// Acquire takes the resource, re-enters it (req.Token) or, with
+	// req.Wait > 0, waits for it.
+	Acquire(ctx context.Context, res Resource, req AcquireRequest) (Lease, error)
 	// Renew sets the lease's expiry to now + ttl (ttl 0: its own TTL).
-	Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error)
+	Renew(ctx context.Context, res Resource, token string, ttl time.Duration, actor string) (Lease, error)
 	// Release gives back one level of the lease.
-	Release(ctx context.Context, key, token, actor string) (Released, error)
+	Release(ctx context.Context, res Resource, token, actor string) (Released, error)
 	// ForceReleaseFence breaks the lease with this fence (0: whoever
-	// holds the key).
-	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error)
-	// State is the key's live lease, or ErrNotFound.
-	State(ctx context.Context, key string) (State, error)
-	// List lists live locks whose key starts with prefix, a page at a
-	// time.
-	List(ctx context.Context, prefix string, limit int, after string) (Page, error)
-	// ListSemaphores lists live semaphores as List lists locks; each
-	// State's Key is the engine key (SemaphoreKey).
-	ListSemaphores(ctx context.Context, prefix string, limit int, after string) (Page, error)
-	// History is up to limit events of the key, newest first.
-	History(ctx context.Context, key string, limit int) ([]Event, error)
-	// Renewals is up to limit renewals of the key, newest first.
-	Renewals(ctx context.Context, key string, limit int) ([]Event, error)
+	// holds the resource).
+	ForceReleaseFence(ctx context.Context, res Resource, fence int64, actor, reason string) (Broken, error)
+	// State is the resource's live lease, or ErrNotFound.
+	State(ctx context.Context, res Resource) (State, error)
+	// List lists the live resources of one kind whose name starts with
+	// prefix, a page at a time.
+	List(ctx context.Context, kind Kind, prefix string, limit int, after string) (Page, error)
+	// History is up to limit events of the resource, newest first.
+	History(ctx context.Context, res Resource, limit int) ([]Event, error)
+	// Renewals is up to limit renewals of the resource, newest first.
+	Renewals(ctx context.Context, res Resource, limit int) ([]Event, error)
 	// Subscribe follows the event stream after the event with ID after
 	// ("": from now on).
 	Subscribe(ctx context.Context, after string) (*Subscription, error)

@@ -38,14 +38,14 @@ func TestServiceCapabilities(t *testing.T) {
 				}
 			}
 
-			page, err := e.ListSemaphores(ctx, "", 10, "")
+			page, err := e.List(ctx, lock.KindSemaphore, "", 10, "")
 			unsupported("ListSemaphores", err, lock.ErrNoSemaphores)
 			if !tc.redlock && page.Locks == nil {
 				t.Error("ListSemaphores: a nil page")
 			}
-			_, err = e.Acquire(ctx, lock.SemaphoreKey("cap:s"), lock.AcquireRequest{Owner: "o", TTL: time.Minute, Limit: 2})
+			_, err = e.Acquire(ctx, lock.Semaphore("cap:s"), lock.AcquireRequest{Owner: "o", TTL: time.Minute, Limit: 2})
 			unsupported("a permit", err, lock.ErrUnsupported)
-			_, err = e.Acquire(ctx, "cap:shared", lock.AcquireRequest{Owner: "o", TTL: time.Minute, Mode: lock.Shared})
+			_, err = e.Acquire(ctx, lock.Lock("cap:shared"), lock.AcquireRequest{Owner: "o", TTL: time.Minute, Mode: lock.Shared})
 			unsupported("a shared hold", err, lock.ErrUnsupported)
 			sub, err := e.Subscribe(ctx, "")
 			unsupported("Subscribe", err, lock.ErrNoEventStream)
@@ -79,12 +79,13 @@ func TestServiceCapabilities(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var lapsed []string
-			e.OnLapse(func(key string, _, _ time.Time, _ time.Duration) {
+			e.OnLapse(func(res lock.Resource, _, _ time.Time, _ time.Duration) {
+				key := res.Name
 				mu.Lock()
 				defer mu.Unlock()
 				lapsed = append(lapsed, key)
 			})
-			mustAcquire(t, e, "cap:lapse", lock.AcquireRequest{Owner: "o", TTL: time.Second})
+			mustAcquire(t, e, lock.Lock("cap:lapse"), lock.AcquireRequest{Owner: "o", TTL: time.Second})
 			waitFor(t, func() bool {
 				mu.Lock()
 				defer mu.Unlock()

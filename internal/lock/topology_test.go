@@ -64,19 +64,19 @@ func wakeAfter(t *testing.T, holder, waiter *lock.Engine, key string, change fun
 	t.Helper()
 	ctx := context.Background()
 	l := retry(t, "hold", func() (lock.Lease, error) {
-		return holder.Acquire(ctx, key, lock.AcquireRequest{Owner: "holder", TTL: 30 * time.Second})
+		return holder.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "holder", TTL: 30 * time.Second})
 	})
 	got := make(chan error, 1)
 	var grantedAt time.Time
 	go func() {
-		_, err := waiter.Acquire(ctx, key, lock.AcquireRequest{Owner: "waiter", TTL: 5 * time.Second, Wait: 25 * time.Second})
+		_, err := waiter.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "waiter", TTL: 5 * time.Second, Wait: 25 * time.Second})
 		grantedAt = time.Now()
 		got <- err
 	}()
 	waitFor(t, func() bool { return waiter.Waiters() == 1 })
 	change()
 	released := retry(t, "release", func() (time.Time, error) {
-		_, err := holder.Release(ctx, key, l.Token, "holder")
+		_, err := holder.Release(ctx, lock.Lock(key), l.Token, "holder")
 		return time.Now(), err
 	})
 	select {
@@ -103,13 +103,13 @@ func TestOnSentinel(t *testing.T) {
 	t.Run("contract", func(t *testing.T) { runContract(t, a) })
 	t.Run("queue, shared holds and semaphores", func(t *testing.T) { runPrimitives(t, a, b) })
 	t.Run("lease cycle and wake-up", func(t *testing.T) {
-		l := mustAcquire(t, a, "s:k", lock.AcquireRequest{})
-		if _, err := a.Renew(ctx, "s:k", l.Token, 0, "t"); err != nil {
+		l := mustAcquire(t, a, lock.Lock("s:k"), lock.AcquireRequest{})
+		if _, err := a.Renew(ctx, lock.Lock("s:k"), l.Token, 0, "t"); err != nil {
 			t.Fatal(err)
 		}
 		d := wakeAfter(t, a, b, "s:wake", func() {})
 		t.Logf("woken %v after a release on another replica", d)
-		if _, err := a.Release(ctx, "s:k", l.Token, "t"); err != nil {
+		if _, err := a.Release(ctx, lock.Lock("s:k"), l.Token, "t"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -146,17 +146,17 @@ func TestOnSentinel(t *testing.T) {
 	})
 	t.Run("replica acks with a stopped replica", func(t *testing.T) {
 		retry(t, "acquire with a live replica", func() (lock.Lease, error) {
-			return acked.Acquire(ctx, "s:acks", lock.AcquireRequest{TTL: time.Second})
+			return acked.Acquire(ctx, lock.Lock("s:acks"), lock.AcquireRequest{TTL: time.Second})
 		})
 		short := sentinelEngine(t, s, lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 100 * time.Millisecond})
 		if err := s.PauseReplica(); err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = s.ResumeReplica() }()
-		if _, err := short.Acquire(ctx, "s:acks2", lock.AcquireRequest{TTL: 10 * time.Second}); !errors.Is(err, lock.ErrUnavailable) {
+		if _, err := short.Acquire(ctx, lock.Lock("s:acks2"), lock.AcquireRequest{TTL: 10 * time.Second}); !errors.Is(err, lock.ErrUnavailable) {
 			t.Fatalf("acquire with the replica stopped: %v", err)
 		}
-		if _, err := short.State(ctx, "s:acks2"); !errors.Is(err, lock.ErrNotFound) {
+		if _, err := short.State(ctx, lock.Lock("s:acks2")); !errors.Is(err, lock.ErrNotFound) {
 			t.Fatalf("the unacknowledged grant stayed: %v", err)
 		}
 	})
@@ -204,7 +204,7 @@ func TestOnCluster(t *testing.T) {
 		var leases []lock.Lease
 		for i := range 30 {
 			key := fmt.Sprintf("c:list:%02d", i)
-			leases = append(leases, mustAcquire(t, a, key, lock.AcquireRequest{}))
+			leases = append(leases, mustAcquire(t, a, lock.Lock(key), lock.AcquireRequest{}))
 			m, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+key+"}"))
 			if err != nil {
 				t.Fatal(err)
@@ -217,12 +217,12 @@ func TestOnCluster(t *testing.T) {
 		seen := map[string]int{}
 		cursor := ""
 		for {
-			page, err := b.List(ctx, "c:list:", 7, cursor)
+			page, err := b.List(ctx, lock.KindLock, "c:list:", 7, cursor)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, s := range page.Locks {
-				seen[s.Key]++
+				seen[s.Resource.Name]++
 			}
 			if cursor = page.NextCursor; cursor == "" {
 				break
@@ -237,10 +237,10 @@ func TestOnCluster(t *testing.T) {
 			}
 		}
 		for _, l := range leases {
-			if _, err := a.Renew(ctx, l.Key, l.Token, 0, "t"); err != nil {
+			if _, err := a.Renew(ctx, l.Resource, l.Token, 0, "t"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.Release(ctx, l.Key, l.Token, "t"); err != nil {
+			if _, err := b.Release(ctx, l.Resource, l.Token, "t"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -390,7 +390,7 @@ func contend(t *testing.T, engines []*lock.Engine, keys []string, during func())
 				default:
 				}
 				key := keys[(w+i)%len(keys)]
-				l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: fmt.Sprint("w", w), TTL: 3 * time.Second, Wait: 2 * time.Second})
+				l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: fmt.Sprint("w", w), TTL: 3 * time.Second, Wait: 2 * time.Second})
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -409,7 +409,7 @@ func contend(t *testing.T, engines []*lock.Engine, keys []string, during func())
 				}
 				time.Sleep(2 * time.Millisecond)
 				end := time.Now()
-				_, _ = e.Release(ctx, key, l.Token, "w")
+				_, _ = e.Release(ctx, lock.Lock(key), l.Token, "w")
 				if end.After(l.ExpiresAt) {
 					end = l.ExpiresAt
 				}

@@ -62,14 +62,14 @@ func TestWakeUpOnReusedKey(t *testing.T) {
 	acquire := func(e *lock.Engine, owner string, ttl time.Duration) chan grant {
 		ch := make(chan grant, 1)
 		go func() {
-			l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: owner, TTL: ttl, Wait: 5 * time.Second})
+			l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: owner, TTL: ttl, Wait: 5 * time.Second})
 			ch <- grant{l, time.Now(), err}
 		}()
 		return ch
 	}
 
 	modes := []freeBy{byRelease, byForce, byExpiry}
-	holder := mustAcquire(t, a, key, lock.AcquireRequest{Owner: "h0", TTL: 300 * time.Millisecond})
+	holder := mustAcquire(t, a, lock.Lock(key), lock.AcquireRequest{Owner: "h0", TTL: 300 * time.Millisecond})
 	holderOn := a
 	for round := range 12 {
 		mode := modes[round%len(modes)]
@@ -94,12 +94,12 @@ func TestWakeUpOnReusedKey(t *testing.T) {
 			switch mode {
 			case byRelease:
 				freed = time.Now()
-				if _, err := holderOn.Release(ctx, key, holder.Token, "t"); err != nil {
+				if _, err := holderOn.Release(ctx, lock.Lock(key), holder.Token, "t"); err != nil {
 					t.Fatal(err)
 				}
 			case byForce:
 				freed = time.Now()
-				if _, err := a.ForceRelease(ctx, key, "ops", "test"); err != nil {
+				if _, err := a.ForceRelease(ctx, lock.Lock(key), "ops", "test"); err != nil {
 					t.Fatal(err)
 				}
 			case byExpiry:
@@ -149,8 +149,8 @@ func TestCrashedHolderThenWaitersOneBySecond(t *testing.T) {
 	e := newEngine(t, redistest.Start(t).Client(t))
 	ctx := context.Background()
 	const key = "crash:k"
-	mustAcquire(t, e, key, lock.AcquireRequest{TTL: 200 * time.Millisecond})
-	mustAcquire(t, e, key, lock.AcquireRequest{Owner: "warm", TTL: 200 * time.Millisecond, Wait: 2 * time.Second})
+	mustAcquire(t, e, lock.Lock(key), lock.AcquireRequest{TTL: 200 * time.Millisecond})
+	mustAcquire(t, e, lock.Lock(key), lock.AcquireRequest{Owner: "warm", TTL: 200 * time.Millisecond, Wait: 2 * time.Second})
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 5)
@@ -159,7 +159,7 @@ func TestCrashedHolderThenWaitersOneBySecond(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: 300 * time.Millisecond, Wait: 3 * time.Second})
+			_, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: 300 * time.Millisecond, Wait: 3 * time.Second})
 			errs <- err
 		}()
 		time.Sleep(150 * time.Millisecond)
@@ -180,10 +180,10 @@ func TestWaitTimeoutNamesCurrentHolder(t *testing.T) {
 	rdb := srv.Client(t)
 	e := newEngine(t, rdb)
 	ctx := context.Background()
-	mustAcquire(t, e, "truth:k", lock.AcquireRequest{Owner: "old", TTL: 10 * time.Second})
+	mustAcquire(t, e, lock.Lock("truth:k"), lock.AcquireRequest{Owner: "old", TTL: 10 * time.Second})
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Acquire(ctx, "truth:k", lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 600 * time.Millisecond})
+		_, err := e.Acquire(ctx, lock.Lock("truth:k"), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 600 * time.Millisecond})
 		done <- err
 	}()
 	waitFor(t, func() bool { return e.Waiters() == 1 })
@@ -213,7 +213,7 @@ func TestWaitersRideOutRedisPause(t *testing.T) {
 			t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
 			ctx := context.Background()
 			const key = "pause:k"
-			mustAcquire(t, a, key, lock.AcquireRequest{Owner: "holder", TTL: 400 * time.Millisecond})
+			mustAcquire(t, a, lock.Lock(key), lock.AcquireRequest{Owner: "holder", TTL: 400 * time.Millisecond})
 
 			const n = 6
 			type result struct {
@@ -224,9 +224,9 @@ func TestWaitersRideOutRedisPause(t *testing.T) {
 			for i := range n {
 				e := []*lock.Engine{a, b}[i%2]
 				go func() {
-					l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: 5 * time.Second, Wait: 8 * time.Second})
+					l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: fmt.Sprint("w", i), TTL: 5 * time.Second, Wait: 8 * time.Second})
 					if err == nil {
-						_, err = e.Release(ctx, key, l.Token, "t")
+						_, err = e.Release(ctx, lock.Lock(key), l.Token, "t")
 					}
 					results <- result{time.Now(), err}
 				}()
@@ -238,12 +238,12 @@ func TestWaitersRideOutRedisPause(t *testing.T) {
 			// The holder's lease lapses during the pause.
 			once := make(chan error, 1)
 			go func() {
-				_, err := a.Acquire(ctx, "pause:other", lock.AcquireRequest{Owner: "once", TTL: time.Second})
+				_, err := a.Acquire(ctx, lock.Lock("pause:other"), lock.AcquireRequest{Owner: "once", TTL: time.Second})
 				once <- err
 			}()
 			short := make(chan error, 1)
 			go func() {
-				_, err := b.Acquire(ctx, "pause:short", lock.AcquireRequest{Owner: "short", TTL: time.Second, Wait: 300 * time.Millisecond})
+				_, err := b.Acquire(ctx, lock.Lock("pause:short"), lock.AcquireRequest{Owner: "short", TTL: time.Second, Wait: 300 * time.Millisecond})
 				short <- err
 			}()
 			time.Sleep(pause)
@@ -292,19 +292,19 @@ func TestIdempotentRetryWhileOthersWait(t *testing.T) {
 	ctx := context.Background()
 	const key = "idemq:k"
 	req := lock.AcquireRequest{Owner: "hook", TTL: 10 * time.Second, IdempotencyKey: "delivery-7", Actor: "hook", Wait: 5 * time.Second}
-	first := mustAcquire(t, e, key, req)
+	first := mustAcquire(t, e, lock.Lock(key), req)
 	if first.Outcome != lock.Granted {
 		t.Fatalf("first = %s", first.Outcome)
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		_, _ = e.Acquire(wctx, key, lock.AcquireRequest{Owner: "other", TTL: time.Second, Wait: 5 * time.Second})
+		_, _ = e.Acquire(wctx, lock.Lock(key), lock.AcquireRequest{Owner: "other", TTL: time.Second, Wait: 5 * time.Second})
 	}()
 	waitFor(t, func() bool { return e.Waiters() == 1 })
 
 	start := time.Now()
-	again, err := e.Acquire(ctx, key, req)
+	again, err := e.Acquire(ctx, lock.Lock(key), req)
 	if err != nil {
 		t.Fatalf("replay while another waits: %v", err)
 	}
@@ -326,10 +326,10 @@ func TestIdempotentRetryWhileOthersWait(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := req
 			tc.edit(&r)
-			if _, err := e.Acquire(ctx, key, r); !errors.Is(err, lock.ErrIdempotencyMismatch) {
+			if _, err := e.Acquire(ctx, lock.Lock(key), r); !errors.Is(err, lock.ErrIdempotencyMismatch) {
 				t.Fatalf("err = %v, want ErrIdempotencyMismatch", err)
 			}
-			st, err := e.State(ctx, key)
+			st, err := e.State(ctx, lock.Lock(key))
 			if err != nil || st.Owner != "hook" || st.Fence != first.Fence || st.Count != 1 || st.TTL != 10*time.Second {
 				t.Fatalf("state after a mismatched replay: %+v, %v", st, err)
 			}

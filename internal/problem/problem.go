@@ -47,17 +47,16 @@ type Problem struct {
 // ErrShuttingDown answers requests that arrive while the server stops.
 var ErrShuttingDown = errors.New("server is shutting down")
 
-// Of is the answer to err, about the engine key (which may be ""): a lock
-// key, or a semaphore's lock.SemaphoreKey, whose answers speak of permits
-// and name the semaphore. The kind of err (an edge refusal of edge.go or
+// Of is the answer to err, about the resource the request named (the zero
+// Resource when none): a semaphore's answers speak of permits. The kind of err (an edge refusal of edge.go or
 // an engine error) gives the status, code and title; an *Error in err's
 // chain adds its detail, field and Retry-After. A client that went away
 // (context.Canceled) is the caller's to notice first: nobody reads that
 // answer.
-func Of(err error, key string) Problem {
+func Of(err error, res lock.Resource) Problem {
 	p, ok := refusal(err)
 	if !ok {
-		p = engine(err, key)
+		p = engine(err, res)
 	}
 	var e *Error
 	if p.Internal || !errors.As(err, &e) {
@@ -118,8 +117,8 @@ func refusal(err error) (Problem, bool) {
 
 // engine is the answer to an engine error, or Internal for anything the
 // table does not know.
-func engine(err error, key string) Problem {
-	key, sem := lock.SplitKey(key)
+func engine(err error, res lock.Resource) Problem {
+	key, sem := res.Name, res.Kind == lock.KindSemaphore
 	if p, ok := conflict(err, key, sem); ok {
 		return p
 	}

@@ -15,7 +15,7 @@ import (
 
 func wrapped(err error) error { return fmt.Errorf("lock: acquire k: %w", err) }
 func held(owner string, d time.Duration) error {
-	return &lock.HeldError{Key: "k", Owner: owner, Remaining: d}
+	return &lock.HeldError{Resource: lock.Lock("k"), Owner: owner, Remaining: d}
 }
 
 // Every error lockd can meet has one answer, whoever renders it.
@@ -34,9 +34,9 @@ func TestOf(t *testing.T) {
 		{"held", held("w7", 1500*time.Millisecond), 409, "lock_held", "Lock is held", "k is held by w7 for 1500 ms more", "", 2, false},
 		{"held briefly", held("w7", 10*time.Millisecond), 409, "lock_held", "Lock is held", "for 10 ms more", "", 1, false},
 		{"held, wrapped", wrapped(held("w8", 3*time.Second)), 409, "lock_held", "Lock is held", "held by w8", "", 3, false},
-		{"queued", wrapped(&lock.QueuedError{Key: "k", Waiters: 3, Next: lock.Waiter{Owner: "w9", Since: time.UnixMilli(1_790_000_000_000)}, RetryAfter: 1600 * time.Millisecond}),
+		{"queued", wrapped(&lock.QueuedError{Resource: lock.Lock("k"), Waiters: 3, Next: lock.Waiter{Owner: "w9", Since: time.UnixMilli(1_790_000_000_000)}, RetryAfter: 1600 * time.Millisecond}),
 			409, "queued", "Queued behind earlier waiters", "k is free, but kept for 3 earlier waiters; next is w9", "", 2, false},
-		{"queued, one", &lock.QueuedError{Key: "k", Waiters: 1, Next: lock.Waiter{Owner: "w9"}, RetryAfter: 300 * time.Millisecond},
+		{"queued, one", &lock.QueuedError{Resource: lock.Lock("k"), Waiters: 1, Next: lock.Waiter{Owner: "w9"}, RetryAfter: 300 * time.Millisecond},
 			409, "queued", "Queued behind earlier waiters", "kept for 1 earlier waiter;", "", 1, false},
 		{"mode mismatch", wrapped(&lock.ModeMismatchError{Held: lock.Shared, Asked: lock.Exclusive}),
 			409, "mode_mismatch", "Mode mismatch", "k is held shared by this token", "mode", 0, false},
@@ -74,7 +74,7 @@ func TestOf(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := problem.Of(tc.err, "k")
+			p := problem.Of(tc.err, lock.Lock("k"))
 			if p.Status != tc.status || p.Code != tc.code || p.Title != tc.title || p.Field != tc.field ||
 				p.RetryAfter != tc.retryAfter || p.Internal != tc.internal {
 				t.Fatalf("Of = %+v\nwant status %d code %s title %q field %q retry-after %d internal %v",
@@ -97,16 +97,16 @@ func TestOf(t *testing.T) {
 
 // The holder is given for a held key, so both edges can show it.
 func TestOfHeldCarriesHolder(t *testing.T) {
-	p := problem.Of(held("deploy-bot", 2*time.Second), "k")
+	p := problem.Of(held("deploy-bot", 2*time.Second), lock.Lock("k"))
 	if p.Holder != "deploy-bot" || p.Remaining != 2*time.Second {
 		t.Fatalf("holder %q remaining %v", p.Holder, p.Remaining)
 	}
 }
 
-// On a semaphore's engine key the answers speak of permits and name the
-// semaphore, never its engine key.
+// About a semaphore the answers speak of permits and name the semaphore,
+// never its Redis key part (sem/…).
 func TestOfSemaphore(t *testing.T) {
-	key := lock.SemaphoreKey("render:pool")
+	key := lock.Semaphore("render:pool")
 	for _, tc := range []struct {
 		name       string
 		err        error
@@ -116,7 +116,7 @@ func TestOfSemaphore(t *testing.T) {
 		field      string
 		retryAfter int
 	}{
-		{"no permits", wrapped(&lock.HeldError{Key: key, Owner: "w2", Remaining: 4200 * time.Millisecond}), 409, "no_permits",
+		{"no permits", wrapped(&lock.HeldError{Resource: key, Owner: "w2", Remaining: 4200 * time.Millisecond}), 409, "no_permits",
 			"every permit of render:pool is held; the first ends in 4200 ms (w2)", "", 5},
 		{"limit mismatch", lock.ErrLimitMismatch, 409, "limit_mismatch", "render:pool is held with another limit", "", 0},
 		{"unsupported", wrapped(lock.ErrUnsupported), 400, "unsupported", "has no semaphores", "", 0},
@@ -129,11 +129,11 @@ func TestOfSemaphore(t *testing.T) {
 				t.Fatalf("Of = %+v", p)
 			}
 			if !strings.Contains(p.Detail, tc.detail) || strings.Contains(p.Detail, "sem/") {
-				t.Fatalf("detail %q, want it to say %q and not the engine key", p.Detail, tc.detail)
+				t.Fatalf("detail %q, want it to say %q and not sem/", p.Detail, tc.detail)
 			}
 		})
 	}
-	if p := problem.Of(&lock.HeldError{Key: key, Owner: "w2", Remaining: time.Second}, key); p.Holder != "w2" || p.Remaining != time.Second {
+	if p := problem.Of(&lock.HeldError{Resource: key, Owner: "w2", Remaining: time.Second}, key); p.Holder != "w2" || p.Remaining != time.Second {
 		t.Fatalf("no_permits holder %q remaining %v", p.Holder, p.Remaining)
 	}
 }

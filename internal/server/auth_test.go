@@ -73,15 +73,15 @@ func call(t *testing.T, method, url, key, body string) (int, string, http.Header
 func TestAuthMatrix(t *testing.T) {
 	f := authFixture(t, false)
 	ctx := context.Background()
-	if _, err := f.engine.Acquire(ctx, "order:1", lock.AcquireRequest{Owner: "o", TTL: 60e9}); err != nil {
+	if _, err := f.engine.Acquire(ctx, lock.Lock("order:1"), lock.AcquireRequest{Owner: "o", TTL: 60e9}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.engine.Acquire(ctx, "deploy:prod", lock.AcquireRequest{Owner: "o", TTL: 60e9}); err != nil {
+	if _, err := f.engine.Acquire(ctx, lock.Lock("deploy:prod"), lock.AcquireRequest{Owner: "o", TTL: 60e9}); err != nil {
 		t.Fatal(err)
 	}
 	// Semaphores of the same names: API-key prefixes apply to their names.
 	for _, name := range []string{"order:1", "deploy:prod"} {
-		if _, err := f.engine.Acquire(ctx, lock.SemaphoreKey(name), lock.AcquireRequest{Owner: "o", TTL: 60e9, Limit: 2}); err != nil {
+		if _, err := f.engine.Acquire(ctx, lock.Semaphore(name), lock.AcquireRequest{Owner: "o", TTL: 60e9, Limit: 2}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestAuthMatrix(t *testing.T) {
 		t.Fatalf("default owner: %s", body)
 	}
 	call(t, "POST", f.url+"/v1/locks/order:7/force-release", "admin-key-0123456789", `{"reason":"test"}`)
-	evs, _ := f.engine.History(ctx, "order:7", 1)
+	evs, _ := f.engine.History(ctx, lock.Lock("order:7"), 1)
 	if len(evs) != 1 || evs[0].Actor != "ops" {
 		t.Fatalf("history actor: %+v", evs)
 	}
@@ -191,7 +191,7 @@ func TestAuthMatrix(t *testing.T) {
 		t.Fatalf("default owner of a permit: %s", body)
 	}
 	call(t, "POST", f.url+"/v1/semaphores/order:7/force-release", "admin-key-0123456789", `{"reason":"test"}`)
-	evs, _ = f.engine.History(ctx, lock.SemaphoreKey("order:7"), 1)
+	evs, _ = f.engine.History(ctx, lock.Semaphore("order:7"), 1)
 	if len(evs) != 1 || evs[0].Actor != "ops" || evs[0].Type != "force_released" {
 		t.Fatalf("semaphore history actor: %+v", evs)
 	}

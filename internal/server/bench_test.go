@@ -82,7 +82,7 @@ func engineServer(e *lock.Engine) http.Handler {
 			Wait int64 `json:"wait_ms"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
-		l, err := e.Acquire(r.Context(), r.PathValue("key"), lock.AcquireRequest{Owner: "bench", Actor: "bench",
+		l, err := e.Acquire(r.Context(), lock.Lock(r.PathValue("key")), lock.AcquireRequest{Owner: "bench", Actor: "bench",
 			TTL: time.Duration(body.TTL) * time.Millisecond, Wait: time.Duration(body.Wait) * time.Millisecond})
 		if err != nil {
 			w.WriteHeader(409)
@@ -95,7 +95,7 @@ func engineServer(e *lock.Engine) http.Handler {
 			Token string `json:"token"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
-		_, _ = e.Release(r.Context(), r.PathValue("key"), body.Token, "bench")
+		_, _ = e.Release(r.Context(), lock.Lock(r.PathValue("key")), body.Token, "bench")
 		_ = json.NewEncoder(w).Encode(map[string]any{"released": true})
 	})
 	return mux

@@ -81,9 +81,9 @@ func newContention(reg prometheus.Registerer, cfg ContentionConfig, tenants []st
 	return c
 }
 
-// acquired counts one acquire of key and, when it waited, its wait.
-func (c *contention) acquired(key string, o lock.Outcome, err error, waited time.Duration, wanted bool) {
-	p := c.labels.of(key)
+// acquired counts one acquire of res and, when it waited, its wait.
+func (c *contention) acquired(res lock.Resource, o lock.Outcome, err error, waited time.Duration, wanted bool) {
+	p := c.labels.of(res)
 	outcome := outcomeLabel(o, err)
 	c.grants.WithLabelValues(p, outcome).Inc()
 	if wanted {
@@ -91,24 +91,24 @@ func (c *contention) acquired(key string, o lock.Outcome, err error, waited time
 	}
 }
 
-// ended observes how long a lease of key was held.
-func (c *contention) ended(key, end string, held time.Duration) {
+// ended observes how long a lease of res was held.
+func (c *contention) ended(res lock.Resource, end string, held time.Duration) {
 	if held > 0 {
-		c.hold.WithLabelValues(c.labels.of(key), end).Observe(held.Seconds())
+		c.hold.WithLabelValues(c.labels.of(res), end).Observe(held.Seconds())
 	}
 }
 
-// renewed observes how long a lease of key has been held at a renewal.
-func (c *contention) renewed(key string, acquiredAt time.Time) {
+// renewed observes how long a lease of res has been held at a renewal.
+func (c *contention) renewed(res lock.Resource, acquiredAt time.Time) {
 	if !acquiredAt.IsZero() {
-		c.heldSoFar.WithLabelValues(c.labels.of(key)).Observe(max(0, time.Since(acquiredAt)).Seconds())
+		c.heldSoFar.WithLabelValues(c.labels.of(res)).Observe(max(0, time.Since(acquiredAt)).Seconds())
 	}
 }
 
 // lapsed is the engine's LapseFunc.
-func (c *contention) lapsed(key string, lapsed, noticed time.Time, held time.Duration) {
+func (c *contention) lapsed(res lock.Resource, lapsed, noticed time.Time, held time.Duration) {
 	c.expiryDelay.Observe(max(0, noticed.Sub(lapsed)).Seconds())
-	c.ended(key, "expired", held)
+	c.ended(res, "expired", held)
 }
 
 // outcomeLabel is an acquire's outcome, from a fixed set, named after the
@@ -119,7 +119,7 @@ func outcomeLabel(o lock.Outcome, err error) string {
 	if err == nil {
 		return string(o)
 	}
-	switch problem.Of(err, "").Code {
+	switch problem.Of(err, lock.Resource{}).Code {
 	case api.ProblemCodeLockHeld, api.ProblemCodeNoPermits:
 		return "held"
 	case api.ProblemCodeQueued:
@@ -135,10 +135,10 @@ func outcomeLabel(o lock.Outcome, err error) string {
 	}
 }
 
-// prefixLabels hands out the label of a key: its first depth segments,
-// while fewer than max labels exist; "other" after. A semaphore's engine
-// key (lock.SemaphoreKey) keeps its "sem/" in front of the name's
-// segments: "sem/render:pool" is "sem/render:", apart from the locks of
+// prefixLabels hands out the label of a resource: its name's first depth
+// segments, while fewer than max labels exist; "other" after. A
+// semaphore's label has "sem/" in front of the name's segments: the
+// semaphore "render:pool" is "sem/render:", apart from the locks of
 // "render:", and counted in the same bound.
 type prefixLabels struct {
 	depth, max int
@@ -160,12 +160,18 @@ func (p *prefixLabels) reserve(prefixes []string) {
 		}
 		label := keyPrefixOf(pre, p.depth)
 		p.seen[label] = true
-		p.seen[keyPrefixOf(lock.SemaphoreKey(label), p.depth)] = true
+		p.seen[semLabel+label] = true
 	}
 }
 
-func (p *prefixLabels) of(key string) string {
-	pre := keyPrefixOf(key, p.depth)
+// semLabel starts the label of a semaphore's prefix.
+const semLabel = "sem/"
+
+func (p *prefixLabels) of(res lock.Resource) string {
+	pre := keyPrefixOf(res.Name, p.depth)
+	if res.Kind == lock.KindSemaphore {
+		pre = semLabel + pre
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.seen[pre] {

@@ -3,10 +3,11 @@
 // answers, access logs and metrics.
 //
 // Handlers hold no lock logic; they validate, call the engine and convert.
-// Locks and semaphores share every handler: a kind (lockKind,
-// semaphoreKind) turns the {key} of a route into the engine key
-// (lock.SemaphoreKey for a semaphore), and the wire shows the name again
-// (leases, states and events through internal/wire, problems here). Every error reaches writeError,
+// Locks and semaphores share every handler: each operation's kind
+// (x-lockd-kind in the spec, lock.KindLock or lock.KindSemaphore) and the
+// {key} of its route make the lock.Resource the engine works on, and the
+// wire shows the name (leases, states and events through internal/wire,
+// problems here). Every error reaches writeError,
 // which writes the answer that internal/problem's table gives it (the
 // dashboard renders the same table as HTML); request checks that refuse
 // before the engine return its named refusals (problem.ErrForbidden,

@@ -61,9 +61,8 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 	}
 	// The prefix (narrowed to the API key's one prefix under it) and the
 	// key's prefixes apply to a semaphore's name as to a lock's key.
-	keep := func(key string) bool {
-		name, _ := lock.SplitKey(key)
-		return strings.HasPrefix(name, scan) && (!filter || c.mayTouch(s.cfg.Keys, name))
+	keep := func(res lock.Resource) bool {
+		return strings.HasPrefix(res.Name, scan) && (!filter || c.mayTouch(s.cfg.Keys, res.Name))
 	}
 	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep, release: release}, nil
 }
@@ -74,7 +73,7 @@ type eventStream struct {
 	s    *Server
 	ctx  context.Context
 	sub  *lock.Subscription
-	keep func(key string) bool
+	keep func(res lock.Resource) bool
 	// release gives back the stream's slot and its key's quota.
 	release func()
 }
@@ -116,7 +115,7 @@ func (es *eventStream) VisitStreamEventsResponse(w http.ResponseWriter) error {
 			}
 			last = time.Now()
 		case err == nil:
-			if !es.keep(c.Key) {
+			if !es.keep(c.Resource) {
 				continue
 			}
 			b, _ := json.Marshal(wire.LockEventOf(c))

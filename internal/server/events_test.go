@@ -165,7 +165,7 @@ func TestEventStream(t *testing.T) {
 	// Away: what happens now is read after Last-Event-ID.
 	s.resp.Body.Close()
 	l2 := f.acquire(t, "ev:a:2", api.AcquireRequest{TtlMs: ptr(int64(300))})
-	if _, err := ld.Engine.ForceReleaseFence(ctx, "ev:b:1", 0, "ops", "x"); err != nil {
+	if _, err := ld.Engine.ForceReleaseFence(ctx, lock.Lock("ev:b:1"), 0, "ops", "x"); err != nil {
 		t.Fatal(err)
 	}
 	_, s2 := openEvents(t, ld.URL+"/v1/events?prefix=ev:", "a-key-0123456789ab", first.id)
@@ -209,7 +209,7 @@ func TestEventStreamSemaphores(t *testing.T) {
 		t.Fatalf("semaphore event %+v", ev)
 	}
 	if strings.Contains(ev.raw, p.Token) || strings.Contains(ev.raw, "sem/") {
-		t.Fatalf("the event shows a token or the engine key: %s", ev.raw)
+		t.Fatalf("the event shows a token or a Redis key part (sem/): %s", ev.raw)
 	}
 	if ev := s.next(t); ev.data["key"] != "ev:a:pool" || ev.data["kind"] != "lock" || ev.data["owner"] != "lock" {
 		t.Fatalf("lock event %+v", ev)
@@ -265,12 +265,12 @@ func TestContentionLabelsBounded(t *testing.T) {
 	}
 	c := server.NewContentionForTest(reg, server.ContentionConfig{MaxPrefixes: 100})
 	for i := range 10_000 {
-		c.Acquired(fmt.Sprintf("p%d:k", i), time.Millisecond)
-		c.Ended(fmt.Sprintf("p%d:k", i), time.Second)
+		c.Acquired(lock.Lock(fmt.Sprintf("p%d:k", i)), time.Millisecond)
+		c.Ended(lock.Lock(fmt.Sprintf("p%d:k", i)), time.Second)
 		// Semaphores count in the same bound; one without a ':' is its
 		// own prefix, as a lock key is.
-		c.Acquired(lock.SemaphoreKey(fmt.Sprintf("s%d", i)), time.Millisecond)
-		c.Ended(lock.SemaphoreKey(fmt.Sprintf("s%d", i)), time.Second)
+		c.Acquired(lock.Semaphore(fmt.Sprintf("s%d", i)), time.Millisecond)
+		c.Ended(lock.Semaphore(fmt.Sprintf("s%d", i)), time.Second)
 	}
 	for _, name := range []string{"lockd_lock_acquires_total", "lockd_lock_wait_seconds", "lockd_lock_hold_seconds"} {
 		if n := seriesOf(t, reg, name); n == 0 || n > 101 {
@@ -473,7 +473,7 @@ func TestEventResumeBounded(t *testing.T) {
 			// An event of the prefix that comes after the catch-up (or
 			// before the reset's id: the reset covers it).
 			acquire := func(key string) {
-				if _, err := ld.Engine.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+				if _, err := ld.Engine.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -15,8 +15,10 @@ func NewContentionForTest(reg prometheus.Registerer, cfg ContentionConfig) Conte
 	return ContentionForTest{newContention(reg, cfg, nil)}
 }
 
-func (c ContentionForTest) Acquired(key string, waited time.Duration) {
-	c.c.acquired(key, lock.Granted, nil, waited, true)
+func (c ContentionForTest) Acquired(res lock.Resource, waited time.Duration) {
+	c.c.acquired(res, lock.Granted, nil, waited, true)
 }
 
-func (c ContentionForTest) Ended(key string, held time.Duration) { c.c.ended(key, "released", held) }
+func (c ContentionForTest) Ended(res lock.Resource, held time.Duration) {
+	c.c.ended(res, "released", held)
+}

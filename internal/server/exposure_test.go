@@ -136,12 +136,12 @@ func TestBroadListingWalksOnlyTheKeysPrefix(t *testing.T) {
 	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) { c.Keys = keys })
 	ctx := context.Background()
 	for i := range 3 {
-		if _, err := f.engine.Acquire(ctx, fmt.Sprintf("deploy:%d", i), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+		if _, err := f.engine.Acquire(ctx, lock.Lock(fmt.Sprintf("deploy:%d", i)), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 20 {
-		if _, err := f.engine.Acquire(ctx, fmt.Sprintf("order:%d", i), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+		if _, err := f.engine.Acquire(ctx, lock.Lock(fmt.Sprintf("order:%d", i)), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}

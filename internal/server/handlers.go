@@ -62,23 +62,6 @@ func (s *Server) mayReadTopology(ctx context.Context) bool {
 	return !x.foreignHost
 }
 
-// kind is what the {key} of a route names: a lock, or a semaphore. Every
-// operation is one piece of code for both; kind gives the engine key.
-type kind int
-
-const (
-	lockKind kind = iota
-	semaphoreKind
-)
-
-// engineKey is the engine's key of the lock or semaphore called name.
-func (k kind) engineKey(name string) string {
-	if k == semaphoreKind {
-		return lock.SemaphoreKey(name)
-	}
-	return name
-}
-
 // acquireBody is the body of an acquire or hold, of a lock or a semaphore.
 type acquireBody struct {
 	owner         *string
@@ -103,7 +86,7 @@ func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
 }
 
 // acquireRequest validates an acquire (or hold) body against the limits.
-func (s *Server) acquireRequest(ctx context.Context, k kind, body acquireBody, idem *string) (lock.AcquireRequest, error) {
+func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBody, idem *string) (lock.AcquireRequest, error) {
 	c := callerOf(ctx)
 	req := lock.AcquireRequest{Owner: c.name, Actor: c.name}
 	var err error
@@ -131,7 +114,7 @@ func (s *Server) acquireRequest(ctx context.Context, k kind, body acquireBody, i
 		}
 		req.Mode = lock.Mode(*body.mode)
 	}
-	if k == semaphoreKind {
+	if k == lock.KindSemaphore {
 		if req.Limit, err = checkSemaphoreLimit(body.limit); err != nil {
 			return req, err
 		}
@@ -150,17 +133,17 @@ func (s *Server) acquireRequest(ctx context.Context, k kind, body acquireBody, i
 }
 
 // grant validates an acquire of the lock or semaphore name and acquires it.
-func (s *Server) grant(ctx context.Context, k kind, name string, body acquireBody, idem *string) (lock.Lease, error) {
+func (s *Server) grant(ctx context.Context, k lock.Kind, name string, body acquireBody, idem *string) (lock.Lease, error) {
 	req, err := s.acquireRequest(ctx, k, body, idem)
 	if err != nil {
 		return lock.Lease{}, err
 	}
-	return s.acquire(ctx, k.engineKey(name), req)
+	return s.acquire(ctx, lock.Resource{Kind: k, Name: name}, req)
 }
 
 // AcquireLock takes, re-enters or waits for a lease.
 func (s *Server) AcquireLock(ctx context.Context, r api.AcquireLockRequestObject) (api.AcquireLockResponseObject, error) {
-	l, err := s.grant(ctx, lockKind, r.Key, lockBody(r.Body), r.Params.IdempotencyKey)
+	l, err := s.grant(ctx, lock.KindLock, r.Key, lockBody(r.Body), r.Params.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
@@ -177,8 +160,8 @@ func replayed(l lock.Lease) *string {
 }
 
 // acquire calls the engine, counts the outcome and gives back a grant whose
-// client has gone. key is the engine key.
-func (s *Server) acquire(ctx context.Context, key string, req lock.AcquireRequest) (lock.Lease, error) {
+// client has gone.
+func (s *Server) acquire(ctx context.Context, res lock.Resource, req lock.AcquireRequest) (lock.Lease, error) {
 	if req.Wait > 0 {
 		release, err := s.take(ctx, quotaWaiters)
 		if err != nil {
@@ -187,12 +170,12 @@ func (s *Server) acquire(ctx context.Context, key string, req lock.AcquireReques
 		defer release()
 	}
 	start := time.Now()
-	l, err := s.engine.Acquire(ctx, key, req)
+	l, err := s.engine.Acquire(ctx, res, req)
 	if req.Wait > 0 {
 		s.metrics.waitSeconds.Observe(time.Since(start).Seconds())
 	}
 	s.metrics.acquire(l.Outcome, err)
-	s.contention.acquired(key, l.Outcome, err, time.Since(start), req.Wait > 0)
+	s.contention.acquired(res, l.Outcome, err, time.Since(start), req.Wait > 0)
 	if err != nil {
 		return l, err
 	}
@@ -200,7 +183,7 @@ func (s *Server) acquire(ctx context.Context, key string, req lock.AcquireReques
 		// The client left while Redis granted it: nobody will release it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_, _ = s.engine.Release(rctx, key, l.Token, req.Actor)
+		_, _ = s.engine.Release(rctx, res, l.Token, req.Actor)
 		return lock.Lease{}, ctx.Err()
 	}
 	return l, nil
@@ -208,14 +191,14 @@ func (s *Server) acquire(ctx context.Context, key string, req lock.AcquireReques
 
 // RenewLock extends a live lease.
 func (s *Server) RenewLock(ctx context.Context, r api.RenewLockRequestObject) (api.RenewLockResponseObject, error) {
-	l, err := s.renew(ctx, lockKind, r.Key, r.Body)
+	l, err := s.renew(ctx, lock.KindLock, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
 	return api.RenewLock200JSONResponse(l), nil
 }
 
-func (s *Server) renew(ctx context.Context, k kind, name string, body *api.RenewRequest) (api.Lease, error) {
+func (s *Server) renew(ctx context.Context, k lock.Kind, name string, body *api.RenewRequest) (api.Lease, error) {
 	if body == nil {
 		return api.Lease{}, invalid("token", "token is required: the token that acquire returned")
 	}
@@ -226,52 +209,52 @@ func (s *Server) renew(ctx context.Context, k kind, name string, body *api.Renew
 	if err != nil {
 		return api.Lease{}, err
 	}
-	key := k.engineKey(name)
-	l, err := s.engine.Renew(ctx, key, body.Token, ttl, callerOf(ctx).name)
+	res := lock.Resource{Kind: k, Name: name}
+	l, err := s.engine.Renew(ctx, res, body.Token, ttl, callerOf(ctx).name)
 	if err != nil {
 		return api.Lease{}, err
 	}
-	s.contention.renewed(key, l.AcquiredAt)
+	s.contention.renewed(res, l.AcquiredAt)
 	logOwner(ctx, l.Owner)
 	return wire.LeaseOf(l), nil
 }
 
 // ReleaseLock gives back one level of a lease.
 func (s *Server) ReleaseLock(ctx context.Context, r api.ReleaseLockRequestObject) (api.ReleaseLockResponseObject, error) {
-	rel, err := s.release(ctx, lockKind, r.Key, r.Body)
+	rel, err := s.release(ctx, lock.KindLock, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
 	return api.ReleaseLock200JSONResponse(rel), nil
 }
 
-func (s *Server) release(ctx context.Context, k kind, name string, body *api.ReleaseRequest) (api.ReleaseResult, error) {
+func (s *Server) release(ctx context.Context, k lock.Kind, name string, body *api.ReleaseRequest) (api.ReleaseResult, error) {
 	if body == nil {
 		return api.ReleaseResult{}, invalid("token", "token is required: the token that acquire returned")
 	}
 	if err := checkToken(body.Token, true); err != nil {
 		return api.ReleaseResult{}, err
 	}
-	key := k.engineKey(name)
-	rel, err := s.engine.Release(ctx, key, body.Token, callerOf(ctx).name)
+	res := lock.Resource{Kind: k, Name: name}
+	rel, err := s.engine.Release(ctx, res, body.Token, callerOf(ctx).name)
 	if err != nil {
 		return api.ReleaseResult{}, err
 	}
-	s.contention.ended(key, "released", rel.HeldFor)
+	s.contention.ended(res, "released", rel.HeldFor)
 	return api.ReleaseResult{Key: name, Released: rel.Released, Count: rel.Count}, nil
 }
 
 // ForceReleaseLock breaks a lease whoever holds it: every holder, or the
 // one with the fence given.
 func (s *Server) ForceReleaseLock(ctx context.Context, r api.ForceReleaseLockRequestObject) (api.ForceReleaseLockResponseObject, error) {
-	b, err := s.forceRelease(ctx, lockKind, r.Key, r.Body)
+	b, err := s.forceRelease(ctx, lock.KindLock, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
 	return api.ForceReleaseLock200JSONResponse(b), nil
 }
 
-func (s *Server) forceRelease(ctx context.Context, k kind, name string, body *api.ForceReleaseRequest) (api.ForceReleaseResult, error) {
+func (s *Server) forceRelease(ctx context.Context, k lock.Kind, name string, body *api.ForceReleaseRequest) (api.ForceReleaseResult, error) {
 	reason, fence := "", int64(0)
 	if body != nil && body.Reason != nil {
 		reason = *body.Reason
@@ -284,8 +267,8 @@ func (s *Server) forceRelease(ctx context.Context, k kind, name string, body *ap
 			return api.ForceReleaseResult{}, invalid("fence", "fence must be a positive integer, got %d", fence)
 		}
 	}
-	key := k.engineKey(name)
-	b, err := s.engine.ForceReleaseFence(ctx, key, fence, callerOf(ctx).name, reason)
+	res := lock.Resource{Kind: k, Name: name}
+	b, err := s.engine.ForceReleaseFence(ctx, res, fence, callerOf(ctx).name, reason)
 	if errors.Is(err, lock.ErrLeaseLost) {
 		// No token was sent: only the fence can have missed.
 		return api.ForceReleaseResult{}, problem.Errorf(lock.ErrLeaseLost, "%s is held, but by no holder with fence %d; nothing was broken", name, fence)
@@ -293,14 +276,14 @@ func (s *Server) forceRelease(ctx context.Context, k kind, name string, body *ap
 	if err != nil {
 		return api.ForceReleaseResult{}, err
 	}
-	s.contention.ended(key, "force_released", b.HeldFor)
+	s.contention.ended(res, "force_released", b.HeldFor)
 	logOwner(ctx, b.Owner)
 	return api.ForceReleaseResult{Key: name, Released: true, Owner: b.Owner, Fence: b.Fence}, nil
 }
 
 // GetLock reads a live lock.
 func (s *Server) GetLock(ctx context.Context, r api.GetLockRequestObject) (api.GetLockResponseObject, error) {
-	st, err := s.engine.State(ctx, lockKind.engineKey(r.Key))
+	st, err := s.engine.State(ctx, lock.Lock(r.Key))
 	if err != nil {
 		return nil, err
 	}
@@ -309,15 +292,15 @@ func (s *Server) GetLock(ctx context.Context, r api.GetLockRequestObject) (api.G
 
 // ListLocks pages through live locks.
 func (s *Server) ListLocks(ctx context.Context, r api.ListLocksRequestObject) (api.ListLocksResponseObject, error) {
-	states, next, err := s.list(ctx, s.engine.List, r.Params.Prefix, r.Params.Limit, r.Params.Cursor)
+	states, next, err := s.list(ctx, lock.KindLock, r.Params.Prefix, r.Params.Limit, r.Params.Cursor)
 	if err != nil {
 		return nil, err
 	}
 	return api.ListLocks200JSONResponse{Locks: states, NextCursor: next}, nil
 }
 
-// list pages through live locks or semaphores with the engine's listing.
-func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error),
+// list pages through the live resources of one kind.
+func (s *Server) list(ctx context.Context, kind lock.Kind,
 	prefixParam *string, limitParam *int, cursorParam *string,
 ) ([]api.LockState, *string, error) {
 	prefix, err := checkPrefix(prefixParam)
@@ -337,7 +320,7 @@ func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix
 	if err != nil {
 		return nil, nil, err
 	}
-	page, err := list(ctx, scan, limit, cursor)
+	page, err := s.engine.List(ctx, kind, scan, limit, cursor)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -345,7 +328,7 @@ func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix
 	for _, st := range page.Locks {
 		// A key limited to some prefixes sees only their locks and
 		// semaphores (by name).
-		if name, _ := lock.SplitKey(st.Key); !filter || c.mayTouch(s.cfg.Keys, name) {
+		if !filter || c.mayTouch(s.cfg.Keys, st.Resource.Name) {
 			out = append(out, wire.StateOf(st))
 		}
 	}
@@ -358,30 +341,30 @@ func (s *Server) list(ctx context.Context, list func(ctx context.Context, prefix
 
 // GetLockHistory lists a key's recent events, newest first.
 func (s *Server) GetLockHistory(ctx context.Context, r api.GetLockHistoryRequestObject) (api.GetLockHistoryResponseObject, error) {
-	h, err := s.history(ctx, lockKind, r.Key, r.Params.Limit, r.Params.Type)
+	h, err := s.history(ctx, lock.KindLock, r.Key, r.Params.Limit, r.Params.Type)
 	if err != nil {
 		return nil, err
 	}
 	return api.GetLockHistory200JSONResponse(h), nil
 }
 
-func (s *Server) history(ctx context.Context, k kind, name string, limitParam *int, typ *api.EventType) (api.History, error) {
+func (s *Server) history(ctx context.Context, k lock.Kind, name string, limitParam *int, typ *api.EventType) (api.History, error) {
 	limit, err := checkLimit(limitParam, 50)
 	if err != nil {
 		return api.History{}, err
 	}
-	key := k.engineKey(name)
+	res := lock.Resource{Kind: k, Name: name}
 	var evs []lock.Event
 	switch {
 	case typ == nil:
-		evs, err = s.engine.History(ctx, key, limit)
+		evs, err = s.engine.History(ctx, res, limit)
 	case !typ.Valid():
 		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released")
 	case *typ == api.Renewed:
-		evs, err = s.engine.Renewals(ctx, key, limit)
+		evs, err = s.engine.Renewals(ctx, res, limit)
 	default:
 		// Every kept event, then only this type.
-		evs, err = s.engine.History(ctx, key, maxHistoryRead)
+		evs, err = s.engine.History(ctx, res, maxHistoryRead)
 		evs = slices.DeleteFunc(evs, func(e lock.Event) bool { return e.Type != string(*typ) })
 		evs = evs[:min(len(evs), limit)]
 	}

@@ -19,7 +19,7 @@ import (
 // HoldLock acquires like AcquireLock, then answers with an event stream
 // while the server renews the lease every ttl/3 on the client's behalf.
 func (s *Server) HoldLock(ctx context.Context, r api.HoldLockRequestObject) (api.HoldLockResponseObject, error) {
-	h, err := s.hold(ctx, lockKind, r.Key, lockBody(r.Body))
+	h, err := s.hold(ctx, lock.KindLock, r.Key, lockBody(r.Body))
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func (s *Server) HoldLock(ctx context.Context, r api.HoldLockRequestObject) (api
 
 // hold acquires the lock or semaphore name for a hold stream, within the
 // server's and the API key's caps on open streams.
-func (s *Server) hold(ctx context.Context, k kind, name string, body acquireBody) (*holdStream, error) {
+func (s *Server) hold(ctx context.Context, k lock.Kind, name string, body acquireBody) (*holdStream, error) {
 	req, err := s.acquireRequest(ctx, k, body, nil)
 	if err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func (s *Server) hold(ctx context.Context, k kind, name string, body acquireBody
 		releaseQuota()
 		return nil, problem.Errorf(problem.ErrTooManyHolds, "this server already keeps %d hold streams open", cap(s.holds))
 	}
-	l, err := s.acquire(ctx, k.engineKey(name), req)
+	l, err := s.acquire(ctx, lock.Resource{Kind: k, Name: name}, req)
 	if err != nil {
 		<-s.holds
 		releaseQuota()
@@ -87,19 +87,19 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 		h.releaseQuota()
 	}()
 	out := startSSE(w)
-	key, l := h.lease.Key, h.lease // the engine key (a semaphore's lock.SemaphoreKey)
+	res, l := h.lease.Resource, h.lease
 	renewed, lost, stopRenewing := h.renewing()
 	defer stopRenewing()
 	release := func() {
 		stopRenewing()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 2*time.Second)
 		defer cancel()
-		if rel, err := h.s.engine.Release(ctx, key, l.Token, h.actor); err == nil {
-			h.s.contention.ended(key, "released", rel.HeldFor)
+		if rel, err := h.s.engine.Release(ctx, res, l.Token, h.actor); err == nil {
+			h.s.contention.ended(res, "released", rel.HeldFor)
 		}
 	}
 	sendLost := func(err error) {
-		p, _, _ := toAPI(err, key)
+		p, _, _ := toAPI(err, res)
 		_ = out.send("lost", p)
 	}
 
@@ -170,12 +170,12 @@ func (h *holdStream) renew(ctx context.Context, renewed chan lock.Lease, lost ch
 		case <-tick.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		next, err := h.s.engine.Renew(rctx, l.Key, l.Token, l.TTL, h.actor)
+		next, err := h.s.engine.Renew(rctx, l.Resource, l.Token, l.TTL, h.actor)
 		cancel()
 		switch {
 		case err == nil:
 			l = next
-			h.s.contention.renewed(l.Key, l.AcquiredAt)
+			h.s.contention.renewed(l.Resource, l.AcquiredAt)
 			select {
 			case <-renewed: // the writer is behind: only the latest counts
 			default:

@@ -27,14 +27,13 @@ var errShuttingDown = problem.ErrShuttingDown
 // the answer.
 const statusClientClosed = 499
 
-// toAPI is the problem+json body and headers of err about the engine key
-// (a lock key or a semaphore's lock.SemaphoreKey, or ""): problem.Of
-// classifies it (the dashboard uses the same table), this only writes it
-// in the contract's shape, naming the lock or semaphore as the client
-// does.
-func toAPI(err error, key string) (api.Problem, http.Header, bool) {
-	c := problem.Of(err, key)
-	key, _ = lock.SplitKey(key)
+// toAPI is the problem+json body and headers of err about the resource
+// the request named (the zero Resource when none): problem.Of classifies
+// it (the dashboard uses the same table), this only writes it in the
+// contract's shape, naming the lock or semaphore as the client does.
+func toAPI(err error, res lock.Resource) (api.Problem, http.Header, bool) {
+	c := problem.Of(err, res)
+	key := res.Name
 	p := api.Problem{Type: "/problems/" + string(c.Code), Status: c.Status, Code: c.Code, Title: c.Title, Detail: ptr(c.Detail)}
 	h := http.Header{}
 	if c.Field != "" {
@@ -68,7 +67,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.WriteHeader(statusClientClosed)
 		return
 	}
-	p, h, internal := toAPI(err, keyParam(r))
+	p, h, internal := toAPI(err, resourceParam(r))
 	log := hlog.FromRequest(r)
 	switch {
 	case internal:

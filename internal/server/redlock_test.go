@@ -79,7 +79,7 @@ func TestRedlockRefusesSharedAndSemaphores(t *testing.T) {
 			}
 		})
 	}
-	if _, err := engine.State(context.Background(), "rl:1"); err != lock.ErrNotFound {
+	if _, err := engine.State(context.Background(), lock.Lock("rl:1")); err != lock.ErrNotFound {
 		t.Fatalf("a refused shared acquire left a lease: %v", err)
 	}
 
@@ -180,7 +180,7 @@ func TestRedlockLapseMetrics(t *testing.T) {
 	_, _, regB := redlockServer(t, masters)
 	const n = 8
 	for i := range n {
-		if _, err := a.Acquire(context.Background(), fmt.Sprintf("rl:lapse:%d", i), lock.AcquireRequest{
+		if _, err := a.Acquire(context.Background(), lock.Lock(fmt.Sprintf("rl:lapse:%d", i)), lock.AcquireRequest{
 			Owner: "w", TTL: time.Duration(300+20*i) * time.Millisecond,
 		}); err != nil {
 			t.Fatal(err)

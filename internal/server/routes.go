@@ -116,8 +116,8 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if !ev.Enabled() {
 			return
 		}
-		if k := keyParam(r); k != "" {
-			ev = ev.Str("key", k)
+		if res := resourceParam(r); res.Name != "" {
+			ev = ev.Str("key", res.Name).Stringer("kind", res.Kind)
 		}
 		// The method and route come from fixed sets, as in the metrics:
 		// an 8 KB made-up method is not worth a log line of its size.

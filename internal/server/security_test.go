@@ -146,16 +146,16 @@ func TestBrowserSafety(t *testing.T) {
 			}
 		})
 	}
-	st, err := f.engine.State(ctx, "victim:browser")
+	st, err := f.engine.State(ctx, lock.Lock("victim:browser"))
 	if err != nil || st.Fence != victim.Fence || st.Owner != "real-holder" {
 		t.Fatalf("the victim's lease after the attacks: %+v %v", st, err)
 	}
-	for _, k := range []string{"evil:1", "evil:2", "evil:3", "evil:4", "evil:5", lock.SemaphoreKey("evil:1"), lock.SemaphoreKey("evil:2")} {
+	for _, k := range []lock.Resource{lock.Lock("evil:1"), lock.Lock("evil:2"), lock.Lock("evil:3"), lock.Lock("evil:4"), lock.Lock("evil:5"), lock.Semaphore("evil:1"), lock.Semaphore("evil:2")} {
 		if _, err := f.engine.State(ctx, k); !errors.Is(err, lock.ErrNotFound) {
 			t.Fatalf("%s was taken: %v", k, err)
 		}
 	}
-	if st, err := f.engine.State(ctx, lock.SemaphoreKey("victim:browser")); err != nil || st.Fence != victimSem.Fence {
+	if st, err := f.engine.State(ctx, lock.Semaphore("victim:browser")); err != nil || st.Fence != victimSem.Fence {
 		t.Fatalf("the victim's permit after the attacks: %+v %v", st, err)
 	}
 }
@@ -285,12 +285,12 @@ func TestListCursorRevealsNothing(t *testing.T) {
 	a, b := newFixtureWith(t, rs, withKeys), newFixtureWith(t, rs, withKeys)
 	ctx := context.Background()
 	for i := range 30 {
-		if _, err := a.engine.Acquire(ctx, fmt.Sprintf("other:secret-%02d", i), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+		if _, err := a.engine.Acquire(ctx, lock.Lock(fmt.Sprintf("other:secret-%02d", i)), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, k := range []string{"deploy:a", "deploy:b", "deploy:c"} {
-		if _, err := a.engine.Acquire(ctx, k, lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+		if _, err := a.engine.Acquire(ctx, lock.Lock(k), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -475,14 +475,14 @@ func TestHoldSlowReaderKeepsLease(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	first, err := ld.Engine.State(ctx, "slow:1")
+	first, err := ld.Engine.State(ctx, lock.Lock("slow:1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	close(w.stall)
 	// Three TTLs with every write blocked: renewals go on.
 	for end := time.Now().Add(2700 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		st, err := ld.Engine.State(ctx, "slow:1")
+		st, err := ld.Engine.State(ctx, lock.Lock("slow:1"))
 		if err != nil || st.Fence != first.Fence {
 			t.Fatalf("the lease of a slow reader: %+v %v", st, err)
 		}
@@ -493,7 +493,7 @@ func TestHoldSlowReaderKeepsLease(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the hold did not end when its client went")
 	}
-	evs, err := ld.Engine.History(ctx, "slow:1", 100)
+	evs, err := ld.Engine.History(ctx, lock.Lock("slow:1"), 100)
 	if err != nil || len(evs) == 0 || evs[0].Type != "released" {
 		t.Fatalf("history: %+v %v", evs, err)
 	}
@@ -587,7 +587,7 @@ keys:
 
 	// Waiters: ci waits on a held key; its second wait is refused at once,
 	// deploy's wait goes on.
-	if _, err := f.engine.Acquire(context.Background(), "q:busy", lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
+	if _, err := f.engine.Acquire(context.Background(), lock.Lock("q:busy"), lock.AcquireRequest{Owner: "o", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	waiting := make(chan int, 1)
@@ -610,7 +610,7 @@ keys:
 	if status, _, _ := call(t, http.MethodPost, f.url+"/v1/locks/q:busy/acquire", ci, `{}`); status != 409 {
 		t.Fatalf("ci without waiting is not limited: %d", status)
 	}
-	if _, err := f.engine.ForceReleaseFence(context.Background(), "q:busy", 0, "t", ""); err != nil {
+	if _, err := f.engine.ForceReleaseFence(context.Background(), lock.Lock("q:busy"), 0, "t", ""); err != nil {
 		t.Fatal(err)
 	}
 	if s := <-waiting; s != 200 {

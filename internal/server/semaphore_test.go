@@ -494,10 +494,10 @@ func TestHoldPermitAndShared(t *testing.T) {
 	for _, tc := range []struct {
 		name, path, body string
 		mode             api.GrantMode
-		engineKey        string
+		res              lock.Resource
 	}{
-		{"permit", "/v1/semaphores/hold:sem/hold", `{"limit":2,"ttl_ms":300}`, api.GrantModePermit, lock.SemaphoreKey("hold:sem")},
-		{"shared", "/v1/locks/hold:rw/hold", `{"mode":"shared","ttl_ms":300}`, api.GrantModeShared, "hold:rw"},
+		{"permit", "/v1/semaphores/hold:sem/hold", `{"limit":2,"ttl_ms":300}`, api.GrantModePermit, lock.Semaphore("hold:sem")},
+		{"shared", "/v1/locks/hold:rw/hold", `{"mode":"shared","ttl_ms":300}`, api.GrantModeShared, lock.Lock("hold:rw")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -514,13 +514,13 @@ func TestHoldPermitAndShared(t *testing.T) {
 					t.Fatalf("renewed %+v after %+v", l, la)
 				}
 			}
-			st, err := f.engine.State(context.Background(), tc.engineKey)
+			st, err := f.engine.State(context.Background(), tc.res)
 			if err != nil || len(st.Holders) != 2 {
 				t.Fatalf("state with two holds: %+v %v", st, err)
 			}
 			cancel()
 			lockdtest.Eventually(t, func() bool {
-				_, err := f.engine.State(context.Background(), tc.engineKey)
+				_, err := f.engine.State(context.Background(), tc.res)
 				return err == lock.ErrNotFound
 			}, 5*time.Second, "both holds released")
 		})

@@ -4,16 +4,17 @@ import (
 	"context"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/wire"
 )
 
-// The semaphore operations are the lock operations on the semaphore's
-// engine key (lock.SemaphoreKey): each permit is a lease of its own. Only
-// the body of an acquire differs (limit, no mode).
+// The semaphore operations are the lock operations on a resource of kind
+// lock.KindSemaphore: each permit is a lease of its own. Only the body of
+// an acquire differs (limit, no mode).
 
 // AcquireSemaphore takes, re-enters or waits for a permit.
 func (s *Server) AcquireSemaphore(ctx context.Context, r api.AcquireSemaphoreRequestObject) (api.AcquireSemaphoreResponseObject, error) {
-	l, err := s.grant(ctx, semaphoreKind, r.Key, semaphoreBody(r.Body), r.Params.IdempotencyKey)
+	l, err := s.grant(ctx, lock.KindSemaphore, r.Key, semaphoreBody(r.Body), r.Params.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
@@ -22,7 +23,7 @@ func (s *Server) AcquireSemaphore(ctx context.Context, r api.AcquireSemaphoreReq
 
 // RenewSemaphore extends a live permit.
 func (s *Server) RenewSemaphore(ctx context.Context, r api.RenewSemaphoreRequestObject) (api.RenewSemaphoreResponseObject, error) {
-	l, err := s.renew(ctx, semaphoreKind, r.Key, r.Body)
+	l, err := s.renew(ctx, lock.KindSemaphore, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +32,7 @@ func (s *Server) RenewSemaphore(ctx context.Context, r api.RenewSemaphoreRequest
 
 // ReleaseSemaphore gives back one level of a permit.
 func (s *Server) ReleaseSemaphore(ctx context.Context, r api.ReleaseSemaphoreRequestObject) (api.ReleaseSemaphoreResponseObject, error) {
-	rel, err := s.release(ctx, semaphoreKind, r.Key, r.Body)
+	rel, err := s.release(ctx, lock.KindSemaphore, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func (s *Server) ReleaseSemaphore(ctx context.Context, r api.ReleaseSemaphoreReq
 // ForceReleaseSemaphore breaks every permit, or the one with the fence
 // given.
 func (s *Server) ForceReleaseSemaphore(ctx context.Context, r api.ForceReleaseSemaphoreRequestObject) (api.ForceReleaseSemaphoreResponseObject, error) {
-	b, err := s.forceRelease(ctx, semaphoreKind, r.Key, r.Body)
+	b, err := s.forceRelease(ctx, lock.KindSemaphore, r.Key, r.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +52,7 @@ func (s *Server) ForceReleaseSemaphore(ctx context.Context, r api.ForceReleaseSe
 // HoldSemaphore takes a permit and keeps it renewed while the stream is
 // open.
 func (s *Server) HoldSemaphore(ctx context.Context, r api.HoldSemaphoreRequestObject) (api.HoldSemaphoreResponseObject, error) {
-	h, err := s.hold(ctx, semaphoreKind, r.Key, semaphoreBody(r.Body))
+	h, err := s.hold(ctx, lock.KindSemaphore, r.Key, semaphoreBody(r.Body))
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +61,7 @@ func (s *Server) HoldSemaphore(ctx context.Context, r api.HoldSemaphoreRequestOb
 
 // GetSemaphore reads a live semaphore: its limit, holders and queue.
 func (s *Server) GetSemaphore(ctx context.Context, r api.GetSemaphoreRequestObject) (api.GetSemaphoreResponseObject, error) {
-	st, err := s.engine.State(ctx, semaphoreKind.engineKey(r.Key))
+	st, err := s.engine.State(ctx, lock.Semaphore(r.Key))
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +70,7 @@ func (s *Server) GetSemaphore(ctx context.Context, r api.GetSemaphoreRequestObje
 
 // ListSemaphores pages through live semaphores.
 func (s *Server) ListSemaphores(ctx context.Context, r api.ListSemaphoresRequestObject) (api.ListSemaphoresResponseObject, error) {
-	states, next, err := s.list(ctx, s.engine.ListSemaphores, r.Params.Prefix, r.Params.Limit, r.Params.Cursor)
+	states, next, err := s.list(ctx, lock.KindSemaphore, r.Params.Prefix, r.Params.Limit, r.Params.Cursor)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func (s *Server) ListSemaphores(ctx context.Context, r api.ListSemaphoresRequest
 
 // GetSemaphoreHistory lists a semaphore's recent events, newest first.
 func (s *Server) GetSemaphoreHistory(ctx context.Context, r api.GetSemaphoreHistoryRequestObject) (api.GetSemaphoreHistoryResponseObject, error) {
-	h, err := s.history(ctx, semaphoreKind, r.Key, r.Params.Limit, r.Params.Type)
+	h, err := s.history(ctx, lock.KindSemaphore, r.Key, r.Params.Limit, r.Params.Type)
 	if err != nil {
 		return nil, err
 	}

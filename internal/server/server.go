@@ -15,17 +15,14 @@ import (
 
 // Engine is what the server needs from the lock engine.
 type Engine interface {
-	Acquire(ctx context.Context, key string, req lock.AcquireRequest) (lock.Lease, error)
-	Renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (lock.Lease, error)
-	Release(ctx context.Context, key, token, actor string) (lock.Released, error)
-	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
-	State(ctx context.Context, key string) (lock.State, error)
-	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
-	// ListSemaphores lists live semaphores as List lists locks; each
-	// State's Key is the engine key (lock.SemaphoreKey).
-	ListSemaphores(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
-	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
-	Renewals(ctx context.Context, key string, limit int) ([]lock.Event, error)
+	Acquire(ctx context.Context, res lock.Resource, req lock.AcquireRequest) (lock.Lease, error)
+	Renew(ctx context.Context, res lock.Resource, token string, ttl time.Duration, actor string) (lock.Lease, error)
+	Release(ctx context.Context, res lock.Resource, token, actor string) (lock.Released, error)
+	ForceReleaseFence(ctx context.Context, res lock.Resource, fence int64, actor, reason string) (lock.Broken, error)
+	State(ctx context.Context, res lock.Resource) (lock.State, error)
+	List(ctx context.Context, kind lock.Kind, prefix string, limit int, cursor string) (lock.Page, error)
+	History(ctx context.Context, res lock.Resource, limit int) ([]lock.Event, error)
+	Renewals(ctx context.Context, res lock.Resource, limit int) ([]lock.Event, error)
 	// Subscribe follows the event stream after the event with ID after ("": from now on).
 	Subscribe(ctx context.Context, after string) (*lock.Subscription, error)
 	// Ready reports whether Redis can take writes now (/readyz).

@@ -667,14 +667,14 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// None of that touched the live lease.
-	st, err := f.engine.State(context.Background(), "live")
+	st, err := f.engine.State(context.Background(), lock.Lock("live"))
 	if err != nil || st.Count != 1 {
 		t.Fatalf("live lease after bad input: %+v %v", st, err)
 	}
-	if _, err := f.engine.State(context.Background(), "k"); err != lock.ErrNotFound {
+	if _, err := f.engine.State(context.Background(), lock.Lock("k")); err != lock.ErrNotFound {
 		t.Fatalf("a bad request created lock k: %v", err)
 	}
-	if _, err := f.engine.State(context.Background(), lock.SemaphoreKey("s")); err != lock.ErrNotFound {
+	if _, err := f.engine.State(context.Background(), lock.Semaphore("s")); err != lock.ErrNotFound {
 		t.Fatalf("a bad request created semaphore s: %v", err)
 	}
 }
@@ -745,7 +745,7 @@ func TestWaitOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if st, err := f.engine.State(ctx, "q2"); err != lock.ErrNotFound {
+	if st, err := f.engine.State(ctx, lock.Lock("q2")); err != lock.ErrNotFound {
 		t.Fatalf("the departed waiter holds q2: %+v %v", st, err)
 	}
 }
@@ -819,14 +819,14 @@ func TestHold(t *testing.T) {
 				t.Fatalf("event %+v", ev)
 			}
 		}
-		st, err := f.engine.State(context.Background(), "hold:a")
+		st, err := f.engine.State(context.Background(), lock.Lock("hold:a"))
 		if err != nil || st.Fence != l.Fence || st.Renewals < 9 {
 			t.Fatalf("state after 9 renewals: %+v %v", st, err)
 		}
 		cancel()
 		start := time.Now()
 		lockdtest.Eventually(t, func() bool {
-			_, err := f.engine.State(context.Background(), "hold:a")
+			_, err := f.engine.State(context.Background(), lock.Lock("hold:a"))
 			return err == lock.ErrNotFound
 		}, 5*time.Second, "the hold's lease is released")
 		d := time.Since(start)
@@ -843,7 +843,7 @@ func TestHold(t *testing.T) {
 		if ev := next(t, events); ev.event != "acquired" {
 			t.Fatalf("%+v", ev)
 		}
-		if _, err := f.engine.ForceReleaseFence(context.Background(), "hold:b", 0, "ops", "test"); err != nil {
+		if _, err := f.engine.ForceReleaseFence(context.Background(), lock.Lock("hold:b"), 0, "ops", "test"); err != nil {
 			t.Fatal(err)
 		}
 		for {
@@ -934,7 +934,7 @@ func TestSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(logs, `"route":"/v1/semaphores/{key}/renew"`) || !strings.Contains(logs, `"key":"sem/secret"`) {
+	if !strings.Contains(logs, `"route":"/v1/semaphores/{key}/renew"`) || !strings.Contains(logs, `"key":"secret","kind":"semaphore"`) {
 		t.Fatalf("access log lacks the semaphore's route or key:\n%s", logs)
 	}
 	for _, series := range []string{

@@ -23,18 +23,29 @@ import (
 // MaxBody is the largest request body accepted.
 const MaxBody = 64 << 10
 
-// keyParam is the engine key of the request's {key} if it is a valid
-// one: the lock key, or on a semaphore's route its lock.SemaphoreKey.
-// Problems and access logs take it, so that they tell the two apart.
-func keyParam(r *http.Request) string {
+// resourceParam is the resource the request's {key} names if it is a
+// valid key: its kind is the operation's x-lockd-kind. Problems and access
+// logs take it, so that they tell a lock and a semaphore apart. It is the
+// zero Resource when the route names none.
+func resourceParam(r *http.Request) lock.Resource {
 	k, ok := routeKey(r)
 	if !ok || !lock.ValidKey(k) {
-		return ""
+		return lock.Resource{}
 	}
-	if op, _ := operationOf(r); strings.HasPrefix(op.Path, "/v1/semaphores/") {
-		return lock.SemaphoreKey(k)
+	op, _ := operationOf(r)
+	return lock.Resource{Kind: kindOf(op), Name: k}
+}
+
+// kindOf is the kind of resource an operation works on (x-lockd-kind).
+func kindOf(op api.Operation) lock.Kind {
+	switch op.Kind {
+	case "lock":
+		return lock.KindLock
+	case "semaphore":
+		return lock.KindSemaphore
+	default:
+		return 0
 	}
-	return k
 }
 
 // operationOf is the contract's operation for the route that r matched

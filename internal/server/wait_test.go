@@ -10,6 +10,8 @@ import (
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
+
+	"github.com/lockd/lockd/internal/lock"
 )
 
 // A replay of an idempotent acquire is marked, answers at once while others
@@ -67,7 +69,7 @@ func TestIdempotentReplayOverHTTP(t *testing.T) {
 			if res.StatusCode() != http.StatusConflict || p.Code != "idempotency_mismatch" {
 				t.Fatalf("%d %s", res.StatusCode(), res.Body)
 			}
-			st, err := f.engine.State(ctx, "replay:k")
+			st, err := f.engine.State(ctx, lock.Lock("replay:k"))
 			if err != nil || st.Owner != "webhook" || st.Fence != first.JSON200.Fence || st.TTL != 10*time.Second {
 				t.Fatalf("state changed: %+v %v", st, err)
 			}

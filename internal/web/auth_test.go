@@ -149,7 +149,7 @@ func TestAuth_EveryPageNeedsSignIn(t *testing.T) {
 	if p := e.post("/ui/locks/ci:build/force-release", url.Values{"fence": {"1"}}, nil); p.status != http.StatusSeeOther {
 		t.Errorf("POST force-release without a session: %d", p.status)
 	}
-	if _, held := e.held("ci:build"); !held {
+	if _, held := e.held(lock.Lock("ci:build")); !held {
 		t.Fatal("a post without a session broke the lock")
 	}
 
@@ -570,7 +570,7 @@ func TestAuth_ReadScopeCannotForceRelease(t *testing.T) {
 	if p.status != http.StatusForbidden {
 		t.Errorf("force-release by a read key: %d", p.status)
 	}
-	if st, held := e.held("deploy:prod"); !held || st.Fence != l.Fence {
+	if st, held := e.held(lock.Lock("deploy:prod")); !held || st.Fence != l.Fence {
 		t.Fatal("a read key broke the lock")
 	}
 }
@@ -591,7 +591,7 @@ func TestAuth_AdminForceReleasesAsItsName(t *testing.T) {
 	if p.status != http.StatusOK {
 		t.Fatalf("force-release: %d\n%s", p.status, p.body)
 	}
-	if _, held := e.held("deploy:prod"); held {
+	if _, held := e.held(lock.Lock("deploy:prod")); held {
 		t.Fatal("still held")
 	}
 	if g := text(p.doc.Find(`[data-testid="event"]`).First().Find(`[data-testid="event-actor"]`)); g != "ops" {
@@ -718,7 +718,7 @@ func TestAuth_Semaphores(t *testing.T) {
 	if b.status != http.StatusOK || text(b.doc.Find(`[data-testid="event"]`).First().Find(`[data-testid="event-actor"]`)) != "ops" {
 		t.Errorf("admin force-release: %d\n%s", b.status, b.body)
 	}
-	if g := e.holderFences(lock.SemaphoreKey("deploy:pool")); len(g) != 0 {
+	if g := e.holderFences(lock.Semaphore("deploy:pool")); len(g) != 0 {
 		t.Errorf("permits left %v", g)
 	}
 }

@@ -33,7 +33,7 @@ func BenchmarkListPage_100kLocks(b *testing.B) {
 	fill(b, engine, n)
 	// One lock under a prefix no other key has: filtering for it makes
 	// SCAN walk the whole keyspace, the slow case.
-	if _, err := engine.Acquire(context.Background(), "rare:1", lock.AcquireRequest{Owner: "bench", TTL: time.Hour}); err != nil {
+	if _, err := engine.Acquire(context.Background(), lock.Lock("rare:1"), lock.AcquireRequest{Owner: "bench", TTL: time.Hour}); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("filled %d locks in %v", n+1, time.Since(began).Round(time.Millisecond))
@@ -92,7 +92,7 @@ func fill(b *testing.B, engine *lock.Engine, n int) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				key := fmt.Sprintf("bench:%06d", i)
-				if _, err := engine.Acquire(context.Background(), key, lock.AcquireRequest{Owner: "bench-" + key, TTL: time.Hour}); err != nil {
+				if _, err := engine.Acquire(context.Background(), lock.Lock(key), lock.AcquireRequest{Owner: "bench-" + key, TTL: time.Hour}); err != nil {
 					errs <- err
 					return
 				}

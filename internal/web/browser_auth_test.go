@@ -8,6 +8,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lockdtest"
 )
 
@@ -104,7 +105,7 @@ func TestBrowser_SignInAndForceRelease(t *testing.T) {
 	if actor != "ops" {
 		t.Errorf("actor %q, want ops", actor)
 	}
-	if _, held := e.held("deploy:prod"); held {
+	if _, held := e.held(lock.Lock("deploy:prod")); held {
 		t.Fatal("still held after the browser's force-release")
 	}
 

@@ -284,9 +284,9 @@ func doStable(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) erro
 func TestBrowser_HoldersQueueAndSemaphores(t *testing.T) {
 	chrome := chromium(t)
 	e := newEnv(t)
-	r1 := e.acquireReq("reports:db", lock.AcquireRequest{Owner: "reader-1", Mode: lock.Shared, TTL: time.Minute})
-	r2 := e.acquireReq("reports:db", lock.AcquireRequest{Owner: "reader-2", Mode: lock.Shared, TTL: time.Minute})
-	e.enqueue("reports:db", lock.AcquireRequest{Owner: "migrator", TTL: time.Minute, Wait: 20 * time.Second})
+	r1 := e.acquireReq(lock.Lock("reports:db"), lock.AcquireRequest{Owner: "reader-1", Mode: lock.Shared, TTL: time.Minute})
+	r2 := e.acquireReq(lock.Lock("reports:db"), lock.AcquireRequest{Owner: "reader-2", Mode: lock.Shared, TTL: time.Minute})
+	e.enqueue(lock.Lock("reports:db"), lock.AcquireRequest{Owner: "migrator", TTL: time.Minute, Wait: 20 * time.Second})
 	e.permit("pool:gpu", "job-7", 3, time.Minute)
 	e.permit("pool:gpu", "job-8", 3, time.Minute)
 
@@ -363,7 +363,7 @@ func TestBrowser_HoldersQueueAndSemaphores(t *testing.T) {
 	if g := textOf(`[data-testid="queue"] [data-testid="queued-owner"]`); g != "migrator" {
 		t.Errorf("queue after %q, want migrator still waiting", g)
 	}
-	if g := e.holderFences("reports:db"); len(g) != 1 || g[0] != r2.Fence {
+	if g := e.holderFences(lock.Lock("reports:db")); len(g) != 1 || g[0] != r2.Fence {
 		t.Fatalf("engine holders %v, want reader-2's %d only", g, r2.Fence)
 	}
 

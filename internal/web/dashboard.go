@@ -27,15 +27,12 @@ import (
 
 // Engine is what the dashboard needs from the lock engine.
 type Engine interface {
-	State(ctx context.Context, key string) (lock.State, error)
-	List(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
-	// ListSemaphores lists semaphores as List lists locks; each State's
-	// Key is the engine key (lock.SemaphoreKey).
-	ListSemaphores(ctx context.Context, prefix string, limit int, cursor string) (lock.Page, error)
-	History(ctx context.Context, key string, limit int) ([]lock.Event, error)
-	Renewals(ctx context.Context, key string, limit int) ([]lock.Event, error)
+	State(ctx context.Context, res lock.Resource) (lock.State, error)
+	List(ctx context.Context, kind lock.Kind, prefix string, limit int, cursor string) (lock.Page, error)
+	History(ctx context.Context, res lock.Resource, limit int) ([]lock.Event, error)
+	Renewals(ctx context.Context, res lock.Resource, limit int) ([]lock.Event, error)
 	Subscribe(ctx context.Context, after string) (*lock.Subscription, error)
-	ForceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (lock.Broken, error)
+	ForceReleaseFence(ctx context.Context, res lock.Resource, fence int64, actor, reason string) (lock.Broken, error)
 }
 
 // lock.Service offers everything the dashboard needs.
@@ -140,7 +137,7 @@ func (d *Dashboard) Routes(r chi.Router) {
 		r.Group(func(r chi.Router) {
 			r.Use(d.requireSession)
 			// Locks and semaphores: the same pages on each kind of key.
-			for _, k := range []kind{locks, semaphores} {
+			for _, k := range []section{locks, semaphores} {
 				base := k.base()
 				r.Get(k.listPath(), d.list(k))
 				r.Get(k.fragmentPath(), d.listFragment(k))
@@ -169,13 +166,13 @@ func secureHeaders(next http.Handler) http.Handler {
 	})
 }
 
-func (d *Dashboard) list(k kind) http.HandlerFunc {
+func (d *Dashboard) list(k section) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, status := d.listView(w, r, k)
 		if v == nil {
 			return
 		}
-		if k.sem {
+		if k.sem() {
 			d.render(w, r, status, semListPage(*v))
 			return
 		}
@@ -183,13 +180,13 @@ func (d *Dashboard) list(k kind) http.HandlerFunc {
 	}
 }
 
-func (d *Dashboard) listFragment(k kind) http.HandlerFunc {
+func (d *Dashboard) listFragment(k section) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, status := d.listView(w, r, k)
 		if v == nil {
 			return
 		}
-		if k.sem {
+		if k.sem() {
 			d.render(w, r, status, semTable(*v))
 			return
 		}
@@ -200,7 +197,7 @@ func (d *Dashboard) listFragment(k kind) http.HandlerFunc {
 // listView reads one page of locks or semaphores; nil means an error page
 // was written. A key's prefixes apply to lock keys and semaphore names
 // alike.
-func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*listView, int) {
+func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k section) (*listView, int) {
 	prefix, cursor := r.URL.Query().Get("prefix"), r.URL.Query().Get("cursor")
 	id := d.identify(r)
 	empty := func() *listView {
@@ -210,7 +207,7 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*l
 	if prefix != "" && !lock.ValidPrefix(prefix) {
 		v := empty()
 		v.Error = "A prefix is the start of a " + k.noun() + " name: at most 200 letters, digits and . _ : @ -."
-		if !k.sem {
+		if !k.sem() {
 			v.Error = "A prefix is the start of a lock key: at most 200 letters, digits and . _ : @ -."
 		}
 		return v, http.StatusBadRequest
@@ -222,11 +219,7 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*l
 		v.Limited = id.Key.Prefixes
 		return v, http.StatusForbidden
 	}
-	list := d.engine.List
-	if k.sem {
-		list = d.engine.ListSemaphores
-	}
-	page, err := list(r.Context(), scan, d.pageSize, cursor)
+	page, err := d.engine.List(r.Context(), k.kind, scan, d.pageSize, cursor)
 	if err != nil {
 		d.fail(w, r, err)
 		return nil, 0
@@ -235,12 +228,11 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*l
 		// A page may come out short, even empty, with a next page: the
 		// pager still leads on.
 		page.Locks = slices.DeleteFunc(page.Locks, func(s lock.State) bool {
-			name, _ := lock.SplitKey(s.Key)
-			return !id.Key.MayTouch(name)
+			return !id.Key.MayTouch(s.Resource.Name)
 		})
 	}
 	var v listView
-	if k.sem {
+	if k.sem() {
 		v = newSemListView(page, prefix, cursor, d.now(), id.Admin)
 	} else {
 		v = newListView(page, prefix, cursor, d.now(), id.Admin)
@@ -249,7 +241,7 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k kind) (*l
 	return &v, http.StatusOK
 }
 
-func (d *Dashboard) detail(k kind) http.HandlerFunc {
+func (d *Dashboard) detail(k section) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if v, ok := d.detailView(w, r, k); ok {
 			d.render(w, r, http.StatusOK, detailPage(v))
@@ -257,7 +249,7 @@ func (d *Dashboard) detail(k kind) http.HandlerFunc {
 	}
 }
 
-func (d *Dashboard) detailFragment(k kind) http.HandlerFunc {
+func (d *Dashboard) detailFragment(k section) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if v, ok := d.detailView(w, r, k); ok {
 			d.render(w, r, http.StatusOK, detailBody(v))
@@ -265,23 +257,23 @@ func (d *Dashboard) detailFragment(k kind) http.HandlerFunc {
 	}
 }
 
-func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request, k kind) (detailView, bool) {
+func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request, k section) (detailView, bool) {
 	name, ok := d.key(w, r, k)
 	if !ok || !d.mayTouch(w, r, k, name) {
 		return detailView{}, false
 	}
-	key := k.engineKey(name)
-	st, held, err := d.state(r.Context(), key)
+	res := k.resource(name)
+	st, held, err := d.state(r.Context(), res)
 	if err != nil {
 		d.fail(w, r, err)
 		return detailView{}, false
 	}
-	events, err := d.engine.History(r.Context(), key, historySize)
+	events, err := d.engine.History(r.Context(), res, historySize)
 	if err != nil {
 		d.fail(w, r, err)
 		return detailView{}, false
 	}
-	renewals, err := d.engine.Renewals(r.Context(), key, rhythmSize)
+	renewals, err := d.engine.Renewals(r.Context(), res, rhythmSize)
 	if err != nil {
 		d.fail(w, r, err)
 		return detailView{}, false
@@ -327,7 +319,7 @@ func (d *Dashboard) badTarget(w http.ResponseWriter, r *http.Request) {
 		"This form does not say which lease to break. Nothing was changed: open the lock again and retry.")
 }
 
-func (d *Dashboard) confirm(k kind) http.HandlerFunc {
+func (d *Dashboard) confirm(k section) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, ok := d.key(w, r, k)
 		if !ok || !d.mayTouch(w, r, k, name) || !d.admin(w, r) {
@@ -338,7 +330,7 @@ func (d *Dashboard) confirm(k kind) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		st, held, err := d.state(r.Context(), k.engineKey(name))
+		st, held, err := d.state(r.Context(), k.resource(name))
 		if err != nil {
 			d.fail(w, r, err)
 			return
@@ -347,13 +339,13 @@ func (d *Dashboard) confirm(k kind) http.HandlerFunc {
 	}
 }
 
-func (d *Dashboard) forceRelease(k kind) http.HandlerFunc {
+func (d *Dashboard) forceRelease(k section) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, ok := d.key(w, r, k)
 		if !ok || !d.mayTouch(w, r, k, name) || !d.admin(w, r) {
 			return
 		}
-		key := k.engineKey(name)
+		res := k.resource(name)
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 		if err := r.ParseForm(); err != nil {
 			d.problem(w, r, http.StatusBadRequest, "Bad form", "The form could not be read; nothing was changed.")
@@ -380,7 +372,7 @@ func (d *Dashboard) forceRelease(k kind) http.HandlerFunc {
 		// printed by `lockd history`, so no control characters (F8).
 		reason := strings.TrimSpace(r.PostFormValue("reason"))
 		if err := lock.CheckText(reason, lock.MaxReason); err != nil {
-			st, held, serr := d.state(r.Context(), key)
+			st, held, serr := d.state(r.Context(), res)
 			if serr != nil {
 				d.fail(w, r, serr)
 				return
@@ -389,7 +381,7 @@ func (d *Dashboard) forceRelease(k kind) http.HandlerFunc {
 			d.render(w, r, http.StatusBadRequest, confirmPage(v))
 			return
 		}
-		broken, err := d.engine.ForceReleaseFence(r.Context(), key, t.Fence, d.identify(r).Actor, reason)
+		broken, err := d.engine.ForceReleaseFence(r.Context(), res, t.Fence, d.identify(r).Actor, reason)
 		var outcome *notice
 		status := http.StatusOK
 		// Two outcomes are news about the key, shown on its page with what
@@ -397,13 +389,13 @@ func (d *Dashboard) forceRelease(k kind) http.HandlerFunc {
 		switch {
 		case errors.Is(err, lock.ErrNotFound):
 			outcome = &notice{Text: name + " was not held any more (released or expired meanwhile); nothing was changed."}
-			status = problem.Of(err, name).Status
+			status = problem.Of(err, res).Status
 		case errors.Is(err, lock.ErrLeaseLost):
 			outcome = &notice{Text: fmt.Sprintf("The %s changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by other leases now, shown below. Open Force-release again if one of those is stuck too.", k.noun(), t.Fence, name)}
-			if !k.sem {
+			if !k.sem() {
 				outcome.Text = fmt.Sprintf("The lock changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by another lease now, shown below. Open Force-release again if that one is stuck too.", t.Fence, name)
 			}
-			status = problem.Of(err, name).Status
+			status = problem.Of(err, res).Status
 		case err != nil:
 			d.fail(w, r, err)
 			return
@@ -423,10 +415,10 @@ func (d *Dashboard) forceRelease(k kind) http.HandlerFunc {
 
 // key is the request's lock key or semaphore name; false means a 400 page
 // was written.
-func (d *Dashboard) key(w http.ResponseWriter, r *http.Request, k kind) (string, bool) {
+func (d *Dashboard) key(w http.ResponseWriter, r *http.Request, k section) (string, bool) {
 	key := routeKey(r)
 	if !lock.ValidKey(key) {
-		if k.sem {
+		if k.sem() {
 			d.problem(w, r, http.StatusBadRequest, "Not a semaphore name",
 				"A semaphore name is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
 			return "", false
@@ -454,7 +446,7 @@ func routeKey(r *http.Request) string {
 
 // mayTouch reports whether r may see the lock key or semaphore name, writing
 // a 403 page if not.
-func (d *Dashboard) mayTouch(w http.ResponseWriter, r *http.Request, k kind, name string) bool {
+func (d *Dashboard) mayTouch(w http.ResponseWriter, r *http.Request, k section, name string) bool {
 	if d.identify(r).Key.MayTouch(name) {
 		return true
 	}
@@ -472,8 +464,8 @@ func (d *Dashboard) admin(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // state is the key's live lease; held is false when there is none.
-func (d *Dashboard) state(ctx context.Context, key string) (st lock.State, held bool, err error) {
-	st, err = d.engine.State(ctx, key)
+func (d *Dashboard) state(ctx context.Context, res lock.Resource) (st lock.State, held bool, err error) {
+	st, err = d.engine.State(ctx, res)
 	if errors.Is(err, lock.ErrNotFound) {
 		return lock.State{}, false, nil
 	}
@@ -487,7 +479,11 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) {
 		return // the browser went away; nobody reads an answer
 	}
-	p := problem.Of(err, routeKey(r))
+	var res lock.Resource
+	if name := routeKey(r); name != "" {
+		res = sectionOf(r).resource(name)
+	}
+	p := problem.Of(err, res)
 	if p.Internal {
 		d.logger(r).Error().Err(err).Str("path", r.URL.Path).Msg("dashboard")
 	}

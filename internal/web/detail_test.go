@@ -25,10 +25,10 @@ func TestDetail_StateAndHistory(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	l := e.acquire("detail:a", "worker-7", 30*time.Second)
-	if _, err := e.engine.Acquire(ctx, "detail:a", lock.AcquireRequest{Owner: "worker-7", TTL: 30 * time.Second, Token: l.Token}); err != nil {
+	if _, err := e.engine.Acquire(ctx, lock.Lock("detail:a"), lock.AcquireRequest{Owner: "worker-7", TTL: 30 * time.Second, Token: l.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.engine.Renew(ctx, "detail:a", l.Token, 30*time.Second, "test"); err != nil {
+	if _, err := e.engine.Renew(ctx, lock.Lock("detail:a"), l.Token, 30*time.Second, "test"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -64,7 +64,7 @@ func TestDetail_StateAndHistory(t *testing.T) {
 func TestDetail_NotHeldStillShowsHistory(t *testing.T) {
 	e := newEnv(t)
 	l := e.acquire("detail:gone", "worker-8", 30*time.Second)
-	if _, err := e.engine.Release(context.Background(), "detail:gone", l.Token, "test"); err != nil {
+	if _, err := e.engine.Release(context.Background(), lock.Lock("detail:gone"), l.Token, "test"); err != nil {
 		t.Fatal(err)
 	}
 	e.acquire("detail:lapsed", "worker-9", 100*time.Millisecond)

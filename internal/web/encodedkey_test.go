@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/lockd/lockd/internal/lock"
 )
 
 // A browser or script may escape every ':' of a key (order%3Apay%3A1):
@@ -47,7 +49,7 @@ func TestEncodedKeys(t *testing.T) {
 		if p.status != http.StatusOK {
 			t.Fatalf("force-release: %d\n%s", p.status, p.body)
 		}
-		if _, held := e.held("order:pay:1"); held {
+		if _, held := e.held(lock.Lock("order:pay:1")); held {
 			t.Fatal("order:pay:1 is still held")
 		}
 	})

@@ -66,11 +66,11 @@ func TestEscaping_HoldersQueueSemaphores(t *testing.T) {
 	e := newEnv(t)
 	owner := `<script>alert("owner")</script>`
 	waiter := `<img src=x onerror=alert(1)>`
-	l := e.acquireReq("xss:rw", lock.AcquireRequest{Owner: owner, Mode: lock.Shared, TTL: 30 * time.Second})
-	e.acquireReq("xss:rw", lock.AcquireRequest{Owner: "reader", Mode: lock.Shared, TTL: 30 * time.Second})
-	e.enqueue("xss:rw", lock.AcquireRequest{Owner: waiter, TTL: 30 * time.Second})
+	l := e.acquireReq(lock.Lock("xss:rw"), lock.AcquireRequest{Owner: owner, Mode: lock.Shared, TTL: 30 * time.Second})
+	e.acquireReq(lock.Lock("xss:rw"), lock.AcquireRequest{Owner: "reader", Mode: lock.Shared, TTL: 30 * time.Second})
+	e.enqueue(lock.Lock("xss:rw"), lock.AcquireRequest{Owner: waiter, TTL: 30 * time.Second})
 	e.permit("xss:pool", owner, 1, 30*time.Second)
-	e.enqueue(lock.SemaphoreKey("xss:pool"), lock.AcquireRequest{Owner: waiter, Limit: 1, TTL: 30 * time.Second})
+	e.enqueue(lock.Semaphore("xss:pool"), lock.AcquireRequest{Owner: waiter, Limit: 1, TTL: 30 * time.Second})
 
 	detail := e.get("/ui/locks/xss:rw")
 	if g := text(holderRows(detail.doc)[itoa(l.Fence)].Find(`[data-testid="holder-owner"]`)); g != owner {

@@ -83,11 +83,11 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		d.problem(w, r, http.StatusBadRequest, "Bad prefix", "A prefix is the start of a lock key.")
 		return
 	}
-	var sem bool
+	kind := lock.KindLock
 	switch r.URL.Query().Get("kind") {
 	case "", "locks":
 	case "semaphores":
-		sem = true
+		kind = lock.KindSemaphore
 	default:
 		d.problem(w, r, http.StatusBadRequest, "Bad kind", "kind is locks (the default) or semaphores.")
 		return
@@ -115,16 +115,15 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	defer sub.Close()
 	// The lock keys, or the semaphores' names, under the prefix that the
 	// identity may see.
-	streamChanges(w, r, sub, func(key string) bool {
-		name, isSem := lock.SplitKey(key)
-		return isSem == sem && strings.HasPrefix(name, prefix) && id.Key.MayTouch(name)
+	streamChanges(w, r, sub, func(res lock.Resource) bool {
+		return res.Kind == kind && strings.HasPrefix(res.Name, prefix) && id.Key.MayTouch(res.Name)
 	})
 }
 
 // streamChanges writes sub's changes of the keys that keep takes, as
 // "change" events, until the browser leaves or the stream ends; a quiet
 // stream gets a heartbeat every liveHeartbeat.
-func streamChanges(w http.ResponseWriter, r *http.Request, sub *lock.Subscription, keep func(key string) bool) {
+func streamChanges(w http.ResponseWriter, r *http.Request, sub *lock.Subscription, keep func(res lock.Resource) bool) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -152,10 +151,10 @@ func streamChanges(w http.ResponseWriter, r *http.Request, sub *lock.Subscriptio
 				return
 			}
 		case err == nil:
-			if !keep(c.Key) {
+			if !keep(c.Resource) {
 				continue
 			}
-			b, _ := json.Marshal(map[string]string{"key": c.Key, "type": c.Type})
+			b, _ := json.Marshal(map[string]string{"kind": c.Resource.Kind.String(), "key": c.Resource.Name, "type": c.Type})
 			if write(fmt.Sprintf("id: %s\nevent: change\ndata: %s\n\n", c.ID, b)) != nil {
 				return
 			}

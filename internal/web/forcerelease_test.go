@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockd/lockd/internal/lock"
 )
 
 // confirmForm opens the confirmation page of key and returns its form's
@@ -51,7 +53,7 @@ func TestForceRelease_ConfirmThenBreak(t *testing.T) {
 	if g := text(p.doc.Find(`[data-testid="notice"]`)); !strings.Contains(g, "worker-3") || !strings.Contains(g, "fence "+itoa(l.Fence)) {
 		t.Errorf("outcome %q does not name the broken lease", g)
 	}
-	if _, held := e.held("fr:stuck"); held {
+	if _, held := e.held(lock.Lock("fr:stuck")); held {
 		t.Fatal("still held after force-release")
 	}
 	ev := p.doc.Find(`[data-testid="event"]`).First()
@@ -104,7 +106,7 @@ func TestForceRelease_RefusedWithoutValidToken(t *testing.T) {
 			if p.status != http.StatusForbidden {
 				t.Errorf("status %d, want 403", p.status)
 			}
-			st, held := e.held("fr:guarded")
+			st, held := e.held(lock.Lock("fr:guarded"))
 			if !held || st.Fence != l.Fence {
 				t.Fatalf("the lock was broken by a refused post (held %v)", held)
 			}
@@ -120,7 +122,7 @@ func TestForceRelease_ReasonTooLong(t *testing.T) {
 	if p.status != http.StatusBadRequest || p.doc.Find(`form [data-testid="error"], [data-testid="error"]`).Length() != 1 {
 		t.Errorf("status %d\n%s", p.status, p.body)
 	}
-	if _, held := e.held("fr:long"); !held {
+	if _, held := e.held(lock.Lock("fr:long")); !held {
 		t.Error("broken despite a refused reason")
 	}
 }
@@ -147,7 +149,7 @@ func TestForceRelease_IdentityHook(t *testing.T) {
 	if p := e.post("/ui/locks/fr:auth/force-release", url.Values{"csrf": {token}, "fence": {fence}}, nil); p.status != http.StatusForbidden {
 		t.Errorf("post by a non-admin: status %d", p.status)
 	}
-	if _, held := e.held("fr:auth"); !held {
+	if _, held := e.held(lock.Lock("fr:auth")); !held {
 		t.Fatal("a non-admin broke the lock")
 	}
 
@@ -173,7 +175,7 @@ func TestForceRelease_StaleFenceBreaksNothing(t *testing.T) {
 	e := newEnv(t)
 	first := e.acquire("fr:moved", "worker-1", 30*time.Second)
 	token, fence := e.confirmForm("fr:moved")
-	if _, err := e.engine.Release(context.Background(), "fr:moved", first.Token, "test"); err != nil {
+	if _, err := e.engine.Release(context.Background(), lock.Lock("fr:moved"), first.Token, "test"); err != nil {
 		t.Fatal(err)
 	}
 	second := e.acquire("fr:moved", "worker-2", 30*time.Second)
@@ -195,7 +197,7 @@ func TestForceRelease_StaleFenceBreaksNothing(t *testing.T) {
 	if g := text(p.doc.Find(`[data-testid="state"] [data-testid="fence"]`)); g != itoa(second.Fence) {
 		t.Errorf("current fence shown %q, want %d", g, second.Fence)
 	}
-	if st, held := e.held("fr:moved"); !held || st.Fence != second.Fence || st.Owner != "worker-2" {
+	if st, held := e.held(lock.Lock("fr:moved")); !held || st.Fence != second.Fence || st.Owner != "worker-2" {
 		t.Fatalf("the new holder's lease was broken (held %v, %+v)", held, st)
 	}
 	if types := eventTypes(p.doc); len(types) > 0 && types[0] == "force_released" {
@@ -207,7 +209,7 @@ func TestForceRelease_StaleFenceBreaksNothing(t *testing.T) {
 	if p.status != http.StatusBadRequest {
 		t.Errorf("no fence: status %d", p.status)
 	}
-	if _, held := e.held("fr:moved"); !held {
+	if _, held := e.held(lock.Lock("fr:moved")); !held {
 		t.Fatal("a form without a fence broke the lock")
 	}
 }
@@ -239,7 +241,7 @@ func TestForceRelease_ReasonValidatedLikeTheAPI(t *testing.T) {
 			if p.status != tc.status {
 				t.Fatalf("status %d, want %d\n%s", p.status, tc.status, p.body)
 			}
-			_, held := e.held(key)
+			_, held := e.held(lock.Lock(key))
 			if tc.status != http.StatusOK {
 				if !held {
 					t.Fatal("the lease was broken despite the refused reason")
@@ -252,7 +254,7 @@ func TestForceRelease_ReasonValidatedLikeTheAPI(t *testing.T) {
 			if held {
 				t.Fatal("still held after an accepted force-release")
 			}
-			evs, err := e.engine.History(context.Background(), key, 1)
+			evs, err := e.engine.History(context.Background(), lock.Lock(key), 1)
 			if err != nil || len(evs) != 1 || evs[0].Reason != tc.reason {
 				t.Fatalf("history %+v, %v; want the reason %q", evs, err, tc.reason)
 			}

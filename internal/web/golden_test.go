@@ -21,13 +21,13 @@ func TestListPage_Golden(t *testing.T) {
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	states := []lock.State{
 		{
-			Key: "deploy:prod", Owner: "ci-runner-7", Fence: 1763805600000042, Count: 1,
+			Resource: lock.Lock("deploy:prod"), Owner: "ci-runner-7", Fence: 1763805600000042, Count: 1,
 			TTL: 30 * time.Second, Remaining: 12*time.Second + 400*time.Millisecond,
 			AcquiredAt: now.Add(-3*time.Minute - 2*time.Second), RenewedAt: now.Add(-17600 * time.Millisecond),
 			ExpiresAt: now.Add(12*time.Second + 400*time.Millisecond), Renewals: 9, Waiters: 2,
 		},
 		{
-			Key: "order:pay:12345", Owner: `worker <b>"9"</b>`, Fence: 1763805600000043, Count: 2,
+			Resource: lock.Lock("order:pay:12345"), Owner: `worker <b>"9"</b>`, Fence: 1763805600000043, Count: 2,
 			TTL: 2 * time.Hour, Remaining: 90 * time.Minute,
 			AcquiredAt: now.Add(-30 * time.Minute), RenewedAt: now.Add(-30 * time.Minute),
 			ExpiresAt: now.Add(90 * time.Minute),
@@ -79,7 +79,7 @@ var goldenNow = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 func sharedState() lock.State {
 	now := goldenNow
 	return lock.State{
-		Key: "reports:db", Mode: lock.Shared, Owner: "reader-2", Fence: 1763805600000051, Count: 1,
+		Resource: lock.Lock("reports:db"), Mode: lock.Shared, Owner: "reader-2", Fence: 1763805600000051, Count: 1,
 		TTL: 30 * time.Second, Remaining: 25 * time.Second, AcquiredAt: now.Add(-5 * time.Second),
 		ExpiresAt: now.Add(25 * time.Second), Waiters: 2,
 		Holders: []lock.Holder{
@@ -100,7 +100,7 @@ func sharedState() lock.State {
 func semState() lock.State {
 	now := goldenNow
 	return lock.State{
-		Key: lock.SemaphoreKey("pool:gpu"), Mode: lock.Permit, Limit: 3, Owner: "job-8", Fence: 1763805600000061, Count: 1,
+		Resource: lock.Semaphore("pool:gpu"), Mode: lock.Permit, Limit: 3, Owner: "job-8", Fence: 1763805600000061, Count: 1,
 		TTL: time.Minute, Remaining: 50 * time.Second, AcquiredAt: now.Add(-10 * time.Second),
 		ExpiresAt: now.Add(50 * time.Second), Waiters: 1,
 		Holders: []lock.Holder{
@@ -132,7 +132,7 @@ func TestDetailPage_HoldersAndQueueGolden(t *testing.T) {
 // and a semaphore's page.
 func TestSemaphorePages_Golden(t *testing.T) {
 	full := lock.State{
-		Key: lock.SemaphoreKey("pool:db"), Mode: lock.Permit, Limit: 1, Owner: "migrator", Fence: 1763805600000070, Count: 1,
+		Resource: lock.Semaphore("pool:db"), Mode: lock.Permit, Limit: 1, Owner: "migrator", Fence: 1763805600000070, Count: 1,
 		TTL: 10 * time.Minute, Remaining: 9 * time.Minute, AcquiredAt: goldenNow.Add(-time.Minute), ExpiresAt: goldenNow.Add(9 * time.Minute),
 	}
 	v := newSemListView(lock.Page{Locks: []lock.State{full, semState()}}, "pool:", "", goldenNow, true)

@@ -56,7 +56,7 @@ func newClientEnv(t *testing.T, ld *lockdtest.Lockd, dash *Dashboard) *env {
 // acquire takes key for owner through the engine.
 func (e *env) acquire(key, owner string, ttl time.Duration) lock.Lease {
 	e.t.Helper()
-	l, err := e.engine.Acquire(context.Background(), key, lock.AcquireRequest{Owner: owner, TTL: ttl, Actor: "test"})
+	l, err := e.engine.Acquire(context.Background(), lock.Lock(key), lock.AcquireRequest{Owner: owner, TTL: ttl, Actor: "test"})
 	if err != nil {
 		e.t.Fatalf("acquire %s: %v", key, err)
 	}
@@ -112,9 +112,9 @@ func (e *env) read(resp *http.Response) page {
 }
 
 // held reports whether key has a live lease, failing on other errors.
-func (e *env) held(key string) (lock.State, bool) {
+func (e *env) held(res lock.Resource) (lock.State, bool) {
 	e.t.Helper()
-	st, err := e.engine.State(context.Background(), key)
+	st, err := e.engine.State(context.Background(), res)
 	if err == lock.ErrNotFound {
 		return st, false
 	}

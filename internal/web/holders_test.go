@@ -15,14 +15,14 @@ import (
 )
 
 // acquireReq takes key with req through the engine.
-func (e *env) acquireReq(key string, req lock.AcquireRequest) lock.Lease {
+func (e *env) acquireReq(res lock.Resource, req lock.AcquireRequest) lock.Lease {
 	e.t.Helper()
 	if req.Actor == "" {
 		req.Actor = "test"
 	}
-	l, err := e.engine.Acquire(context.Background(), key, req)
+	l, err := e.engine.Acquire(context.Background(), res, req)
 	if err != nil {
-		e.t.Fatalf("acquire %s for %s: %v", key, req.Owner, err)
+		e.t.Fatalf("acquire %s for %s: %v", res, req.Owner, err)
 	}
 	return l
 }
@@ -36,7 +36,7 @@ type waited struct {
 // enqueue starts req waiting for key (req.Wait, 10 s if unset) and returns
 // once the key's state shows it in the queue. The waiter gives up when the
 // test ends, before the engine is closed.
-func (e *env) enqueue(key string, req lock.AcquireRequest) <-chan waited {
+func (e *env) enqueue(res lock.Resource, req lock.AcquireRequest) <-chan waited {
 	e.t.Helper()
 	if req.Wait == 0 {
 		req.Wait = 10 * time.Second
@@ -48,11 +48,11 @@ func (e *env) enqueue(key string, req lock.AcquireRequest) <-chan waited {
 	e.t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		l, err := e.engine.Acquire(ctx, key, req)
+		l, err := e.engine.Acquire(ctx, res, req)
 		out <- waited{l, err}
 	}()
 	lockdtest.Eventually(e.t, func() bool {
-		st, err := e.engine.State(context.Background(), key)
+		st, err := e.engine.State(context.Background(), res)
 		if err != nil {
 			return false
 		}
@@ -62,7 +62,7 @@ func (e *env) enqueue(key string, req lock.AcquireRequest) <-chan waited {
 			}
 		}
 		return false
-	}, 5*time.Second, req.Owner+" in the queue of "+key)
+	}, 5*time.Second, req.Owner+" in the queue of "+res.String())
 	return out
 }
 
@@ -85,9 +85,9 @@ func queueOwners(doc *goquery.Document) []string {
 }
 
 // holderFences is the fences of key's live holders, per the engine.
-func (e *env) holderFences(key string) []int64 {
+func (e *env) holderFences(res lock.Resource) []int64 {
 	e.t.Helper()
-	st, held := e.held(key)
+	st, held := e.held(res)
 	if !held {
 		return nil
 	}
@@ -164,7 +164,7 @@ func TestHolders_ExclusiveIsOneRow(t *testing.T) {
 	if p := e.post("/ui/locks/hold:x/force-release", form, nil); p.status != http.StatusOK || token == "" {
 		t.Fatalf("force-release: %d\n%s", p.status, p.body)
 	}
-	if _, held := e.held("hold:x"); held {
+	if _, held := e.held(lock.Lock("hold:x")); held {
 		t.Fatal("still held")
 	}
 }
@@ -175,9 +175,9 @@ func TestHolders_ExclusiveIsOneRow(t *testing.T) {
 // (and the writer waiting); breaking every holder lets the writer in.
 func TestHolders_SharedHoldersAndQueue(t *testing.T) {
 	e := newEnv(t)
-	r1 := e.acquireReq("hold:rw", lock.AcquireRequest{Owner: "reader-1", Mode: lock.Shared, TTL: 30 * time.Second})
-	r2 := e.acquireReq("hold:rw", lock.AcquireRequest{Owner: "reader-2", Mode: lock.Shared, TTL: 45 * time.Second})
-	writer := e.enqueue("hold:rw", lock.AcquireRequest{Owner: "writer", TTL: 30 * time.Second})
+	r1 := e.acquireReq(lock.Lock("hold:rw"), lock.AcquireRequest{Owner: "reader-1", Mode: lock.Shared, TTL: 30 * time.Second})
+	r2 := e.acquireReq(lock.Lock("hold:rw"), lock.AcquireRequest{Owner: "reader-2", Mode: lock.Shared, TTL: 45 * time.Second})
+	writer := e.enqueue(lock.Lock("hold:rw"), lock.AcquireRequest{Owner: "writer", TTL: 30 * time.Second})
 
 	row := rows(e.get("/").doc)["hold:rw"]
 	if row == nil {
@@ -229,7 +229,7 @@ func TestHolders_SharedHoldersAndQueue(t *testing.T) {
 	if b.status != http.StatusOK || !strings.Contains(text(b.doc.Find(`[data-testid="notice"]`)), "reader-1") {
 		t.Fatalf("force-release reader-1: %d %q", b.status, text(b.doc.Find(`[data-testid="notice"]`)))
 	}
-	if g := e.holderFences("hold:rw"); len(g) != 1 || g[0] != r2.Fence {
+	if g := e.holderFences(lock.Lock("hold:rw")); len(g) != 1 || g[0] != r2.Fence {
 		t.Fatalf("holders after breaking reader-1: %v, want only %d", g, r2.Fence)
 	}
 	if hs := holderRows(b.doc); len(hs) != 1 || hs[itoa(r2.Fence)] == nil {
@@ -281,7 +281,7 @@ func TestForceRelease_TargetValidation(t *testing.T) {
 			t.Errorf("POST %s: status %d", name, p.status)
 		}
 	}
-	if st, held := e.held("tv:x"); !held || st.Fence != l.Fence {
+	if st, held := e.held(lock.Lock("tv:x")); !held || st.Fence != l.Fence {
 		t.Fatal("a bad form broke the lock")
 	}
 	// A fence that is not a holder's: nothing to confirm.

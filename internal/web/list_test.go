@@ -19,10 +19,10 @@ func TestList_ShowsEveryLiveLock(t *testing.T) {
 	e.acquire("list:b", "worker-2", 90*time.Second)
 	// Re-enter and renew list:a so that count and renewals are not defaults.
 	ctx := context.Background()
-	if _, err := e.engine.Acquire(ctx, "list:a", lock.AcquireRequest{Owner: "worker-1", TTL: 30 * time.Second, Token: a.Token}); err != nil {
+	if _, err := e.engine.Acquire(ctx, lock.Lock("list:a"), lock.AcquireRequest{Owner: "worker-1", TTL: 30 * time.Second, Token: a.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.engine.Renew(ctx, "list:a", a.Token, 30*time.Second, "test"); err != nil {
+	if _, err := e.engine.Renew(ctx, lock.Lock("list:a"), a.Token, 30*time.Second, "test"); err != nil {
 		t.Fatal(err)
 	}
 

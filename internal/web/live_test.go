@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/internal/lockdtest"
+
+	"github.com/lockd/lockd/internal/lock"
 )
 
 // A holder that renewed late is marked at risk on the list and the detail
@@ -21,16 +23,16 @@ func TestAtRiskAndRenewalRhythm(t *testing.T) {
 	l := e.acquire("rhythm:a", "worker-1", 900*time.Millisecond)
 	e.acquire("rhythm:b", "worker-2", time.Minute)
 	for range 3 { // on time: with two thirds left
-		if _, err := e.engine.Renew(ctx, "rhythm:a", l.Token, 0, "t"); err != nil {
+		if _, err := e.engine.Renew(ctx, lock.Lock("rhythm:a"), l.Token, 0, "t"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Late: with under a third left.
 	lockdtest.Eventually(t, func() bool {
-		st, ok := e.held("rhythm:a")
+		st, ok := e.held(lock.Lock("rhythm:a"))
 		return ok && st.Remaining < 250*time.Millisecond
 	}, 2*time.Second, "the lease running low")
-	if _, err := e.engine.Renew(ctx, "rhythm:a", l.Token, 0, "t"); err != nil {
+	if _, err := e.engine.Renew(ctx, lock.Lock("rhythm:a"), l.Token, 0, "t"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -76,7 +78,7 @@ func TestLiveEvents(t *testing.T) {
 		select {
 		case l := <-lines:
 			if strings.HasPrefix(l, "data: ") {
-				if want := `data: {"key":"live:x","type":"acquired"}`; l != want {
+				if want := `data: {"key":"live:x","kind":"lock","type":"acquired"}`; l != want {
 					t.Fatalf("first change %s, want %s", l, want)
 				}
 				return

@@ -19,12 +19,12 @@ func TestNoTokenOnAnyPage(t *testing.T) {
 		return l
 	}
 	x := take(e.acquire("tok:x", "worker", time.Minute))
-	r1 := take(e.acquireReq("tok:rw", lock.AcquireRequest{Owner: "reader-1", Mode: lock.Shared, TTL: time.Minute}))
-	take(e.acquireReq("tok:rw", lock.AcquireRequest{Owner: "reader-2", Mode: lock.Shared, TTL: time.Minute}))
-	writer := e.enqueue("tok:rw", lock.AcquireRequest{Owner: "writer", TTL: time.Minute})
+	r1 := take(e.acquireReq(lock.Lock("tok:rw"), lock.AcquireRequest{Owner: "reader-1", Mode: lock.Shared, TTL: time.Minute}))
+	take(e.acquireReq(lock.Lock("tok:rw"), lock.AcquireRequest{Owner: "reader-2", Mode: lock.Shared, TTL: time.Minute}))
+	writer := e.enqueue(lock.Lock("tok:rw"), lock.AcquireRequest{Owner: "writer", TTL: time.Minute})
 	p1 := take(e.permit("tok:pool", "job-1", 2, time.Minute))
 	take(e.permit("tok:pool", "job-2", 2, time.Minute))
-	e.enqueue(lock.SemaphoreKey("tok:pool"), lock.AcquireRequest{Owner: "job-3", Limit: 2, TTL: time.Minute})
+	e.enqueue(lock.Semaphore("tok:pool"), lock.AcquireRequest{Owner: "job-3", Limit: 2, TTL: time.Minute})
 
 	paths := []string{
 		"/", listFragmentPath, "/?prefix=tok:",

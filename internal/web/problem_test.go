@@ -24,11 +24,13 @@ type failing struct {
 	err error
 }
 
-func (f failing) List(context.Context, string, int, string) (lock.Page, error) {
+func (f failing) List(context.Context, lock.Kind, string, int, string) (lock.Page, error) {
 	return lock.Page{}, f.err
 }
 
-func (f failing) State(context.Context, string) (lock.State, error) { return lock.State{}, f.err }
+func (f failing) State(context.Context, lock.Resource) (lock.State, error) {
+	return lock.State{}, f.err
+}
 
 // The dashboard's error pages come from problem.Of, the table the API's
 // problem+json comes from: same status, title, detail and Retry-After.
@@ -50,7 +52,7 @@ func TestErrorPagesShareTheAPIsTable(t *testing.T) {
 			}})
 			e := newClientEnv(t, ld, nil)
 			for _, tt := range []struct{ path, key string }{{"/", ""}, {"/ui/locks/order:pay:1", "order:pay:1"}} {
-				want := problem.Of(tc.err, tt.key)
+				want := problem.Of(tc.err, lock.Lock(tt.key))
 				p := e.get(tt.path)
 				title, detail := text(p.doc.Find("h1")), text(p.doc.Find(`[data-testid="problem"]`))
 				if p.status != want.Status || title != want.Title || detail != want.Detail {
@@ -69,7 +71,7 @@ func TestErrorPagesShareTheAPIsTable(t *testing.T) {
 			}
 			// Only the unexpected error is logged as an error.
 			logged := strings.Contains(ld.Logs.String(), `"level":"error"`)
-			if logged != problem.Of(tc.err, "").Internal {
+			if logged != problem.Of(tc.err, lock.Lock("")).Internal {
 				t.Errorf("logged an error: %v, want %v\n%s", logged, !logged, ld.Logs.String())
 			}
 		})

@@ -25,7 +25,7 @@ func TestSubSecondLeaseShowsMilliseconds(t *testing.T) {
 		{30 * time.Second, 21500 * time.Millisecond, "21 s left", "of 30 s"},
 	}
 	for _, tc := range tests {
-		r := newLockRow(lock.State{Key: "k", Owner: "o", TTL: tc.ttl, Remaining: tc.remaining, ExpiresAt: now.Add(tc.remaining), AcquiredAt: now.Add(-time.Second)})
+		r := newLockRow(lock.State{Resource: lock.Lock("k"), Owner: "o", TTL: tc.ttl, Remaining: tc.remaining, ExpiresAt: now.Add(tc.remaining), AcquiredAt: now.Add(-time.Second)})
 		if r.Left.Text != tc.left || "of "+r.TTL != tc.of {
 			t.Errorf("ttl %v, remaining %v: %q %q, want %q %q", tc.ttl, tc.remaining, r.Left.Text, "of "+r.TTL, tc.left, tc.of)
 		}

@@ -26,7 +26,7 @@ func semRows(doc *goquery.Document) map[string]*goquery.Selection {
 // permit takes a permit of semaphore name (limit) for owner.
 func (e *env) permit(name, owner string, limit int, ttl time.Duration) lock.Lease {
 	e.t.Helper()
-	return e.acquireReq(lock.SemaphoreKey(name), lock.AcquireRequest{Owner: owner, Limit: limit, TTL: ttl})
+	return e.acquireReq(lock.Semaphore(name), lock.AcquireRequest{Owner: owner, Limit: limit, TTL: ttl})
 }
 
 // A semaphore and a lock of the same name are apart: each on its own
@@ -59,7 +59,7 @@ func TestSemaphores_ListDetailAndForceRelease(t *testing.T) {
 		t.Fatalf("semaphores %v, want pool:a", keysOf(sems))
 	}
 	if strings.Contains(list.body, "sem/") {
-		t.Error("the semaphores page shows an engine key (sem/…)")
+		t.Error("the semaphores page shows a Redis key part (sem/…)")
 	}
 	for id, want := range map[string]string{"name": "pool:a", "used": "2 / 3", "waiters": "0"} {
 		if g := text(row.Find(`[data-testid="` + id + `"]`)); g != want {
@@ -109,14 +109,14 @@ func TestSemaphores_ListDetailAndForceRelease(t *testing.T) {
 	if b.status != http.StatusOK || !strings.Contains(text(b.doc.Find(`[data-testid="notice"]`)), "job-1") {
 		t.Fatalf("force-release: %d %q\n%s", b.status, text(b.doc.Find(`[data-testid="notice"]`)), b.body)
 	}
-	if g := e.holderFences(lock.SemaphoreKey("pool:a")); len(g) != 1 || g[0] != p2.Fence {
+	if g := e.holderFences(lock.Semaphore("pool:a")); len(g) != 1 || g[0] != p2.Fence {
 		t.Fatalf("permits after: %v, want only job-2's %d", g, p2.Fence)
 	}
 	ev := b.doc.Find(`[data-testid="event"]`).First()
 	if text(ev.Find(`[data-testid="event-type"]`)) != "force_released" || text(ev.Find(`[data-testid="event-reason"]`)) != "stuck job" {
 		t.Errorf("newest event %s", outer(ev))
 	}
-	if st, held := e.held("pool:a"); !held || st.Owner != "locker" {
+	if st, held := e.held(lock.Lock("pool:a")); !held || st.Owner != "locker" {
 		t.Error("breaking a permit touched the lock of the same name")
 	}
 }
@@ -127,7 +127,7 @@ func TestSemaphores_ListDetailAndForceRelease(t *testing.T) {
 func TestSemaphores_QueueAndReleaseAll(t *testing.T) {
 	e := newEnv(t)
 	e.permit("full:a", "job-1", 1, time.Minute)
-	waiter := e.enqueue(lock.SemaphoreKey("full:a"), lock.AcquireRequest{Owner: "job-2", Limit: 1, TTL: time.Minute})
+	waiter := e.enqueue(lock.Semaphore("full:a"), lock.AcquireRequest{Owner: "job-2", Limit: 1, TTL: time.Minute})
 
 	row := semRows(e.get("/ui/semaphores").doc)["full:a"]
 	if row == nil || !row.Is(".full") || text(row.Find(`[data-testid="used"]`)) != "1 / 1" || text(row.Find(`[data-testid="waiters"]`)) != "1" {
@@ -218,7 +218,7 @@ func TestSemaphores_ForceReleaseRefusedWithoutValidToken(t *testing.T) {
 			t.Errorf("%s: status %d, want 403", tc.name, p.status)
 		}
 	}
-	if g := e.holderFences(lock.SemaphoreKey("guard:a")); len(g) != 1 {
+	if g := e.holderFences(lock.Semaphore("guard:a")); len(g) != 1 {
 		t.Fatal("a refused post broke the permit")
 	}
 }
@@ -279,14 +279,14 @@ func TestLiveEvents_Semaphores(t *testing.T) {
 		e.acquire("live:x", "w", time.Minute)
 		e.permit("live:s", "w", 2, time.Minute)
 	})
-	if want := `data: {"key":"sem/live:s","type":"acquired"}`; got != want {
+	if want := `data: {"key":"live:s","kind":"semaphore","type":"acquired"}`; got != want {
 		t.Errorf("semaphores stream: first change %s, want %s", got, want)
 	}
 	got = first("/ui/events?prefix=live2:", func() {
 		e.permit("live2:s", "w", 2, time.Minute)
 		e.acquire("live2:x", "w", time.Minute)
 	})
-	if want := `data: {"key":"live2:x","type":"acquired"}`; got != want {
+	if want := `data: {"key":"live2:x","kind":"lock","type":"acquired"}`; got != want {
 		t.Errorf("locks stream: first change %s, want %s", got, want)
 	}
 }

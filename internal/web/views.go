@@ -223,8 +223,7 @@ func newListView(page lock.Page, prefix, cursor string, now time.Time, canForce 
 	return v
 }
 
-// newSemListView is the semaphores page; each State's Key is the engine
-// key (lock.SemaphoreKey).
+// newSemListView is the semaphores page.
 func newSemListView(page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
 	v := newPageView(semaphores, page, prefix, cursor, now, canForce)
 	v.Sems = make([]semRow, 0, len(page.Locks))
@@ -236,7 +235,7 @@ func newSemListView(page lock.Page, prefix, cursor string, now time.Time, canFor
 
 // newPageView is what the lock and semaphore lists share: filter, paging
 // and refresh.
-func newPageView(k kind, page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
+func newPageView(k section, page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
 	base := k.listPath()
 	v := listView{
 		Noun:     k.noun(),
@@ -257,7 +256,7 @@ func newPageView(k kind, page lock.Page, prefix, cursor string, now time.Time, c
 }
 
 func newSemRow(s lock.State) semRow {
-	name, _ := lock.SplitKey(s.Key)
+	name := s.Resource.Name
 	hs := holdersOf(s, lock.Permit)
 	r := semRow{
 		Name:      name,
@@ -294,7 +293,7 @@ func modeOf(s lock.State, def lock.Mode) string {
 	return string(cmp.Or(s.Mode, def))
 }
 
-func newHolderRows(k kind, name string, s lock.State, def lock.Mode) []holderRow {
+func newHolderRows(k section, name string, s lock.State, def lock.Mode) []holderRow {
 	hs := holdersOf(s, def)
 	rows := make([]holderRow, 0, len(hs))
 	for _, h := range hs {
@@ -333,8 +332,8 @@ func newQueuedRows(s lock.State, def lock.Mode, now time.Time) []queuedRow {
 }
 
 // defaultMode is the mode of k's grants when the engine does not say.
-func (k kind) defaultMode() lock.Mode {
-	if k.sem {
+func (k section) defaultMode() lock.Mode {
+	if k.sem() {
 		return lock.Permit
 	}
 	return lock.Exclusive
@@ -345,7 +344,7 @@ func newLockRow(s lock.State) lockRow {
 	// values do not depend on this host's clock agreeing with Redis's.
 	now := s.ExpiresAt.Add(-s.Remaining)
 	r := lockRow{
-		Key:       s.Key,
+		Key:       s.Resource.Name,
 		Owner:     s.Owner,
 		Fence:     s.Fence,
 		Count:     s.Count,
@@ -356,8 +355,8 @@ func newLockRow(s lock.State) lockRow {
 		Renewed:   s.Renewals > 0,
 		Waiters:   max(s.Waiters, len(s.Queue)),
 		AtRisk:    s.AtRisk,
-		DetailURL: detailURL(s.Key),
-		ForceURL:  forceURL(s.Key),
+		DetailURL: detailURL(s.Resource.Name),
+		ForceURL:  forceURL(s.Resource.Name),
 		Mode:      modeOf(s, lock.Exclusive),
 		Holders:   max(s.HoldersTotal, len(holdersOf(s, lock.Exclusive))),
 	}
@@ -371,9 +370,8 @@ func newDetailView(key string, st lock.State, held bool, events []lock.Event, no
 	return newKindDetailView(locks, key, st, held, events, now, canForce)
 }
 
-// newKindDetailView is the detail page of the lock or semaphore name;
-// st.Key is its engine key.
-func newKindDetailView(k kind, name string, st lock.State, held bool, events []lock.Event, now time.Time, canForce bool) detailView {
+// newKindDetailView is the detail page of the lock or semaphore name.
+func newKindDetailView(k section, name string, st lock.State, held bool, events []lock.Event, now time.Time, canForce bool) detailView {
 	def := k.defaultMode()
 	v := detailView{
 		Key:         name,
@@ -398,7 +396,7 @@ func newKindDetailView(k kind, name string, st lock.State, held bool, events []l
 		v.Lock.Key, v.Lock.DetailURL, v.Lock.ForceURL = name, k.detailURL(name), k.forceURL(name)
 		v.Holders = newHolderRows(k, name, st, def)
 		v.HolderTotal = max(st.HoldersTotal, len(v.Holders))
-		v.Single = !k.sem && len(v.Holders) == 1
+		v.Single = !k.sem() && len(v.Holders) == 1
 	}
 	for _, e := range events {
 		v.Events = append(v.Events, eventRow{
@@ -415,7 +413,7 @@ func newKindDetailView(k kind, name string, st lock.State, held bool, events []l
 	return v
 }
 
-func newConfirmView(k kind, name string, st lock.State, held bool, t target, token, reason, problem string) confirmView {
+func newConfirmView(k section, name string, st lock.State, held bool, t target, token, reason, problem string) confirmView {
 	v := confirmView{
 		Key:       name,
 		Noun:      k.noun(),
@@ -456,9 +454,9 @@ func brokenNotice(key string, b lock.Broken) *notice {
 	return &notice{OK: true, Text: fmt.Sprintf("Force-released %s: the lease of %s (fence %d) is broken and its waiters were woken.", key, b.Owner, b.Fence)}
 }
 
-func brokenAllNotice(k kind, name string) *notice {
+func brokenAllNotice(k section, name string) *notice {
 	what := "every holder's lease is broken"
-	if k.sem {
+	if k.sem() {
 		what = "every permit is released"
 	}
 	return &notice{OK: true, Text: fmt.Sprintf("Force-released %s: %s and its waiters were woken.", name, what)}

@@ -21,9 +21,9 @@ func TestHoldersOf(t *testing.T) {
 		modes  []lock.Mode
 	}{
 		{"listed", sharedState(), lock.Exclusive, []string{"reader-1", "reader-2"}, []lock.Mode{lock.Shared, lock.Shared}},
-		{"state's own fields", lock.State{Key: "k", Owner: "solo", Fence: 7, Count: 1, TTL: time.Second, ExpiresAt: now.Add(time.Second), Remaining: time.Second},
+		{"state's own fields", lock.State{Resource: lock.Lock("k"), Owner: "solo", Fence: 7, Count: 1, TTL: time.Second, ExpiresAt: now.Add(time.Second), Remaining: time.Second},
 			lock.Exclusive, []string{"solo"}, []lock.Mode{lock.Exclusive}},
-		{"semaphore without mode", lock.State{Key: lock.SemaphoreKey("p"), Owner: "w", Fence: 9},
+		{"semaphore without mode", lock.State{Resource: lock.Semaphore("p"), Owner: "w", Fence: 9},
 			lock.Permit, []string{"w"}, []lock.Mode{lock.Permit}},
 		{"nobody", lock.State{}, lock.Exclusive, nil, nil},
 	}
@@ -57,7 +57,7 @@ func TestSemRow(t *testing.T) {
 	if r.DetailURL != "/ui/semaphores/pool:gpu" || r.ForceURL != "/ui/semaphores/pool:gpu/force-release" {
 		t.Errorf("URLs %s %s", r.DetailURL, r.ForceURL)
 	}
-	if empty := newSemRow(lock.State{Key: lock.SemaphoreKey("idle")}); empty.Used != 0 || empty.Expires {
+	if empty := newSemRow(lock.State{Resource: lock.Semaphore("idle")}); empty.Used != 0 || empty.Expires {
 		t.Errorf("a semaphore with no holder: %+v", empty)
 	}
 }
@@ -83,7 +83,7 @@ func TestQueuedRows(t *testing.T) {
 // every holder, the only holder, or asks which of several.
 func TestConfirmViewTargets(t *testing.T) {
 	shared := sharedState()
-	single := lock.State{Key: "k", Owner: "solo", Fence: 7, Count: 1, TTL: time.Minute,
+	single := lock.State{Resource: lock.Lock("k"), Owner: "solo", Fence: 7, Count: 1, TTL: time.Minute,
 		ExpiresAt: goldenNow.Add(time.Minute), Remaining: time.Minute, AcquiredAt: goldenNow}
 	tests := []struct {
 		name   string

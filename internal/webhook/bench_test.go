@@ -53,11 +53,11 @@ func BenchmarkSlowReceiver(b *testing.B) {
 			start := time.Now()
 			for i := range events / 2 {
 				key := "bench:" + strconv.Itoa(i%50)
-				l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Minute})
+				l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "w", TTL: time.Minute})
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := e.Release(ctx, key, l.Token, "bench"); err != nil {
+				if _, err := e.Release(ctx, lock.Lock(key), l.Token, "bench"); err != nil {
 					b.Fatal(err)
 				}
 			}

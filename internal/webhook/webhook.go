@@ -219,7 +219,7 @@ func newClient(h Hook, timeout time.Duration, conc int) *http.Client {
 }
 
 // wants says whether the hook delivers this event. Prefixes apply to a
-// semaphore's name (not its engine key) as to a lock's key.
+// semaphore's name as to a lock's key.
 func (h Hook) wants(c lock.Change) bool {
 	if len(h.Events) > 0 && !contains(h.Events, c.Type) {
 		return false
@@ -227,9 +227,8 @@ func (h Hook) wants(c lock.Change) bool {
 	if len(h.Prefixes) == 0 {
 		return true
 	}
-	name, _ := lock.SplitKey(c.Key)
 	for _, p := range h.Prefixes {
-		if strings.HasPrefix(name, p) {
+		if strings.HasPrefix(c.Resource.Name, p) {
 			return true
 		}
 	}

@@ -191,14 +191,14 @@ func TestDeliveredOnceAcrossReplicasWithRetries(t *testing.T) {
 	groupReady(t, e) // a new group starts at the end of the stream
 	for i := range 5 {
 		key := "wh:" + strconv.Itoa(i)
-		l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Minute})
+		l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "w", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.ForceReleaseFence(ctx, key, l.Fence, "ops", "test"); err != nil {
+		if _, err := e.ForceReleaseFence(ctx, lock.Lock(key), l.Fence, "ops", "test"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Acquire(ctx, "other:"+strconv.Itoa(i), lock.AcquireRequest{TTL: time.Minute}); err != nil {
+		if _, err := e.Acquire(ctx, lock.Lock("other:"+strconv.Itoa(i)), lock.AcquireRequest{TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -240,13 +240,13 @@ func TestDurableAcrossRestartsAndTimeouts(t *testing.T) {
 	stop := run(t, e, hooks, "a", fast)
 	ctx := context.Background()
 	groupReady(t, e)
-	if _, err := e.Acquire(ctx, "d:1", lock.AcquireRequest{TTL: time.Minute}); err != nil {
+	if _, err := e.Acquire(ctx, lock.Lock("d:1"), lock.AcquireRequest{TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	lockdtest.Eventually(t, func() bool { return rec.count() == 1 }, 10*time.Second, "the delivery after a timeout")
 	stop()
 	for i := range 3 {
-		if _, err := e.Acquire(ctx, "d:after:"+strconv.Itoa(i), lock.AcquireRequest{TTL: time.Minute}); err != nil {
+		if _, err := e.Acquire(ctx, lock.Lock("d:after:"+strconv.Itoa(i)), lock.AcquireRequest{TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -259,7 +259,7 @@ func TestDurableAcrossRestartsAndTimeouts(t *testing.T) {
 	rec.latency = nil
 	rec.mu.Unlock()
 	for i := range 20 {
-		if _, err := e.Acquire(ctx, "d:live:"+strconv.Itoa(i), lock.AcquireRequest{TTL: time.Minute}); err != nil {
+		if _, err := e.Acquire(ctx, lock.Lock("d:live:"+strconv.Itoa(i)), lock.AcquireRequest{TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -292,7 +292,7 @@ func TestSemaphoreEventsByName(t *testing.T) {
 	run(t, e, []webhook.Hook{{Name: "ops", URL: hs.URL, Secret: secret, Events: []string{"acquired"}, Prefixes: []string{"wh:"}, AllowPrivate: true}}, "a", fast)
 	groupReady(t, e)
 	ctx := context.Background()
-	for _, key := range []string{lock.SemaphoreKey("wh:pool"), lock.SemaphoreKey("other:pool"), "wh:1", "other:1"} {
+	for _, key := range []lock.Resource{lock.Semaphore("wh:pool"), lock.Semaphore("other:pool"), lock.Lock("wh:1"), lock.Lock("other:1")} {
 		if _, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "w", TTL: time.Minute, Limit: 2}); err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +400,7 @@ func TestRedirectsNotFollowed(t *testing.T) {
 		gs, err := e.EventClient().XInfoGroups(context.Background(), e.EventStream()).Result()
 		return err == nil && len(gs) == len(hooks)
 	}, 5*time.Second, "the consumer groups")
-	if _, err := e.Acquire(context.Background(), "wh:redirect", lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+	if _, err := e.Acquire(context.Background(), lock.Lock("wh:redirect"), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// Each endpoint gets the event, then its retry after the backoff
@@ -455,7 +455,7 @@ func TestPrivateAddressRefusedWhenDialing(t *testing.T) {
 		gs, err := e.EventClient().XInfoGroups(context.Background(), e.EventStream()).Result()
 		return err == nil && len(gs) == 2
 	}, 5*time.Second, "the consumer groups")
-	if _, err := e.Acquire(context.Background(), "wh:private", lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+	if _, err := e.Acquire(context.Background(), lock.Lock("wh:private"), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	lockdtest.Eventually(t, func() bool {
@@ -512,7 +512,7 @@ func TestConcurrentDeliveries(t *testing.T) {
 	run(t, e, []webhook.Hook{{Name: "slow", URL: hs.URL, Secret: secret, AllowPrivate: true}}, "a", opts)
 	groupReady(t, e)
 	for i := range 40 {
-		if _, err := e.Acquire(context.Background(), "wh:c:"+strconv.Itoa(i), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+		if _, err := e.Acquire(context.Background(), lock.Lock("wh:c:"+strconv.Itoa(i)), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,8 +4,8 @@
 // may see is decided before a value gets here.
 //
 // Tokens: a Lease carries its token (it goes to the holder alone); a
-// State and a LockEvent never do. A semaphore's engine key
-// (lock.SemaphoreKey) is shown as the semaphore's name.
+// State and a LockEvent never do. A resource is shown by its name, and
+// its kind by the route or the event's kind.
 package wire
 
 import (
@@ -29,7 +29,7 @@ func ModeOf(m lock.Mode, semaphore bool) api.GrantMode {
 // LeaseOf is a granted or renewed lease on the wire, token included: it
 // is the holder's answer.
 func LeaseOf(l lock.Lease) api.Lease {
-	name, sem := lock.SplitKey(l.Key)
+	name, sem := l.Resource.Name, l.Resource.Kind == lock.KindSemaphore
 	out := api.Lease{
 		Key: name, Mode: ModeOf(l.Mode, sem), Owner: l.Owner, Token: l.Token, Fence: l.Fence, Count: l.Count,
 		TtlMs: l.TTL.Milliseconds(), AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt,
@@ -46,7 +46,7 @@ func LeaseOf(l lock.Lease) api.Lease {
 // StateOf is a live lock's or semaphore's state on the wire: its holders
 // and its queue, never a token.
 func StateOf(s lock.State) api.LockState {
-	name, sem := lock.SplitKey(s.Key)
+	name, sem := s.Resource.Name, s.Resource.Kind == lock.KindSemaphore
 	out := api.LockState{
 		Key: name, Mode: ModeOf(s.Mode, sem), Owner: s.Owner, Fence: s.Fence, Count: s.Count,
 		TtlMs: s.TTL.Milliseconds(), RemainingMs: s.Remaining.Milliseconds(),
@@ -81,13 +81,12 @@ func StateOf(s lock.State) api.LockState {
 // a token. A semaphore's event carries its name as the key, and kind
 // semaphore.
 func LockEventOf(c lock.Change) api.LockEvent {
-	name, sem := lock.SplitKey(c.Key)
 	kind := api.LockEventKindLock
-	if sem {
+	if c.Resource.Kind == lock.KindSemaphore {
 		kind = api.LockEventKindSemaphore
 	}
 	return api.LockEvent{
-		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: name, At: c.At,
+		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: c.Resource.Name, At: c.At,
 		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
 	}
 }
