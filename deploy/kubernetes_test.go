@@ -527,6 +527,8 @@ func lockdEnv(t *testing.T, df dockerfile, c *corev1.Container) map[string]strin
 	return env
 }
 
+// checkProbes: readiness on /readyz, liveness (and startup, if any) on
+// /livez, on the port lockd listens on, in the scheme it serves.
 func checkProbes(t *testing.T, d *appsv1.Deployment, c *corev1.Container, port string, flags map[string]string) {
 	t.Helper()
 	n, _ := strconv.Atoi(port)
@@ -575,6 +577,7 @@ func checkProbes(t *testing.T, d *appsv1.Deployment, c *corev1.Container, port s
 	}
 }
 
+// containerPort is the number of c's port called name, or 0.
 func containerPort(c *corev1.Container, name string) int32 {
 	for _, p := range c.Ports {
 		if p.Name == name {
