@@ -1186,6 +1186,17 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// Livez The process is alive.
+	//
+	// Answers 200 as long as the HTTP server answers, and never asks
+	// Redis: a Redis outage or a restart quarantine (which fail `/readyz`)
+	// never fail it, so a liveness probe on it restarts only a process
+	// that stopped answering. Never needs an API key. The same answer as
+	// `/healthz`, under the name Kubernetes probes use.
+	//
+	// Corresponds with GET /livez (the `Livez` operationId).
+	Livez(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// Readyz lockd can grant.
 	//
 	// Answers 200 when every Redis master takes a write within 2 s (so not
@@ -1640,6 +1651,27 @@ type ClientInterface interface {
 // Corresponds with GET /healthz (the `Healthz` operationId).
 func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHealthzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Livez The process is alive.
+//
+// Answers 200 as long as the HTTP server answers, and never asks
+// Redis: a Redis outage or a restart quarantine (which fail `/readyz`)
+// never fail it, so a liveness probe on it restarts only a process
+// that stopped answering. Never needs an API key. The same answer as
+// `/healthz`, under the name Kubernetes probes use.
+//
+// Corresponds with GET /livez (the `Livez` operationId).
+func (c *Client) Livez(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLivezRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2385,6 +2417,33 @@ func NewHealthzRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewLivezRequest constructs an http.Request for the Livez method
+func NewLivezRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/livez")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3422,6 +3481,19 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
 
+	// LivezWithResponse The process is alive.
+	//
+	// Answers 200 as long as the HTTP server answers, and never asks
+	// Redis: a Redis outage or a restart quarantine (which fail `/readyz`)
+	// never fail it, so a liveness probe on it restarts only a process
+	// that stopped answering. Never needs an API key. The same answer as
+	// `/healthz`, under the name Kubernetes probes use.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /livez (the `Livez` operationId).
+	LivezWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*LivezResponse, error)
+
 	// ReadyzWithResponse lockd can grant.
 	//
 	// Answers 200 when every Redis master takes a write within 2 s (so not
@@ -3919,6 +3991,47 @@ func (r HealthzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HealthzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type LivezResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Health
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r LivezResponse) GetJSON200() *Health {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r LivezResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LivezResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LivezResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LivezResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5960,6 +6073,25 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 	return ParseHealthzResponse(rsp)
 }
 
+// LivezWithResponse The process is alive.
+//
+// Answers 200 as long as the HTTP server answers, and never asks
+// Redis: a Redis outage or a restart quarantine (which fail `/readyz`)
+// never fail it, so a liveness probe on it restarts only a process
+// that stopped answering. Never needs an API key. The same answer as
+// `/healthz`, under the name Kubernetes probes use.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /livez (the `Livez` operationId).
+func (c *ClientWithResponses) LivezWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*LivezResponse, error) {
+	rsp, err := c.Livez(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLivezResponse(rsp)
+}
+
 // ReadyzWithResponse lockd can grant.
 //
 // Answers 200 when every Redis master takes a write within 2 s (so not
@@ -6598,6 +6730,32 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 	}
 
 	response := &HealthzResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Health
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseLivezResponse parses an HTTP response from a LivezWithResponse call
+func ParseLivezResponse(rsp *http.Response) (*LivezResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LivezResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}
@@ -8609,6 +8767,9 @@ type ServerInterface interface {
 	// Healthz The process is alive.
 	// (GET /healthz)
 	Healthz(w http.ResponseWriter, r *http.Request)
+	// Livez The process is alive.
+	// (GET /livez)
+	Livez(w http.ResponseWriter, r *http.Request)
 	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(w http.ResponseWriter, r *http.Request)
@@ -8672,6 +8833,12 @@ type Unimplemented struct{}
 // Healthz The process is alive.
 // (GET /healthz)
 func (_ Unimplemented) Healthz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// Livez The process is alive.
+// (GET /livez)
+func (_ Unimplemented) Livez(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -8797,6 +8964,20 @@ func (siw *ServerInterfaceWrapper) Healthz(w http.ResponseWriter, r *http.Reques
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Healthz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Livez operation middleware
+func (siw *ServerInterfaceWrapper) Livez(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Livez(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -9627,6 +9808,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/events", wrapper.StreamEvents)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/livez", wrapper.Livez)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.Healthz)
 	})
 	r.Group(func(r chi.Router) {
@@ -9705,6 +9889,27 @@ type HealthzResponseObject interface {
 type Healthz200JSONResponse Health
 
 func (response Healthz200JSONResponse) VisitHealthzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LivezRequestObject struct {
+}
+
+type LivezResponseObject interface {
+	VisitLivezResponse(w http.ResponseWriter) error
+}
+
+type Livez200JSONResponse Health
+
+func (response Livez200JSONResponse) VisitLivezResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -12297,6 +12502,9 @@ type StrictServerInterface interface {
 	// Healthz The process is alive.
 	// (GET /healthz)
 	Healthz(ctx context.Context, request HealthzRequestObject) (HealthzResponseObject, error)
+	// Livez The process is alive.
+	// (GET /livez)
+	Livez(ctx context.Context, request LivezRequestObject) (LivezResponseObject, error)
 	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(ctx context.Context, request ReadyzRequestObject) (ReadyzResponseObject, error)
@@ -12409,6 +12617,30 @@ func (sh *strictHandler) Healthz(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(HealthzResponseObject); ok {
 		if err := validResponse.VisitHealthzResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Livez operation middleware
+func (sh *strictHandler) Livez(w http.ResponseWriter, r *http.Request) {
+	var request LivezRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Livez(ctx, request.(LivezRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Livez")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(LivezResponseObject); ok {
+		if err := validResponse.VisitLivezResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -30,6 +30,7 @@ func TestOperations(t *testing.T) {
 		"getSemaphore":          {Method: "GET", Path: "/v1/semaphores/{key}", Scope: "read", Kind: "semaphore"},
 		"listSemaphores":        {Method: "GET", Path: "/v1/semaphores", Scope: "read", Kind: "semaphore"},
 		"getSemaphoreHistory":   {Method: "GET", Path: "/v1/semaphores/{key}/history", Scope: "read", Kind: "semaphore"},
+		"livez":                 {Method: "GET", Path: "/livez", Scope: "none"},
 		"healthz":               {Method: "GET", Path: "/healthz", Scope: "none"},
 		"readyz":                {Method: "GET", Path: "/readyz", Scope: "none"},
 		"getMetrics":            {Method: "GET", Path: "/metrics", Scope: "read"},
@@ -71,7 +72,7 @@ func TestGeneratedRoutesHaveOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 19 {
-		t.Errorf("%d generated routes, want 19", n)
+	if n != 20 {
+		t.Errorf("%d generated routes, want 20", n)
 	}
 }

@@ -76,7 +76,7 @@ func (s *Server) checkHost(next http.Handler) http.Handler {
 // openPath reports whether path is one of the endpoints that need no key
 // and reveal nothing about locks: the probes and the contract.
 func openPath(path string) bool {
-	return path == "/healthz" || path == "/readyz" || path == "/openapi.yaml"
+	return path == "/livez" || path == "/healthz" || path == "/readyz" || path == "/openapi.yaml"
 }
 
 // hostAllowed reports whether host (a Host header, with or without a port)

@@ -31,6 +31,7 @@ func TestAnyCorrectClient(t *testing.T) {
 		{"invalid UTF-8 owner", "POST", "/v1/locks/u:1/acquire", "application/json", "{\"owner\":\"a\xffb\"}", 400, "owner", ""},
 		{"invalid UTF-8 reason", "POST", "/v1/locks/u:1/force-release", "application/json", "{\"reason\":\"\xc3\"}", 400, "reason", ""},
 		{"invalid UTF-8 token", "POST", "/v1/locks/u:1/release", "application/json", "{\"token\":\"\xfe\xfe\"}", 400, "token", ""},
+		{"HEAD livez", "HEAD", "/livez", "", "", 200, "", ""},
 		{"HEAD healthz", "HEAD", "/healthz", "", "", 200, "", ""},
 		{"HEAD readyz", "HEAD", "/readyz", "", "", 200, "", ""},
 		{"HEAD metrics", "HEAD", "/metrics", "", "", 200, "", ""},

@@ -181,6 +181,7 @@ func TestHostCheck(t *testing.T) {
 		{"localhost.evil.example", "/v1/locks/k/acquire", 403},
 		{"10.0.0.1:8080", "/v1/locks", 403},
 		{"rebind.evil.example", "/healthz", 200},
+		{"rebind.evil.example", "/livez", 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.host+tc.path, func(t *testing.T) {
@@ -369,6 +370,7 @@ func TestAuthFailuresLimited(t *testing.T) {
 		{"another scheme counts as unknown", "/v1/locks", "Basic cmVhZDprZXk=", 429},
 		{"no key: plain 401", "/v1/locks", "", 401},
 		{"probe with a wrong key", "/healthz", "Bearer guess-0000000000000005", 200},
+		{"liveness probe with a wrong key", "/livez", "Bearer guess-0000000000000007", 200},
 		{"no such endpoint with a wrong key", "/v2/nothing", "Bearer guess-0000000000000006", 404},
 		{"good key still served", "/v1/semaphores", good, 200},
 	}

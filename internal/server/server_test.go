@@ -202,6 +202,61 @@ func problemOf(t *testing.T, res *http.Response, body []byte) api.Problem {
 	return p
 }
 
+// /livez answers 200 whatever Redis does: at once while Redis stalls (a
+// handler that asked it would wait out the fixture's 500 ms read timeout,
+// as /readyz does) and during the restart quarantine, when /readyz answers
+// 503. A liveness probe that followed Redis would restart every replica
+// during an outage.
+func TestLivez(t *testing.T) {
+	f := newFixture(t)
+	f.acquire(t, "livez:held", api.AcquireRequest{})
+	live := func(what string) {
+		t.Helper()
+		start := time.Now()
+		res, body, err := do(http.MethodGet, f.url+"/livez", "", "")
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if d := time.Since(start); d > 300*time.Millisecond {
+			t.Fatalf("%s: /livez answered in %v", what, d)
+		}
+		if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/json" || !bytes.Equal(bytes.TrimSpace(body), []byte(`{"status":"ok"}`)) {
+			t.Fatalf("%s: /livez %d %q %s", what, res.StatusCode, res.Header.Get("Content-Type"), body)
+		}
+	}
+	// ready is /readyz's status and, when not ready, its problem code.
+	ready := func() (int, string) {
+		res, body, err := do(http.MethodGet, f.url+"/readyz", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p api.Problem
+		_ = json.Unmarshal(body, &p)
+		return res.StatusCode, string(p.Code)
+	}
+
+	live("Redis up")
+	if res, body, err := do(http.MethodHead, f.url+"/livez", "", ""); err != nil || res.StatusCode != 200 || len(body) != 0 {
+		t.Fatalf("HEAD /livez: %v %v %q", err, res.StatusCode, body)
+	}
+
+	f.redis.Pause()
+	live("Redis paused")
+	if s, code := ready(); s != 503 {
+		t.Fatalf("/readyz with Redis paused: %d %s", s, code)
+	}
+	f.redis.Resume()
+
+	// Redis comes back empty: lockd grants nothing until the leases it
+	// may have forgotten have expired, and stays live.
+	f.redis.Restart()
+	lockdtest.Eventually(t, func() bool {
+		s, code := ready()
+		return s == 503 && code == "backend_recovering"
+	}, 5*time.Second, "/readyz 503 backend_recovering after Redis lost its data")
+	live("restart quarantine")
+}
+
 func TestErrorCodes(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
