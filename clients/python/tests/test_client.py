@@ -101,7 +101,8 @@ class Locks(unittest.TestCase):
         harness.pause_redis(1500)
         began = time.monotonic()
         self.assertTrue(lease.lost.wait(2), "the lease outlived its TTL without a renewal")
-        self.assertLess(time.monotonic() - began, 0.6 + 0.3)
+        # Lost by the client's clock: at most a TTL after the last renewal.
+        self.assertLess(time.monotonic() - began, 0.6 + 0.5)
         self.assertIsNone(lease.error.status)
         self.assertIn("could not renew before the lease expired", str(lease.error))
         with self.assertRaises(lockd.LeaseLost):

