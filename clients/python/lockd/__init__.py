@@ -1,0 +1,93 @@
+"""lockd: a client of the lockd lock server, on Python's standard library alone.
+
+    import lockd
+
+    client = lockd.Client("http://127.0.0.1:8080", api_key=None)
+    with client.lock("report:daily", ttl=30, wait=10) as lease:
+        build_report(fence=lease.fence)   # lease.lost is set if the lease is lost
+
+A lease renews itself every ttl/3 in a daemon thread until it is released.
+A renew answered 404 or 409 loses it at once; other failures (503, no
+answer) are retried until the lease's expiry by this process's clock, then
+it is lost. Loss sets ``lease.lost`` (a threading.Event), calls the
+optional ``on_lost`` callback, and makes ``lease.check()`` raise LeaseLost.
+
+Acquire and the reads retry 503 answers and connection errors with jittered
+backoff; every acquire carries an Idempotency-Key so that its retries never
+grant twice. Errors are one class per problem code of the API (see
+lockd.errors). Tokens and API keys never appear in a repr, a message or a
+log line (the "lockd" logger).
+
+Caveat: a process paused longer than its TTL (GC, swap, SIGSTOP) notices
+the loss only once it runs again. Pass ``lease.fence`` to the resource you
+protect and have it refuse a fence lower than one it has seen.
+"""
+
+import logging
+
+from .client import Client, LeaseContext, Semaphores
+from .errors import (
+    BackendRecovering,
+    BackendUnavailable,
+    Forbidden,
+    IdempotencyMismatch,
+    InternalError,
+    InvalidRequest,
+    LeaseLost,
+    LeaseNotFound,
+    LimitMismatch,
+    LockdError,
+    LockHeld,
+    MethodNotAllowed,
+    ModeMismatch,
+    NoPermits,
+    NotFound,
+    NotGranted,
+    PayloadTooLarge,
+    Queued,
+    TooManyHolders,
+    TooManyRequests,
+    Unauthorized,
+    Unavailable,
+    Unreachable,
+    Unsupported,
+    UnsupportedMediaType,
+)
+from .lease import Lease
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "Lease",
+    "LeaseContext",
+    "Semaphores",
+    "BackendRecovering",
+    "BackendUnavailable",
+    "Forbidden",
+    "IdempotencyMismatch",
+    "InternalError",
+    "InvalidRequest",
+    "LeaseLost",
+    "LeaseNotFound",
+    "LimitMismatch",
+    "LockdError",
+    "LockHeld",
+    "MethodNotAllowed",
+    "ModeMismatch",
+    "NoPermits",
+    "NotFound",
+    "NotGranted",
+    "PayloadTooLarge",
+    "Queued",
+    "TooManyHolders",
+    "TooManyRequests",
+    "Unauthorized",
+    "Unavailable",
+    "Unreachable",
+    "Unsupported",
+    "UnsupportedMediaType",
+]
+
+# A library logs only where its user's logging configuration says.
+logging.getLogger("lockd").addHandler(logging.NullHandler())

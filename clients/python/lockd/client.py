@@ -1,0 +1,379 @@
+"""Client: lockd's HTTP API for locks and semaphores.
+
+Every kind of lease (a lock, a semaphore permit) is the same wire shape
+under its own path: acquire, renew, release, force-release, state, list,
+history. The private methods of Client take the kind ("lock",
+"semaphore") and do the work once; the public ones are the lock's, and
+``client.semaphores`` (a Semaphores) names the semaphore's. A new kind of
+lease (an election's leadership, a session) is a new entry in _PATHS, a
+small class beside Semaphores for its own operations, and the same Lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import ssl
+import time
+import urllib.parse
+from types import TracebackType
+from typing import Any, Callable, Dict, Optional, Type, TypeVar
+
+from ._http import Transport, backoff
+from .errors import LeaseNotFound, NotFound, Unavailable
+from .lease import Lease, OnLost
+
+log = logging.getLogger("lockd")
+
+T = TypeVar("T")
+
+# The path of each kind of lease.
+_PATHS = {"lock": "/v1/locks", "semaphore": "/v1/semaphores"}
+
+# Backoff of the retries of acquire and reads: 100 ms doubling up to 5 s,
+# at least the server's Retry-After (the Go client's figures).
+_RETRY_BASE = 0.1
+_RETRY_CEILING = 5.0
+
+
+class Client:
+    """Client talks to one lockd server. One Client may serve many threads.
+
+    ``url`` is the server (``http://127.0.0.1:8080``; https:// for TLS,
+    with ``ssl_context`` to trust a private CA). ``api_key`` is sent as
+    ``Authorization: Bearer``. ``timeout`` bounds each request in seconds;
+    a waiting acquire gets its wait on top. Acquire and the reads retry 503
+    answers and connection errors with jittered exponential backoff (at
+    least the server's Retry-After), at most ``retries`` times and for at
+    most ``retry_for`` seconds past the wait.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        api_key: Optional[str] = None,
+        timeout: float = 10.0,
+        retries: int = 10,
+        retry_for: float = 30.0,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        self._t = Transport(url, api_key, ssl_context)
+        self.url = self._t.url
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.retry_for = max(0.0, retry_for)
+        self.semaphores = Semaphores(self)
+
+    def __repr__(self) -> str:
+        key = ", api_key=<set>" if self._t.has_api_key else ""
+        return f"lockd.Client({self.url!r}{key})"
+
+    # Locks.
+
+    def acquire(
+        self,
+        key: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        owner: Optional[str] = None,
+        value: Any = None,
+        mode: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        auto_renew: bool = True,
+        on_lost: Optional[OnLost] = None,
+    ) -> Lease:
+        """acquire takes the lock on key and returns its Lease, renewing itself every ttl/3.
+
+        ``ttl`` and ``wait`` are in seconds. While another lease holds key,
+        the server waits up to ``wait`` (FIFO across every lockd replica),
+        then raises LockHeld, or Queued when the key is free but kept for
+        requests that began to wait earlier. ``mode`` is "exclusive" (the
+        default) or "shared" (a read hold beside other shared holders).
+        ``value`` is any JSON for the lock's state; it needs a server with
+        values on locks (older ones answer InvalidRequest, field "value").
+        ``idempotency_key`` defaults to a new random one per call, which
+        makes this call's own retries safe: a retry whose first attempt was
+        granted gets that same lease back. ``on_lost(lease, error)`` is
+        called once if the lease is lost.
+        """
+        body: Dict[str, Any] = {"ttl_ms": _ms(ttl, "ttl")}
+        if owner is not None:
+            body["owner"] = owner
+        if value is not None:
+            body["value"] = value
+        if mode is not None:
+            body["mode"] = mode
+        return self._acquire("lock", key, body, wait, idempotency_key, auto_renew, on_lost)
+
+    def lock(
+        self,
+        key: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        owner: Optional[str] = None,
+        value: Any = None,
+        mode: Optional[str] = None,
+        on_lost: Optional[OnLost] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> "LeaseContext":
+        """lock is acquire as a context manager: it acquires on entry, yields the Lease and releases on exit.
+
+            with client.lock("report:daily", ttl=30, wait=10) as lease:
+                for part in parts:
+                    lease.check()          # raises LeaseLost once it is lost
+                    write(part, fence=lease.fence)
+
+        On exit a lease that was lost raises LeaseLost, unless the block
+        raised first: the block's exception is never replaced.
+        """
+        return LeaseContext(
+            lambda: self.acquire(
+                key, ttl=ttl, wait=wait, owner=owner, value=value, mode=mode,
+                idempotency_key=idempotency_key, on_lost=on_lost,
+            )
+        )
+
+    def renew(self, key: str, token: str, ttl: Optional[float] = None) -> Dict[str, Any]:
+        """renew extends the lease with token on key by ttl seconds (None: its own TTL), once.
+
+        Leases from acquire renew themselves: this is for tokens kept
+        elsewhere. A lease that is no longer live raises LeaseLost
+        (LeaseNotFound when the key has no live lease at all).
+        """
+        return self._renew("lock", key, token, ttl, self.timeout)
+
+    def release(self, key: str, token: str) -> Dict[str, Any]:
+        """release gives back one level of the lease with token on key: ``{"key", "released", "count"}``."""
+        return self._release("lock", key, token)
+
+    def force_release(self, key: str, fence: Optional[int] = None, reason: Optional[str] = None) -> Dict[str, Any]:
+        """force_release breaks every lease on key, or with fence only that holder's (admin scope)."""
+        return self._force_release("lock", key, fence, reason)
+
+    def state(self, key: str) -> Dict[str, Any]:
+        """state is the live lock on key: mode, holders, queue (never a token); NotFound when it has none."""
+        return self._get("lock", "/" + _quote(key), {})
+
+    def list(self, prefix: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
+        """list is one page of live locks: ``{"locks": [...], "next_cursor": ...}``; pass next_cursor back for the next."""
+        return self._get("lock", "", {"prefix": prefix, "limit": limit, "cursor": cursor})
+
+    def history(self, key: str, limit: Optional[int] = None, event_type: Optional[str] = None) -> Dict[str, Any]:
+        """history is the key's recent lifecycle events, newest first (``event_type`` filters)."""
+        return self._get("lock", "/" + _quote(key) + "/history", {"limit": limit, "type": event_type})
+
+    def renewals(self, key: str, limit: Optional[int] = None) -> Dict[str, Any]:
+        """renewals is the key's last renewals, each with the time its lease had left."""
+        return self.history(key, limit, "renewed")
+
+    # Semaphores: the context manager here, beside lock; the rest is on
+    # client.semaphores.
+
+    def semaphore(
+        self,
+        name: str,
+        limit: int,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        owner: Optional[str] = None,
+        value: Any = None,
+        on_lost: Optional[OnLost] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> "LeaseContext":
+        """semaphore takes a permit of name (at most limit held at once) on entry and releases it on exit.
+
+            with client.semaphore("render:pool", limit=4, wait=60) as permit:
+                render(fence=permit.fence)
+
+        The permit is a Lease like a lock's. Every holder of a semaphore
+        must use the same limit (else LimitMismatch); no permit free after
+        ``wait`` raises NoPermits.
+        """
+        return LeaseContext(
+            lambda: self.semaphores.acquire(
+                name, limit, ttl=ttl, wait=wait, owner=owner, value=value,
+                idempotency_key=idempotency_key, on_lost=on_lost,
+            )
+        )
+
+    # The work, once for every kind.
+
+    def _acquire(
+        self,
+        kind: str,
+        key: str,
+        body: Dict[str, Any],
+        wait: float,
+        idempotency_key: Optional[str],
+        auto_renew: bool,
+        on_lost: Optional[OnLost],
+    ) -> Lease:
+        """_acquire sends an acquire until it is answered, each retry with what is left of the wait.
+
+        The Idempotency-Key is the same on every attempt of this call: an
+        attempt whose answer was lost after the server granted it is
+        answered, on retry, with that same lease (``replayed``) rather than
+        409 by a lease held by ourselves.
+        """
+        path = _PATHS[kind] + "/" + _quote(key) + "/acquire"
+        headers = {"Idempotency-Key": idempotency_key or secrets.token_urlsafe(18)}
+        wait_until = time.monotonic() + max(0.0, wait)
+        sent = 0.0
+
+        def attempt() -> Dict[str, Any]:
+            nonlocal sent
+            b = dict(body)
+            left = wait_until - time.monotonic()
+            if left > 0:
+                b["wait_ms"] = _ms(left, "wait")
+            sent = time.monotonic()
+            return self._t.request("POST", path, b, headers, timeout=self.timeout + max(left, 0.0))
+
+        answer = self._retrying(f"acquire {kind} {key}", wait_until + self.retry_for, attempt)
+        return Lease(self, kind, answer, sent, auto_renew=auto_renew, on_lost=on_lost)
+
+    def _renew(self, kind: str, key: str, token: str, ttl: Optional[float], timeout: float) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"token": token}
+        if ttl is not None:
+            body["ttl_ms"] = _ms(ttl, "ttl")
+        return self._lease_call(kind, key, "renew", body, timeout)
+
+    def _release(self, kind: str, key: str, token: str) -> Dict[str, Any]:
+        return self._lease_call(kind, key, "release", {"token": token}, self.timeout)
+
+    def _lease_call(self, kind: str, key: str, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+        """_lease_call is a renew or release: once, since a retried release could give back two levels."""
+        try:
+            return self._t.request("POST", _PATHS[kind] + "/" + _quote(key) + "/" + op, body, timeout=timeout)
+        except NotFound as err:
+            # No live lease on the key: for the token's holder, the lease is
+            # lost as surely as with 409 lease_lost.
+            raise LeaseNotFound(err.detail, status=err.status, code=err.code, problem=err.problem) from None
+
+    def _force_release(self, kind: str, key: str, fence: Optional[int], reason: Optional[str]) -> Dict[str, Any]:
+        body: Dict[str, Any] = {}
+        if fence is not None:
+            body["fence"] = fence
+        if reason is not None:
+            body["reason"] = reason
+        return self._t.request("POST", _PATHS[kind] + "/" + _quote(key) + "/force-release", body, timeout=self.timeout)
+
+    def _get(self, kind: str, path: str, query: Dict[str, Any]) -> Dict[str, Any]:
+        """_get reads, retrying as acquire does: a read changes nothing."""
+        q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        full = _PATHS[kind] + path + ("?" + q if q else "")
+        return self._retrying(
+            f"GET {full}", time.monotonic() + self.retry_for,
+            lambda: self._t.request("GET", full, timeout=self.timeout),
+        )
+
+    def _retrying(self, what: str, give_up: float, call: Callable[[], T]) -> T:
+        """_retrying calls until an answer that is not Unavailable, at most retries more times and until give_up."""
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except Unavailable as err:
+                if attempt >= self.retries:
+                    raise
+                d = backoff(attempt, _RETRY_BASE, _RETRY_CEILING, err.retry_after)
+                if time.monotonic() + d > give_up:
+                    raise
+                log.warning("%s: %s; retry %d in %.2f s", what, err, attempt + 1, d)
+                attempt += 1
+                time.sleep(d)
+
+
+class Semaphores:
+    """Semaphores are the semaphore operations: ``client.semaphores``.
+
+    At most ``limit`` permits of a semaphore are held at once, each its own
+    Lease (token, fence, TTL, renewals, release). A semaphore and a lock of
+    the same name are unrelated.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def acquire(
+        self,
+        name: str,
+        limit: int,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        owner: Optional[str] = None,
+        value: Any = None,
+        idempotency_key: Optional[str] = None,
+        auto_renew: bool = True,
+        on_lost: Optional[OnLost] = None,
+    ) -> Lease:
+        """acquire takes a permit (limit 1 ... 10000), waiting up to wait seconds; NoPermits when none came free."""
+        body: Dict[str, Any] = {"limit": limit, "ttl_ms": _ms(ttl, "ttl")}
+        if owner is not None:
+            body["owner"] = owner
+        if value is not None:
+            body["value"] = value
+        return self._c._acquire("semaphore", name, body, wait, idempotency_key, auto_renew, on_lost)
+
+    def renew(self, name: str, token: str, ttl: Optional[float] = None) -> Dict[str, Any]:
+        """renew extends the permit with token, once; LeaseLost when it is no longer live."""
+        return self._c._renew("semaphore", name, token, ttl, self._c.timeout)
+
+    def release(self, name: str, token: str) -> Dict[str, Any]:
+        """release gives back one level of the permit with token."""
+        return self._c._release("semaphore", name, token)
+
+    def force_release(self, name: str, fence: Optional[int] = None, reason: Optional[str] = None) -> Dict[str, Any]:
+        """force_release breaks every permit, or with fence only that one (admin scope)."""
+        return self._c._force_release("semaphore", name, fence, reason)
+
+    def state(self, name: str) -> Dict[str, Any]:
+        """state is the semaphore: limit, holders, queue (never a token); NotFound when no permit is held."""
+        return self._c._get("semaphore", "/" + _quote(name), {})
+
+    def list(self, prefix: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
+        """list is one page of semaphores with a permit held: ``{"semaphores": [...], "next_cursor": ...}``."""
+        return self._c._get("semaphore", "", {"prefix": prefix, "limit": limit, "cursor": cursor})
+
+    def history(self, name: str, limit: Optional[int] = None, event_type: Optional[str] = None) -> Dict[str, Any]:
+        """history is every permit's recent lifecycle events, newest first."""
+        return self._c._get("semaphore", "/" + _quote(name) + "/history", {"limit": limit, "type": event_type})
+
+    def renewals(self, name: str, limit: Optional[int] = None) -> Dict[str, Any]:
+        """renewals is the permits' last renewals."""
+        return self.history(name, limit, "renewed")
+
+
+class LeaseContext:
+    """LeaseContext acquires on entry, yields the Lease and releases it on exit (Client.lock, Client.semaphore)."""
+
+    def __init__(self, acquire: Callable[[], Lease]) -> None:
+        self._acquire = acquire
+        self._lease: Optional[Lease] = None
+
+    def __enter__(self) -> Lease:
+        if self._lease is not None:
+            raise RuntimeError("lockd: this lock context is already in use; call client.lock() again")
+        self._lease = self._acquire()
+        return self._lease
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        assert self._lease is not None
+        self._lease.__exit__(exc_type, exc, tb)
+
+
+def _quote(key: str) -> str:
+    """_quote escapes a key for the path: lockd decodes it once."""
+    return urllib.parse.quote(key, safe="")
+
+
+def _ms(seconds: float, name: str) -> int:
+    """_ms is seconds as whole milliseconds, as the API counts them."""
+    if seconds < 0:
+        raise ValueError(f"lockd: {name} must not be negative, got {seconds}")
+    return int(round(seconds * 1000))

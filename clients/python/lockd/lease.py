@@ -1,0 +1,243 @@
+"""Lease: a granted lock or semaphore permit that renews itself.
+
+A lease's renewer is a daemon thread that renews every ttl/3. A renew
+answered 404 or 409 means the lease is gone: it is lost at once. A renew
+that fails for any other reason (503, no answer) is retried with jittered
+backoff until the lease's expiry as measured by this process's monotonic
+clock, from when the last successful renew was sent; then it is lost. That
+clock never runs ahead of the server's expiry, so the client gives up no
+later than the server drops the lease.
+
+Loss sets ``lease.lost`` (a threading.Event), records ``lease.error`` (a
+LeaseLost) and calls ``on_lost`` once. The protected work should check
+``lease.lost`` or call ``lease.check()`` between steps, and pass
+``lease.fence`` to the resource it protects: a process paused past its TTL
+notices the loss only once it runs again, and only a fence check at the
+resource closes that window.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type
+
+from ._http import backoff
+from .errors import LeaseLost, LockdError, Unreachable
+
+if TYPE_CHECKING:
+    from .client import Client
+
+log = logging.getLogger("lockd")
+
+# OnLost is called once, from the thread that noticed, when a lease is lost.
+OnLost = Callable[["Lease", LeaseLost], None]
+
+
+class Lease:
+    """Lease is one grant: a lock (exclusive or shared) or a semaphore permit.
+
+    ``key`` is the lock's key or the semaphore's name, ``kind`` is "lock"
+    or "semaphore", ``fence`` the grant's fencing number, ``ttl`` its TTL
+    in seconds, ``mode`` "exclusive", "shared" or "permit", ``limit`` the
+    semaphore's limit (None for a lock), ``replayed`` whether the server
+    answered with an earlier grant of the same Idempotency-Key. ``token``
+    is the lease's secret: it never appears in repr() or str().
+
+    Use it as a context manager to release it at the end of the block.
+    Its methods are safe to call from any thread.
+    """
+
+    def __init__(
+        self,
+        client: "Client",
+        kind: str,
+        answer: Dict[str, Any],
+        sent: float,
+        auto_renew: bool = True,
+        on_lost: Optional[OnLost] = None,
+    ) -> None:
+        self._client = client
+        self.kind = kind
+        self.key: str = answer["key"]
+        self.fence: int = int(answer["fence"])
+        self.ttl: float = answer["ttl_ms"] / 1000.0
+        self.owner: Optional[str] = answer.get("owner")
+        self.mode: Optional[str] = answer.get("mode")
+        self.limit: Optional[int] = answer.get("limit")
+        self.replayed: bool = bool(answer.get("replayed"))
+        self.__token: str = answer["token"]
+        self.lost = threading.Event()
+        self.error: Optional[LeaseLost] = None
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self._info = _without_token(answer)
+        # The server set its expiry when the request arrived, after sent.
+        self._expires = sent + self.ttl
+        self._renewals = 0
+        self._released = False
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        if auto_renew:
+            self._thread = threading.Thread(target=self._renew_loop, name=f"lockd-renew {self.key}", daemon=True)
+            self._thread.start()
+
+    @property
+    def token(self) -> str:
+        """token is the lease's secret: renew, release and re-entry need it. Keep it out of logs."""
+        return self.__token
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """info is the server's latest answer about the lease, without the token."""
+        with self._lock:
+            return dict(self._info)
+
+    @property
+    def renewals(self) -> int:
+        """renewals is how many renewals succeeded."""
+        with self._lock:
+            return self._renewals
+
+    def check(self) -> None:
+        """check raises the LeaseLost that ended the lease, if it is lost; else it returns."""
+        if self.lost.is_set():
+            assert self.error is not None
+            raise self.error
+
+    def renew(self) -> None:
+        """renew extends the lease by its TTL now, once.
+
+        It asks for the lease's own TTL, so that the expiry this client
+        computes stays the server's. The renewer thread calls it; call it
+        yourself after
+        acquire(..., auto_renew=False). An answer that the lease is gone
+        loses it and raises LeaseLost; any other failure raises and leaves
+        the lease as it was.
+        """
+        self.check()
+        sent = time.monotonic()
+        timeout = min(self._client.timeout, max(self._expiry() - sent, 0.001))
+        try:
+            answer = self._client._renew(self.kind, self.key, self.__token, self.ttl, timeout)
+        except LeaseLost as err:
+            self._lose(err)
+            raise
+        with self._lock:
+            if self._released:
+                return
+            self._info = _without_token(answer)
+            self._expires = sent + self.ttl
+            self._renewals += 1
+
+    def release(self) -> Optional[Dict[str, Any]]:
+        """release stops the renewer and gives the lease back.
+
+        It returns the server's answer (``{"key", "released", "count"}``),
+        or None when the lease was already released. A lease that was lost
+        raises its LeaseLost, without asking the server.
+        """
+        with self._lock:
+            if self._released:
+                return None
+            # From here the renewer records nothing, not even a 404 from a
+            # renew that races this release.
+            self._released = True
+        self._stop.set()
+        self.check()
+        try:
+            return self._client._release(self.kind, self.key, self.__token)
+        except LeaseLost as err:
+            self._lose(err, after_release=True)
+            raise
+
+    def abandon(self) -> None:
+        """abandon stops the renewer without releasing: the lease lasts until its TTL runs out."""
+        with self._lock:
+            self._released = True
+        self._stop.set()
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockdError as err:
+            if exc is None:
+                # The block finished, but not under the lease (it was lost
+                # on the way), or the release failed: the caller must know.
+                raise
+            # The block's own exception is what went wrong; the lease being
+            # gone too (often its cause) must not replace it.
+            log.warning("%r: not released after an exception in the block: %s", self, err)
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost.is_set() else ("released" if self._released else "held")
+        return f"<lockd.Lease {self.kind} {self.key!r} fence={self.fence} owner={self.owner!r} {state}>"
+
+    __str__ = __repr__
+
+    def _expiry(self) -> float:
+        with self._lock:
+            return self._expires
+
+    def _lose(self, err: LeaseLost, after_release: bool = False) -> None:
+        """_lose records why the lease was lost, once, and tells everyone."""
+        with self._lock:
+            if self.error is not None or (self._released and not after_release):
+                return
+            self.error = err
+        self._stop.set()
+        self.lost.set()
+        log.warning("%r: lease lost: %s", self, err)
+        if self._on_lost is not None:
+            try:
+                self._on_lost(self, err)
+            except Exception:  # a callback's bug must not kill the renewer silently
+                log.exception("%r: on_lost callback failed", self)
+
+    def _renew_loop(self) -> None:
+        """_renew_loop renews every ttl/3; failures other than loss are retried until the expiry."""
+        interval = max(self.ttl / 3, 0.001)
+        delay = interval
+        attempt = 0
+        last: Optional[LockdError] = None  # the last failure that said more than "no answer"
+        while not self._stop.wait(delay):
+            expires = self._expiry()
+            sent = time.monotonic()
+            try:
+                self.renew()
+            except LeaseLost:
+                return
+            except LockdError as err:
+                if self._stop.is_set():
+                    return
+                if not isinstance(err, Unreachable) or last is None:
+                    last = err
+                left = expires - time.monotonic()
+                if left <= 0:
+                    self._lose(LeaseLost(f"{self.key}: could not renew before the lease expired: {last}"))
+                    return
+                # Retry sooner than ttl/3, and never sleep through the
+                # expiry: at most half of what is left, so that the last
+                # tries come just before it.
+                delay = min(backoff(attempt, max(self.ttl / 30, 0.01), interval, err.retry_after), max(left / 2, 0.001))
+                attempt += 1
+                log.info("%r: renew failed (%s); retrying in %.3f s", self, err, delay)
+                continue
+            attempt = 0
+            last = None
+            # Measured from when the renew was sent, as the expiry is.
+            delay = max(interval - (time.monotonic() - sent), 0.0)
+
+
+def _without_token(answer: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in answer.items() if k != "token"}
