@@ -290,7 +290,6 @@ type Lease struct {
 // ErrIdempotencyMismatch when it asks for another owner or TTL. If ctx ends
 // while waiting, no lease is left behind.
 func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) (Lease, error) {
-	key := res.id()
 	want, err := want(res, req)
 	if err != nil {
 		return Lease{}, err
@@ -299,6 +298,16 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 	if err != nil {
 		return Lease{}, err
 	}
+	lease, err := e.acquire(ctx, res, req, token, want)
+	if err != nil {
+		e.giveBackIfUnanswered(res, req, token, err)
+	}
+	return lease, err
+}
+
+// acquire tries once, or queues and waits, for Acquire.
+func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, token, want string) (Lease, error) {
+	key := res.id()
 	if req.Wait <= 0 || req.Token != "" {
 		return e.try(ctx, key, req, token, want, nil)
 	}

@@ -158,7 +158,8 @@ func engine(err error, res lock.Resource) Problem {
 	case errors.Is(err, lock.ErrUnavailable):
 		return Problem{Status: http.StatusServiceUnavailable, Code: api.ProblemCodeBackendUnavailable, Title: "Backend unavailable",
 			Detail: "Redis cannot be reached or cannot take writes now (read-only, out of memory, loading); " +
-				"nothing was granted or changed that Redis did not confirm",
+				"a request Redis did not answer may still take effect when it returns: an acquire is then given back by lockd, " +
+				"or, sent with an Idempotency-Key, answered to a retry with the same key",
 			RetryAfter: 1}
 	case errors.Is(err, lock.ErrClosed), errors.Is(err, ErrShuttingDown):
 		return Problem{Status: http.StatusServiceUnavailable, Code: api.ProblemCodeBackendUnavailable, Title: "Shutting down",

@@ -1,0 +1,89 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// An acquire that Redis did not answer (a timeout, a dropped connection,
+// the caller gone mid-call) may still run when Redis comes back: the
+// script was sent. Its grant carries a token that only this process
+// knows, so nobody would release it and the key would stay taken for the
+// whole TTL. giveBack releases it with that token once Redis answers.
+//
+// Not when the caller named an Idempotency-Key: retrying with that key is
+// how a client gets such a grant back (a replay answers with it), and
+// releasing it here would take it from under the retry.
+
+const (
+	// giveBackRecheck is how long after a release that found nothing
+	// giveBack tries once more: the unanswered script may sit in another
+	// connection's buffer that Redis reads in the same turn, after it.
+	giveBackRecheck = time.Second
+	// giveBackMaxPause caps the pause between tries while Redis is away.
+	giveBackMaxPause = 5 * time.Second
+)
+
+// unanswered says whether err means Redis may yet run the call: it was
+// sent and no reply came. A reply that refused it (READONLY, OOM, …) did
+// not run it.
+func unanswered(err error) bool {
+	var rerr redis.Error
+	if err == nil || errors.As(err, &rerr) || errors.Is(err, ErrClosed) {
+		return false
+	}
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// giveBackIfUnanswered starts giveBack for an acquire that failed with an
+// error Redis may still act on.
+func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token string, err error) {
+	if req.IdempotencyKey != "" || req.Token != "" || !unanswered(err) {
+		return
+	}
+	e.leaveMu.Lock()
+	defer e.leaveMu.Unlock()
+	if e.closing {
+		return
+	}
+	e.stopped.Add(1)
+	go func() {
+		defer e.stopped.Done()
+		e.giveBack(res, token, time.Now().Add(req.TTL+e.opts.CallTimeout))
+	}()
+}
+
+// giveBack releases the grant with token, if one landed, until it is
+// gone, the lease's TTL has passed (it lapsed by itself) or the engine
+// closes. A release that finds no such lease is tried once more a moment
+// later, for a script that Redis runs after it.
+func (e *Engine) giveBack(res Resource, token string, until time.Time) {
+	pause, rechecked := 100*time.Millisecond, false
+	for time.Now().Before(until) {
+		ctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
+		rel, err := e.Release(ctx, res, token, "lockd")
+		cancel()
+		switch {
+		case err == nil && rel.Released:
+			return
+		case err == nil:
+			// One re-entry level: the script re-entered its own grant.
+			continue
+		case errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost):
+			if rechecked {
+				return
+			}
+			rechecked, pause = true, giveBackRecheck
+		default:
+			pause = min(2*pause, giveBackMaxPause)
+		}
+		select {
+		case <-e.stop:
+			return
+		case <-time.After(pause):
+		}
+	}
+}
