@@ -203,6 +203,7 @@ const (
 	ProblemCodeInvalidRequest       ProblemCode = "invalid_request"
 	ProblemCodeLeaseLost            ProblemCode = "lease_lost"
 	ProblemCodeLimitMismatch        ProblemCode = "limit_mismatch"
+	ProblemCodeLockDelay            ProblemCode = "lock_delay"
 	ProblemCodeLockHeld             ProblemCode = "lock_held"
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
 	ProblemCodeModeMismatch         ProblemCode = "mode_mismatch"
@@ -235,6 +236,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeLeaseLost:
 		return true
 	case ProblemCodeLimitMismatch:
+		return true
+	case ProblemCodeLockDelay:
 		return true
 	case ProblemCodeLockHeld:
 		return true
@@ -342,6 +345,14 @@ func (e StreamResetMessageEvent) Valid() bool {
 
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
+	// LockDelayMs Lock-delay, exclusive holds only: after this lease ends by
+	// expiry or force-release (not by its holder's release), nobody is
+	// granted the key for this long, so that a holder that has not yet
+	// noticed the loss finishes first. During it an acquire answers
+	// 409 `lock_delay` with `Retry-After`; a waiting one waits it out.
+	// Default the server's --lock-delay (0).
+	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+
 	// Mode How to hold a lock: `exclusive` (the default) alone, or `shared`
 	// with any number of other shared holders.
 	Mode *LockMode `json:"mode,omitempty"`

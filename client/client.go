@@ -97,6 +97,10 @@ type AcquireOptions struct {
 	// Mode is Exclusive (the default) or Shared, for locks. A
 	// semaphore's permits have no other mode: leave it empty there.
 	Mode Mode
+	// LockDelay (exclusive locks only, at most a minute): after this
+	// lease ends by expiry or force-release, nobody is granted the key
+	// for this long (ErrLockDelay meanwhile). Zero: the server's default.
+	LockDelay time.Duration
 	// IdempotencyKey (e.g. a webhook delivery ID) makes a repeated acquire
 	// get the lease it already holds. Default: a random key per call, which
 	// only makes Acquire's own retries safe.
@@ -122,6 +126,9 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 	}
 	return c.acquire(ctx, lockKind, opts, func(ctx context.Context, p acquireParams) (*http.Response, error) {
 		body := api.AcquireRequest{Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Mode: mode}
+		if opts.LockDelay > 0 {
+			body.LockDelayMs = ptr(opts.LockDelay.Milliseconds())
+		}
 		return c.raw.AcquireLock(ctx, key, &api.AcquireLockParams{IdempotencyKey: p.idem}, body)
 	})
 }

@@ -264,6 +264,22 @@ type AcquireRequest struct {
 	Mode Mode
 	// Limit is a semaphore's limit (1 … MaxLimit); locks ignore it.
 	Limit int
+	// LockDelay (0 … MaxLockDelay; exclusive locks only): after this
+	// lease ends by expiry or force-release, not by its holder's release,
+	// nobody is granted the key for this long, so that a holder that has
+	// not yet noticed its loss finishes before the next one starts.
+	LockDelay time.Duration
+}
+
+// MaxLockDelay is the longest lock-delay an acquire may ask for.
+const MaxLockDelay = time.Minute
+
+// delayArg is acquire.lua's lock-delay argument: ms, or "" for none.
+func delayArg(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(max(1, d.Milliseconds()), 10)
 }
 
 // Lease is one grant of a key. Token is the holder's secret.
@@ -332,6 +348,12 @@ func want(res Resource, req AcquireRequest) (string, error) {
 	if err := res.check(); err != nil {
 		return "", err
 	}
+	if req.LockDelay < 0 || req.LockDelay > MaxLockDelay {
+		return "", fmt.Errorf("lock: lock-delay %v is not within 0…%v", req.LockDelay, MaxLockDelay)
+	}
+	if req.LockDelay > 0 && (res.Kind != KindLock || req.Mode == Shared) {
+		return "", errors.New("lock: a lock-delay applies to exclusive locks only")
+	}
 	if res.Kind == KindSemaphore {
 		if req.Limit < 1 || req.Limit > MaxLimit {
 			return "", fmt.Errorf("lock: semaphore limit %d is not within 1…%d", req.Limit, MaxLimit)
@@ -351,7 +373,7 @@ func want(res Resource, req AcquireRequest) (string, error) {
 // waitable says whether a failed try should wait: the key is held, Redis
 // is away for a moment, or the restart quarantine has not ended.
 func waitable(err error) bool {
-	return errors.Is(err, ErrHeld) || errors.Is(err, ErrQueued) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrLockDelay) || errors.Is(err, ErrQueued) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
 }
 
 // queue waits in the hub. Every try of one waiter uses the same token, so a
@@ -413,7 +435,8 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 	c := acquireCall{keys: k, shared: sh, token: token, owner: packable(req.Owner), ttlMS: req.TTL.Milliseconds(),
 		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
 		seen: seen, liveMS: live, newEpoch: e.newEpochID(), minMS: least,
-		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req)}
+		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req),
+		delay: delayArg(req.LockDelay)}
 	keys, argv := c.run(e)
 	v, err := e.write(ctx, e.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
@@ -450,6 +473,12 @@ func (e *Engine) acquired(ctx context.Context, key string, req AcquireRequest, w
 		e.epochs.saw(sh, r.epoch)
 		e.epochs.recovering(r.left)
 		return Lease{}, &RecoveringError{Remaining: r.left}
+	case "delay":
+		e.epochs.met(sh, r.epoch)
+		if en != nil {
+			en.setPlace(r.place)
+		}
+		return Lease{}, &DelayError{Resource: resourceOf(key), Remaining: r.left}
 	case "idempotent":
 		l := r.grant.lease(key)
 		l.Outcome = Replayed

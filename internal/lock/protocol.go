@@ -33,6 +33,7 @@ type acquireCall struct {
 	deadline int64  // ms from now
 	place    string // the waiter's place from an earlier try, or ""
 	named    string // named
+	delay    string // the lock-delay in ms, or "" for none
 }
 
 func (c acquireCall) run(e *Engine) ([]string, []any) {
@@ -40,7 +41,7 @@ func (c acquireCall) run(e *Engine) ([]string, []any) {
 	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor, k.wake, c.intent,
 			c.seen, c.liveMS, c.newEpoch, c.minMS,
-			c.mode, c.limit, c.waiter, e.arg.replica, c.deadline, c.place, c.named}
+			c.mode, c.limit, c.waiter, e.arg.replica, c.deadline, c.place, c.named, c.delay}
 }
 
 // renewCall is renew.lua's call.
@@ -162,7 +163,7 @@ type acquireReply struct {
 	place   string
 	waiters int
 	since   time.Time
-	left    time.Duration // recovering: the quarantine's time left
+	left    time.Duration // recovering: the quarantine's time left; delay: the lock-delay's
 	holders int           // full: live holders
 	held    Mode          // mode: the lease's mode
 }
@@ -184,6 +185,8 @@ func decodeAcquire(v any) (acquireReply, error) {
 		}
 	case "recovering":
 		out.epoch, out.left = r.str(1), r.ms(2)
+	case "delay":
+		out.epoch, out.left, out.place = r.str(1), r.ms(2), r.str(3)
 	case "full":
 		out.holders = int(r.int(1))
 	case "mode":

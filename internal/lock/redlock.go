@@ -181,6 +181,9 @@ func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest)
 		return Lease{}, err
 	}
 	key := res.id()
+	if req.LockDelay > 0 {
+		return Lease{}, ErrNoLockDelay
+	}
 	if res.Kind == KindSemaphore || req.Mode == Shared {
 		return Lease{}, fmt.Errorf("%w: shared holds and semaphores need one Redis, Sentinel or Cluster, not Redlock", ErrUnsupported)
 	}

@@ -76,6 +76,7 @@ type acquireBody struct {
 	ttlMs, waitMs *int64
 	token         *string
 	mode          *api.LockMode // locks only
+	lockDelayMs   *int64        // locks only
 	limit         *int          // semaphores only, required
 }
 
@@ -83,7 +84,7 @@ func lockBody(b *api.AcquireRequest) acquireBody {
 	if b == nil {
 		return acquireBody{}
 	}
-	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode, lockDelayMs: b.LockDelayMs}
 }
 
 func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
@@ -127,6 +128,9 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 			return req, err
 		}
 	}
+	if req.LockDelay, err = s.lockDelay(k, req.Mode, body.lockDelayMs); err != nil {
+		return req, err
+	}
 	if idem != nil {
 		if *idem == "" {
 			return req, invalid("Idempotency-Key", "Idempotency-Key must not be empty")
@@ -138,6 +142,23 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 	}
 	logOwner(ctx, req.Owner)
 	return req, nil
+}
+
+// lockDelay is an acquire's lock-delay: the body's, else the server's
+// default for an exclusive lock. Shared holds and permits have none.
+func (s *Server) lockDelay(k lock.Kind, mode lock.Mode, ms *int64) (time.Duration, error) {
+	exclusive := k == lock.KindLock && mode != lock.Shared
+	if ms == nil {
+		if exclusive {
+			return s.cfg.LockDelay, nil
+		}
+		return 0, nil
+	}
+	d, err := msRange("lock_delay_ms", ms, 0, 0, lock.MaxLockDelay)
+	if err == nil && d > 0 && !exclusive {
+		err = invalid("lock_delay_ms", "a lock-delay applies to exclusive holds only, not to shared holds")
+	}
+	return d, err
 }
 
 // grant validates an acquire of the lock or semaphore name and acquires it.

@@ -46,6 +46,9 @@ type Config struct {
 	DefaultTTL time.Duration
 	MaxTTL     time.Duration
 	MaxWait    time.Duration
+	// LockDelay is the lock-delay of an exclusive acquire that names none
+	// (lock_delay_ms); zero by default.
+	LockDelay time.Duration
 	// MaxHolds caps concurrent /hold streams.
 	MaxHolds int
 	// MaxHoldsPerAPIKey, MaxWaitersPerAPIKey and MaxEventStreamsPerAPIKey

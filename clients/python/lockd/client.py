@@ -81,6 +81,7 @@ class Client:
         idempotency_key: Optional[str] = None,
         auto_renew: bool = True,
         on_lost: Optional[OnLost] = None,
+        lock_delay: Optional[float] = None,
     ) -> Lease:
         """acquire takes the lock on key and returns its Lease, renewing itself every ttl/3.
 
@@ -94,9 +95,13 @@ class Client:
         ``idempotency_key`` defaults to a new random one per call, which
         makes this call's own retries safe: a retry whose first attempt was
         granted gets that same lease back. ``on_lost(lease, error)`` is
-        called once if the lease is lost.
+        called once if the lease is lost. ``lock_delay`` (seconds, exclusive
+        only) holds the key off for that long after this lease ends by
+        expiry or force-release; acquires meanwhile raise LockDelay.
         """
         body: Dict[str, Any] = {"ttl_ms": _ms(ttl, "ttl")}
+        if lock_delay is not None:
+            body["lock_delay_ms"] = _ms(lock_delay, "lock_delay")
         if owner is not None:
             body["owner"] = owner
         if value is not None:
@@ -115,6 +120,7 @@ class Client:
         mode: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
         idempotency_key: Optional[str] = None,
+        lock_delay: Optional[float] = None,
     ) -> "LeaseContext":
         """lock is acquire as a context manager: it acquires on entry, yields the Lease and releases on exit.
 
@@ -129,7 +135,7 @@ class Client:
         return LeaseContext(
             lambda: self.acquire(
                 key, ttl=ttl, wait=wait, owner=owner, value=value, mode=mode,
-                idempotency_key=idempotency_key, on_lost=on_lost,
+                idempotency_key=idempotency_key, on_lost=on_lost, lock_delay=lock_delay,
             )
         )
 

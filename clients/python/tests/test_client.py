@@ -51,6 +51,20 @@ class Locks(unittest.TestCase):
         self.assertTrue(err.retry_after is not None and 0 < err.retry_after <= 20, err.retry_after)
         self.assertIn("first", str(err))
 
+    def test_lock_delay_holds_the_key_off_after_expiry(self) -> None:
+        c = harness.client()
+        key = harness.unique("delay")
+        c.acquire(key, ttl=0.2, lock_delay=1.0, auto_renew=False)
+        time.sleep(0.3)
+        with self.assertRaises(lockd.LockDelay) as ctx:
+            c.acquire(key, ttl=10)
+        err = ctx.exception
+        self.assertIsInstance(err, lockd.NotGranted)
+        self.assertEqual((err.status, err.code), (409, "lock_delay"))
+        self.assertTrue(0 < err.remaining <= 1.0, err.remaining)
+        with c.lock(key, ttl=10, wait=3):  # waits the delay out
+            pass
+
     def test_wait_is_granted_on_release(self) -> None:
         c = harness.client()
         key = harness.unique("wait")
