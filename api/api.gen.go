@@ -366,6 +366,16 @@ type AcquireRequest struct {
 	// TtlMs Lease TTL. Default 30000; at most the server's --max-ttl (default 24 h).
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
+
 	// WaitMs How long to wait for a held lock. Default 0 (try once); at most --max-wait (default 60 s).
 	WaitMs *int64 `json:"wait_ms,omitempty"`
 }
@@ -468,6 +478,16 @@ type Holder struct {
 	Owner       string    `json:"owner"`
 	RemainingMs int64     `json:"remaining_ms"`
 	TtlMs       int64     `json:"ttl_ms"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
 }
 
 // Lease defines model for Lease.
@@ -598,6 +618,16 @@ type LockState struct {
 	RenewedAt   time.Time `json:"renewed_at"`
 	TtlMs       int64     `json:"ttl_ms"`
 
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
+
 	// Waiters Requests now waiting on the key, across every lockd replica (the
 	// queue's whole length; `queue` lists at most 100; entries of a lockd
 	// that died count until they lapse, within 1.6 s).
@@ -701,6 +731,16 @@ type RenewRequest struct {
 
 	// TtlMs New TTL from now. Default the lease's own TTL.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
 }
 
 // SemaphoreAcquireRequest defines model for SemaphoreAcquireRequest.
@@ -718,6 +758,16 @@ type SemaphoreAcquireRequest struct {
 
 	// TtlMs The permit's TTL. Default 30000; at most the server's --max-ttl (default 24 h).
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
 
 	// WaitMs How long to wait for a free permit. Default 0 (try once); at most --max-wait (default 60 s).
 	WaitMs *int64 `json:"wait_ms,omitempty"`
@@ -764,6 +814,16 @@ type StreamResetMessage struct {
 
 // StreamResetMessageEvent defines model for StreamResetMessage.Event.
 type StreamResetMessageEvent string
+
+// Value A value on a grant: any JSON (object, array, string, number,
+// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+// e.g. where the holder can be reached or what it is doing. Readers
+// with the read scope see it in the state (per holder) and on the
+// dashboard, so never put a secret in it. On acquire it is the new
+// grant's (a re-entry with one replaces it); on renew it replaces the
+// grant's value. Absent: none on a new grant, unchanged otherwise
+// (null is refused: leave the field out).
+type Value = json.RawMessage
 
 // Cursor defines model for Cursor.
 type Cursor = string

@@ -101,6 +101,10 @@ type AcquireOptions struct {
 	// lease ends by expiry or force-release, nobody is granted the key
 	// for this long (ErrLockDelay meanwhile). Zero: the server's default.
 	LockDelay time.Duration
+	// Value is any JSON for the grant's state (at most 4 KiB compact),
+	// e.g. where the holder can be reached: read-scope callers see it, so
+	// never a secret. Nil: none.
+	Value json.RawMessage
 	// IdempotencyKey (e.g. a webhook delivery ID) makes a repeated acquire
 	// get the lease it already holds. Default: a random key per call, which
 	// only makes Acquire's own retries safe.
@@ -128,6 +132,9 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 		body := api.AcquireRequest{Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Mode: mode}
 		if opts.LockDelay > 0 {
 			body.LockDelayMs = ptr(opts.LockDelay.Milliseconds())
+		}
+		if opts.Value != nil {
+			body.Value = &opts.Value
 		}
 		return c.raw.AcquireLock(ctx, key, &api.AcquireLockParams{IdempotencyKey: p.idem}, body)
 	})

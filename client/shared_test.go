@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -173,4 +174,21 @@ func TestLockDelay(t *testing.T) {
 		t.Fatalf("waiting the lock-delay out: %v", err)
 	}
 	_ = l.Release(ctx)
+}
+
+// A value given on acquire shows in the state.
+func TestValueInState(t *testing.T) {
+	ld := startLockd(t)
+	c := newClient(t, ld.URL)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	l, err := c.Acquire(ctx, key, client.AcquireOptions{Value: json.RawMessage(`{"addr":"10.0.0.7:8080"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Release(ctx) }()
+	st, err := c.State(ctx, key)
+	if err != nil || st.Value == nil || string(*st.Value) != `{"addr":"10.0.0.7:8080"}` {
+		t.Fatalf("state: %+v %v", st, err)
+	}
 }

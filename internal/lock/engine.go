@@ -269,6 +269,24 @@ type AcquireRequest struct {
 	// nobody is granted the key for this long, so that a holder that has
 	// not yet noticed its loss finishes before the next one starts.
 	LockDelay time.Duration
+	// Value is the grant's value, compact JSON of at most MaxValue bytes
+	// ("" for none): readers see it in the state; a re-entry with one
+	// replaces it.
+	Value string
+}
+
+// MaxValue is the largest value a grant may carry, in bytes of compact
+// JSON.
+const MaxValue = 4 << 10
+
+// RenewRequest is a renewal of the lease with Token.
+type RenewRequest struct {
+	Token string
+	// TTL is the new time to live from now; 0 keeps the lease's own.
+	TTL   time.Duration
+	Actor string
+	// Value replaces the grant's value ("" keeps it).
+	Value string
 }
 
 // MaxLockDelay is the longest lock-delay an acquire may ask for.
@@ -436,7 +454,7 @@ func (e *Engine) try(ctx context.Context, key string, req AcquireRequest, token,
 		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
 		seen: seen, liveMS: live, newEpoch: e.newEpochID(), minMS: least,
 		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req),
-		delay: delayArg(req.LockDelay)}
+		delay: delayArg(req.LockDelay), value: req.Value}
 	keys, argv := c.run(e)
 	v, err := e.write(ctx, e.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
@@ -569,20 +587,20 @@ func named(req AcquireRequest) string {
 }
 
 // Renew sets the lease's expiry to now + ttl (ttl 0: the lease's own TTL).
-func (e *Engine) Renew(ctx context.Context, res Resource, token string, ttl time.Duration, actor string) (Lease, error) {
+func (e *Engine) Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error) {
 	if err := res.check(); err != nil {
 		return Lease{}, err
 	}
 	key := res.id()
 	k := keysOf(key)
 	ttlArg := ""
-	if ttl > 0 {
-		ttlArg = strconv.FormatInt(ttl.Milliseconds(), 10)
+	if req.TTL > 0 {
+		ttlArg = strconv.FormatInt(req.TTL.Milliseconds(), 10)
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
 	sh := e.sharedOf(key)
-	keys, argv := renewCall{keys: k, shared: sh, token: token, ttl: ttlArg, actor: packable(actor)}.run(e)
+	keys, argv := renewCall{keys: k, shared: sh, token: req.Token, ttl: ttlArg, actor: packable(req.Actor), value: req.Value}.run(e)
 	v, err := e.write(ctx, e.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -774,6 +792,8 @@ type State struct {
 	// LeftAtRenewal is how much of the lease was left when it was last
 	// renewed (0 before the first renewal).
 	LeftAtRenewal time.Duration
+	// Value is the newest holder's value (JSON), or "".
+	Value string
 	// AtRisk says the holder may be about to lose the lease: its last
 	// renewal came with less than a third of the TTL left, or a third of
 	// the TTL is all that is left (a holder renewing at ttl/3, as lockd's
@@ -848,6 +868,8 @@ func exclusiveState(s *State, r *reply) {
 	s.RenewedAt = r.time(8)
 	s.Renewals = r.int(9)
 	s.LeftAtRenewal = r.ms(11)
+	s.Value = r.str(13)
+	s.Holders[0].Value = s.Value
 	s.AtRisk = atRisk(*s)
 }
 
@@ -869,7 +891,7 @@ func sharedState(s *State, r *reply) error {
 	if r.len() > 7 {
 		s.Waiters, s.HoldersTotal = int(r.int(6)), int(r.int(7))
 	}
-	for i := 0; i+8 < hs.len(); i += 9 {
+	for i := 0; i+9 < hs.len(); i += 10 {
 		exp := hs.time(i + 7)
 		h := Holder{
 			Owner:      hs.str(i),
@@ -880,11 +902,13 @@ func sharedState(s *State, r *reply) error {
 			AcquiredAt: hs.time(i + 4),
 			ExpiresAt:  exp,
 			Remaining:  exp.Sub(now),
+			Value:      hs.str(i + 9),
 		}
 		s.Holders = append(s.Holders, h)
 		if len(s.Holders) == 1 || h.Fence > s.Fence {
 			s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
 			s.RenewedAt, s.Renewals, s.LeftAtRenewal = hs.time(i+5), hs.int(i+6), hs.ms(i+8)
+			s.Value = h.Value
 		}
 	}
 	slices.SortFunc(s.Holders, func(a, b Holder) int { return cmp.Compare(a.Fence, b.Fence) })

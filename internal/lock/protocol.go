@@ -34,6 +34,7 @@ type acquireCall struct {
 	place    string // the waiter's place from an earlier try, or ""
 	named    string // named
 	delay    string // the lock-delay in ms, or "" for none
+	value    string // the grant's value (JSON), or ""
 }
 
 func (c acquireCall) run(e *Engine) ([]string, []any) {
@@ -41,7 +42,7 @@ func (c acquireCall) run(e *Engine) ([]string, []any) {
 	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor, k.wake, c.intent,
 			c.seen, c.liveMS, c.newEpoch, c.minMS,
-			c.mode, c.limit, c.waiter, e.arg.replica, c.deadline, c.place, c.named, c.delay}
+			c.mode, c.limit, c.waiter, e.arg.replica, c.deadline, c.place, c.named, c.delay, c.value}
 }
 
 // renewCall is renew.lua's call.
@@ -51,12 +52,13 @@ type renewCall struct {
 	token  string
 	ttl    string // ms, or "" to keep the lease's own
 	actor  string
+	value  string // a new value (JSON), or "" to keep the grant's own
 }
 
 func (c renewCall) run(e *Engine) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		[]any{c.token, c.ttl, c.actor, k.wake}
+		[]any{c.token, c.ttl, c.actor, k.wake, c.value}
 }
 
 // releaseCall is release.lua's call.

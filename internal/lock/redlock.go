@@ -407,13 +407,13 @@ func (r *Redlock) undo(key, token, actor string, on []int) {
 }
 
 // Renew extends the lease on every master; a majority must confirm.
-func (r *Redlock) Renew(ctx context.Context, res Resource, token string, ttl time.Duration, actor string) (Lease, error) {
+func (r *Redlock) Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error) {
 	key := res.id()
 	if err := onlyLocks(res); err != nil {
 		return Lease{}, err
 	}
 	leases, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (Lease, error) {
-		return n.Renew(ctx, resourceOf(key), token, ttl, actor)
+		return n.Renew(ctx, resourceOf(key), req)
 	})
 	var ok []Lease
 	for i, err := range errs {

@@ -78,20 +78,21 @@ type acquireBody struct {
 	mode          *api.LockMode // locks only
 	lockDelayMs   *int64        // locks only
 	limit         *int          // semaphores only, required
+	value         *api.Value
 }
 
 func lockBody(b *api.AcquireRequest) acquireBody {
 	if b == nil {
 		return acquireBody{}
 	}
-	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode, lockDelayMs: b.LockDelayMs}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode, lockDelayMs: b.LockDelayMs, value: b.Value}
 }
 
 func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
 	if b == nil {
 		return acquireBody{}
 	}
-	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, limit: &b.Limit}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, limit: &b.Limit, value: b.Value}
 }
 
 // acquireRequest validates an acquire (or hold) body against the limits.
@@ -129,6 +130,9 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 		}
 	}
 	if req.LockDelay, err = s.lockDelay(k, req.Mode, body.lockDelayMs); err != nil {
+		return req, err
+	}
+	if req.Value, err = checkValue(body.value); err != nil {
 		return req, err
 	}
 	if idem != nil {
@@ -238,8 +242,12 @@ func (s *Server) renew(ctx context.Context, k lock.Kind, name string, body *api.
 	if err != nil {
 		return api.Lease{}, err
 	}
+	value, err := checkValue(body.Value)
+	if err != nil {
+		return api.Lease{}, err
+	}
 	res := lock.Resource{Kind: k, Name: name}
-	l, err := s.engine.Renew(ctx, res, body.Token, ttl, callerOf(ctx).name)
+	l, err := s.engine.Renew(ctx, res, lock.RenewRequest{Token: body.Token, TTL: ttl, Actor: callerOf(ctx).name, Value: value})
 	if err != nil {
 		return api.Lease{}, err
 	}

@@ -170,7 +170,7 @@ func (h *holdStream) renew(ctx context.Context, renewed chan lock.Lease, lost ch
 		case <-tick.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		next, err := h.s.engine.Renew(rctx, l.Resource, l.Token, l.TTL, h.actor)
+		next, err := h.s.engine.Renew(rctx, l.Resource, lock.RenewRequest{Token: l.Token, TTL: l.TTL, Actor: h.actor})
 		cancel()
 		switch {
 		case err == nil:

@@ -16,7 +16,7 @@ import (
 // Engine is what the server needs from the lock engine.
 type Engine interface {
 	Acquire(ctx context.Context, res lock.Resource, req lock.AcquireRequest) (lock.Lease, error)
-	Renew(ctx context.Context, res lock.Resource, token string, ttl time.Duration, actor string) (lock.Lease, error)
+	Renew(ctx context.Context, res lock.Resource, req lock.RenewRequest) (lock.Lease, error)
 	Release(ctx context.Context, res lock.Resource, token, actor string) (lock.Released, error)
 	ForceReleaseFence(ctx context.Context, res lock.Resource, fence int64, actor, reason string) (lock.Broken, error)
 	State(ctx context.Context, res lock.Resource) (lock.State, error)

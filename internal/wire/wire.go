@@ -58,17 +58,19 @@ func StateOf(s lock.State) api.LockState {
 	if sem {
 		out.Limit = ptr(s.Limit)
 	}
+	out.Value = valueOf(s.Value)
 	holders := s.Holders
 	if len(holders) == 0 {
 		// An engine that lists no holders (Redlock) has one: the one
 		// the state describes.
 		holders = []lock.Holder{{Owner: s.Owner, Mode: s.Mode, Fence: s.Fence, Count: s.Count, TTL: s.TTL,
-			AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining}}
+			AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining, Value: s.Value}}
 	}
 	for _, h := range holders {
 		out.Holders = append(out.Holders, api.Holder{
 			Owner: h.Owner, Mode: ModeOf(h.Mode, sem), Fence: h.Fence, Count: h.Count, TtlMs: h.TTL.Milliseconds(),
 			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, RemainingMs: h.Remaining.Milliseconds(),
+			Value: valueOf(h.Value),
 		})
 	}
 	for _, q := range s.Queue {
@@ -105,3 +107,12 @@ func EventOf(e lock.Event) api.Event {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// valueOf is a grant's value on the wire: absent when it has none.
+func valueOf(v string) *api.Value {
+	if v == "" {
+		return nil
+	}
+	raw := api.Value(v)
+	return &raw
+}

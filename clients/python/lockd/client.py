@@ -139,14 +139,14 @@ class Client:
             )
         )
 
-    def renew(self, key: str, token: str, ttl: Optional[float] = None) -> Dict[str, Any]:
+    def renew(self, key: str, token: str, ttl: Optional[float] = None, value: Any = None) -> Dict[str, Any]:
         """renew extends the lease with token on key by ttl seconds (None: its own TTL), once.
 
         Leases from acquire renew themselves: this is for tokens kept
         elsewhere. A lease that is no longer live raises LeaseLost
         (LeaseNotFound when the key has no live lease at all).
         """
-        return self._renew("lock", key, token, ttl, self.timeout)
+        return self._renew("lock", key, token, ttl, self.timeout, value)
 
     def release(self, key: str, token: str) -> Dict[str, Any]:
         """release gives back one level of the lease with token on key: ``{"key", "released", "count"}``."""
@@ -238,10 +238,14 @@ class Client:
         answer = self._retrying(f"acquire {kind} {key}", wait_until + self.retry_for, attempt)
         return Lease(self, kind, answer, sent, auto_renew=auto_renew, on_lost=on_lost)
 
-    def _renew(self, kind: str, key: str, token: str, ttl: Optional[float], timeout: float) -> Dict[str, Any]:
+    def _renew(
+        self, kind: str, key: str, token: str, ttl: Optional[float], timeout: float, value: Any = None
+    ) -> Dict[str, Any]:
         body: Dict[str, Any] = {"token": token}
         if ttl is not None:
             body["ttl_ms"] = _ms(ttl, "ttl")
+        if value is not None:
+            body["value"] = value
         return self._lease_call(kind, key, "renew", body, timeout)
 
     def _release(self, kind: str, key: str, token: str) -> Dict[str, Any]:

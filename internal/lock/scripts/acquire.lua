@@ -27,6 +27,8 @@
 -- ARGV[20] the lock-delay in ms ("" for none; exclusive holds only): after
 --          this lease ends by expiry or force-release, nobody is granted
 --          the key for that long (lib.lua, delayed)
+-- ARGV[21] the grant's value (JSON), or "": none on a new grant, the
+--          value kept on a re-entry
 -- The engine's settings come from cfg (lib.lua): the history's and event
 -- stream's caps, the retention, the waiters' liveness and the queue's
 -- TTL, the most holders of a key, whether the restart quarantine is off
@@ -96,7 +98,7 @@ local function queued()
     end
     redis.call('ZADD', q.queue, place, wid)
     redis.call('HSET', q.info, wid, cjson.encode({r = ARGV[16], d = int(now_ms + tonumber(ARGV[17])), m = want,
-      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = ARGV[20]}))
+      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = ARGV[20], v = ARGV[21]}))
     redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
     redis.call('PEXPIRE', q.info, cfg.queue_ttl)
   end
@@ -197,6 +199,9 @@ if cur and not cur.multi then
     end
     local count = tonumber(cur.count) + 1
     cur.count, cur.ttl, cur.renewed, cur.exp = int(count), ARGV[3], int(now_ms), int(now_ms + ttl)
+    if ARGV[21] ~= '' then
+      cur.v = ARGV[21]
+    end
     local set
     cur.keep, set = keep_for(cur.keep, now_ms + ttl + retention, retention)
     save_lease(lease, cur, ttl)
@@ -248,6 +253,9 @@ if multi then
       return {'limit'}
     end
     h.c, h.t, h.r, h.e = int(tonumber(h.c) + 1), ARGV[3], int(now_ms), int(now_ms + ttl)
+    if ARGV[21] ~= '' then
+      h.v = ARGV[21]
+    end
     redis.call('HSET', lease, 'h:' .. reentry, cjson.encode(h))
     redis.call('ZADD', holders, h.e, reentry)
     settle(lease, holders, sched, ev.key, now_ms)
@@ -357,14 +365,14 @@ if want == 'x' then
     end
   end
   fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, '',
-    ARGV[20])
+    ARGV[20], ARGV[21])
 else
   if not multi then
     -- fx: every holder of this lease is in the fence index (f:<fence>).
     redis.call('HSET', lease, 'mode', want == 's' and 'shared' or 'permit', 'limit', limit, 'fx', '1')
   end
   fence = next_fence(last, counter, now_us)
-  local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0',
+  local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0', v = ARGV[21],
     e = int(now_ms + ttl), i = idem, it = ARGV[3], l = ''}
   -- last: the newest holder, which a state describes (state.lua).
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h), 'last', token, 'f:' .. fence, token)

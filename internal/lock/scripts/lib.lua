@@ -198,14 +198,14 @@ end
 local function pack_lease(l)
   return l.token .. US .. l.owner .. US .. l.fence .. US .. l.count .. US .. l.ttl .. US ..
     l.acquired .. US .. l.renewed .. US .. l.renewals .. US .. l.idem .. US .. l.ittl .. US ..
-    l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep .. US .. (l.d or '')
+    l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep .. US .. (l.d or '') .. US .. (l.v or '')
 end
 
 local function unpack_lease(s)
   local f = fields(s)
   return {token = f[1], owner = f[2], fence = f[3], count = f[4], ttl = f[5], acquired = f[6],
     renewed = f[7], renewals = f[8], idem = f[9], ittl = f[10], left = f[11], exp = f[12],
-    handed = f[13], w = f[14], keep = f[15], d = f[16] or ''}
+    handed = f[13], w = f[14], keep = f[15], d = f[16] or '', v = f[17] or ''}
 end
 
 -- read_lease is the lease at lease: nil when nobody holds the key, {multi
@@ -555,14 +555,15 @@ end
 -- grant_x writes a new exclusive lease on a free key (acquire.lua, and a
 -- release that hands the key to the next waiter); it returns its fence.
 -- last is the history's newest event, counter as for next_fence, w and
--- handed the lease's (pack_lease), d its lock-delay in ms ("" for none).
-local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, handed, d)
+-- handed the lease's (pack_lease), d its lock-delay in ms ("" for none),
+-- v its value (JSON, "" for none; valid JSON never holds the US byte).
+local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, handed, d, v)
   local fence = next_fence(last, counter, now_us)
   local ttl_s, now_s, exp_s = str(ttl), str(now_ms), str(now_ms + ttl)
   local keep, set = keep_for(last and last.keep, now_ms + ttl + retention, retention)
   save_lease(lease, {token = token, owner = owner, fence = fence, count = '1', ttl = ttl_s, acquired = now_s,
     renewed = now_s, renewals = '0', idem = idem, ittl = ttl_s, left = '', exp = exp_s, handed = handed, w = w,
-    keep = keep, d = d}, ttl_s)
+    keep = keep, d = d, v = v}, ttl_s)
   schedule(sched, ev.key, exp_s)
   record(hist, cap, 'acquired', now_s, owner, fence, ttl_s, '1', actor, '', exp_s, w, keep, d)
   if set then

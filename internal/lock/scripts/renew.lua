@@ -5,6 +5,7 @@
 -- KEYS[6] holders (shared or permits)    KEYS[7] the bucket's event stream
 -- ARGV[1] token        ARGV[2] ttl_ms or "" (keep the lease's own)
 -- ARGV[3] actor        ARGV[4] wake channel
+-- ARGV[5] a new value for the grant (JSON), or "" to keep its own
 -- From cfg (lib.lua): the renewals' and history's caps, the retention,
 -- the event stream's cap.
 --
@@ -32,6 +33,9 @@ if cur and cur.multi then
   local ttl = tonumber(ARGV[2]) or tonumber(h.t)
   local left = tonumber(h.e) - now_ms
   h.t, h.r, h.e, h.l, h.n = int(ttl), int(now_ms), int(now_ms + ttl), int(left), int(tonumber(h.n) + 1)
+  if ARGV[5] ~= '' then
+    h.v = ARGV[5]
+  end
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))
   redis.call('ZADD', holders, h.e, token)
   settle(lease, holders, sched, ev.key, now_ms)
@@ -53,6 +57,9 @@ local ttl_s, now_s = int(ttl), int(now_ms)
 
 cur.ttl, cur.renewed, cur.left, cur.exp = ttl_s, now_s, left, int(now_ms + ttl)
 cur.renewals = int(tonumber(cur.renewals) + 1)
+if ARGV[5] ~= '' then
+  cur.v = ARGV[5]
+end
 -- The history and the renewals outlive the lease's end by the retention,
 -- however long it is renewed.
 local keep, set = keep_for(cur.keep, now_ms + ttl + retention, retention)
