@@ -369,8 +369,14 @@ func want(res Resource, req AcquireRequest) (string, error) {
 	if req.LockDelay < 0 || req.LockDelay > MaxLockDelay {
 		return "", fmt.Errorf("lock: lock-delay %v is not within 0…%v", req.LockDelay, MaxLockDelay)
 	}
-	if req.LockDelay > 0 && (res.Kind != KindLock || req.Mode == Shared) {
-		return "", errors.New("lock: a lock-delay applies to exclusive locks only")
+	if req.LockDelay > 0 && (res.Kind == KindSemaphore || req.Mode == Shared) {
+		return "", errors.New("lock: a lock-delay applies to exclusive locks and elections only")
+	}
+	if res.Kind == KindElection {
+		if req.Mode != "" && req.Mode != Exclusive {
+			return "", errors.New("lock: an election has one leader: no shared mode")
+		}
+		return "x", nil
 	}
 	if res.Kind == KindSemaphore {
 		if req.Limit < 1 || req.Limit > MaxLimit {

@@ -65,6 +65,8 @@ var (
 	// ErrNoLockDelay answers a lock-delay on Redlock: a lapse is seen by
 	// each master apart, so no one of them can hold the key off for all.
 	ErrNoLockDelay = fmt.Errorf("%w: Redlock has no lock-delay", ErrUnsupported)
+	// ErrNoElections answers every election operation on Redlock.
+	ErrNoElections = fmt.Errorf("%w: Redlock has no elections", ErrUnsupported)
 )
 
 // HeldError says who holds a key and for how long.

@@ -184,6 +184,9 @@ func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest)
 	if req.LockDelay > 0 {
 		return Lease{}, ErrNoLockDelay
 	}
+	if res.Kind == KindElection {
+		return Lease{}, ErrNoElections
+	}
 	if res.Kind == KindSemaphore || req.Mode == Shared {
 		return Lease{}, fmt.Errorf("%w: shared holds and semaphores need one Redis, Sentinel or Cluster, not Redlock", ErrUnsupported)
 	}
@@ -618,7 +621,11 @@ func onlyLocks(res Resource) error {
 	if err := res.check(); err != nil {
 		return err
 	}
-	if res.Kind != KindLock {
+	switch res.Kind {
+	case KindLock:
+	case KindElection:
+		return ErrNoElections
+	default:
 		return ErrNoSemaphores
 	}
 	return nil

@@ -128,6 +128,9 @@ func engine(err error, res lock.Resource) Problem {
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no event stream: each master records only the events it took part in, " +
 				"so no one stream has them all; GET /v1/events, the dashboard's live updates and webhooks need one Redis, Sentinel or Cluster"}
+	case errors.Is(err, lock.ErrNoElections):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Detail: "this server runs Redlock, which has no elections: they need one Redis, Sentinel or Cluster"}
 	case errors.Is(err, lock.ErrNoLockDelay):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Field: "lock_delay_ms", Detail: "this server runs Redlock, which has no lock-delay: each master sees a lapse apart; it needs one Redis, Sentinel or Cluster"}

@@ -151,7 +151,7 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 // lockDelay is an acquire's lock-delay: the body's, else the server's
 // default for an exclusive lock. Shared holds and permits have none.
 func (s *Server) lockDelay(k lock.Kind, mode lock.Mode, ms *int64) (time.Duration, error) {
-	exclusive := k == lock.KindLock && mode != lock.Shared
+	exclusive := (k == lock.KindLock || k == lock.KindElection) && mode != lock.Shared
 	if ms == nil {
 		if exclusive {
 			return s.cfg.LockDelay, nil
@@ -333,13 +333,22 @@ func (s *Server) ListLocks(ctx context.Context, r api.ListLocksRequestObject) (a
 	if err != nil {
 		return nil, err
 	}
-	return api.ListLocks200JSONResponse{Locks: states, NextCursor: next}, nil
+	return api.ListLocks200JSONResponse{Locks: statesOf(states), NextCursor: next}, nil
+}
+
+// statesOf is a page of states on the wire.
+func statesOf(states []lock.State) []api.LockState {
+	out := make([]api.LockState, 0, len(states))
+	for _, st := range states {
+		out = append(out, wire.StateOf(st))
+	}
+	return out
 }
 
 // list pages through the live resources of one kind.
 func (s *Server) list(ctx context.Context, kind lock.Kind,
 	prefixParam *string, limitParam *int, cursorParam *string,
-) ([]api.LockState, *string, error) {
+) ([]lock.State, *string, error) {
 	prefix, err := checkPrefix(prefixParam)
 	if err != nil {
 		return nil, nil, err
@@ -361,12 +370,12 @@ func (s *Server) list(ctx context.Context, kind lock.Kind,
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make([]api.LockState, 0, len(page.Locks))
+	out := make([]lock.State, 0, len(page.Locks))
 	for _, st := range page.Locks {
-		// A key limited to some prefixes sees only their locks and
-		// semaphores (by name).
+		// A key limited to some prefixes sees only their resources (by
+		// name).
 		if !filter || c.mayTouch(s.cfg.Keys, st.Resource.Name) {
-			out = append(out, wire.StateOf(st))
+			out = append(out, st)
 		}
 	}
 	var next *string
@@ -396,7 +405,7 @@ func (s *Server) history(ctx context.Context, k lock.Kind, name string, limitPar
 	case typ == nil:
 		evs, err = s.engine.History(ctx, res, limit)
 	case !typ.Valid():
-		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released")
+		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released, proclaimed")
 	case *typ == api.Renewed:
 		evs, err = s.engine.Renewals(ctx, res, limit)
 	default:

@@ -43,6 +43,8 @@ func kindOf(op api.Operation) lock.Kind {
 		return lock.KindLock
 	case "semaphore":
 		return lock.KindSemaphore
+	case "election":
+		return lock.KindElection
 	default:
 		return 0
 	}
