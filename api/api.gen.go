@@ -1635,6 +1635,8 @@ type ClientInterface interface {
 
 	// ListElections List elections with a leader, paged.
 	//
+	// As the list of locks (`SCAN`, an opaque `next_cursor`), of the elections that have a leader now.
+	//
 	// Corresponds with GET /v1/elections (the `ListElections` operationId).
 	ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1725,7 +1727,11 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
 	ForceReleaseElection(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetElectionHistory The election's recent events, newest first (terms begun, resigned, lapsed, proclaimed).
+	// GetElectionHistory The election's recent events, newest first.
+	//
+	// As a lock's history: terms begun (`acquired`), resigned
+	// (`released`), lapsed (`expired`), broken (`force_released`) and the
+	// leader's values (`proclaimed`).
 	//
 	// Corresponds with GET /v1/elections/{key}/history (the `GetElectionHistory` operationId).
 	GetElectionHistory(ctx context.Context, key ElectionKey, params *GetElectionHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1785,12 +1791,20 @@ type ClientInterface interface {
 
 	// ResignWithBody Give up the leadership; the next candidate leads at once.
 	//
+	// Ends the leadership with this token; a candidate waiting in line
+	// leads at once (observers see `vacant`, then `leader`). A token that
+	// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
 	ResignWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Resign Give up the leadership; the next candidate leads at once.
+	//
+	// Ends the leadership with this token; a candidate waiting in line
+	// leads at once (observers see `vacant`, then `leader`). A token that
+	// no longer leads answers 409 `lease_lost` or 404 `not_found`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2294,6 +2308,8 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // ListElections List elections with a leader, paged.
 //
+// As the list of locks (`SCAN`, an opaque `next_cursor`), of the elections that have a leader now.
+//
 // Corresponds with GET /v1/elections (the `ListElections` operationId).
 func (c *Client) ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListElectionsRequest(c.Server, params)
@@ -2464,7 +2480,11 @@ func (c *Client) ForceReleaseElection(ctx context.Context, key ElectionKey, body
 	return c.Client.Do(req)
 }
 
-// GetElectionHistory The election's recent events, newest first (terms begun, resigned, lapsed, proclaimed).
+// GetElectionHistory The election's recent events, newest first.
+//
+// As a lock's history: terms begun (`acquired`), resigned
+// (`released`), lapsed (`expired`), broken (`force_released`) and the
+// leader's values (`proclaimed`).
 //
 // Corresponds with GET /v1/elections/{key}/history (the `GetElectionHistory` operationId).
 func (c *Client) GetElectionHistory(ctx context.Context, key ElectionKey, params *GetElectionHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2584,6 +2604,10 @@ func (c *Client) RenewLeadership(ctx context.Context, key ElectionKey, body Rene
 
 // ResignWithBody Give up the leadership; the next candidate leads at once.
 //
+// Ends the leadership with this token; a candidate waiting in line
+// leads at once (observers see `vacant`, then `leader`). A token that
+// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
@@ -2600,6 +2624,10 @@ func (c *Client) ResignWithBody(ctx context.Context, key ElectionKey, contentTyp
 }
 
 // Resign Give up the leadership; the next candidate leads at once.
+//
+// Ends the leadership with this token; a candidate waiting in line
+// leads at once (observers see `vacant`, then `leader`). A token that
+// no longer leads answers 409 `lease_lost` or 404 `not_found`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4938,6 +4966,8 @@ type ClientWithResponsesInterface interface {
 
 	// ListElectionsWithResponse List elections with a leader, paged.
 	//
+	// As the list of locks (`SCAN`, an opaque `next_cursor`), of the elections that have a leader now.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/elections (the `ListElections` operationId).
@@ -5032,7 +5062,11 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
 	ForceReleaseElectionWithResponse(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceReleaseElectionResponse, error)
 
-	// GetElectionHistoryWithResponse The election's recent events, newest first (terms begun, resigned, lapsed, proclaimed).
+	// GetElectionHistoryWithResponse The election's recent events, newest first.
+	//
+	// As a lock's history: terms begun (`acquired`), resigned
+	// (`released`), lapsed (`expired`), broken (`force_released`) and the
+	// leader's values (`proclaimed`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5096,12 +5130,20 @@ type ClientWithResponsesInterface interface {
 
 	// ResignWithBodyWithResponse Give up the leadership; the next candidate leads at once.
 	//
+	// Ends the leadership with this token; a candidate waiting in line
+	// leads at once (observers see `vacant`, then `leader`). A token that
+	// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
 	ResignWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResignResponse, error)
 
 	// ResignWithResponse Give up the leadership; the next candidate leads at once.
+	//
+	// Ends the leadership with this token; a candidate waiting in line
+	// leads at once (observers see `vacant`, then `leader`). A token that
+	// no longer leads answers 409 `lease_lost` or 404 `not_found`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8873,6 +8915,8 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // ListElectionsWithResponse List elections with a leader, paged.
 //
+// As the list of locks (`SCAN`, an opaque `next_cursor`), of the elections that have a leader now.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/elections (the `ListElections` operationId).
@@ -9015,7 +9059,11 @@ func (c *ClientWithResponses) ForceReleaseElectionWithResponse(ctx context.Conte
 	return ParseForceReleaseElectionResponse(rsp)
 }
 
-// GetElectionHistoryWithResponse The election's recent events, newest first (terms begun, resigned, lapsed, proclaimed).
+// GetElectionHistoryWithResponse The election's recent events, newest first.
+//
+// As a lock's history: terms begun (`acquired`), resigned
+// (`released`), lapsed (`expired`), broken (`force_released`) and the
+// leader's values (`proclaimed`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -9115,6 +9163,10 @@ func (c *ClientWithResponses) RenewLeadershipWithResponse(ctx context.Context, k
 
 // ResignWithBodyWithResponse Give up the leadership; the next candidate leads at once.
 //
+// Ends the leadership with this token; a candidate waiting in line
+// leads at once (observers see `vacant`, then `leader`). A token that
+// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
@@ -9127,6 +9179,10 @@ func (c *ClientWithResponses) ResignWithBodyWithResponse(ctx context.Context, ke
 }
 
 // ResignWithResponse Give up the leadership; the next candidate leads at once.
+//
+// Ends the leadership with this token; a candidate waiting in line
+// leads at once (observers see `vacant`, then `leader`). A token that
+// no longer leads answers 409 `lease_lost` or 404 `not_found`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12960,7 +13016,7 @@ type ServerInterface interface {
 	// ForceReleaseElection Break a stuck leadership (admin).
 	// (POST /v1/elections/{key}/force-release)
 	ForceReleaseElection(w http.ResponseWriter, r *http.Request, key ElectionKey)
-	// GetElectionHistory The election's recent events, newest first (terms begun, resigned, lapsed, proclaimed).
+	// GetElectionHistory The election's recent events, newest first.
 	// (GET /v1/elections/{key}/history)
 	GetElectionHistory(w http.ResponseWriter, r *http.Request, key ElectionKey, params GetElectionHistoryParams)
 	// ObserveElection Follow the election's leadership as server-sent events.
@@ -13080,7 +13136,7 @@ func (_ Unimplemented) ForceReleaseElection(w http.ResponseWriter, r *http.Reque
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
-// GetElectionHistory The election's recent events, newest first (terms begun, resigned, lapsed, proclaimed).
+// GetElectionHistory The election's recent events, newest first.
 // (GET /v1/elections/{key}/history)
 func (_ Unimplemented) GetElectionHistory(w http.ResponseWriter, r *http.Request, key ElectionKey, params GetElectionHistoryParams) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -18670,7 +18726,7 @@ type StrictServerInterface interface {
 	// ForceReleaseElection Break a stuck leadership (admin).
 	// (POST /v1/elections/{key}/force-release)
 	ForceReleaseElection(ctx context.Context, request ForceReleaseElectionRequestObject) (ForceReleaseElectionResponseObject, error)
-	// GetElectionHistory The election's recent events, newest first (terms begun, resigned, lapsed, proclaimed).
+	// GetElectionHistory The election's recent events, newest first.
 	// (GET /v1/elections/{key}/history)
 	GetElectionHistory(ctx context.Context, request GetElectionHistoryRequestObject) (GetElectionHistoryResponseObject, error)
 	// ObserveElection Follow the election's leadership as server-sent events.
