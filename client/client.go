@@ -146,6 +146,7 @@ type kind uint8
 const (
 	lockKind kind = iota
 	semaphoreKind
+	electionKind
 )
 
 // acquireParams are the fields that every acquire sends.
@@ -176,7 +177,14 @@ func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send 
 		}
 		sent := time.Now()
 		resp, err := send(ctx, p)
-		l, err := decode[api.Lease](ctx, resp, err)
+		var l api.Lease
+		if k == electionKind {
+			var ld api.Leadership
+			ld, err = decode[api.Leadership](ctx, resp, err)
+			l = leaseOf(ld)
+		} else {
+			l, err = decode[api.Lease](ctx, resp, err)
+		}
 		if err == nil {
 			return newLease(c, k, l, sent, !opts.NoAutoRenew), nil
 		}
@@ -208,9 +216,14 @@ func (c *Client) renew(ctx context.Context, k kind, key, token string, ttl time.
 	}
 	var resp *http.Response
 	var err error
-	if k == semaphoreKind {
+	switch k {
+	case semaphoreKind:
 		resp, err = c.raw.RenewSemaphore(ctx, key, body)
-	} else {
+	case electionKind:
+		resp, err = c.raw.RenewLeadership(ctx, key, body)
+		ld, err := decode[api.Leadership](ctx, resp, err)
+		return leaseOf(ld), lostIfNotFound(key, err)
+	default:
 		resp, err = c.raw.RenewLock(ctx, key, body)
 	}
 	l, err := decode[api.Lease](ctx, resp, err)
@@ -227,9 +240,14 @@ func (c *Client) release(ctx context.Context, k kind, key, token string) (api.Re
 	body := api.ReleaseRequest{Token: token}
 	var resp *http.Response
 	var err error
-	if k == semaphoreKind {
+	switch k {
+	case semaphoreKind:
 		resp, err = c.raw.ReleaseSemaphore(ctx, key, body)
-	} else {
+	case electionKind:
+		resp, err = c.raw.Resign(ctx, key, body)
+		r, err := decode[api.ResignResult](ctx, resp, err)
+		return api.ReleaseResult{Key: r.Key, Released: r.Resigned}, lostIfNotFound(key, err)
+	default:
 		resp, err = c.raw.ReleaseLock(ctx, key, body)
 	}
 	r, err := decode[api.ReleaseResult](ctx, resp, err)
@@ -313,9 +331,12 @@ func (c *Client) history(ctx context.Context, k kind, key string, limit int, typ
 	}
 	var resp *http.Response
 	var err error
-	if k == semaphoreKind {
+	switch k {
+	case semaphoreKind:
 		resp, err = c.raw.GetSemaphoreHistory(ctx, key, &api.GetSemaphoreHistoryParams{Limit: lim, Type: typ})
-	} else {
+	case electionKind:
+		resp, err = c.raw.GetElectionHistory(ctx, key, &api.GetElectionHistoryParams{Limit: lim, Type: typ})
+	default:
 		resp, err = c.raw.GetLockHistory(ctx, key, &api.GetLockHistoryParams{Limit: lim, Type: typ})
 	}
 	return decode[api.History](ctx, resp, err)

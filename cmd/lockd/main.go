@@ -79,6 +79,11 @@ Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVE
   lockd force-release [--fence N] [--reason TEXT] KEY
   lockd sem acquire|renew|release|status|list|history|force-release ...
                                 the same for semaphores (lockd sem -h)
+  lockd elect   [--owner NAME] [--ttl 30s] [--wait 0] [--value JSON] NAME -- COMMAND [ARGS...]
+                                wait to lead election NAME, run COMMAND while leading,
+                                resign when it exits; stop it (exit 3) if leadership is lost
+  lockd leader  [--watch] [--json] NAME
+                                who leads NAME, its value and term; --watch: every change
 
 Every flag also reads LOCKD_<FLAG> (LOCKD_TOKEN, LOCKD_TTL, ...).
 Exit codes: 0 ok, 1 held (or no permit free) after the wait, 2 usage (also a
@@ -128,4 +133,6 @@ var clientCommands = map[string]clientCommand{
 	"history":       historyCmd,
 	"force-release": forceReleaseCmd,
 	"sem":           semCmd,
+	"elect":         electCmd,
+	"leader":        leaderCmd,
 }

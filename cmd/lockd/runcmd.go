@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,6 +37,12 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
+	return runUnder(ctx, o, stdout, stderr)
+}
+
+// runUnder takes what o names (a lock, a permit or, for lockd elect, a
+// leadership), runs COMMAND while it is held and gives it back.
+func runUnder(ctx context.Context, o runOptions, stdout, stderr io.Writer) error {
 	c, err := o.cf.client(client.WithRetry(o.retry))
 	if err != nil {
 		return err
@@ -87,6 +94,10 @@ type runOptions struct {
 	ttl, wait, grace, retry time.Duration
 	owner                   string
 	shared                  bool
+	// elect campaigns for the election key (lockd elect); value is the
+	// leader's value (JSON) then.
+	elect bool
+	value string
 }
 
 // parseRun reads `lockd run`'s flags and arguments; a usage error (or
@@ -159,9 +170,16 @@ type runHold struct {
 	history func(ctx context.Context, key string, limit int) (api.History, error)
 }
 
-// acquire takes the lock or the semaphore's permit.
+// acquire takes the lock, the semaphore's permit or the leadership.
 func (o runOptions) acquire(ctx context.Context, c *client.Client) (runHold, error) {
 	opts := client.AcquireOptions{Owner: o.owner, TTL: o.ttl, Wait: o.wait}
+	if o.elect {
+		if o.value != "" {
+			opts.Value = json.RawMessage(o.value)
+		}
+		l, err := c.Campaign(ctx, o.key, opts)
+		return runHold{lease: l, what: "the leadership of " + o.key, history: c.ElectionHistory}, err
+	}
 	if o.sem {
 		s := c.Semaphore(o.key, o.limit)
 		l, err := s.Acquire(ctx, opts)
@@ -188,6 +206,9 @@ func (o runOptions) supervise(ctx context.Context, h runHold, stdout, stderr io.
 
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Env = append(childEnv(os.Environ()), "LOCKD_KEY="+o.key, "LOCKD_FENCE="+strconv.FormatInt(h.lease.Fence(), 10))
+	if o.elect {
+		cmd.Env = append(cmd.Env, "LOCKD_TERM="+strconv.FormatInt(h.lease.Fence(), 10))
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// If COMMAND leaves children holding its output open, do not wait for

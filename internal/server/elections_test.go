@@ -73,12 +73,14 @@ func TestElectionLifecycle(t *testing.T) {
 	}
 
 	pv := api.Value(`"draining"`)
+	proclaimed := time.Now()
 	if res, err := f.client.ProclaimWithResponse(ctx, name, api.ProclaimRequest{Token: a.Token, Value: pv}); err != nil || res.JSON200 == nil || string(*res.JSON200.Value) != `"draining"` {
 		t.Fatalf("proclaim: %v %s", err, res.Body)
 	}
 	if ev := obs.next(t); ev.event != "proclaimed" || ev.data["value"] != "draining" {
 		t.Fatalf("observed after proclaim: %+v", ev)
 	}
+	t.Logf("an observer heard the proclaim %v after it was sent", time.Since(proclaimed))
 
 	start := time.Now()
 	if res, err := f.client.ResignWithResponse(ctx, name, api.ReleaseRequest{Token: a.Token}); err != nil || res.JSON200 == nil || !res.JSON200.Resigned {
