@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -79,9 +80,9 @@ func acquireCmd(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 func acquire(ctx context.Context, n noun, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	synopsis := "[--shared] [--ttl 30s] [--wait 0s] [--owner NAME] [--idempotency-key K] [--json] KEY"
+	synopsis := "[--shared] [--ttl 30s] [--wait 0s] [--owner NAME] [--value JSON] [--lock-delay D] [--idempotency-key K] [--json] KEY"
 	if n.sem {
-		synopsis = "--limit N [--ttl 30s] [--wait 0s] [--owner NAME] [--idempotency-key K] [--json] NAME"
+		synopsis = "--limit N [--ttl 30s] [--wait 0s] [--owner NAME] [--value JSON] [--idempotency-key K] [--json] NAME"
 	}
 	cf := newClientFlags(n.name("acquire"), synopsis, getenv, stderr)
 	cf.jsonFlag()
@@ -89,12 +90,15 @@ func acquire(ctx context.Context, n noun, args []string, getenv func(string) str
 	wait := cf.fs.Duration("wait", cf.env.dur("wait", 0), "how long to wait while the key is held (0: try once)")
 	owner := cf.fs.String("owner", cf.env.str("owner", ""), "holder's label (default: the server's name for the caller)")
 	idem := cf.fs.String("idempotency-key", cf.env.str("idempotency-key", ""), "a retry with the same value gets the same lease back (e.g. a delivery ID)")
+	value := cf.fs.String("value", cf.env.str("value", ""), "a JSON value on the grant, shown in the state (e.g. where to reach the holder; never a secret)")
 	var shared *bool
 	var limit *int
+	var lockDelay *time.Duration
 	if n.sem {
 		limit = cf.fs.Int("limit", cf.env.int("limit", 0), "the most permits held at once, 1-10000 (required; every holder must use the same)")
 	} else {
 		shared = cf.fs.Bool("shared", cf.env.bool("shared", false), "hold the key together with other shared holders (a read lock); default exclusive")
+		lockDelay = cf.fs.Duration("lock-delay", cf.env.dur("lock-delay", 0), "after this lease ends by expiry or force-release, nobody gets the key for this long (0: the server's default)")
 	}
 	pos, err := cf.parse(args, n.arg())
 	if err != nil {
@@ -108,7 +112,16 @@ func acquire(ctx context.Context, n noun, args []string, getenv func(string) str
 	if err != nil {
 		return err
 	}
+	if *value != "" && !json.Valid([]byte(*value)) {
+		return usageError("--value must be JSON, e.g. '{\"addr\":\"10.0.0.7:8080\"}'")
+	}
 	opts := client.AcquireOptions{Owner: *owner, TTL: *ttl, Wait: *wait, IdempotencyKey: *idem, NoAutoRenew: true}
+	if *value != "" {
+		opts.Value = json.RawMessage(*value)
+	}
+	if lockDelay != nil {
+		opts.LockDelay = *lockDelay
+	}
 	var l *client.Lease
 	if n.sem {
 		l, err = c.Semaphore(pos[0], *limit).Acquire(ctx, opts)

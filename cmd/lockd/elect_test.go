@@ -83,3 +83,20 @@ func TestElectStopsCommandWhenLeadershipIsLost(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, &errb)
 	}
 }
+
+// lockd acquire --value puts a value on the grant, which the state shows;
+// a value that is not JSON is a usage error.
+func TestAcquireWithValue(t *testing.T) {
+	ls := startCLIServer(t)
+	env := map[string]string{"LOCKD_SERVER": ls.url}
+	if code, _, stderr := cli(t, env, "acquire", "--value", `{"addr":"10.0.0.7:8080"}`, "--lock-delay", "1s", "val:cli"); code != 0 {
+		t.Fatalf("acquire --value: %d %s", code, stderr)
+	}
+	st, err := ls.c.State(context.Background(), "val:cli")
+	if err != nil || st.Value == nil || string(*st.Value) != `{"addr":"10.0.0.7:8080"}` {
+		t.Fatalf("state: %+v %v", st, err)
+	}
+	if code, _, _ := cli(t, env, "acquire", "--value", `{nope`, "val:bad"); code != exitUsage {
+		t.Fatalf("acquire with a bad value: exit %d, want %d", code, exitUsage)
+	}
+}

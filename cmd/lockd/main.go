@@ -68,7 +68,7 @@ Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVE
                                 hold KEY while COMMAND runs; exit with its status
   lockd run     --semaphore NAME --limit N [flags] -- COMMAND [ARGS...]
                                 hold a permit of semaphore NAME while COMMAND runs
-  lockd acquire [--shared] [--ttl 30s] [--wait 0s] [--owner NAME] [--json] KEY
+  lockd acquire [--shared] [--ttl 30s] [--wait 0s] [--owner NAME] [--value JSON] [--lock-delay D] [--json] KEY
                                 take KEY (--shared: with other shared holders);
                                 print its token (alone) on stdout
   lockd renew   --token T [--ttl D] [--json] KEY
