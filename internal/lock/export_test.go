@@ -19,7 +19,7 @@ func (e *Engine) ForceRelease(ctx context.Context, res Resource, actor, reason s
 
 // SweeperID is the id with which the engine of master i takes that
 // master's sweeper lease (sweep.lua).
-func (r *Redlock) SweeperID(i int) string { return r.nodes[i].id }
+func (r *Redlock) SweeperID(i int) string { return r.nodes[i].n.id }
 
 // HistoryKey is the Redis key of a lock's history list.
 func HistoryKey(key string) string { return keysOf(key).hist }

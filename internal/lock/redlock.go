@@ -72,7 +72,7 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 	for _, c := range clients {
 		r.nodes = append(r.nodes, New(c, opts))
 	}
-	r.opts = r.nodes[0].opts // with the defaults
+	r.opts = r.nodes[0].n.opts // with the defaults
 	r.lapses = newLapseTally(r.quorum, len(r.nodes), 2*r.opts.CallTimeout+4*r.opts.SweepInterval)
 	for i, n := range r.nodes {
 		n.OnLapse(func(res Resource, lapsed, noticed time.Time, held time.Duration) {
@@ -87,7 +87,7 @@ func NewRedlock(clients []*redis.Client, opts Options) (*Redlock, error) {
 		// A wake-up from any master is a hint; the quorum decides.
 		subs := make(fanOut, len(r.nodes))
 		for i, n := range r.nodes {
-			subs[i] = n.st.Subscribe(wakeChannels, l)
+			subs[i] = n.n.subscribe(l)
 		}
 		return subs
 	}
@@ -231,7 +231,7 @@ func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token
 		if mode == peek {
 			want = peekX
 		}
-		return n.try(ctx, key, req, token, want, nil)
+		return n.n.try(ctx, key, req, token, want, nil)
 	}, func(Lease, error) bool { return false })
 	t := tallyOf(leases, errs)
 	granted, reentered, replayed, grantedOn, reenteredOn := t.granted, t.reentered, t.replayed, t.grantedOn, t.reenteredOn
@@ -364,12 +364,8 @@ func (r *Redlock) confirm(ctx context.Context, key string, req AcquireRequest, t
 			l = g
 		}
 	}
-	k := keysOf(key)
-	_, errs := each(ctx, r, r.perNode(req.TTL), func(ctx context.Context, n *Engine) (any, error) {
-		ctx, cancel := n.bound(ctx)
-		defer cancel()
-		return n.st.Run(ctx, n.scripts.fence, []string{k.fence, k.lease},
-			strconv.FormatInt(l.Fence, 10), token, r.opts.Retention.Milliseconds())
+	_, errs := each(ctx, r, r.perNode(req.TTL), func(ctx context.Context, n *Engine) (struct{}, error) {
+		return struct{}{}, n.n.writeFence(ctx, key, l.Fence, token)
 	})
 	ok := 0
 	for _, err := range errs {
@@ -628,7 +624,7 @@ func (r *Redlock) List(ctx context.Context, kind Kind, prefix string, limit int,
 		return Page{}, err
 	}
 	first := r.nodes[0]
-	cur, err := first.decodeCursor(ctx, after)
+	cur, err := first.n.decodeCursor(ctx, after)
 	if err != nil {
 		return Page{}, err
 	}
@@ -638,7 +634,7 @@ func (r *Redlock) List(ctx context.Context, kind Kind, prefix string, limit int,
 	}
 	page := Page{Locks: r.quorumStates(ctx, cands)}
 	if !cur.Scan.Done || len(cur.Pending) > 0 {
-		if page.NextCursor, err = first.encodeCursor(ctx, cur); err != nil {
+		if page.NextCursor, err = first.n.encodeCursor(ctx, cur); err != nil {
 			return Page{}, err
 		}
 	}
@@ -673,7 +669,7 @@ func (r *Redlock) candidates(ctx context.Context, cur *cursor, prefix string, li
 			break
 		}
 		count := int64(max(limit-len(cands), 10) * 3)
-		batch, next, err := r.nodes[node].st.Scan(ctx, store.ScanPos{Cursor: cur.Scan.Cursor}, match, count)
+		batch, next, err := r.nodes[node].n.scan(ctx, store.ScanPos{Cursor: cur.Scan.Cursor}, match, count)
 		scanned += count
 		if err != nil {
 			// A master that does not answer is skipped: every key a
@@ -710,7 +706,7 @@ func (r *Redlock) quorumStates(ctx context.Context, cands []candidate) []State {
 		keys[i] = c.key
 	}
 	perNode, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) ([]State, error) {
-		return n.states(ctx, keys)
+		return n.n.states(ctx, keys)
 	})
 	live := make([]map[string]State, len(r.nodes))
 	for i := range r.nodes {

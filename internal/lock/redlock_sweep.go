@@ -63,7 +63,7 @@ func (r *Redlock) sweepLease() time.Duration {
 func (r *Redlock) leadSweep(ctx context.Context) bool {
 	ms := r.sweepLease().Milliseconds()
 	got, _ := eachUntil(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (bool, error) {
-		v, err := n.st.Run(ctx, claimSweeper, []string{redlockSweeperKey}, r.id, ms)
+		v, err := n.n.st.Run(ctx, claimSweeper, []string{redlockSweeperKey}, r.id, ms)
 		return v == int64(1), err
 	}, func(ok bool, err error) bool { return ok && err == nil })
 	var mine []*Engine
@@ -86,7 +86,7 @@ func (r *Redlock) dropSweep(ctx context.Context, nodes []*Engine) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = n.st.Run(ctx, dropSweeper, []string{redlockSweeperKey}, r.id)
+			_, _ = n.n.st.Run(ctx, dropSweeper, []string{redlockSweeperKey}, r.id)
 		}()
 	}
 	wg.Wait()
