@@ -17,9 +17,9 @@ func (e *Engine) ForceRelease(ctx context.Context, res Resource, actor, reason s
 	return e.ForceReleaseFence(ctx, res, 0, actor, reason)
 }
 
-// SweeperID is the id with which the engine of master i takes that
+// SweeperID is the id with which the node of master i takes that
 // master's sweeper lease (sweep.lua).
-func (r *Redlock) SweeperID(i int) string { return r.nodes[i].n.id }
+func (r *Redlock) SweeperID(i int) string { return r.nodes[i].id }
 
 // HistoryKey is the Redis key of a lock's history list.
 func HistoryKey(key string) string { return keysOf(key).hist }

@@ -256,20 +256,6 @@ func named(req AcquireRequest) string {
 	return ""
 }
 
-func giveBack(unclaimed bool) string {
-	if unclaimed {
-		return "unclaimed"
-	}
-	return ""
-}
-
-// handed is a lease that a release gave to the next waiter, of this process.
-type handed struct {
-	waiter string
-	actor  string
-	lease  Lease
-}
-
 // renew runs renew.lua: the lease's expiry becomes now + ttl (ttl 0: the
 // lease's own TTL).
 func (n *node) renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error) {
@@ -292,6 +278,22 @@ func (n *node) renew(ctx context.Context, key, token string, ttl time.Duration, 
 	}
 	n.epochs.lease(sh, g.left)
 	return g.lease(key), nil
+}
+
+// giveBack is release.lua's ARGV[5]: "unclaimed" gives back only a key
+// handed to a waiter that has not claimed it.
+func giveBack(unclaimed bool) string {
+	if unclaimed {
+		return "unclaimed"
+	}
+	return ""
+}
+
+// handed is a lease that a release gave to the next waiter, of this process.
+type handed struct {
+	waiter string
+	actor  string
+	lease  Lease
 }
 
 // releaseTo gives back one level of the lease. When the key went to the
