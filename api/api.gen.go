@@ -24,6 +24,7 @@ const (
 	Acquired      EventType = "acquired"
 	Expired       EventType = "expired"
 	ForceReleased EventType = "force_released"
+	Proclaimed    EventType = "proclaimed"
 	Reentered     EventType = "reentered"
 	Released      EventType = "released"
 	Renewed       EventType = "renewed"
@@ -37,6 +38,8 @@ func (e EventType) Valid() bool {
 	case Expired:
 		return true
 	case ForceReleased:
+		return true
+	case Proclaimed:
 		return true
 	case Reentered:
 		return true
@@ -103,8 +106,27 @@ func (e HoldLostEventEvent) Valid() bool {
 	}
 }
 
+// Defines values for LeadershipLeaseEventEvent.
+const (
+	CampaignLeader  LeadershipLeaseEventEvent = "leader"
+	CampaignRenewed LeadershipLeaseEventEvent = "renewed"
+)
+
+// Valid indicates whether the value is a known member of the LeadershipLeaseEventEvent enum.
+func (e LeadershipLeaseEventEvent) Valid() bool {
+	switch e {
+	case CampaignLeader:
+		return true
+	case CampaignRenewed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LockEventKind.
 const (
+	LockEventKindElection  LockEventKind = "election"
 	LockEventKindLock      LockEventKind = "lock"
 	LockEventKindSemaphore LockEventKind = "semaphore"
 )
@@ -112,6 +134,8 @@ const (
 // Valid indicates whether the value is a known member of the LockEventKind enum.
 func (e LockEventKind) Valid() bool {
 	switch e {
+	case LockEventKindElection:
+		return true
 	case LockEventKindLock:
 		return true
 	case LockEventKindSemaphore:
@@ -126,6 +150,7 @@ const (
 	LockEventAcquired      LockEventType = "acquired"
 	LockEventExpired       LockEventType = "expired"
 	LockEventForceReleased LockEventType = "force_released"
+	LockEventProclaimed    LockEventType = "proclaimed"
 	LockEventReentered     LockEventType = "reentered"
 	LockEventReleased      LockEventType = "released"
 )
@@ -138,6 +163,8 @@ func (e LockEventType) Valid() bool {
 	case LockEventExpired:
 		return true
 	case LockEventForceReleased:
+		return true
+	case LockEventProclaimed:
 		return true
 	case LockEventReentered:
 		return true
@@ -153,6 +180,7 @@ const (
 	LockEventMessageAcquired      LockEventMessageEvent = "acquired"
 	LockEventMessageExpired       LockEventMessageEvent = "expired"
 	LockEventMessageForceReleased LockEventMessageEvent = "force_released"
+	LockEventMessageProclaimed    LockEventMessageEvent = "proclaimed"
 	LockEventMessageReentered     LockEventMessageEvent = "reentered"
 	LockEventMessageReleased      LockEventMessageEvent = "released"
 )
@@ -165,6 +193,8 @@ func (e LockEventMessageEvent) Valid() bool {
 	case LockEventMessageExpired:
 		return true
 	case LockEventMessageForceReleased:
+		return true
+	case LockEventMessageProclaimed:
 		return true
 	case LockEventMessageReentered:
 		return true
@@ -193,6 +223,27 @@ func (e LockMode) Valid() bool {
 	}
 }
 
+// Defines values for ObserveEventEvent.
+const (
+	ObserveLeader     ObserveEventEvent = "leader"
+	ObserveProclaimed ObserveEventEvent = "proclaimed"
+	ObserveVacant     ObserveEventEvent = "vacant"
+)
+
+// Valid indicates whether the value is a known member of the ObserveEventEvent enum.
+func (e ObserveEventEvent) Valid() bool {
+	switch e {
+	case ObserveLeader:
+		return true
+	case ObserveProclaimed:
+		return true
+	case ObserveVacant:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackendRecovering    ProblemCode = "backend_recovering"
@@ -203,6 +254,7 @@ const (
 	ProblemCodeInvalidRequest       ProblemCode = "invalid_request"
 	ProblemCodeLeaseLost            ProblemCode = "lease_lost"
 	ProblemCodeLimitMismatch        ProblemCode = "limit_mismatch"
+	ProblemCodeLockDelay            ProblemCode = "lock_delay"
 	ProblemCodeLockHeld             ProblemCode = "lock_held"
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
 	ProblemCodeModeMismatch         ProblemCode = "mode_mismatch"
@@ -235,6 +287,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeLeaseLost:
 		return true
 	case ProblemCodeLimitMismatch:
+		return true
+	case ProblemCodeLockDelay:
 		return true
 	case ProblemCodeLockHeld:
 		return true
@@ -342,6 +396,14 @@ func (e StreamResetMessageEvent) Valid() bool {
 
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
+	// LockDelayMs Lock-delay, exclusive holds only: after this lease ends by
+	// expiry or force-release (not by its holder's release), nobody is
+	// granted the key for this long, so that a holder that has not yet
+	// noticed the loss finishes first. During it an acquire answers
+	// 409 `lock_delay` with `Retry-After`; a waiting one waits it out.
+	// Default the server's --lock-delay (0).
+	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+
 	// Mode How to hold a lock: `exclusive` (the default) alone, or `shared`
 	// with any number of other shared holders.
 	Mode *LockMode `json:"mode,omitempty"`
@@ -355,8 +417,102 @@ type AcquireRequest struct {
 	// TtlMs Lease TTL. Default 30000; at most the server's --max-ttl (default 24 h).
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
+
 	// WaitMs How long to wait for a held lock. Default 0 (try once); at most --max-wait (default 60 s).
 	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
+// CampaignRequest defines model for CampaignRequest.
+type CampaignRequest struct {
+	// Candidate Who campaigns, shown as the leader. Default the caller's API-key name or address.
+	Candidate *string `json:"candidate,omitempty"`
+
+	// LockDelayMs As on a lock's acquire; default the server's --lock-delay.
+	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+
+	// TtlMs The leadership's TTL. Default 30000; at most --max-ttl.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
+
+	// WaitMs How long to wait in line. Default 0 (try once); at most --max-wait.
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
+// Candidate defines model for Candidate.
+type Candidate struct {
+	Candidate    string    `json:"candidate"`
+	WaitingSince time.Time `json:"waiting_since"`
+}
+
+// ElectionChange What an observer is told (never a token).
+type ElectionChange struct {
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Key       string     `json:"key"`
+
+	// Leader `leader` and `proclaimed`.
+	Leader *string    `json:"leader,omitempty"`
+	Since  *time.Time `json:"since,omitempty"`
+
+	// Term The term the event is about; for `vacant`, the term that ended (0 when none is known).
+	Term int64 `json:"term"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
+}
+
+// ElectionList defines model for ElectionList.
+type ElectionList struct {
+	Elections  []ElectionState `json:"elections"`
+	NextCursor *string         `json:"next_cursor,omitempty"`
+}
+
+// ElectionState An election (never a token).
+type ElectionState struct {
+	// Candidates Candidates waiting, in the order they will lead.
+	Candidates []Candidate `json:"candidates"`
+	ExpiresAt  *time.Time  `json:"expires_at,omitempty"`
+	Key        string      `json:"key"`
+
+	// Leader Absent while nobody leads.
+	Leader      *string    `json:"leader,omitempty"`
+	RemainingMs *int64     `json:"remaining_ms,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
+	Term        *int64     `json:"term,omitempty"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
 }
 
 // Event defines model for Event.
@@ -457,7 +613,60 @@ type Holder struct {
 	Owner       string    `json:"owner"`
 	RemainingMs int64     `json:"remaining_ms"`
 	TtlMs       int64     `json:"ttl_ms"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
 }
+
+// Leadership A leadership, token included (the leader's answer alone).
+type Leadership struct {
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+
+	// Key The election's name.
+	Key    string `json:"key"`
+	Leader string `json:"leader"`
+
+	// Replayed Present and true when an Idempotency-Key replay answered.
+	Replayed *bool `json:"replayed,omitempty"`
+
+	// Term The leadership's fence: strictly increasing per election.
+	Term  int64  `json:"term"`
+	Token string `json:"token"`
+	TtlMs int64  `json:"ttl_ms"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
+}
+
+// LeadershipEvent One event of a campaign hold.
+type LeadershipEvent struct {
+	union json.RawMessage
+}
+
+// LeadershipLeaseEvent `leader` (first) and `renewed`: the leadership, token included.
+type LeadershipLeaseEvent struct {
+	// Data A leadership, token included (the leader's answer alone).
+	Data  Leadership                `json:"data"`
+	Event LeadershipLeaseEventEvent `json:"event"`
+}
+
+// LeadershipLeaseEventEvent defines model for LeadershipLeaseEvent.Event.
+type LeadershipLeaseEventEvent string
 
 // Lease defines model for Lease.
 type Lease struct {
@@ -511,14 +720,14 @@ type LockEvent struct {
 	// Key The lock key or semaphore name.
 	Key string `json:"key"`
 
-	// Kind Whether `key` names a lock or a semaphore: a lock and a semaphore may have the same name.
+	// Kind Whether `key` names a lock, a semaphore or an election: they may have the same name.
 	Kind   LockEventKind `json:"kind"`
 	Owner  string        `json:"owner"`
 	Reason string        `json:"reason"`
 	Type   LockEventType `json:"type"`
 }
 
-// LockEventKind Whether `key` names a lock or a semaphore: a lock and a semaphore may have the same name.
+// LockEventKind Whether `key` names a lock, a semaphore or an election: they may have the same name.
 type LockEventKind string
 
 // LockEventType defines model for LockEvent.Type.
@@ -587,11 +796,31 @@ type LockState struct {
 	RenewedAt   time.Time `json:"renewed_at"`
 	TtlMs       int64     `json:"ttl_ms"`
 
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
+
 	// Waiters Requests now waiting on the key, across every lockd replica (the
 	// queue's whole length; `queue` lists at most 100; entries of a lockd
 	// that died count until they lapse, within 1.6 s).
 	Waiters int `json:"waiters"`
 }
+
+// ObserveEvent defines model for ObserveEvent.
+type ObserveEvent struct {
+	// Data What an observer is told (never a token).
+	Data  ElectionChange    `json:"data"`
+	Event ObserveEventEvent `json:"event"`
+}
+
+// ObserveEventEvent defines model for ObserveEvent.Event.
+type ObserveEventEvent string
 
 // Problem RFC 9457 problem details.
 type Problem struct {
@@ -626,6 +855,21 @@ type Problem struct {
 
 // ProblemCode defines model for Problem.Code.
 type ProblemCode string
+
+// ProclaimRequest defines model for ProclaimRequest.
+type ProclaimRequest struct {
+	Token string `json:"token"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value Value `json:"value"`
+}
 
 // Queued One request waiting for a key (never a token).
 type Queued struct {
@@ -690,6 +934,22 @@ type RenewRequest struct {
 
 	// TtlMs New TTL from now. Default the lease's own TTL.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
+}
+
+// ResignResult defines model for ResignResult.
+type ResignResult struct {
+	Key      string `json:"key"`
+	Resigned bool   `json:"resigned"`
 }
 
 // SemaphoreAcquireRequest defines model for SemaphoreAcquireRequest.
@@ -707,6 +967,16 @@ type SemaphoreAcquireRequest struct {
 
 	// TtlMs The permit's TTL. Default 30000; at most the server's --max-ttl (default 24 h).
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out).
+	Value *Value `json:"value,omitempty"`
 
 	// WaitMs How long to wait for a free permit. Default 0 (try once); at most --max-wait (default 60 s).
 	WaitMs *int64 `json:"wait_ms,omitempty"`
@@ -754,8 +1024,21 @@ type StreamResetMessage struct {
 // StreamResetMessageEvent defines model for StreamResetMessage.Event.
 type StreamResetMessageEvent string
 
+// Value A value on a grant: any JSON (object, array, string, number,
+// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+// e.g. where the holder can be reached or what it is doing. Readers
+// with the read scope see it in the state (per holder) and on the
+// dashboard, so never put a secret in it. On acquire it is the new
+// grant's (a re-entry with one replaces it); on renew it replaces the
+// grant's value. Absent: none on a new grant, unchanged otherwise
+// (null is refused: leave the field out).
+type Value = json.RawMessage
+
 // Cursor defines model for Cursor.
 type Cursor = string
+
+// ElectionKey defines model for ElectionKey.
+type ElectionKey = string
 
 // HistoryLimit defines model for HistoryLimit.
 type HistoryLimit = int
@@ -813,6 +1096,40 @@ type Unavailable = Problem
 
 // UnsupportedMediaType RFC 9457 problem details.
 type UnsupportedMediaType = Problem
+
+// ListElectionsParams defines parameters for ListElections.
+type ListElectionsParams struct {
+	// Prefix Only keys that start with this text (the key alphabet, may be empty).
+	Prefix *Prefix `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Limit Entries per page, at most.
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CampaignParams defines parameters for Campaign.
+type CampaignParams struct {
+	// IdempotencyKey A retry of an acquire that already succeeded (same key, same
+	// idempotency key, same caller) answers 200 at once with the same
+	// lease while it is live, instead of 409 — even when others wait
+	// for the key. The replay is marked (`Idempotent-Replayed: true`,
+	// `"replayed": true`): the first request still holds the lease and
+	// does the work, so a replay must not process again. A replay that
+	// asks for another `owner` or `ttl_ms` answers 409
+	// `idempotency_mismatch` and changes nothing.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// GetElectionHistoryParams defines parameters for GetElectionHistory.
+type GetElectionHistoryParams struct {
+	// Limit Events to return, at most.
+	Limit *HistoryLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Type Only events of this type; `renewed` reads the renewals.
+	Type *HistoryType `form:"type,omitempty" json:"type,omitempty"`
+}
 
 // StreamEventsParams defines parameters for StreamEvents.
 type StreamEventsParams struct {
@@ -893,6 +1210,24 @@ type GetSemaphoreHistoryParams struct {
 	// Type Only events of this type; `renewed` reads the renewals.
 	Type *HistoryType `form:"type,omitempty" json:"type,omitempty"`
 }
+
+// CampaignJSONRequestBody defines body for Campaign for application/json ContentType.
+type CampaignJSONRequestBody = CampaignRequest
+
+// CampaignHoldJSONRequestBody defines body for CampaignHold for application/json ContentType.
+type CampaignHoldJSONRequestBody = CampaignRequest
+
+// ForceReleaseElectionJSONRequestBody defines body for ForceReleaseElection for application/json ContentType.
+type ForceReleaseElectionJSONRequestBody = ForceReleaseRequest
+
+// ProclaimJSONRequestBody defines body for Proclaim for application/json ContentType.
+type ProclaimJSONRequestBody = ProclaimRequest
+
+// RenewLeadershipJSONRequestBody defines body for RenewLeadership for application/json ContentType.
+type RenewLeadershipJSONRequestBody = RenewRequest
+
+// ResignJSONRequestBody defines body for Resign for application/json ContentType.
+type ResignJSONRequestBody = ReleaseRequest
 
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
 type AcquireLockJSONRequestBody = AcquireRequest
@@ -1104,6 +1439,93 @@ func (t *HoldEvent) UnmarshalJSON(b []byte) error {
 	return err
 }
 
+// AsLeadershipLeaseEvent returns the union data inside the LeadershipEvent as a LeadershipLeaseEvent
+func (t LeadershipEvent) AsLeadershipLeaseEvent() (LeadershipLeaseEvent, error) {
+	var body LeadershipLeaseEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromLeadershipLeaseEvent overwrites any union data inside the LeadershipEvent as the provided LeadershipLeaseEvent
+func (t *LeadershipEvent) FromLeadershipLeaseEvent(v LeadershipLeaseEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeLeadershipLeaseEvent performs a merge with any union data inside the LeadershipEvent, using the provided LeadershipLeaseEvent
+func (t *LeadershipEvent) MergeLeadershipLeaseEvent(v LeadershipLeaseEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsHoldLostEvent returns the union data inside the LeadershipEvent as a HoldLostEvent
+func (t LeadershipEvent) AsHoldLostEvent() (HoldLostEvent, error) {
+	var body HoldLostEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHoldLostEvent overwrites any union data inside the LeadershipEvent as the provided HoldLostEvent
+func (t *LeadershipEvent) FromHoldLostEvent(v HoldLostEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHoldLostEvent performs a merge with any union data inside the LeadershipEvent, using the provided HoldLostEvent
+func (t *LeadershipEvent) MergeHoldLostEvent(v HoldLostEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t LeadershipEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t LeadershipEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "leader":
+		return t.AsLeadershipLeaseEvent()
+	case "lost":
+		return t.AsHoldLostEvent()
+	case "renewed":
+		return t.AsLeadershipLeaseEvent()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t LeadershipEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *LeadershipEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
 
@@ -1210,6 +1632,184 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListElections List elections with a leader, paged.
+	//
+	// As the list of locks (`SCAN`, an opaque `next_cursor`), of the elections that have a leader now.
+	//
+	// Corresponds with GET /v1/elections (the `ListElections` operationId).
+	ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetElection Who leads, with what value and term, and who waits.
+	//
+	// 404 when nobody leads and nobody campaigns.
+	//
+	// Corresponds with GET /v1/elections/{key} (the `GetElection` operationId).
+	GetElection(ctx context.Context, key ElectionKey, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CampaignWithBody Campaign to lead an election, waiting in line.
+	//
+	// Leads the election at once if nobody leads it; else, with `wait_ms`
+	// > 0, waits: candidates are served in the order they began to
+	// campaign, across every replica. The answer is the leadership: a
+	// lease whose `term` is its fence, strictly increasing per election.
+	// Keep it with `renew` every ttl/3 (or campaign with `/campaign/hold`),
+	// end it with `resign`. After `wait_ms` the answer is 409 `lock_held`
+	// (someone leads) or `queued` (earlier candidates come first). A
+	// server in Redlock mode answers 400 `unsupported`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/campaign (the `Campaign` operationId).
+	CampaignWithBody(ctx context.Context, key ElectionKey, params *CampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Campaign Campaign to lead an election, waiting in line.
+	//
+	// Leads the election at once if nobody leads it; else, with `wait_ms`
+	// > 0, waits: candidates are served in the order they began to
+	// campaign, across every replica. The answer is the leadership: a
+	// lease whose `term` is its fence, strictly increasing per election.
+	// Keep it with `renew` every ttl/3 (or campaign with `/campaign/hold`),
+	// end it with `resign`. After `wait_ms` the answer is 409 `lock_held`
+	// (someone leads) or `queued` (earlier candidates come first). A
+	// server in Redlock mode answers 400 `unsupported`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/campaign (the `Campaign` operationId).
+	Campaign(ctx context.Context, key ElectionKey, params *CampaignParams, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CampaignHoldWithBody Campaign, and lead while the connection stays open.
+	//
+	// As `/v1/locks/{key}/hold` for an election: waits in line like
+	// `campaign`, then answers `text/event-stream` with `leader` (this
+	// candidate leads: the leadership, token included), `renewed` (the
+	// server renewed it, every ttl/3) and `lost` (a problem body; the
+	// stream ends). When the connection closes the leadership ends at
+	// once and the next candidate takes over, without waiting for the
+	// TTL.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/campaign/hold (the `CampaignHold` operationId).
+	CampaignHoldWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CampaignHold Campaign, and lead while the connection stays open.
+	//
+	// As `/v1/locks/{key}/hold` for an election: waits in line like
+	// `campaign`, then answers `text/event-stream` with `leader` (this
+	// candidate leads: the leadership, token included), `renewed` (the
+	// server renewed it, every ttl/3) and `lost` (a problem body; the
+	// stream ends). When the connection closes the leadership ends at
+	// once and the next candidate takes over, without waiting for the
+	// TTL.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/campaign/hold (the `CampaignHold` operationId).
+	CampaignHold(ctx context.Context, key ElectionKey, body CampaignHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForceReleaseElectionWithBody Break a stuck leadership (admin).
+	//
+	// As a lock's force-release; the next candidate leads at once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
+	ForceReleaseElectionWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForceReleaseElection Break a stuck leadership (admin).
+	//
+	// As a lock's force-release; the next candidate leads at once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
+	ForceReleaseElection(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetElectionHistory The election's recent events, newest first.
+	//
+	// As a lock's history: terms begun (`acquired`), resigned
+	// (`released`), lapsed (`expired`), broken (`force_released`) and the
+	// leader's values (`proclaimed`).
+	//
+	// Corresponds with GET /v1/elections/{key}/history (the `GetElectionHistory` operationId).
+	GetElectionHistory(ctx context.Context, key ElectionKey, params *GetElectionHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ObserveElection Follow the election's leadership as server-sent events.
+	//
+	// At once the current leader (`leader`) or `vacant`; then every
+	// change: `leader` (a new term: leader, value, term), `proclaimed`
+	// (the leader's new value), `vacant` (the leader is gone and nobody
+	// leads yet). A comment line at least every 15 s keeps the connection
+	// open. Each event carries the term it is about, so an observer that
+	// missed events (the stream ended, and it reconnected) re-reads its
+	// first event as the current state.
+	//
+	// Corresponds with GET /v1/elections/{key}/observe (the `ObserveElection` operationId).
+	ObserveElection(ctx context.Context, key ElectionKey, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ProclaimWithBody The leader sets its value, keeping its leadership.
+	//
+	// Replaces the leader's value (and renews its leadership by its own
+	// TTL); observers get a `proclaimed` event. A token that does not
+	// lead answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/proclaim (the `Proclaim` operationId).
+	ProclaimWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Proclaim The leader sets its value, keeping its leadership.
+	//
+	// Replaces the leader's value (and renews its leadership by its own
+	// TTL); observers get a `proclaimed` event. A token that does not
+	// lead answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/proclaim (the `Proclaim` operationId).
+	Proclaim(ctx context.Context, key ElectionKey, body ProclaimJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLeadershipWithBody Extend the leadership.
+	//
+	// As a lock's renew; `value` replaces the leader's value, as proclaim does.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/renew (the `RenewLeadership` operationId).
+	RenewLeadershipWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLeadership Extend the leadership.
+	//
+	// As a lock's renew; `value` replaces the leader's value, as proclaim does.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/renew (the `RenewLeadership` operationId).
+	RenewLeadership(ctx context.Context, key ElectionKey, body RenewLeadershipJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResignWithBody Give up the leadership; the next candidate leads at once.
+	//
+	// Ends the leadership with this token; a candidate waiting in line
+	// leads at once (observers see `vacant`, then `leader`). A token that
+	// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
+	ResignWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Resign Give up the leadership; the next candidate leads at once.
+	//
+	// Ends the leadership with this token; a candidate waiting in line
+	// leads at once (observers see `vacant`, then `leader`). A token that
+	// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
+	Resign(ctx context.Context, key ElectionKey, body ResignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	//
@@ -1696,6 +2296,344 @@ func (c *Client) Livez(ctx context.Context, reqEditors ...RequestEditorFn) (*htt
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListElections List elections with a leader, paged.
+//
+// As the list of locks (`SCAN`, an opaque `next_cursor`), of the elections that have a leader now.
+//
+// Corresponds with GET /v1/elections (the `ListElections` operationId).
+func (c *Client) ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListElectionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetElection Who leads, with what value and term, and who waits.
+//
+// 404 when nobody leads and nobody campaigns.
+//
+// Corresponds with GET /v1/elections/{key} (the `GetElection` operationId).
+func (c *Client) GetElection(ctx context.Context, key ElectionKey, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetElectionRequest(c.Server, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CampaignWithBody Campaign to lead an election, waiting in line.
+//
+// Leads the election at once if nobody leads it; else, with `wait_ms`
+// > 0, waits: candidates are served in the order they began to
+// campaign, across every replica. The answer is the leadership: a
+// lease whose `term` is its fence, strictly increasing per election.
+// Keep it with `renew` every ttl/3 (or campaign with `/campaign/hold`),
+// end it with `resign`. After `wait_ms` the answer is 409 `lock_held`
+// (someone leads) or `queued` (earlier candidates come first). A
+// server in Redlock mode answers 400 `unsupported`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{key}/campaign (the `Campaign` operationId).
+func (c *Client) CampaignWithBody(ctx context.Context, key ElectionKey, params *CampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCampaignRequestWithBody(c.Server, key, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Campaign Campaign to lead an election, waiting in line.
+//
+// Leads the election at once if nobody leads it; else, with `wait_ms`
+// > 0, waits: candidates are served in the order they began to
+// campaign, across every replica. The answer is the leadership: a
+// lease whose `term` is its fence, strictly increasing per election.
+// Keep it with `renew` every ttl/3 (or campaign with `/campaign/hold`),
+// end it with `resign`. After `wait_ms` the answer is 409 `lock_held`
+// (someone leads) or `queued` (earlier candidates come first). A
+// server in Redlock mode answers 400 `unsupported`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{key}/campaign (the `Campaign` operationId).
+func (c *Client) Campaign(ctx context.Context, key ElectionKey, params *CampaignParams, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCampaignRequest(c.Server, key, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CampaignHoldWithBody Campaign, and lead while the connection stays open.
+//
+// As `/v1/locks/{key}/hold` for an election: waits in line like
+// `campaign`, then answers `text/event-stream` with `leader` (this
+// candidate leads: the leadership, token included), `renewed` (the
+// server renewed it, every ttl/3) and `lost` (a problem body; the
+// stream ends). When the connection closes the leadership ends at
+// once and the next candidate takes over, without waiting for the
+// TTL.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{key}/campaign/hold (the `CampaignHold` operationId).
+func (c *Client) CampaignHoldWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCampaignHoldRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CampaignHold Campaign, and lead while the connection stays open.
+//
+// As `/v1/locks/{key}/hold` for an election: waits in line like
+// `campaign`, then answers `text/event-stream` with `leader` (this
+// candidate leads: the leadership, token included), `renewed` (the
+// server renewed it, every ttl/3) and `lost` (a problem body; the
+// stream ends). When the connection closes the leadership ends at
+// once and the next candidate takes over, without waiting for the
+// TTL.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{key}/campaign/hold (the `CampaignHold` operationId).
+func (c *Client) CampaignHold(ctx context.Context, key ElectionKey, body CampaignHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCampaignHoldRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForceReleaseElectionWithBody Break a stuck leadership (admin).
+//
+// As a lock's force-release; the next candidate leads at once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
+func (c *Client) ForceReleaseElectionWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForceReleaseElectionRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForceReleaseElection Break a stuck leadership (admin).
+//
+// As a lock's force-release; the next candidate leads at once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
+func (c *Client) ForceReleaseElection(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForceReleaseElectionRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetElectionHistory The election's recent events, newest first.
+//
+// As a lock's history: terms begun (`acquired`), resigned
+// (`released`), lapsed (`expired`), broken (`force_released`) and the
+// leader's values (`proclaimed`).
+//
+// Corresponds with GET /v1/elections/{key}/history (the `GetElectionHistory` operationId).
+func (c *Client) GetElectionHistory(ctx context.Context, key ElectionKey, params *GetElectionHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetElectionHistoryRequest(c.Server, key, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ObserveElection Follow the election's leadership as server-sent events.
+//
+// At once the current leader (`leader`) or `vacant`; then every
+// change: `leader` (a new term: leader, value, term), `proclaimed`
+// (the leader's new value), `vacant` (the leader is gone and nobody
+// leads yet). A comment line at least every 15 s keeps the connection
+// open. Each event carries the term it is about, so an observer that
+// missed events (the stream ended, and it reconnected) re-reads its
+// first event as the current state.
+//
+// Corresponds with GET /v1/elections/{key}/observe (the `ObserveElection` operationId).
+func (c *Client) ObserveElection(ctx context.Context, key ElectionKey, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewObserveElectionRequest(c.Server, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ProclaimWithBody The leader sets its value, keeping its leadership.
+//
+// Replaces the leader's value (and renews its leadership by its own
+// TTL); observers get a `proclaimed` event. A token that does not
+// lead answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{key}/proclaim (the `Proclaim` operationId).
+func (c *Client) ProclaimWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewProclaimRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Proclaim The leader sets its value, keeping its leadership.
+//
+// Replaces the leader's value (and renews its leadership by its own
+// TTL); observers get a `proclaimed` event. A token that does not
+// lead answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{key}/proclaim (the `Proclaim` operationId).
+func (c *Client) Proclaim(ctx context.Context, key ElectionKey, body ProclaimJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewProclaimRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLeadershipWithBody Extend the leadership.
+//
+// As a lock's renew; `value` replaces the leader's value, as proclaim does.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{key}/renew (the `RenewLeadership` operationId).
+func (c *Client) RenewLeadershipWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLeadershipRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLeadership Extend the leadership.
+//
+// As a lock's renew; `value` replaces the leader's value, as proclaim does.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{key}/renew (the `RenewLeadership` operationId).
+func (c *Client) RenewLeadership(ctx context.Context, key ElectionKey, body RenewLeadershipJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLeadershipRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResignWithBody Give up the leadership; the next candidate leads at once.
+//
+// Ends the leadership with this token; a candidate waiting in line
+// leads at once (observers see `vacant`, then `leader`). A token that
+// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
+func (c *Client) ResignWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResignRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Resign Give up the leadership; the next candidate leads at once.
+//
+// Ends the leadership with this token; a candidate waiting in line
+// leads at once (observers see `vacant`, then `leader`). A token that
+// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
+func (c *Client) Resign(ctx context.Context, key ElectionKey, body ResignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResignRequest(c.Server, key, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2484,6 +3422,522 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListElectionsRequest constructs an http.Request for the ListElections method
+func NewListElectionsRequest(server string, params *ListElectionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetElectionRequest constructs an http.Request for the GetElection method
+func NewGetElectionRequest(server string, key ElectionKey) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCampaignRequest calls the generic Campaign builder with application/json body
+func NewCampaignRequest(server string, key ElectionKey, params *CampaignParams, body CampaignJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCampaignRequestWithBody(server, key, params, "application/json", bodyReader)
+}
+
+// NewCampaignRequestWithBody constructs an http.Request for the Campaign method, with any body, and a specified content type
+func NewCampaignRequestWithBody(server string, key ElectionKey, params *CampaignParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/campaign", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCampaignHoldRequest calls the generic CampaignHold builder with application/json body
+func NewCampaignHoldRequest(server string, key ElectionKey, body CampaignHoldJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCampaignHoldRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewCampaignHoldRequestWithBody constructs an http.Request for the CampaignHold method, with any body, and a specified content type
+func NewCampaignHoldRequestWithBody(server string, key ElectionKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/campaign/hold", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewForceReleaseElectionRequest calls the generic ForceReleaseElection builder with application/json body
+func NewForceReleaseElectionRequest(server string, key ElectionKey, body ForceReleaseElectionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewForceReleaseElectionRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewForceReleaseElectionRequestWithBody constructs an http.Request for the ForceReleaseElection method, with any body, and a specified content type
+func NewForceReleaseElectionRequestWithBody(server string, key ElectionKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/force-release", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetElectionHistoryRequest constructs an http.Request for the GetElectionHistory method
+func NewGetElectionHistoryRequest(server string, key ElectionKey, params *GetElectionHistoryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewObserveElectionRequest constructs an http.Request for the ObserveElection method
+func NewObserveElectionRequest(server string, key ElectionKey) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/observe", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewProclaimRequest calls the generic Proclaim builder with application/json body
+func NewProclaimRequest(server string, key ElectionKey, body ProclaimJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewProclaimRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewProclaimRequestWithBody constructs an http.Request for the Proclaim method, with any body, and a specified content type
+func NewProclaimRequestWithBody(server string, key ElectionKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/proclaim", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRenewLeadershipRequest calls the generic RenewLeadership builder with application/json body
+func NewRenewLeadershipRequest(server string, key ElectionKey, body RenewLeadershipJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewLeadershipRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewRenewLeadershipRequestWithBody constructs an http.Request for the RenewLeadership method, with any body, and a specified content type
+func NewRenewLeadershipRequestWithBody(server string, key ElectionKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/renew", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewResignRequest calls the generic Resign builder with application/json body
+func NewResignRequest(server string, key ElectionKey, body ResignJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResignRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewResignRequestWithBody constructs an http.Request for the Resign method, with any body, and a specified content type
+func NewResignRequestWithBody(server string, key ElectionKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/resign", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -3510,6 +4964,192 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
+	// ListElectionsWithResponse List elections with a leader, paged.
+	//
+	// As the list of locks (`SCAN`, an opaque `next_cursor`), of the elections that have a leader now.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/elections (the `ListElections` operationId).
+	ListElectionsWithResponse(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*ListElectionsResponse, error)
+
+	// GetElectionWithResponse Who leads, with what value and term, and who waits.
+	//
+	// 404 when nobody leads and nobody campaigns.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/elections/{key} (the `GetElection` operationId).
+	GetElectionWithResponse(ctx context.Context, key ElectionKey, reqEditors ...RequestEditorFn) (*GetElectionResponse, error)
+
+	// CampaignWithBodyWithResponse Campaign to lead an election, waiting in line.
+	//
+	// Leads the election at once if nobody leads it; else, with `wait_ms`
+	// > 0, waits: candidates are served in the order they began to
+	// campaign, across every replica. The answer is the leadership: a
+	// lease whose `term` is its fence, strictly increasing per election.
+	// Keep it with `renew` every ttl/3 (or campaign with `/campaign/hold`),
+	// end it with `resign`. After `wait_ms` the answer is 409 `lock_held`
+	// (someone leads) or `queued` (earlier candidates come first). A
+	// server in Redlock mode answers 400 `unsupported`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/campaign (the `Campaign` operationId).
+	CampaignWithBodyWithResponse(ctx context.Context, key ElectionKey, params *CampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CampaignResponse, error)
+
+	// CampaignWithResponse Campaign to lead an election, waiting in line.
+	//
+	// Leads the election at once if nobody leads it; else, with `wait_ms`
+	// > 0, waits: candidates are served in the order they began to
+	// campaign, across every replica. The answer is the leadership: a
+	// lease whose `term` is its fence, strictly increasing per election.
+	// Keep it with `renew` every ttl/3 (or campaign with `/campaign/hold`),
+	// end it with `resign`. After `wait_ms` the answer is 409 `lock_held`
+	// (someone leads) or `queued` (earlier candidates come first). A
+	// server in Redlock mode answers 400 `unsupported`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/campaign (the `Campaign` operationId).
+	CampaignWithResponse(ctx context.Context, key ElectionKey, params *CampaignParams, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*CampaignResponse, error)
+
+	// CampaignHoldWithBodyWithResponse Campaign, and lead while the connection stays open.
+	//
+	// As `/v1/locks/{key}/hold` for an election: waits in line like
+	// `campaign`, then answers `text/event-stream` with `leader` (this
+	// candidate leads: the leadership, token included), `renewed` (the
+	// server renewed it, every ttl/3) and `lost` (a problem body; the
+	// stream ends). When the connection closes the leadership ends at
+	// once and the next candidate takes over, without waiting for the
+	// TTL.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/campaign/hold (the `CampaignHold` operationId).
+	CampaignHoldWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CampaignHoldResponse, error)
+
+	// CampaignHoldWithResponse Campaign, and lead while the connection stays open.
+	//
+	// As `/v1/locks/{key}/hold` for an election: waits in line like
+	// `campaign`, then answers `text/event-stream` with `leader` (this
+	// candidate leads: the leadership, token included), `renewed` (the
+	// server renewed it, every ttl/3) and `lost` (a problem body; the
+	// stream ends). When the connection closes the leadership ends at
+	// once and the next candidate takes over, without waiting for the
+	// TTL.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/campaign/hold (the `CampaignHold` operationId).
+	CampaignHoldWithResponse(ctx context.Context, key ElectionKey, body CampaignHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*CampaignHoldResponse, error)
+
+	// ForceReleaseElectionWithBodyWithResponse Break a stuck leadership (admin).
+	//
+	// As a lock's force-release; the next candidate leads at once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
+	ForceReleaseElectionWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ForceReleaseElectionResponse, error)
+
+	// ForceReleaseElectionWithResponse Break a stuck leadership (admin).
+	//
+	// As a lock's force-release; the next candidate leads at once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
+	ForceReleaseElectionWithResponse(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceReleaseElectionResponse, error)
+
+	// GetElectionHistoryWithResponse The election's recent events, newest first.
+	//
+	// As a lock's history: terms begun (`acquired`), resigned
+	// (`released`), lapsed (`expired`), broken (`force_released`) and the
+	// leader's values (`proclaimed`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/elections/{key}/history (the `GetElectionHistory` operationId).
+	GetElectionHistoryWithResponse(ctx context.Context, key ElectionKey, params *GetElectionHistoryParams, reqEditors ...RequestEditorFn) (*GetElectionHistoryResponse, error)
+
+	// ObserveElectionWithResponse Follow the election's leadership as server-sent events.
+	//
+	// At once the current leader (`leader`) or `vacant`; then every
+	// change: `leader` (a new term: leader, value, term), `proclaimed`
+	// (the leader's new value), `vacant` (the leader is gone and nobody
+	// leads yet). A comment line at least every 15 s keeps the connection
+	// open. Each event carries the term it is about, so an observer that
+	// missed events (the stream ended, and it reconnected) re-reads its
+	// first event as the current state.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/elections/{key}/observe (the `ObserveElection` operationId).
+	ObserveElectionWithResponse(ctx context.Context, key ElectionKey, reqEditors ...RequestEditorFn) (*ObserveElectionResponse, error)
+
+	// ProclaimWithBodyWithResponse The leader sets its value, keeping its leadership.
+	//
+	// Replaces the leader's value (and renews its leadership by its own
+	// TTL); observers get a `proclaimed` event. A token that does not
+	// lead answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/proclaim (the `Proclaim` operationId).
+	ProclaimWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ProclaimResponse, error)
+
+	// ProclaimWithResponse The leader sets its value, keeping its leadership.
+	//
+	// Replaces the leader's value (and renews its leadership by its own
+	// TTL); observers get a `proclaimed` event. A token that does not
+	// lead answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/proclaim (the `Proclaim` operationId).
+	ProclaimWithResponse(ctx context.Context, key ElectionKey, body ProclaimJSONRequestBody, reqEditors ...RequestEditorFn) (*ProclaimResponse, error)
+
+	// RenewLeadershipWithBodyWithResponse Extend the leadership.
+	//
+	// As a lock's renew; `value` replaces the leader's value, as proclaim does.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/renew (the `RenewLeadership` operationId).
+	RenewLeadershipWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLeadershipResponse, error)
+
+	// RenewLeadershipWithResponse Extend the leadership.
+	//
+	// As a lock's renew; `value` replaces the leader's value, as proclaim does.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/renew (the `RenewLeadership` operationId).
+	RenewLeadershipWithResponse(ctx context.Context, key ElectionKey, body RenewLeadershipJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLeadershipResponse, error)
+
+	// ResignWithBodyWithResponse Give up the leadership; the next candidate leads at once.
+	//
+	// Ends the leadership with this token; a candidate waiting in line
+	// leads at once (observers see `vacant`, then `leader`). A token that
+	// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
+	ResignWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResignResponse, error)
+
+	// ResignWithResponse Give up the leadership; the next candidate leads at once.
+	//
+	// Ends the leadership with this token; a candidate waiting in line
+	// leads at once (observers see `vacant`, then `leader`). A token that
+	// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
+	ResignWithResponse(ctx context.Context, key ElectionKey, body ResignJSONRequestBody, reqEditors ...RequestEditorFn) (*ResignResponse, error)
+
 	// StreamEventsWithResponse Follow every lifecycle event, as server-sent events.
 	//
 	// A `text/event-stream` of the lifecycle events (`acquired`,
@@ -4087,6 +5727,1165 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListElectionsResponse401Headers the declared response headers of an HTTP 401 response for ListElections
+type ListElectionsResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ListElectionsResponse429Headers the declared response headers of an HTTP 429 response for ListElections
+type ListElectionsResponse429Headers struct {
+	RetryAfter int
+}
+
+// ListElectionsResponse503Headers the declared response headers of an HTTP 503 response for ListElections
+type ListElectionsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListElectionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ElectionList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListElectionsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListElectionsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListElectionsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListElectionsResponse) GetJSON200() *ElectionList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListElectionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListElectionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListElectionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListElectionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetElectionResponse401Headers the declared response headers of an HTTP 401 response for GetElection
+type GetElectionResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetElectionResponse429Headers the declared response headers of an HTTP 429 response for GetElection
+type GetElectionResponse429Headers struct {
+	RetryAfter int
+}
+
+// GetElectionResponse503Headers the declared response headers of an HTTP 503 response for GetElection
+type GetElectionResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetElectionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ElectionState
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetElectionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetElectionResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetElectionResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetElectionResponse) GetJSON200() *ElectionState {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetElectionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetElectionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetElectionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetElectionResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetElectionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetElectionResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetElectionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetElectionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetElectionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetElectionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CampaignResponse200Headers the declared response headers of an HTTP 200 response for Campaign
+type CampaignResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
+// CampaignResponse401Headers the declared response headers of an HTTP 401 response for Campaign
+type CampaignResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// CampaignResponse409Headers the declared response headers of an HTTP 409 response for Campaign
+type CampaignResponse409Headers struct {
+	RetryAfter *int
+}
+
+// CampaignResponse429Headers the declared response headers of an HTTP 429 response for Campaign
+type CampaignResponse429Headers struct {
+	RetryAfter int
+}
+
+// CampaignResponse503Headers the declared response headers of an HTTP 503 response for Campaign
+type CampaignResponse503Headers struct {
+	RetryAfter int
+}
+
+type CampaignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Leadership
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CampaignResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CampaignResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CampaignResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CampaignResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CampaignResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CampaignResponse) GetJSON200() *Leadership {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CampaignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CampaignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CampaignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CampaignResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CampaignHoldResponse401Headers the declared response headers of an HTTP 401 response for CampaignHold
+type CampaignHoldResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// CampaignHoldResponse409Headers the declared response headers of an HTTP 409 response for CampaignHold
+type CampaignHoldResponse409Headers struct {
+	RetryAfter *int
+}
+
+// CampaignHoldResponse429Headers the declared response headers of an HTTP 429 response for CampaignHold
+type CampaignHoldResponse429Headers struct {
+	RetryAfter int
+}
+
+// CampaignHoldResponse503Headers the declared response headers of an HTTP 503 response for CampaignHold
+type CampaignHoldResponse503Headers struct {
+	RetryAfter int
+}
+
+type CampaignHoldResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CampaignHoldResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CampaignHoldResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CampaignHoldResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CampaignHoldResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CampaignHoldResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CampaignHoldResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CampaignHoldResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CampaignHoldResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CampaignHoldResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CampaignHoldResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CampaignHoldResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CampaignHoldResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CampaignHoldResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CampaignHoldResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CampaignHoldResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CampaignHoldResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForceReleaseElectionResponse401Headers the declared response headers of an HTTP 401 response for ForceReleaseElection
+type ForceReleaseElectionResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ForceReleaseElectionResponse429Headers the declared response headers of an HTTP 429 response for ForceReleaseElection
+type ForceReleaseElectionResponse429Headers struct {
+	RetryAfter int
+}
+
+// ForceReleaseElectionResponse503Headers the declared response headers of an HTTP 503 response for ForceReleaseElection
+type ForceReleaseElectionResponse503Headers struct {
+	RetryAfter int
+}
+
+type ForceReleaseElectionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ForceReleaseResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *FenceMismatch
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForceReleaseElectionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForceReleaseElectionResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForceReleaseElectionResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ForceReleaseElectionResponse) GetJSON200() *ForceReleaseResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON409() *FenceMismatch {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForceReleaseElectionResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForceReleaseElectionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForceReleaseElectionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForceReleaseElectionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForceReleaseElectionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetElectionHistoryResponse401Headers the declared response headers of an HTTP 401 response for GetElectionHistory
+type GetElectionHistoryResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetElectionHistoryResponse429Headers the declared response headers of an HTTP 429 response for GetElectionHistory
+type GetElectionHistoryResponse429Headers struct {
+	RetryAfter int
+}
+
+// GetElectionHistoryResponse503Headers the declared response headers of an HTTP 503 response for GetElectionHistory
+type GetElectionHistoryResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetElectionHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *History
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetElectionHistoryResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetElectionHistoryResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetElectionHistoryResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetElectionHistoryResponse) GetJSON200() *History {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetElectionHistoryResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetElectionHistoryResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetElectionHistoryResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetElectionHistoryResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetElectionHistoryResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetElectionHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetElectionHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetElectionHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetElectionHistoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ObserveElectionResponse401Headers the declared response headers of an HTTP 401 response for ObserveElection
+type ObserveElectionResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ObserveElectionResponse429Headers the declared response headers of an HTTP 429 response for ObserveElection
+type ObserveElectionResponse429Headers struct {
+	RetryAfter int
+}
+
+// ObserveElectionResponse503Headers the declared response headers of an HTTP 503 response for ObserveElection
+type ObserveElectionResponse503Headers struct {
+	RetryAfter int
+}
+
+type ObserveElectionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ObserveElectionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ObserveElectionResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ObserveElectionResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ObserveElectionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ObserveElectionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ObserveElectionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ObserveElectionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ProclaimResponse401Headers the declared response headers of an HTTP 401 response for Proclaim
+type ProclaimResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ProclaimResponse409Headers the declared response headers of an HTTP 409 response for Proclaim
+type ProclaimResponse409Headers struct {
+	RetryAfter *int
+}
+
+// ProclaimResponse429Headers the declared response headers of an HTTP 429 response for Proclaim
+type ProclaimResponse429Headers struct {
+	RetryAfter int
+}
+
+// ProclaimResponse503Headers the declared response headers of an HTTP 503 response for Proclaim
+type ProclaimResponse503Headers struct {
+	RetryAfter int
+}
+
+type ProclaimResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Leadership
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ProclaimResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ProclaimResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ProclaimResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ProclaimResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ProclaimResponse) GetJSON200() *Leadership {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ProclaimResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ProclaimResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ProclaimResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ProclaimResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewLeadershipResponse401Headers the declared response headers of an HTTP 401 response for RenewLeadership
+type RenewLeadershipResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// RenewLeadershipResponse409Headers the declared response headers of an HTTP 409 response for RenewLeadership
+type RenewLeadershipResponse409Headers struct {
+	RetryAfter *int
+}
+
+// RenewLeadershipResponse429Headers the declared response headers of an HTTP 429 response for RenewLeadership
+type RenewLeadershipResponse429Headers struct {
+	RetryAfter int
+}
+
+// RenewLeadershipResponse503Headers the declared response headers of an HTTP 503 response for RenewLeadership
+type RenewLeadershipResponse503Headers struct {
+	RetryAfter int
+}
+
+type RenewLeadershipResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Leadership
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewLeadershipResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RenewLeadershipResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewLeadershipResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewLeadershipResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewLeadershipResponse) GetJSON200() *Leadership {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewLeadershipResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewLeadershipResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewLeadershipResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewLeadershipResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResignResponse401Headers the declared response headers of an HTTP 401 response for Resign
+type ResignResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ResignResponse409Headers the declared response headers of an HTTP 409 response for Resign
+type ResignResponse409Headers struct {
+	RetryAfter *int
+}
+
+// ResignResponse429Headers the declared response headers of an HTTP 429 response for Resign
+type ResignResponse429Headers struct {
+	RetryAfter int
+}
+
+// ResignResponse503Headers the declared response headers of an HTTP 503 response for Resign
+type ResignResponse503Headers struct {
+	RetryAfter int
+}
+
+type ResignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ResignResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ResignResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ResignResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResignResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ResignResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResignResponse) GetJSON200() *ResignResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ResignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResignResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6114,6 +8913,288 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 	return ParseReadyzResponse(rsp)
 }
 
+// ListElectionsWithResponse List elections with a leader, paged.
+//
+// As the list of locks (`SCAN`, an opaque `next_cursor`), of the elections that have a leader now.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/elections (the `ListElections` operationId).
+func (c *ClientWithResponses) ListElectionsWithResponse(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*ListElectionsResponse, error) {
+	rsp, err := c.ListElections(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListElectionsResponse(rsp)
+}
+
+// GetElectionWithResponse Who leads, with what value and term, and who waits.
+//
+// 404 when nobody leads and nobody campaigns.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/elections/{key} (the `GetElection` operationId).
+func (c *ClientWithResponses) GetElectionWithResponse(ctx context.Context, key ElectionKey, reqEditors ...RequestEditorFn) (*GetElectionResponse, error) {
+	rsp, err := c.GetElection(ctx, key, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetElectionResponse(rsp)
+}
+
+// CampaignWithBodyWithResponse Campaign to lead an election, waiting in line.
+//
+// Leads the election at once if nobody leads it; else, with `wait_ms`
+// > 0, waits: candidates are served in the order they began to
+// campaign, across every replica. The answer is the leadership: a
+// lease whose `term` is its fence, strictly increasing per election.
+// Keep it with `renew` every ttl/3 (or campaign with `/campaign/hold`),
+// end it with `resign`. After `wait_ms` the answer is 409 `lock_held`
+// (someone leads) or `queued` (earlier candidates come first). A
+// server in Redlock mode answers 400 `unsupported`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/campaign (the `Campaign` operationId).
+func (c *ClientWithResponses) CampaignWithBodyWithResponse(ctx context.Context, key ElectionKey, params *CampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CampaignResponse, error) {
+	rsp, err := c.CampaignWithBody(ctx, key, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCampaignResponse(rsp)
+}
+
+// CampaignWithResponse Campaign to lead an election, waiting in line.
+//
+// Leads the election at once if nobody leads it; else, with `wait_ms`
+// > 0, waits: candidates are served in the order they began to
+// campaign, across every replica. The answer is the leadership: a
+// lease whose `term` is its fence, strictly increasing per election.
+// Keep it with `renew` every ttl/3 (or campaign with `/campaign/hold`),
+// end it with `resign`. After `wait_ms` the answer is 409 `lock_held`
+// (someone leads) or `queued` (earlier candidates come first). A
+// server in Redlock mode answers 400 `unsupported`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/campaign (the `Campaign` operationId).
+func (c *ClientWithResponses) CampaignWithResponse(ctx context.Context, key ElectionKey, params *CampaignParams, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*CampaignResponse, error) {
+	rsp, err := c.Campaign(ctx, key, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCampaignResponse(rsp)
+}
+
+// CampaignHoldWithBodyWithResponse Campaign, and lead while the connection stays open.
+//
+// As `/v1/locks/{key}/hold` for an election: waits in line like
+// `campaign`, then answers `text/event-stream` with `leader` (this
+// candidate leads: the leadership, token included), `renewed` (the
+// server renewed it, every ttl/3) and `lost` (a problem body; the
+// stream ends). When the connection closes the leadership ends at
+// once and the next candidate takes over, without waiting for the
+// TTL.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/campaign/hold (the `CampaignHold` operationId).
+func (c *ClientWithResponses) CampaignHoldWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CampaignHoldResponse, error) {
+	rsp, err := c.CampaignHoldWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCampaignHoldResponse(rsp)
+}
+
+// CampaignHoldWithResponse Campaign, and lead while the connection stays open.
+//
+// As `/v1/locks/{key}/hold` for an election: waits in line like
+// `campaign`, then answers `text/event-stream` with `leader` (this
+// candidate leads: the leadership, token included), `renewed` (the
+// server renewed it, every ttl/3) and `lost` (a problem body; the
+// stream ends). When the connection closes the leadership ends at
+// once and the next candidate takes over, without waiting for the
+// TTL.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/campaign/hold (the `CampaignHold` operationId).
+func (c *ClientWithResponses) CampaignHoldWithResponse(ctx context.Context, key ElectionKey, body CampaignHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*CampaignHoldResponse, error) {
+	rsp, err := c.CampaignHold(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCampaignHoldResponse(rsp)
+}
+
+// ForceReleaseElectionWithBodyWithResponse Break a stuck leadership (admin).
+//
+// As a lock's force-release; the next candidate leads at once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
+func (c *ClientWithResponses) ForceReleaseElectionWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ForceReleaseElectionResponse, error) {
+	rsp, err := c.ForceReleaseElectionWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForceReleaseElectionResponse(rsp)
+}
+
+// ForceReleaseElectionWithResponse Break a stuck leadership (admin).
+//
+// As a lock's force-release; the next candidate leads at once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
+func (c *ClientWithResponses) ForceReleaseElectionWithResponse(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceReleaseElectionResponse, error) {
+	rsp, err := c.ForceReleaseElection(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForceReleaseElectionResponse(rsp)
+}
+
+// GetElectionHistoryWithResponse The election's recent events, newest first.
+//
+// As a lock's history: terms begun (`acquired`), resigned
+// (`released`), lapsed (`expired`), broken (`force_released`) and the
+// leader's values (`proclaimed`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/elections/{key}/history (the `GetElectionHistory` operationId).
+func (c *ClientWithResponses) GetElectionHistoryWithResponse(ctx context.Context, key ElectionKey, params *GetElectionHistoryParams, reqEditors ...RequestEditorFn) (*GetElectionHistoryResponse, error) {
+	rsp, err := c.GetElectionHistory(ctx, key, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetElectionHistoryResponse(rsp)
+}
+
+// ObserveElectionWithResponse Follow the election's leadership as server-sent events.
+//
+// At once the current leader (`leader`) or `vacant`; then every
+// change: `leader` (a new term: leader, value, term), `proclaimed`
+// (the leader's new value), `vacant` (the leader is gone and nobody
+// leads yet). A comment line at least every 15 s keeps the connection
+// open. Each event carries the term it is about, so an observer that
+// missed events (the stream ended, and it reconnected) re-reads its
+// first event as the current state.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/elections/{key}/observe (the `ObserveElection` operationId).
+func (c *ClientWithResponses) ObserveElectionWithResponse(ctx context.Context, key ElectionKey, reqEditors ...RequestEditorFn) (*ObserveElectionResponse, error) {
+	rsp, err := c.ObserveElection(ctx, key, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseObserveElectionResponse(rsp)
+}
+
+// ProclaimWithBodyWithResponse The leader sets its value, keeping its leadership.
+//
+// Replaces the leader's value (and renews its leadership by its own
+// TTL); observers get a `proclaimed` event. A token that does not
+// lead answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/proclaim (the `Proclaim` operationId).
+func (c *ClientWithResponses) ProclaimWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ProclaimResponse, error) {
+	rsp, err := c.ProclaimWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseProclaimResponse(rsp)
+}
+
+// ProclaimWithResponse The leader sets its value, keeping its leadership.
+//
+// Replaces the leader's value (and renews its leadership by its own
+// TTL); observers get a `proclaimed` event. A token that does not
+// lead answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/proclaim (the `Proclaim` operationId).
+func (c *ClientWithResponses) ProclaimWithResponse(ctx context.Context, key ElectionKey, body ProclaimJSONRequestBody, reqEditors ...RequestEditorFn) (*ProclaimResponse, error) {
+	rsp, err := c.Proclaim(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseProclaimResponse(rsp)
+}
+
+// RenewLeadershipWithBodyWithResponse Extend the leadership.
+//
+// As a lock's renew; `value` replaces the leader's value, as proclaim does.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/renew (the `RenewLeadership` operationId).
+func (c *ClientWithResponses) RenewLeadershipWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLeadershipResponse, error) {
+	rsp, err := c.RenewLeadershipWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLeadershipResponse(rsp)
+}
+
+// RenewLeadershipWithResponse Extend the leadership.
+//
+// As a lock's renew; `value` replaces the leader's value, as proclaim does.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/renew (the `RenewLeadership` operationId).
+func (c *ClientWithResponses) RenewLeadershipWithResponse(ctx context.Context, key ElectionKey, body RenewLeadershipJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLeadershipResponse, error) {
+	rsp, err := c.RenewLeadership(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLeadershipResponse(rsp)
+}
+
+// ResignWithBodyWithResponse Give up the leadership; the next candidate leads at once.
+//
+// Ends the leadership with this token; a candidate waiting in line
+// leads at once (observers see `vacant`, then `leader`). A token that
+// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
+func (c *ClientWithResponses) ResignWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResignResponse, error) {
+	rsp, err := c.ResignWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResignResponse(rsp)
+}
+
+// ResignWithResponse Give up the leadership; the next candidate leads at once.
+//
+// Ends the leadership with this token; a candidate waiting in line
+// leads at once (observers see `vacant`, then `leader`). A token that
+// no longer leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/resign (the `Resign` operationId).
+func (c *ClientWithResponses) ResignWithResponse(ctx context.Context, key ElectionKey, body ResignJSONRequestBody, reqEditors ...RequestEditorFn) (*ResignResponse, error) {
+	rsp, err := c.Resign(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResignResponse(rsp)
+}
+
 // StreamEventsWithResponse Follow every lifecycle event, as server-sent events.
 //
 // A `text/event-stream` of the lifecycle events (`acquired`,
@@ -6806,6 +9887,1153 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListElectionsResponse parses an HTTP response from a ListElectionsWithResponse call
+func ParseListElectionsResponse(rsp *http.Response) (*ListElectionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListElectionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ElectionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListElectionsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListElectionsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListElectionsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetElectionResponse parses an HTTP response from a GetElectionWithResponse call
+func ParseGetElectionResponse(rsp *http.Response) (*GetElectionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetElectionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ElectionState
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetElectionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetElectionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetElectionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCampaignResponse parses an HTTP response from a CampaignWithResponse call
+func ParseCampaignResponse(rsp *http.Response) (*CampaignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CampaignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Leadership
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CampaignResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers CampaignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers CampaignResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers CampaignResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CampaignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCampaignHoldResponse parses an HTTP response from a CampaignHoldWithResponse call
+func ParseCampaignHoldResponse(rsp *http.Response) (*CampaignHoldResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CampaignHoldResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CampaignHoldResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers CampaignHoldResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers CampaignHoldResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CampaignHoldResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForceReleaseElectionResponse parses an HTTP response from a ForceReleaseElectionWithResponse call
+func ParseForceReleaseElectionResponse(rsp *http.Response) (*ForceReleaseElectionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForceReleaseElectionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ForceReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest FenceMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ForceReleaseElectionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForceReleaseElectionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForceReleaseElectionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetElectionHistoryResponse parses an HTTP response from a GetElectionHistoryWithResponse call
+func ParseGetElectionHistoryResponse(rsp *http.Response) (*GetElectionHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetElectionHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest History
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetElectionHistoryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetElectionHistoryResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetElectionHistoryResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseObserveElectionResponse parses an HTTP response from a ObserveElectionWithResponse call
+func ParseObserveElectionResponse(rsp *http.Response) (*ObserveElectionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ObserveElectionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ObserveElectionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ObserveElectionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ObserveElectionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseProclaimResponse parses an HTTP response from a ProclaimWithResponse call
+func ParseProclaimResponse(rsp *http.Response) (*ProclaimResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ProclaimResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Leadership
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ProclaimResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers ProclaimResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ProclaimResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ProclaimResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewLeadershipResponse parses an HTTP response from a RenewLeadershipWithResponse call
+func ParseRenewLeadershipResponse(rsp *http.Response) (*RenewLeadershipResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewLeadershipResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Leadership
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RenewLeadershipResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers RenewLeadershipResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewLeadershipResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewLeadershipResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResignResponse parses an HTTP response from a ResignWithResponse call
+func ParseResignResponse(rsp *http.Response) (*ResignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ResignResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ResignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers ResignResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResignResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ResignResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8773,6 +13001,36 @@ type ServerInterface interface {
 	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(w http.ResponseWriter, r *http.Request)
+	// ListElections List elections with a leader, paged.
+	// (GET /v1/elections)
+	ListElections(w http.ResponseWriter, r *http.Request, params ListElectionsParams)
+	// GetElection Who leads, with what value and term, and who waits.
+	// (GET /v1/elections/{key})
+	GetElection(w http.ResponseWriter, r *http.Request, key ElectionKey)
+	// Campaign Campaign to lead an election, waiting in line.
+	// (POST /v1/elections/{key}/campaign)
+	Campaign(w http.ResponseWriter, r *http.Request, key ElectionKey, params CampaignParams)
+	// CampaignHold Campaign, and lead while the connection stays open.
+	// (POST /v1/elections/{key}/campaign/hold)
+	CampaignHold(w http.ResponseWriter, r *http.Request, key ElectionKey)
+	// ForceReleaseElection Break a stuck leadership (admin).
+	// (POST /v1/elections/{key}/force-release)
+	ForceReleaseElection(w http.ResponseWriter, r *http.Request, key ElectionKey)
+	// GetElectionHistory The election's recent events, newest first.
+	// (GET /v1/elections/{key}/history)
+	GetElectionHistory(w http.ResponseWriter, r *http.Request, key ElectionKey, params GetElectionHistoryParams)
+	// ObserveElection Follow the election's leadership as server-sent events.
+	// (GET /v1/elections/{key}/observe)
+	ObserveElection(w http.ResponseWriter, r *http.Request, key ElectionKey)
+	// Proclaim The leader sets its value, keeping its leadership.
+	// (POST /v1/elections/{key}/proclaim)
+	Proclaim(w http.ResponseWriter, r *http.Request, key ElectionKey)
+	// RenewLeadership Extend the leadership.
+	// (POST /v1/elections/{key}/renew)
+	RenewLeadership(w http.ResponseWriter, r *http.Request, key ElectionKey)
+	// Resign Give up the leadership; the next candidate leads at once.
+	// (POST /v1/elections/{key}/resign)
+	Resign(w http.ResponseWriter, r *http.Request, key ElectionKey)
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	// (GET /v1/events)
 	StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams)
@@ -8845,6 +13103,66 @@ func (_ Unimplemented) Livez(w http.ResponseWriter, r *http.Request) {
 // Readyz lockd can grant.
 // (GET /readyz)
 func (_ Unimplemented) Readyz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListElections List elections with a leader, paged.
+// (GET /v1/elections)
+func (_ Unimplemented) ListElections(w http.ResponseWriter, r *http.Request, params ListElectionsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetElection Who leads, with what value and term, and who waits.
+// (GET /v1/elections/{key})
+func (_ Unimplemented) GetElection(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// Campaign Campaign to lead an election, waiting in line.
+// (POST /v1/elections/{key}/campaign)
+func (_ Unimplemented) Campaign(w http.ResponseWriter, r *http.Request, key ElectionKey, params CampaignParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CampaignHold Campaign, and lead while the connection stays open.
+// (POST /v1/elections/{key}/campaign/hold)
+func (_ Unimplemented) CampaignHold(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ForceReleaseElection Break a stuck leadership (admin).
+// (POST /v1/elections/{key}/force-release)
+func (_ Unimplemented) ForceReleaseElection(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetElectionHistory The election's recent events, newest first.
+// (GET /v1/elections/{key}/history)
+func (_ Unimplemented) GetElectionHistory(w http.ResponseWriter, r *http.Request, key ElectionKey, params GetElectionHistoryParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ObserveElection Follow the election's leadership as server-sent events.
+// (GET /v1/elections/{key}/observe)
+func (_ Unimplemented) ObserveElection(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// Proclaim The leader sets its value, keeping its leadership.
+// (POST /v1/elections/{key}/proclaim)
+func (_ Unimplemented) Proclaim(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RenewLeadership Extend the leadership.
+// (POST /v1/elections/{key}/renew)
+func (_ Unimplemented) RenewLeadership(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// Resign Give up the leadership; the next candidate leads at once.
+// (POST /v1/elections/{key}/resign)
+func (_ Unimplemented) Resign(w http.ResponseWriter, r *http.Request, key ElectionKey) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -8992,6 +13310,352 @@ func (siw *ServerInterfaceWrapper) Readyz(w http.ResponseWriter, r *http.Request
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Readyz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListElections operation middleware
+func (siw *ServerInterfaceWrapper) ListElections(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListElectionsParams
+
+	// ------------- Optional query parameter "prefix" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "prefix", r.URL.Query(), &params.Prefix, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "prefix"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "prefix", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListElections(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetElection operation middleware
+func (siw *ServerInterfaceWrapper) GetElection(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetElection(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Campaign operation middleware
+func (siw *ServerInterfaceWrapper) Campaign(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CampaignParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Campaign(w, r, key, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CampaignHold operation middleware
+func (siw *ServerInterfaceWrapper) CampaignHold(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CampaignHold(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ForceReleaseElection operation middleware
+func (siw *ServerInterfaceWrapper) ForceReleaseElection(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ForceReleaseElection(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetElectionHistory operation middleware
+func (siw *ServerInterfaceWrapper) GetElectionHistory(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetElectionHistoryParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", r.URL.Query(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "type"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "type", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetElectionHistory(w, r, key, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ObserveElection operation middleware
+func (siw *ServerInterfaceWrapper) ObserveElection(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ObserveElection(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Proclaim operation middleware
+func (siw *ServerInterfaceWrapper) Proclaim(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Proclaim(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RenewLeadership operation middleware
+func (siw *ServerInterfaceWrapper) RenewLeadership(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RenewLeadership(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Resign operation middleware
+func (siw *ServerInterfaceWrapper) Resign(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Resign(w, r, key)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -9805,6 +14469,36 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/semaphores/{key}/history", wrapper.GetSemaphoreHistory)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/elections/{key}/campaign", wrapper.Campaign)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/elections/{key}/campaign/hold", wrapper.CampaignHold)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/elections/{key}/proclaim", wrapper.Proclaim)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/elections/{key}/renew", wrapper.RenewLeadership)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/elections/{key}/resign", wrapper.Resign)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/elections/{key}/force-release", wrapper.ForceReleaseElection)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/elections/{key}", wrapper.GetElection)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/elections", wrapper.ListElections)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/elections/{key}/history", wrapper.GetElectionHistory)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/elections/{key}/observe", wrapper.ObserveElection)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/events", wrapper.StreamEvents)
 	})
 	r.Group(func(r chi.Router) {
@@ -9947,6 +14641,1515 @@ type Readyz503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response Readyz503ApplicationProblemPlusJSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListElectionsRequestObject struct {
+	Params ListElectionsParams
+}
+
+type ListElectionsResponseObject interface {
+	VisitListElectionsResponse(w http.ResponseWriter) error
+}
+
+type ListElections200JSONResponse ElectionList
+
+func (response ListElections200JSONResponse) VisitListElectionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListElections400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListElections400ApplicationProblemPlusJSONResponse) VisitListElectionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListElections401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListElections401ApplicationProblemPlusJSONResponse) VisitListElectionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListElections403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListElections403ApplicationProblemPlusJSONResponse) VisitListElectionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListElections429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListElections429ApplicationProblemPlusJSONResponse) VisitListElectionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListElections503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListElections503ApplicationProblemPlusJSONResponse) VisitListElectionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElectionRequestObject struct {
+	Key ElectionKey `json:"key"`
+}
+
+type GetElectionResponseObject interface {
+	VisitGetElectionResponse(w http.ResponseWriter) error
+}
+
+type GetElection200JSONResponse ElectionState
+
+func (response GetElection200JSONResponse) VisitGetElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElection400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetElection400ApplicationProblemPlusJSONResponse) VisitGetElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElection401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetElection401ApplicationProblemPlusJSONResponse) VisitGetElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElection403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetElection403ApplicationProblemPlusJSONResponse) VisitGetElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElection404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetElection404ApplicationProblemPlusJSONResponse) VisitGetElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElection429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetElection429ApplicationProblemPlusJSONResponse) VisitGetElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElection503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetElection503ApplicationProblemPlusJSONResponse) VisitGetElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignRequestObject struct {
+	Key    ElectionKey `json:"key"`
+	Params CampaignParams
+	Body   *CampaignJSONRequestBody
+}
+
+type CampaignResponseObject interface {
+	VisitCampaignResponse(w http.ResponseWriter) error
+}
+
+type Campaign200ResponseHeaders struct {
+	IdempotentReplayed *string
+}
+
+type Campaign200JSONResponse struct {
+	Body    Leadership
+	Headers Campaign200ResponseHeaders
+}
+
+func (response Campaign200JSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.IdempotentReplayed != nil {
+		w.Header().Set("Idempotent-Replayed", fmt.Sprint(*response.Headers.IdempotentReplayed))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Campaign400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Campaign400ApplicationProblemPlusJSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Campaign401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response Campaign401ApplicationProblemPlusJSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Campaign403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response Campaign403ApplicationProblemPlusJSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Campaign409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response Campaign409ApplicationProblemPlusJSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Campaign413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Campaign413ApplicationProblemPlusJSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Campaign415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Campaign415ApplicationProblemPlusJSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Campaign429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response Campaign429ApplicationProblemPlusJSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Campaign503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Campaign503ApplicationProblemPlusJSONResponse) VisitCampaignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignHoldRequestObject struct {
+	Key  ElectionKey `json:"key"`
+	Body *CampaignHoldJSONRequestBody
+}
+
+type CampaignHoldResponseObject interface {
+	VisitCampaignHoldResponse(w http.ResponseWriter) error
+}
+
+type CampaignHold200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response CampaignHold200TexteventStreamResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type CampaignHold400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response CampaignHold400ApplicationProblemPlusJSONResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignHold401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CampaignHold401ApplicationProblemPlusJSONResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignHold403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CampaignHold403ApplicationProblemPlusJSONResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignHold409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response CampaignHold409ApplicationProblemPlusJSONResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignHold413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response CampaignHold413ApplicationProblemPlusJSONResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignHold415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response CampaignHold415ApplicationProblemPlusJSONResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignHold429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CampaignHold429ApplicationProblemPlusJSONResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CampaignHold503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CampaignHold503ApplicationProblemPlusJSONResponse) VisitCampaignHoldResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElectionRequestObject struct {
+	Key  ElectionKey `json:"key"`
+	Body *ForceReleaseElectionJSONRequestBody
+}
+
+type ForceReleaseElectionResponseObject interface {
+	VisitForceReleaseElectionResponse(w http.ResponseWriter) error
+}
+
+type ForceReleaseElection200JSONResponse ForceReleaseResult
+
+func (response ForceReleaseElection200JSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection400ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection401ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection403ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection404ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection409ApplicationProblemPlusJSONResponse struct {
+	FenceMismatchApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection409ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection413ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection415ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection429ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForceReleaseElection503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ForceReleaseElection503ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElectionHistoryRequestObject struct {
+	Key    ElectionKey `json:"key"`
+	Params GetElectionHistoryParams
+}
+
+type GetElectionHistoryResponseObject interface {
+	VisitGetElectionHistoryResponse(w http.ResponseWriter) error
+}
+
+type GetElectionHistory200JSONResponse History
+
+func (response GetElectionHistory200JSONResponse) VisitGetElectionHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElectionHistory400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetElectionHistory400ApplicationProblemPlusJSONResponse) VisitGetElectionHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElectionHistory401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetElectionHistory401ApplicationProblemPlusJSONResponse) VisitGetElectionHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElectionHistory403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetElectionHistory403ApplicationProblemPlusJSONResponse) VisitGetElectionHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElectionHistory429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetElectionHistory429ApplicationProblemPlusJSONResponse) VisitGetElectionHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetElectionHistory503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetElectionHistory503ApplicationProblemPlusJSONResponse) VisitGetElectionHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ObserveElectionRequestObject struct {
+	Key ElectionKey `json:"key"`
+}
+
+type ObserveElectionResponseObject interface {
+	VisitObserveElectionResponse(w http.ResponseWriter) error
+}
+
+type ObserveElection200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response ObserveElection200TexteventStreamResponse) VisitObserveElectionResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type ObserveElection400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ObserveElection400ApplicationProblemPlusJSONResponse) VisitObserveElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ObserveElection401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ObserveElection401ApplicationProblemPlusJSONResponse) VisitObserveElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ObserveElection403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ObserveElection403ApplicationProblemPlusJSONResponse) VisitObserveElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ObserveElection429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ObserveElection429ApplicationProblemPlusJSONResponse) VisitObserveElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ObserveElection503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ObserveElection503ApplicationProblemPlusJSONResponse) VisitObserveElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ProclaimRequestObject struct {
+	Key  ElectionKey `json:"key"`
+	Body *ProclaimJSONRequestBody
+}
+
+type ProclaimResponseObject interface {
+	VisitProclaimResponse(w http.ResponseWriter) error
+}
+
+type Proclaim200JSONResponse Leadership
+
+func (response Proclaim200JSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim400ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim401ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim403ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim404ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim409ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim413ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim415ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim429ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Proclaim503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Proclaim503ApplicationProblemPlusJSONResponse) VisitProclaimResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadershipRequestObject struct {
+	Key  ElectionKey `json:"key"`
+	Body *RenewLeadershipJSONRequestBody
+}
+
+type RenewLeadershipResponseObject interface {
+	VisitRenewLeadershipResponse(w http.ResponseWriter) error
+}
+
+type RenewLeadership200JSONResponse Leadership
+
+func (response RenewLeadership200JSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership400ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership401ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership403ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership404ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership409ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership413ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership415ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership429ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLeadership503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLeadership503ApplicationProblemPlusJSONResponse) VisitRenewLeadershipResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResignRequestObject struct {
+	Key  ElectionKey `json:"key"`
+	Body *ResignJSONRequestBody
+}
+
+type ResignResponseObject interface {
+	VisitResignResponse(w http.ResponseWriter) error
+}
+
+type Resign200JSONResponse ResignResult
+
+func (response Resign200JSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Resign400ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response Resign401ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response Resign403ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response Resign404ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response Resign409ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Resign413ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Resign415ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response Resign429ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Resign503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Resign503ApplicationProblemPlusJSONResponse) VisitResignResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -12508,6 +18711,36 @@ type StrictServerInterface interface {
 	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(ctx context.Context, request ReadyzRequestObject) (ReadyzResponseObject, error)
+	// ListElections List elections with a leader, paged.
+	// (GET /v1/elections)
+	ListElections(ctx context.Context, request ListElectionsRequestObject) (ListElectionsResponseObject, error)
+	// GetElection Who leads, with what value and term, and who waits.
+	// (GET /v1/elections/{key})
+	GetElection(ctx context.Context, request GetElectionRequestObject) (GetElectionResponseObject, error)
+	// Campaign Campaign to lead an election, waiting in line.
+	// (POST /v1/elections/{key}/campaign)
+	Campaign(ctx context.Context, request CampaignRequestObject) (CampaignResponseObject, error)
+	// CampaignHold Campaign, and lead while the connection stays open.
+	// (POST /v1/elections/{key}/campaign/hold)
+	CampaignHold(ctx context.Context, request CampaignHoldRequestObject) (CampaignHoldResponseObject, error)
+	// ForceReleaseElection Break a stuck leadership (admin).
+	// (POST /v1/elections/{key}/force-release)
+	ForceReleaseElection(ctx context.Context, request ForceReleaseElectionRequestObject) (ForceReleaseElectionResponseObject, error)
+	// GetElectionHistory The election's recent events, newest first.
+	// (GET /v1/elections/{key}/history)
+	GetElectionHistory(ctx context.Context, request GetElectionHistoryRequestObject) (GetElectionHistoryResponseObject, error)
+	// ObserveElection Follow the election's leadership as server-sent events.
+	// (GET /v1/elections/{key}/observe)
+	ObserveElection(ctx context.Context, request ObserveElectionRequestObject) (ObserveElectionResponseObject, error)
+	// Proclaim The leader sets its value, keeping its leadership.
+	// (POST /v1/elections/{key}/proclaim)
+	Proclaim(ctx context.Context, request ProclaimRequestObject) (ProclaimResponseObject, error)
+	// RenewLeadership Extend the leadership.
+	// (POST /v1/elections/{key}/renew)
+	RenewLeadership(ctx context.Context, request RenewLeadershipRequestObject) (RenewLeadershipResponseObject, error)
+	// Resign Give up the leadership; the next candidate leads at once.
+	// (POST /v1/elections/{key}/resign)
+	Resign(ctx context.Context, request ResignRequestObject) (ResignResponseObject, error)
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	// (GET /v1/events)
 	StreamEvents(ctx context.Context, request StreamEventsRequestObject) (StreamEventsResponseObject, error)
@@ -12665,6 +18898,319 @@ func (sh *strictHandler) Readyz(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ReadyzResponseObject); ok {
 		if err := validResponse.VisitReadyzResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListElections operation middleware
+func (sh *strictHandler) ListElections(w http.ResponseWriter, r *http.Request, params ListElectionsParams) {
+	var request ListElectionsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListElections(ctx, request.(ListElectionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListElections")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListElectionsResponseObject); ok {
+		if err := validResponse.VisitListElectionsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetElection operation middleware
+func (sh *strictHandler) GetElection(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request GetElectionRequestObject
+
+	request.Key = key
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetElection(ctx, request.(GetElectionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetElection")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetElectionResponseObject); ok {
+		if err := validResponse.VisitGetElectionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Campaign operation middleware
+func (sh *strictHandler) Campaign(w http.ResponseWriter, r *http.Request, key ElectionKey, params CampaignParams) {
+	var request CampaignRequestObject
+
+	request.Key = key
+	request.Params = params
+
+	var body CampaignJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Campaign(ctx, request.(CampaignRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Campaign")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CampaignResponseObject); ok {
+		if err := validResponse.VisitCampaignResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CampaignHold operation middleware
+func (sh *strictHandler) CampaignHold(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request CampaignHoldRequestObject
+
+	request.Key = key
+
+	var body CampaignHoldJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CampaignHold(ctx, request.(CampaignHoldRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CampaignHold")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CampaignHoldResponseObject); ok {
+		if err := validResponse.VisitCampaignHoldResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ForceReleaseElection operation middleware
+func (sh *strictHandler) ForceReleaseElection(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request ForceReleaseElectionRequestObject
+
+	request.Key = key
+
+	var body ForceReleaseElectionJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ForceReleaseElection(ctx, request.(ForceReleaseElectionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ForceReleaseElection")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ForceReleaseElectionResponseObject); ok {
+		if err := validResponse.VisitForceReleaseElectionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetElectionHistory operation middleware
+func (sh *strictHandler) GetElectionHistory(w http.ResponseWriter, r *http.Request, key ElectionKey, params GetElectionHistoryParams) {
+	var request GetElectionHistoryRequestObject
+
+	request.Key = key
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetElectionHistory(ctx, request.(GetElectionHistoryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetElectionHistory")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetElectionHistoryResponseObject); ok {
+		if err := validResponse.VisitGetElectionHistoryResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ObserveElection operation middleware
+func (sh *strictHandler) ObserveElection(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request ObserveElectionRequestObject
+
+	request.Key = key
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ObserveElection(ctx, request.(ObserveElectionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ObserveElection")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ObserveElectionResponseObject); ok {
+		if err := validResponse.VisitObserveElectionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Proclaim operation middleware
+func (sh *strictHandler) Proclaim(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request ProclaimRequestObject
+
+	request.Key = key
+
+	var body ProclaimJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Proclaim(ctx, request.(ProclaimRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Proclaim")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ProclaimResponseObject); ok {
+		if err := validResponse.VisitProclaimResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RenewLeadership operation middleware
+func (sh *strictHandler) RenewLeadership(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request RenewLeadershipRequestObject
+
+	request.Key = key
+
+	var body RenewLeadershipJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RenewLeadership(ctx, request.(RenewLeadershipRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RenewLeadership")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RenewLeadershipResponseObject); ok {
+		if err := validResponse.VisitRenewLeadershipResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Resign operation middleware
+func (sh *strictHandler) Resign(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request ResignRequestObject
+
+	request.Key = key
+
+	var body ResignJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Resign(ctx, request.(ResignRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Resign")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ResignResponseObject); ok {
+		if err := validResponse.VisitResignResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -11,6 +11,12 @@ func NewRequestBody(operationID string) any {
 		return new(AcquireLockJSONRequestBody)
 	case "acquireSemaphore":
 		return new(AcquireSemaphoreJSONRequestBody)
+	case "campaign":
+		return new(CampaignJSONRequestBody)
+	case "campaignHold":
+		return new(CampaignHoldJSONRequestBody)
+	case "forceReleaseElection":
+		return new(ForceReleaseElectionJSONRequestBody)
 	case "forceReleaseLock":
 		return new(ForceReleaseLockJSONRequestBody)
 	case "forceReleaseSemaphore":
@@ -19,14 +25,20 @@ func NewRequestBody(operationID string) any {
 		return new(HoldLockJSONRequestBody)
 	case "holdSemaphore":
 		return new(HoldSemaphoreJSONRequestBody)
+	case "proclaim":
+		return new(ProclaimJSONRequestBody)
 	case "releaseLock":
 		return new(ReleaseLockJSONRequestBody)
 	case "releaseSemaphore":
 		return new(ReleaseSemaphoreJSONRequestBody)
+	case "renewLeadership":
+		return new(RenewLeadershipJSONRequestBody)
 	case "renewLock":
 		return new(RenewLockJSONRequestBody)
 	case "renewSemaphore":
 		return new(RenewSemaphoreJSONRequestBody)
+	case "resign":
+		return new(ResignJSONRequestBody)
 	}
 	return nil
 }

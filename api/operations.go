@@ -23,7 +23,7 @@ type Operation struct {
 	// Scope is the operation's x-lockd-scope: "read", "write", "admin", or
 	// "none" for the operations that never need a key (the probes).
 	Scope string
-	// Kind is the operation's x-lockd-kind: "lock" or "semaphore" for the
+	// Kind is the operation's x-lockd-kind: "lock", "semaphore" or "election" for the
 	// operations on one kind of resource, "" for the others.
 	Kind string
 	// Body reports whether the operation takes a request body.
@@ -88,9 +88,9 @@ func parseOperations(doc []byte) (map[string]Operation, error) {
 				return nil, fmt.Errorf("%s %s (%s): x-lockd-scope is %q, want read, write, admin or none", m, path, o.OperationID, o.Scope)
 			}
 			switch o.Kind {
-			case "", "lock", "semaphore":
+			case "", "lock", "semaphore", "election":
 			default:
-				return nil, fmt.Errorf("%s %s (%s): x-lockd-kind is %q, want lock or semaphore", m, path, o.OperationID, o.Kind)
+				return nil, fmt.Errorf("%s %s (%s): x-lockd-kind is %q, want lock, semaphore or election", m, path, o.OperationID, o.Kind)
 			}
 			if o.OperationID == "" {
 				return nil, fmt.Errorf("%s %s has no operationId", m, path)

@@ -97,6 +97,14 @@ type AcquireOptions struct {
 	// Mode is Exclusive (the default) or Shared, for locks. A
 	// semaphore's permits have no other mode: leave it empty there.
 	Mode Mode
+	// LockDelay (exclusive locks only, at most a minute): after this
+	// lease ends by expiry or force-release, nobody is granted the key
+	// for this long (ErrLockDelay meanwhile). Zero: the server's default.
+	LockDelay time.Duration
+	// Value is any JSON for the grant's state (at most 4 KiB compact),
+	// e.g. where the holder can be reached: read-scope callers see it, so
+	// never a secret. Nil: none.
+	Value json.RawMessage
 	// IdempotencyKey (e.g. a webhook delivery ID) makes a repeated acquire
 	// get the lease it already holds. Default: a random key per call, which
 	// only makes Acquire's own retries safe.
@@ -122,6 +130,12 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 	}
 	return c.acquire(ctx, lockKind, opts, func(ctx context.Context, p acquireParams) (*http.Response, error) {
 		body := api.AcquireRequest{Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Mode: mode}
+		if opts.LockDelay > 0 {
+			body.LockDelayMs = ptr(opts.LockDelay.Milliseconds())
+		}
+		if opts.Value != nil {
+			body.Value = &opts.Value
+		}
 		return c.raw.AcquireLock(ctx, key, &api.AcquireLockParams{IdempotencyKey: p.idem}, body)
 	})
 }

@@ -19,6 +19,10 @@ var (
 	// began to wait earlier come first (after the wait, if any): retry
 	// after the error's RetryAfter, or wait. The error is a *QueuedError.
 	ErrQueued = errors.New("lockd: queued behind earlier waiters")
+	// ErrLockDelay means the key's last lease ended by expiry or
+	// force-release and its lock-delay has not passed: retry after the
+	// error's RetryAfter, or wait.
+	ErrLockDelay = errors.New("lockd: held off by a lock-delay")
 	// ErrNoPermits means every permit of the semaphore is held (after the
 	// wait, if any). The error is a *NoPermitsError.
 	ErrNoPermits = errors.New("lockd: no permit free")
@@ -90,6 +94,8 @@ func (e *APIError) Unwrap() error {
 		return ErrHeld
 	case api.ProblemCodeQueued:
 		return ErrQueued
+	case api.ProblemCodeLockDelay:
+		return ErrLockDelay
 	case api.ProblemCodeNoPermits:
 		return ErrNoPermits
 	case api.ProblemCodeLimitMismatch:

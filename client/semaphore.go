@@ -50,6 +50,9 @@ func (s *Semaphore) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, e
 	}
 	return s.c.acquire(ctx, semaphoreKind, opts, func(ctx context.Context, p acquireParams) (*http.Response, error) {
 		body := api.SemaphoreAcquireRequest{Limit: s.limit, Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs}
+		if opts.Value != nil {
+			body.Value = &opts.Value
+		}
 		return s.c.raw.AcquireSemaphore(ctx, s.name, &api.AcquireSemaphoreParams{IdempotencyKey: p.idem}, body)
 	})
 }

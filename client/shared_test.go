@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -149,5 +150,45 @@ func waitQueue(t *testing.T, c *client.Client, key string, n int) {
 			t.Fatalf("%d waiting for %s within 5 s: %+v, %v", n, key, st.Queue, err)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A lease with a lock-delay that expires holds its key off: ErrLockDelay
+// with a RetryAfter, until the delay has passed.
+func TestLockDelay(t *testing.T) {
+	ld := startLockd(t)
+	c := newClient(t, ld.URL)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	if _, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: 200 * time.Millisecond, LockDelay: time.Second, NoAutoRenew: true}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, err := c.Acquire(ctx, key, client.AcquireOptions{})
+	var ae *client.APIError
+	if !errors.Is(err, client.ErrLockDelay) || !errors.As(err, &ae) || ae.RetryAfter <= 0 {
+		t.Fatalf("acquire during the lock-delay: %v", err)
+	}
+	l, err := c.Acquire(ctx, key, client.AcquireOptions{Wait: 3 * time.Second})
+	if err != nil {
+		t.Fatalf("waiting the lock-delay out: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+// A value given on acquire shows in the state.
+func TestValueInState(t *testing.T) {
+	ld := startLockd(t)
+	c := newClient(t, ld.URL)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	l, err := c.Acquire(ctx, key, client.AcquireOptions{Value: json.RawMessage(`{"addr":"10.0.0.7:8080"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Release(ctx) }()
+	st, err := c.State(ctx, key)
+	if err != nil || st.Value == nil || string(*st.Value) != `{"addr":"10.0.0.7:8080"}` {
+		t.Fatalf("state: %+v %v", st, err)
 	}
 }

@@ -63,6 +63,7 @@ type serveConfig struct {
 	replicaAckWait   time.Duration
 	quarantine       bool
 	redlock          string
+	lockDelay        time.Duration
 
 	// Events, webhooks and contention metrics.
 	eventsMax          int
@@ -95,6 +96,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.defaultTTL, "default-ttl", env.dur("default-ttl", 30*time.Second), "lease TTL when a request gives none")
 	fs.DurationVar(&c.maxTTL, "max-ttl", env.dur("max-ttl", 24*time.Hour), "longest TTL a request may ask for")
 	fs.DurationVar(&c.maxWait, "max-wait", env.dur("max-wait", 60*time.Second), "longest wait a request may ask for")
+	fs.DurationVar(&c.lockDelay, "lock-delay", env.dur("lock-delay", 0), "lock-delay of an exclusive acquire that names none (lock_delay_ms): after a lease ends by expiry or force-release, nobody gets the key for this long (0 … 1m; not with --redlock)")
 	fs.IntVar(&c.maxHolds, "max-holds", env.int("max-holds", 1000), "most /hold streams open at once")
 	fs.IntVar(&c.maxConns, "max-conns", env.int("max-conns", 16384), "most client connections open at once; at the cap a new one takes the slot of the connection idle the longest (or waits while every one is busy); 0: no limit")
 	fs.IntVar(&c.keyMaxHolds, "max-holds-per-api-key", env.int("max-holds-per-api-key", 0), "most /hold streams of one API key (auth file max_holds overrides); 0: a tenth of --max-holds")
@@ -211,6 +213,10 @@ func (c serveConfig) validate() error {
 		return usageError("--replica-acks must not be negative (0: do not wait for replicas)")
 	case c.replicaAcks > 0 && (c.replicaAckWait < time.Millisecond || c.replicaAckWait > 10*time.Second):
 		return usageError("--replica-ack-timeout must be between 1ms and 10s")
+	case c.lockDelay < 0 || c.lockDelay > lock.MaxLockDelay:
+		return usageError("--lock-delay must be between 0 and %v, got %v", lock.MaxLockDelay, c.lockDelay)
+	case c.redlock != "" && c.lockDelay > 0:
+		return usageError("--lock-delay does not work with --redlock: each master sees a lapse apart, so none can hold the key off for all")
 	case c.redlock != "" && c.redisURL != "":
 		return usageError("--redis and --redlock exclude each other: give one")
 	case c.redlock != "" && c.replicaAcks > 0:
@@ -325,7 +331,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// the dashboard's sign-in: alternating between them buys no guesses.
 	unknownKeys := authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)
 	srv := server.New(engine, log, server.Config{
-		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, MaxHolds: cfg.maxHolds,
+		DefaultTTL: cfg.defaultTTL, MaxTTL: cfg.maxTTL, MaxWait: cfg.maxWait, LockDelay: cfg.lockDelay, MaxHolds: cfg.maxHolds,
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth, UnknownKeys: unknownKeys,
 		CheckHost: cfg.checkHost(), AllowedHosts: cfg.hostNames(), AllowIPHosts: cfg.ipHosts(),
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, server.DefaultShare(cfg.maxWaiters)),

@@ -46,7 +46,7 @@ func TestReplicaAcks(t *testing.T) {
 	if got := lock.LeaseToken(ctx, replica.Client(t), "acks:k"); got != l.Token {
 		t.Fatalf("replica has token %q, want the lease's", got)
 	}
-	if _, err := e.Renew(ctx, lock.Lock("acks:k"), l.Token, 0, "a"); err != nil {
+	if _, err := e.Renew(ctx, lock.Lock("acks:k"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "a"}); err != nil {
 		t.Fatalf("renew with a live replica: %v", err)
 	}
 	if _, err := e.Release(ctx, lock.Lock("acks:k"), l.Token, "a"); err != nil {

@@ -69,7 +69,7 @@ func BenchmarkRenew(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := e.Renew(ctx, lock.Lock("bench:renew"), l.Token, 0, "b"); err != nil {
+		if _, err := e.Renew(ctx, lock.Lock("bench:renew"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "b"}); err != nil {
 			b.Fatal(err)
 		}
 	}

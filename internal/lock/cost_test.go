@@ -73,7 +73,7 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 		return err
 	})
 	measure("renew", func(i int) error {
-		_, err := e.Renew(ctx, lock.Lock(keys[i]), leases[i].Token, 0, "b")
+		_, err := e.Renew(ctx, lock.Lock(keys[i]), lock.RenewRequest{Token: leases[i].Token, TTL: 0, Actor: "b"})
 		return err
 	})
 	measure("release", func(i int) error {

@@ -218,7 +218,33 @@ type AcquireRequest struct {
 	Mode Mode
 	// Limit is a semaphore's limit (1 … MaxLimit); locks ignore it.
 	Limit int
+	// LockDelay (0 … MaxLockDelay; exclusive locks only): after this
+	// lease ends by expiry or force-release, not by its holder's release,
+	// nobody is granted the key for this long, so that a holder that has
+	// not yet noticed its loss finishes before the next one starts.
+	LockDelay time.Duration
+	// Value is the grant's value, compact JSON of at most MaxValue bytes
+	// ("" for none): readers see it in the state; a re-entry with one
+	// replaces it.
+	Value string
 }
+
+// MaxValue is the largest value a grant may carry, in bytes of compact
+// JSON.
+const MaxValue = 4 << 10
+
+// RenewRequest is a renewal of the lease with Token.
+type RenewRequest struct {
+	Token string
+	// TTL is the new time to live from now; 0 keeps the lease's own.
+	TTL   time.Duration
+	Actor string
+	// Value replaces the grant's value ("" keeps it).
+	Value string
+}
+
+// MaxLockDelay is the longest lock-delay an acquire may ask for.
+const MaxLockDelay = time.Minute
 
 // Lease is one grant of a key. Token is the holder's secret.
 type Lease struct {
@@ -286,6 +312,18 @@ func want(res Resource, req AcquireRequest) (string, error) {
 	if err := res.check(); err != nil {
 		return "", err
 	}
+	if req.LockDelay < 0 || req.LockDelay > MaxLockDelay {
+		return "", fmt.Errorf("lock: lock-delay %v is not within 0…%v", req.LockDelay, MaxLockDelay)
+	}
+	if req.LockDelay > 0 && (res.Kind == KindSemaphore || req.Mode == Shared) {
+		return "", errors.New("lock: a lock-delay applies to exclusive locks and elections only")
+	}
+	if res.Kind == KindElection {
+		if req.Mode != "" && req.Mode != Exclusive {
+			return "", errors.New("lock: an election has one leader: no shared mode")
+		}
+		return "x", nil
+	}
 	if res.Kind == KindSemaphore {
 		if req.Limit < 1 || req.Limit > MaxLimit {
 			return "", fmt.Errorf("lock: semaphore limit %d is not within 1…%d", req.Limit, MaxLimit)
@@ -305,7 +343,7 @@ func want(res Resource, req AcquireRequest) (string, error) {
 // waitable says whether a failed try should wait: the key is held, Redis
 // is away for a moment, or the restart quarantine has not ended.
 func waitable(err error) bool {
-	return errors.Is(err, ErrHeld) || errors.Is(err, ErrQueued) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrLockDelay) || errors.Is(err, ErrQueued) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
 }
 
 // queue waits in the hub. Every try of one waiter uses the same token, so a
@@ -336,11 +374,11 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 func (e *Engine) MissedAcks() (int64, error) { return e.n.missedAcks.Load(), nil }
 
 // Renew sets the lease's expiry to now + ttl (ttl 0: the lease's own TTL).
-func (e *Engine) Renew(ctx context.Context, res Resource, token string, ttl time.Duration, actor string) (Lease, error) {
+func (e *Engine) Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error) {
 	if err := res.check(); err != nil {
 		return Lease{}, err
 	}
-	return e.n.renew(ctx, res.id(), token, ttl, actor)
+	return e.n.renew(ctx, res.id(), req)
 }
 
 // Released is what a release gave back.
@@ -422,6 +460,8 @@ type State struct {
 	// LeftAtRenewal is how much of the lease was left when it was last
 	// renewed (0 before the first renewal).
 	LeftAtRenewal time.Duration
+	// Value is the newest holder's value (JSON), or "".
+	Value string
 	// AtRisk says the holder may be about to lose the lease: its last
 	// renewal came with less than a third of the TTL left, or a third of
 	// the TTL is all that is left (a holder renewing at ttl/3, as lockd's

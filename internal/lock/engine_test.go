@@ -96,11 +96,11 @@ func runContract(t *testing.T, e lock.Service) {
 		t.Fatalf("re-entry = %+v", re)
 	}
 
-	rn, err := e.Renew(ctx, lock.Lock("c:1"), l.Token, 7*time.Second, "a")
+	rn, err := e.Renew(ctx, lock.Lock("c:1"), lock.RenewRequest{Token: l.Token, TTL: 7 * time.Second, Actor: "a"})
 	if err != nil || rn.TTL != 7*time.Second || rn.Fence != l.Fence || rn.Count != 2 {
 		t.Fatalf("renew = %+v, %v", rn, err)
 	}
-	if _, err := e.Renew(ctx, lock.Lock("c:1"), "not-the-token", 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Renew(ctx, lock.Lock("c:1"), lock.RenewRequest{Token: "not-the-token", TTL: 0, Actor: "a"}); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("renew with a wrong token: %v", err)
 	}
 	if _, err := e.Release(ctx, lock.Lock("c:1"), "not-the-token", "a"); !errors.Is(err, lock.ErrLeaseLost) {
@@ -137,7 +137,7 @@ func runContract(t *testing.T, e lock.Service) {
 	if next.Fence <= short.Fence {
 		t.Fatalf("fence after expiry %d <= %d", next.Fence, short.Fence)
 	}
-	if _, err := e.Renew(ctx, lock.Lock("c:2"), short.Token, 0, "a"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Renew(ctx, lock.Lock("c:2"), lock.RenewRequest{Token: short.Token, TTL: 0, Actor: "a"}); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("renew with an expired token: %v", err)
 	}
 	if _, err := e.Release(ctx, lock.Lock("c:2"), short.Token, "a"); !errors.Is(err, lock.ErrLeaseLost) {
@@ -240,7 +240,7 @@ func TestFencesIncreaseAcrossReleaseExpiryAndCounterLoss(t *testing.T) {
 	// Re-entry and renewal keep the fence.
 	l := mustAcquire(t, e, lock.Lock("fence:k"), lock.AcquireRequest{})
 	re := mustAcquire(t, e, lock.Lock("fence:k"), lock.AcquireRequest{Token: l.Token})
-	rn, err := e.Renew(ctx, lock.Lock("fence:k"), l.Token, 0, "t")
+	rn, err := e.Renew(ctx, lock.Lock("fence:k"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"})
 	if err != nil || re.Fence != l.Fence || rn.Fence != l.Fence {
 		t.Fatalf("fence changed: %d %d %d (%v)", l.Fence, re.Fence, rn.Fence, err)
 	}
@@ -506,7 +506,7 @@ func TestHistoryIsCapped(t *testing.T) {
 	ctx := context.Background()
 	l := mustAcquire(t, e, lock.Lock("cap:k"), lock.AcquireRequest{})
 	for range 500 {
-		if _, err := e.Renew(ctx, lock.Lock("cap:k"), l.Token, 0, "t"); err != nil {
+		if _, err := e.Renew(ctx, lock.Lock("cap:k"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -554,7 +554,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 
 	// Load the scripts once, as a running server has.
 	l := mustAcquire(t, e, lock.Lock("rt:warm"), lock.AcquireRequest{})
-	_, _ = e.Renew(ctx, lock.Lock("rt:warm"), l.Token, 0, "t")
+	_, _ = e.Renew(ctx, lock.Lock("rt:warm"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"})
 	_, _ = e.Release(ctx, lock.Lock("rt:warm"), l.Token, "t")
 	mustAcquire(t, e, lock.Lock("rt:warm"), lock.AcquireRequest{})
 	_, _ = e.ForceRelease(ctx, lock.Lock("rt:warm"), "t", "")
@@ -568,7 +568,10 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			lease, err = e.Acquire(ctx, lock.Lock("rt:k"), lock.AcquireRequest{Owner: "o", TTL: 10 * time.Second})
 			return err
 		}},
-		{"renew", func() error { _, err := e.Renew(ctx, lock.Lock("rt:k"), lease.Token, 0, "t"); return err }},
+		{"renew", func() error {
+			_, err := e.Renew(ctx, lock.Lock("rt:k"), lock.RenewRequest{Token: lease.Token, TTL: 0, Actor: "t"})
+			return err
+		}},
 		{"release", func() error { _, err := e.Release(ctx, lock.Lock("rt:k"), lease.Token, "t"); return err }},
 		{"force-release", func() error {
 			if _, err := e.Acquire(ctx, lock.Lock("rt:f"), lock.AcquireRequest{Owner: "o", TTL: time.Second}); err != nil {

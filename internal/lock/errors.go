@@ -23,6 +23,9 @@ var (
 	// until every lease that could have been live then has expired. The
 	// error is a *RecoveringError.
 	ErrRecovering = errors.New("lock: recovering from a loss of Redis data")
+	// ErrLockDelay means a key's last lease ended by expiry or
+	// force-release and its lock-delay has not passed (*DelayError).
+	ErrLockDelay = errors.New("lock: held off by a lock-delay")
 	// ErrClosed means the engine is shutting down.
 	ErrClosed = errors.New("lock: engine closed")
 	// ErrTooManyWaiters means the process already has as many waiting
@@ -59,6 +62,11 @@ var (
 	// ErrNoReplicaAcks is Redlock's ErrUnsupported for MissedAcks: its
 	// masters are independent, and replica acks are refused at the start.
 	ErrNoReplicaAcks = fmt.Errorf("%w: Redlock has no replica acks: its masters are independent", ErrUnsupported)
+	// ErrNoLockDelay answers a lock-delay on Redlock: a lapse is seen by
+	// each master apart, so no one of them can hold the key off for all.
+	ErrNoLockDelay = fmt.Errorf("%w: Redlock has no lock-delay", ErrUnsupported)
+	// ErrNoElections answers every election operation on Redlock.
+	ErrNoElections = fmt.Errorf("%w: Redlock has no elections", ErrUnsupported)
 )
 
 // HeldError says who holds a key and for how long.
@@ -106,9 +114,29 @@ func (e *QueuedError) Error() string {
 // Unwrap makes errors.Is(err, ErrQueued) true.
 func (e *QueuedError) Unwrap() error { return ErrQueued }
 
+// DelayError says that a key's last lease ended by expiry or
+// force-release and its lock-delay holds the key off for Remaining more.
+type DelayError struct {
+	Resource  Resource
+	Remaining time.Duration
+}
+
+// Error says how long the key is held off.
+func (e *DelayError) Error() string {
+	return fmt.Sprintf("lock: %s is held off by its lock-delay for %d ms more", e.Resource, e.Remaining.Milliseconds())
+}
+
+// Unwrap makes errors.Is(err, ErrLockDelay) true.
+func (e *DelayError) Unwrap() error { return ErrLockDelay }
+
 // blockedFor says whether err is a key that someone else comes first for
-// (a holder, or earlier waiters), and how long that lasts at most.
+// (a holder, earlier waiters, a lock-delay), and how long that lasts at
+// most.
 func blockedFor(err error) (time.Duration, bool) {
+	var delay *DelayError
+	if errors.As(err, &delay) {
+		return delay.Remaining, true
+	}
 	var held *HeldError
 	if errors.As(err, &held) {
 		return held.Remaining, true

@@ -114,7 +114,7 @@ func TestExpiryNoticedWithNobodyLooking(t *testing.T) {
 	}
 	stop := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(stop) {
-		if _, err := replicas[2].Renew(ctx, lock.Lock("exp:renewed"), renewed.Token, 0, "t"); err != nil {
+		if _, err := replicas[2].Renew(ctx, lock.Lock("exp:renewed"), lock.RenewRequest{Token: renewed.Token, TTL: 0, Actor: "t"}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)

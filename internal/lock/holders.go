@@ -26,6 +26,8 @@ const StatePage = 100
 
 // Holder is one live grant of a key, as readers see it: never its token.
 type Holder struct {
+	// Value is the grant's value (JSON), or "".
+	Value      string
 	Owner      string
 	Mode       Mode
 	Fence      int64

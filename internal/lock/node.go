@@ -134,7 +134,8 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, w
 	c := acquireCall{keys: k, shared: sh, token: token, owner: packable(req.Owner), ttlMS: req.TTL.Milliseconds(),
 		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
 		seen: seen, liveMS: live, newEpoch: n.newEpochID(), minMS: least,
-		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req)}
+		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req),
+		delay: delayArg(req.LockDelay), value: req.Value}
 	keys, argv := c.run(n)
 	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
@@ -171,6 +172,12 @@ func (n *node) acquired(ctx context.Context, key string, req AcquireRequest, wan
 		n.epochs.saw(sh, r.epoch)
 		n.epochs.recovering(r.left)
 		return Lease{}, &RecoveringError{Remaining: r.left}
+	case "delay":
+		n.epochs.met(sh, r.epoch)
+		if en != nil {
+			en.setPlace(r.place)
+		}
+		return Lease{}, &DelayError{Resource: resourceOf(key), Remaining: r.left}
 	case "idempotent":
 		l := r.grant.lease(key)
 		l.Outcome = Replayed
@@ -256,18 +263,26 @@ func named(req AcquireRequest) string {
 	return ""
 }
 
-// renew runs renew.lua: the lease's expiry becomes now + ttl (ttl 0: the
-// lease's own TTL).
-func (n *node) renew(ctx context.Context, key, token string, ttl time.Duration, actor string) (Lease, error) {
+// delayArg is acquire.lua's lock-delay argument: ms, or "" for none.
+func delayArg(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(max(1, d.Milliseconds()), 10)
+}
+
+// renew runs renew.lua: the lease's expiry becomes now + req.TTL (0: the
+// lease's own TTL), and req.Value, if any, replaces the grant's value.
+func (n *node) renew(ctx context.Context, key string, req RenewRequest) (Lease, error) {
 	k := keysOf(key)
 	ttlArg := ""
-	if ttl > 0 {
-		ttlArg = strconv.FormatInt(ttl.Milliseconds(), 10)
+	if req.TTL > 0 {
+		ttlArg = strconv.FormatInt(req.TTL.Milliseconds(), 10)
 	}
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
-	keys, argv := renewCall{keys: k, shared: sh, token: token, ttl: ttlArg, actor: packable(actor)}.run(n)
+	keys, argv := renewCall{keys: k, shared: sh, token: req.Token, ttl: ttlArg, actor: packable(req.Actor), value: req.Value}.run(n)
 	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -447,7 +462,8 @@ func stateFrom(key string, v any) (State, error) {
 }
 
 // exclusiveState reads {"x", now_ms, queue, owner, fence, count, ttl_ms,
-// acquired_at_ms, renewed_at_ms, renewals, pttl_ms, left_ms, waiters}.
+// acquired_at_ms, renewed_at_ms, renewals, pttl_ms, left_ms, waiters,
+// value}.
 func exclusiveState(s *State, r *reply) {
 	now := r.time(1)
 	if r.len() > 12 {
@@ -470,12 +486,15 @@ func exclusiveState(s *State, r *reply) {
 	s.RenewedAt = r.time(8)
 	s.Renewals = r.int(9)
 	s.LeftAtRenewal = r.ms(11)
+	s.Value = r.str(13)
+	s.Holders[0].Value = s.Value
 	s.AtRisk = atRisk(*s)
 }
 
 // sharedState reads {"m", now_ms, queue, mode, limit, holders, waiters,
 // holders_total}, each holder {owner, fence, count, ttl, acquired,
-// renewed, renewals, expires, left}; the state describes the newest.
+// renewed, renewals, expires, left, value}; the state describes the
+// newest.
 func sharedState(s *State, r *reply) error {
 	now := r.time(1)
 	s.Mode = Permit
@@ -491,7 +510,7 @@ func sharedState(s *State, r *reply) error {
 	if r.len() > 7 {
 		s.Waiters, s.HoldersTotal = int(r.int(6)), int(r.int(7))
 	}
-	for i := 0; i+8 < hs.len(); i += 9 {
+	for i := 0; i+9 < hs.len(); i += 10 {
 		exp := hs.time(i + 7)
 		h := Holder{
 			Owner:      hs.str(i),
@@ -502,11 +521,13 @@ func sharedState(s *State, r *reply) error {
 			AcquiredAt: hs.time(i + 4),
 			ExpiresAt:  exp,
 			Remaining:  exp.Sub(now),
+			Value:      hs.str(i + 9),
 		}
 		s.Holders = append(s.Holders, h)
 		if len(s.Holders) == 1 || h.Fence > s.Fence {
 			s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
 			s.RenewedAt, s.Renewals, s.LeftAtRenewal = hs.time(i+5), hs.int(i+6), hs.ms(i+8)
+			s.Value = h.Value
 		}
 	}
 	slices.SortFunc(s.Holders, func(a, b Holder) int { return cmp.Compare(a.Fence, b.Fence) })

@@ -33,6 +33,8 @@ type acquireCall struct {
 	deadline int64  // ms from now
 	place    string // the waiter's place from an earlier try, or ""
 	named    string // named
+	delay    string // the lock-delay in ms, or "" for none
+	value    string // the grant's value (JSON), or ""
 }
 
 func (c acquireCall) run(n *node) ([]string, []any) {
@@ -40,7 +42,7 @@ func (c acquireCall) run(n *node) ([]string, []any) {
 	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor, k.wake, c.intent,
 			c.seen, c.liveMS, c.newEpoch, c.minMS,
-			c.mode, c.limit, c.waiter, n.arg.replica, c.deadline, c.place, c.named}
+			c.mode, c.limit, c.waiter, n.arg.replica, c.deadline, c.place, c.named, c.delay, c.value}
 }
 
 // renewCall is renew.lua's call.
@@ -50,12 +52,13 @@ type renewCall struct {
 	token  string
 	ttl    string // ms, or "" to keep the lease's own
 	actor  string
+	value  string // a new value (JSON), or "" to keep the grant's own
 }
 
 func (c renewCall) run(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		[]any{c.token, c.ttl, c.actor, k.wake}
+		[]any{c.token, c.ttl, c.actor, k.wake, c.value}
 }
 
 // releaseCall is release.lua's call.
@@ -162,7 +165,7 @@ type acquireReply struct {
 	place   string
 	waiters int
 	since   time.Time
-	left    time.Duration // recovering: the quarantine's time left
+	left    time.Duration // recovering: the quarantine's time left; delay: the lock-delay's
 	holders int           // full: live holders
 	held    Mode          // mode: the lease's mode
 }
@@ -184,6 +187,8 @@ func decodeAcquire(v any) (acquireReply, error) {
 		}
 	case "recovering":
 		out.epoch, out.left = r.str(1), r.ms(2)
+	case "delay":
+		out.epoch, out.left, out.place = r.str(1), r.ms(2), r.str(3)
 	case "full":
 		out.holders = int(r.int(1))
 	case "mode":

@@ -230,7 +230,7 @@ func TestSharedAndExclusive(t *testing.T) {
 	}
 
 	// Per holder: renew one, re-enter it, release the other.
-	if l, err := a.Renew(ctx, lock.Lock(key), r1.Token, 2*time.Minute, "t"); err != nil || l.Fence != r1.Fence || l.TTL != 2*time.Minute || l.Mode != lock.Shared {
+	if l, err := a.Renew(ctx, lock.Lock(key), lock.RenewRequest{Token: r1.Token, TTL: 2 * time.Minute, Actor: "t"}); err != nil || l.Fence != r1.Fence || l.TTL != 2*time.Minute || l.Mode != lock.Shared {
 		t.Fatalf("renew r1: %+v %v", l, err)
 	}
 	if l, err := a.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "r1", Mode: lock.Shared, TTL: time.Minute, Token: r1.Token}); err != nil || l.Count != 2 || l.Outcome != lock.Reentered {
@@ -281,7 +281,7 @@ func TestForceReleaseSharedHolders(t *testing.T) {
 	if err != nil || br.Owner != "r1" || br.Fence != ls[1].Fence {
 		t.Fatalf("break r1: %+v %v", br, err)
 	}
-	if _, err := e.Renew(ctx, lock.Lock(key), ls[1].Token, 0, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+	if _, err := e.Renew(ctx, lock.Lock(key), lock.RenewRequest{Token: ls[1].Token, TTL: 0, Actor: "t"}); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("renew of the broken holder: %v", err)
 	}
 	if _, err := e.ForceReleaseFence(ctx, lock.Lock(key), ls[1].Fence, "admin", "again"); !errors.Is(err, lock.ErrLeaseLost) {
@@ -363,7 +363,7 @@ func TestSemaphoreLimitAndExpiry(t *testing.T) {
 	if p1.Mode != lock.Permit || p1.Limit != 2 || p1.Fence >= p2.Fence {
 		t.Fatalf("permits: %+v %+v", p1, p2)
 	}
-	if l, err := e.Renew(ctx, key, p2.Token, 0, "t"); err != nil || l.Mode != lock.Permit || l.Limit != 2 || l.Fence != p2.Fence {
+	if l, err := e.Renew(ctx, key, lock.RenewRequest{Token: p2.Token, TTL: 0, Actor: "t"}); err != nil || l.Mode != lock.Permit || l.Limit != 2 || l.Fence != p2.Fence {
 		t.Fatalf("renewed permit: %+v %v", l, err)
 	}
 	if _, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "c", Limit: 3}); !errors.Is(err, lock.ErrLimitMismatch) {
@@ -516,7 +516,7 @@ func TestReleaseHandsOffLocally(t *testing.T) {
 	if err != nil || st.Owner != "next" || st.Fence != l.Fence || len(st.Queue) != 0 {
 		t.Fatalf("state: %+v %v", st, err)
 	}
-	if _, err := e.Renew(ctx, lock.Lock("handoff:k"), l.Token, 0, "t"); err != nil {
+	if _, err := e.Renew(ctx, lock.Lock("handoff:k"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"}); err != nil {
 		t.Fatalf("renew the handed lease: %v", err)
 	}
 	evs, _ := e.History(ctx, lock.Lock("handoff:k"), 10)

@@ -190,6 +190,12 @@ func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest)
 		return Lease{}, err
 	}
 	key := res.id()
+	if req.LockDelay > 0 {
+		return Lease{}, ErrNoLockDelay
+	}
+	if res.Kind == KindElection {
+		return Lease{}, ErrNoElections
+	}
 	if res.Kind == KindSemaphore || req.Mode == Shared {
 		return Lease{}, fmt.Errorf("%w: shared holds and semaphores need one Redis, Sentinel or Cluster, not Redlock", ErrUnsupported)
 	}
@@ -417,13 +423,13 @@ func release(ctx context.Context, n *node, key, token, actor string) (Released, 
 }
 
 // Renew extends the lease on every master; a majority must confirm.
-func (r *Redlock) Renew(ctx context.Context, res Resource, token string, ttl time.Duration, actor string) (Lease, error) {
+func (r *Redlock) Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error) {
 	key := res.id()
 	if err := onlyLocks(res); err != nil {
 		return Lease{}, err
 	}
 	leases, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *node) (Lease, error) {
-		return n.renew(ctx, key, token, ttl, actor)
+		return n.renew(ctx, key, req)
 	})
 	var ok []Lease
 	for i, err := range errs {
@@ -628,7 +634,11 @@ func onlyLocks(res Resource) error {
 	if err := res.check(); err != nil {
 		return err
 	}
-	if res.Kind != KindLock {
+	switch res.Kind {
+	case KindLock:
+	case KindElection:
+		return ErrNoElections
+	default:
 		return ErrNoSemaphores
 	}
 	return nil

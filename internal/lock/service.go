@@ -22,7 +22,7 @@ type Service interface {
 	// req.Wait > 0, waits for it.
 	Acquire(ctx context.Context, res Resource, req AcquireRequest) (Lease, error)
 	// Renew sets the lease's expiry to now + ttl (ttl 0: its own TTL).
-	Renew(ctx context.Context, res Resource, token string, ttl time.Duration, actor string) (Lease, error)
+	Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error)
 	// Release gives back one level of the lease.
 	Release(ctx context.Context, res Resource, token, actor string) (Released, error)
 	// ForceReleaseFence breaks the lease with this fence (0: whoever

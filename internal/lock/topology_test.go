@@ -104,7 +104,7 @@ func TestOnSentinel(t *testing.T) {
 	t.Run("queue, shared holds and semaphores", func(t *testing.T) { runPrimitives(t, a, b) })
 	t.Run("lease cycle and wake-up", func(t *testing.T) {
 		l := mustAcquire(t, a, lock.Lock("s:k"), lock.AcquireRequest{})
-		if _, err := a.Renew(ctx, lock.Lock("s:k"), l.Token, 0, "t"); err != nil {
+		if _, err := a.Renew(ctx, lock.Lock("s:k"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"}); err != nil {
 			t.Fatal(err)
 		}
 		d := wakeAfter(t, a, b, "s:wake", func() {})
@@ -237,7 +237,7 @@ func TestOnCluster(t *testing.T) {
 			}
 		}
 		for _, l := range leases {
-			if _, err := a.Renew(ctx, l.Resource, l.Token, 0, "t"); err != nil {
+			if _, err := a.Renew(ctx, l.Resource, lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := b.Release(ctx, l.Resource, l.Token, "t"); err != nil {

@@ -128,6 +128,12 @@ func engine(err error, res lock.Resource) Problem {
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no event stream: each master records only the events it took part in, " +
 				"so no one stream has them all; GET /v1/events, the dashboard's live updates and webhooks need one Redis, Sentinel or Cluster"}
+	case errors.Is(err, lock.ErrNoElections):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Detail: "this server runs Redlock, which has no elections: they need one Redis, Sentinel or Cluster"}
+	case errors.Is(err, lock.ErrNoLockDelay):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Field: "lock_delay_ms", Detail: "this server runs Redlock, which has no lock-delay: each master sees a lapse apart; it needs one Redis, Sentinel or Cluster"}
 	case errors.Is(err, lock.ErrUnsupported) && (sem || errors.Is(err, lock.ErrNoSemaphores)):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no semaphores: they need one Redis, Sentinel or Cluster"}
@@ -178,7 +184,13 @@ func conflict(err error, key string, sem bool) (Problem, bool) {
 	var queued *lock.QueuedError
 	var mode *lock.ModeMismatchError
 	var full *lock.TooManyHoldersError
+	var delay *lock.DelayError
 	switch {
+	case errors.As(err, &delay):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLockDelay, Title: "Held off by a lock-delay",
+			Detail: fmt.Sprintf("%s's last lease ended by expiry or force-release; its lock-delay holds the key off for %d ms more, "+
+				"so that a holder that has not noticed the loss finishes first", key, delay.Remaining.Milliseconds()),
+			RetryAfter: ceilSeconds(delay.Remaining), Remaining: delay.Remaining}, true
 	case errors.As(err, &queued):
 		what := "is free"
 		if sem {

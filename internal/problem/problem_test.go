@@ -71,6 +71,9 @@ func TestOf(t *testing.T) {
 		{"anything else", errors.New("ERR redis internals: dial 10.0.0.7:6379"), 500, "internal", "Internal error", "the server logged it", "", 0, true},
 		{"limit mismatch", wrapped(lock.ErrLimitMismatch), 409, "limit_mismatch", "Limit mismatch", "k is held with another limit", "", 0, false},
 		{"shared unsupported", wrapped(lock.ErrUnsupported), 400, "unsupported", "Not supported by this server", "no shared holds", "mode", 0, false},
+		{"elections unsupported", wrapped(lock.ErrNoElections), 400, "unsupported", "Not supported by this server", "has no elections", "", 0, false},
+		{"lock-delay unsupported", wrapped(lock.ErrNoLockDelay), 400, "unsupported", "Not supported by this server", "has no lock-delay", "lock_delay_ms", 0, false},
+		{"lock delay", wrapped(&lock.DelayError{Resource: lock.Lock("k"), Remaining: 1500 * time.Millisecond}), 409, "lock_delay", "Held off by a lock-delay", "for 1500 ms more", "", 2, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -161,16 +161,24 @@ func (p *prefixLabels) reserve(prefixes []string) {
 		label := keyPrefixOf(pre, p.depth)
 		p.seen[label] = true
 		p.seen[semLabel+label] = true
+		p.seen[electLabel+label] = true
 	}
 }
 
-// semLabel starts the label of a semaphore's prefix.
-const semLabel = "sem/"
+// semLabel and electLabel start the label of a semaphore's and an
+// election's prefix.
+const (
+	semLabel   = "sem/"
+	electLabel = "elect/"
+)
 
 func (p *prefixLabels) of(res lock.Resource) string {
 	pre := keyPrefixOf(res.Name, p.depth)
-	if res.Kind == lock.KindSemaphore {
+	switch res.Kind {
+	case lock.KindSemaphore:
 		pre = semLabel + pre
+	case lock.KindElection:
+		pre = electLabel + pre
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

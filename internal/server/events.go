@@ -38,25 +38,8 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 			return nil, lock.ErrBadEventID // 400, named by problem.Of
 		}
 	}
-	// The key's share first: a key at its quota takes no slot of the
-	// server's.
-	releaseQuota, err := s.take(ctx, quotaEventStreams)
+	sub, release, err := s.subscribe(ctx, after)
 	if err != nil {
-		return nil, err
-	}
-	select {
-	case s.streams <- struct{}{}:
-	default:
-		releaseQuota()
-		return nil, problem.Errorf(problem.ErrTooManyStreams, "this server already keeps %d event streams open", cap(s.streams))
-	}
-	release := func() {
-		<-s.streams
-		releaseQuota()
-	}
-	sub, err := s.engine.Subscribe(ctx, after)
-	if err != nil {
-		release()
 		return nil, err
 	}
 	// The prefix (narrowed to the API key's one prefix under it) and the
@@ -65,6 +48,34 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		return strings.HasPrefix(res.Name, scan) && (!filter || c.mayTouch(s.cfg.Keys, res.Name))
 	}
 	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep, release: release}, nil
+}
+
+// subscribe follows the event stream after the event with ID after, within
+// the API key's share and the server's cap of event streams; release gives
+// both back once the subscription is closed.
+func (s *Server) subscribe(ctx context.Context, after string) (*lock.Subscription, func(), error) {
+	// The key's share first: a key at its quota takes no slot of the
+	// server's.
+	releaseQuota, err := s.take(ctx, quotaEventStreams)
+	if err != nil {
+		return nil, nil, err
+	}
+	select {
+	case s.streams <- struct{}{}:
+	default:
+		releaseQuota()
+		return nil, nil, problem.Errorf(problem.ErrTooManyStreams, "this server already keeps %d event streams open", cap(s.streams))
+	}
+	release := func() {
+		<-s.streams
+		releaseQuota()
+	}
+	sub, err := s.engine.Subscribe(ctx, after)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return sub, release, nil
 }
 
 // eventStream writes the events; it implements the generated response

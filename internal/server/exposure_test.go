@@ -82,11 +82,11 @@ keys:
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Four labels are the tenants' (payments:, billing: and their
-	// semaphores'), two are left for whoever comes first.
+	// Six labels are the tenants' (payments:, billing: and their
+	// semaphores' and elections'), two are left for whoever comes first.
 	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
 		c.Keys = keys
-		c.Contention = server.ContentionConfig{MaxPrefixes: 6}
+		c.Contention = server.ContentionConfig{MaxPrefixes: 8}
 	})
 	for i := range 10 {
 		if status, body, _ := call(t, "POST", fmt.Sprintf("%s/v1/locks/squat%d:x/acquire", f.url, i), "squatter-key-0123456789", `{}`); status != 200 {
@@ -102,11 +102,15 @@ keys:
 	if status, body, _ := call(t, "POST", f.url+"/v1/semaphores/payments:pool/acquire", "squatter-key-0123456789", `{"limit":1}`); status != 200 {
 		t.Fatalf("semaphore: %d %s", status, body)
 	}
+	if status, body, _ := call(t, "POST", f.url+"/v1/elections/billing:eu:leader/campaign", "squatter-key-0123456789", `{}`); status != 200 {
+		t.Fatalf("election: %d %s", status, body)
+	}
 	_, metrics, _ := call(t, "GET", f.url+"/metrics", "payments-key-0123456789", "")
 	for _, want := range []string{
 		`lockd_lock_acquires_total{outcome="granted",prefix="payments:"} 1`,
 		`lockd_lock_acquires_total{outcome="granted",prefix="billing:"} 1`,
 		`lockd_lock_acquires_total{outcome="granted",prefix="sem/payments:"} 1`,
+		`lockd_lock_acquires_total{outcome="granted",prefix="elect/billing:"} 1`,
 		`lockd_lock_acquires_total{outcome="granted",prefix="other"} 8`,
 	} {
 		if !strings.Contains(metrics, want) {

@@ -76,21 +76,23 @@ type acquireBody struct {
 	ttlMs, waitMs *int64
 	token         *string
 	mode          *api.LockMode // locks only
+	lockDelayMs   *int64        // locks only
 	limit         *int          // semaphores only, required
+	value         *api.Value
 }
 
 func lockBody(b *api.AcquireRequest) acquireBody {
 	if b == nil {
 		return acquireBody{}
 	}
-	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode, lockDelayMs: b.LockDelayMs, value: b.Value}
 }
 
 func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
 	if b == nil {
 		return acquireBody{}
 	}
-	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, limit: &b.Limit}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, limit: &b.Limit, value: b.Value}
 }
 
 // acquireRequest validates an acquire (or hold) body against the limits.
@@ -127,6 +129,12 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 			return req, err
 		}
 	}
+	if req.LockDelay, err = s.lockDelay(k, req.Mode, body.lockDelayMs); err != nil {
+		return req, err
+	}
+	if req.Value, err = checkValue(body.value); err != nil {
+		return req, err
+	}
 	if idem != nil {
 		if *idem == "" {
 			return req, invalid("Idempotency-Key", "Idempotency-Key must not be empty")
@@ -138,6 +146,23 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 	}
 	logOwner(ctx, req.Owner)
 	return req, nil
+}
+
+// lockDelay is an acquire's lock-delay: the body's, else the server's
+// default for an exclusive lock. Shared holds and permits have none.
+func (s *Server) lockDelay(k lock.Kind, mode lock.Mode, ms *int64) (time.Duration, error) {
+	exclusive := (k == lock.KindLock || k == lock.KindElection) && mode != lock.Shared
+	if ms == nil {
+		if exclusive {
+			return s.cfg.LockDelay, nil
+		}
+		return 0, nil
+	}
+	d, err := msRange("lock_delay_ms", ms, 0, 0, lock.MaxLockDelay)
+	if err == nil && d > 0 && !exclusive {
+		err = invalid("lock_delay_ms", "a lock-delay applies to exclusive holds only, not to shared holds")
+	}
+	return d, err
 }
 
 // grant validates an acquire of the lock or semaphore name and acquires it.
@@ -217,8 +242,12 @@ func (s *Server) renew(ctx context.Context, k lock.Kind, name string, body *api.
 	if err != nil {
 		return api.Lease{}, err
 	}
+	value, err := checkValue(body.Value)
+	if err != nil {
+		return api.Lease{}, err
+	}
 	res := lock.Resource{Kind: k, Name: name}
-	l, err := s.engine.Renew(ctx, res, body.Token, ttl, callerOf(ctx).name)
+	l, err := s.engine.Renew(ctx, res, lock.RenewRequest{Token: body.Token, TTL: ttl, Actor: callerOf(ctx).name, Value: value})
 	if err != nil {
 		return api.Lease{}, err
 	}
@@ -304,13 +333,22 @@ func (s *Server) ListLocks(ctx context.Context, r api.ListLocksRequestObject) (a
 	if err != nil {
 		return nil, err
 	}
-	return api.ListLocks200JSONResponse{Locks: states, NextCursor: next}, nil
+	return api.ListLocks200JSONResponse{Locks: statesOf(states), NextCursor: next}, nil
+}
+
+// statesOf is a page of states on the wire.
+func statesOf(states []lock.State) []api.LockState {
+	out := make([]api.LockState, 0, len(states))
+	for _, st := range states {
+		out = append(out, wire.StateOf(st))
+	}
+	return out
 }
 
 // list pages through the live resources of one kind.
 func (s *Server) list(ctx context.Context, kind lock.Kind,
 	prefixParam *string, limitParam *int, cursorParam *string,
-) ([]api.LockState, *string, error) {
+) ([]lock.State, *string, error) {
 	prefix, err := checkPrefix(prefixParam)
 	if err != nil {
 		return nil, nil, err
@@ -332,12 +370,12 @@ func (s *Server) list(ctx context.Context, kind lock.Kind,
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make([]api.LockState, 0, len(page.Locks))
+	out := make([]lock.State, 0, len(page.Locks))
 	for _, st := range page.Locks {
-		// A key limited to some prefixes sees only their locks and
-		// semaphores (by name).
+		// A key limited to some prefixes sees only their resources (by
+		// name).
 		if !filter || c.mayTouch(s.cfg.Keys, st.Resource.Name) {
-			out = append(out, wire.StateOf(st))
+			out = append(out, st)
 		}
 	}
 	var next *string
@@ -367,7 +405,7 @@ func (s *Server) history(ctx context.Context, k lock.Kind, name string, limitPar
 	case typ == nil:
 		evs, err = s.engine.History(ctx, res, limit)
 	case !typ.Valid():
-		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released")
+		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released, proclaimed")
 	case *typ == api.Renewed:
 		evs, err = s.engine.Renewals(ctx, res, limit)
 	default:

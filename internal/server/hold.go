@@ -49,7 +49,7 @@ func (s *Server) hold(ctx context.Context, k lock.Kind, name string, body acquir
 		releaseQuota()
 		return nil, err
 	}
-	return &holdStream{s: s, ctx: ctx, lease: l, actor: req.Actor, releaseQuota: releaseQuota}, nil
+	return &holdStream{s: s, ctx: ctx, lease: l, actor: req.Actor, value: req.Value, releaseQuota: releaseQuota}, nil
 }
 
 // holdStream writes the hold's events; it implements the generated
@@ -59,6 +59,7 @@ type holdStream struct {
 	ctx   context.Context
 	lease lock.Lease
 	actor string
+	value string // the grant's value, for an election's leadership events
 	// releaseQuota gives back the API key's hold slot.
 	releaseQuota func()
 }
@@ -69,6 +70,26 @@ const holdWriteTimeout = 10 * time.Second
 
 // VisitHoldLockResponse runs the stream of a lock.
 func (h *holdStream) VisitHoldLockResponse(w http.ResponseWriter) error { return h.run(w) }
+
+// VisitCampaignHoldResponse runs the stream of a leadership.
+func (h *holdStream) VisitCampaignHoldResponse(w http.ResponseWriter) error { return h.run(w) }
+
+// grantEvent is the stream's first event: "leader" for an election's
+// leadership, "acquired" for a lease.
+func (h *holdStream) grantEvent() string {
+	if h.lease.Resource.Kind == lock.KindElection {
+		return "leader"
+	}
+	return "acquired"
+}
+
+// payload is a grant or renewal event's data: the leadership or the lease.
+func (h *holdStream) payload(l lock.Lease) any {
+	if l.Resource.Kind == lock.KindElection {
+		return wire.LeadershipOf(l, h.value)
+	}
+	return wire.LeaseOf(l)
+}
 
 // VisitHoldSemaphoreResponse runs the stream of a semaphore's permit.
 func (h *holdStream) VisitHoldSemaphoreResponse(w http.ResponseWriter) error { return h.run(w) }
@@ -103,7 +124,7 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 		_ = out.send("lost", p)
 	}
 
-	if err := out.send("acquired", wire.LeaseOf(l)); err != nil {
+	if err := out.send(h.grantEvent(), h.payload(l)); err != nil {
 		release()
 		return nil
 	}
@@ -126,7 +147,7 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 			sendLost(e)
 			return nil
 		case l = <-renewed:
-			err = out.send("renewed", wire.LeaseOf(l))
+			err = out.send("renewed", h.payload(l))
 		case <-heartbeat.C:
 			err = out.write(": heartbeat\n\n")
 		}
@@ -170,7 +191,7 @@ func (h *holdStream) renew(ctx context.Context, renewed chan lock.Lease, lost ch
 		case <-tick.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		next, err := h.s.engine.Renew(rctx, l.Resource, l.Token, l.TTL, h.actor)
+		next, err := h.s.engine.Renew(rctx, l.Resource, lock.RenewRequest{Token: l.Token, TTL: l.TTL, Actor: h.actor})
 		cancel()
 		switch {
 		case err == nil:

@@ -42,6 +42,9 @@ func toAPI(err error, res lock.Resource) (api.Problem, http.Header, bool) {
 	if c.Code == api.ProblemCodeLockHeld || c.Code == api.ProblemCodeNoPermits {
 		p.Holder, p.RemainingMs = ptr(c.Holder), ptr(c.Remaining.Milliseconds())
 	}
+	if c.Code == api.ProblemCodeLockDelay {
+		p.RemainingMs = ptr(c.Remaining.Milliseconds())
+	}
 	if c.Queued != nil {
 		p.Waiters = ptr(c.Queued.Waiters)
 		if c.Queued.Next.Owner != "" {

@@ -74,7 +74,7 @@ func (s *Server) ListSemaphores(ctx context.Context, r api.ListSemaphoresRequest
 	if err != nil {
 		return nil, err
 	}
-	return api.ListSemaphores200JSONResponse{Semaphores: states, NextCursor: next}, nil
+	return api.ListSemaphores200JSONResponse{Semaphores: statesOf(states), NextCursor: next}, nil
 }
 
 // GetSemaphoreHistory lists a semaphore's recent events, newest first.

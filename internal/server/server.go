@@ -16,7 +16,7 @@ import (
 // Engine is what the server needs from the lock engine.
 type Engine interface {
 	Acquire(ctx context.Context, res lock.Resource, req lock.AcquireRequest) (lock.Lease, error)
-	Renew(ctx context.Context, res lock.Resource, token string, ttl time.Duration, actor string) (lock.Lease, error)
+	Renew(ctx context.Context, res lock.Resource, req lock.RenewRequest) (lock.Lease, error)
 	Release(ctx context.Context, res lock.Resource, token, actor string) (lock.Released, error)
 	ForceReleaseFence(ctx context.Context, res lock.Resource, fence int64, actor, reason string) (lock.Broken, error)
 	State(ctx context.Context, res lock.Resource) (lock.State, error)
@@ -46,6 +46,9 @@ type Config struct {
 	DefaultTTL time.Duration
 	MaxTTL     time.Duration
 	MaxWait    time.Duration
+	// LockDelay is the lock-delay of an exclusive acquire that names none
+	// (lock_delay_ms); zero by default.
+	LockDelay time.Duration
 	// MaxHolds caps concurrent /hold streams.
 	MaxHolds int
 	// MaxHoldsPerAPIKey, MaxWaitersPerAPIKey and MaxEventStreamsPerAPIKey

@@ -43,6 +43,8 @@ func kindOf(op api.Operation) lock.Kind {
 		return lock.KindLock
 	case "semaphore":
 		return lock.KindSemaphore
+	case "election":
+		return lock.KindElection
 	default:
 		return 0
 	}
@@ -164,7 +166,24 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 	r.Body = io.NopCloser(bytes.NewReader(b))
 	op, _ := operationOf(r)
 	if v := api.NewRequestBody(op.ID); v != nil {
-		return decodeStrict(b, v)
+		if err := decodeStrict(b, v); err != nil {
+			return err
+		}
+		return noNullValue(b)
+	}
+	return nil
+}
+
+// noNullValue refuses "value": null, which the decoder would take for an
+// absent value: the contract has no null value, only none (leave it out).
+// Only a body that mentions "value" is parsed again.
+func noNullValue(b []byte) error {
+	if !bytes.Contains(b, []byte(`"value"`)) {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) == nil && string(bytes.TrimSpace(fields["value"])) == "null" {
+		return invalid("value", "value must not be null: leave it out for none")
 	}
 	return nil
 }
@@ -371,4 +390,54 @@ func invalidUTF8(b []byte) error {
 		}
 	}
 	return invalid("body", "the body must be valid UTF-8")
+}
+
+// maxValueDepth is the most levels of nesting a value may have: deep
+// enough for any description of a holder, shallow enough that no reader
+// (the dashboard, a client's decoder) recurses far on it.
+const maxValueDepth = 32
+
+// checkValue validates a grant's value and returns it as compact JSON, ""
+// when absent. The body decoder has parsed it already, so it is valid
+// JSON.
+func checkValue(v *api.Value) (string, error) {
+	if v == nil {
+		return "", nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, *v); err != nil {
+		return "", invalid("value", "value must be JSON: %v", err)
+	}
+	if b.String() == "null" {
+		return "", invalid("value", "value must not be null: leave it out for none")
+	}
+	if b.Len() > lock.MaxValue {
+		return "", invalid("value", "value must be at most %d bytes of compact JSON, got %d", lock.MaxValue, b.Len())
+	}
+	if d := jsonDepth(b.Bytes()); d > maxValueDepth {
+		return "", invalid("value", "value must nest at most %d levels deep, got %d", maxValueDepth, d)
+	}
+	return b.String(), nil
+}
+
+// jsonDepth is the deepest nesting of objects and arrays in valid JSON.
+func jsonDepth(b []byte) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }

@@ -28,7 +28,7 @@ func TestDetail_StateAndHistory(t *testing.T) {
 	if _, err := e.engine.Acquire(ctx, lock.Lock("detail:a"), lock.AcquireRequest{Owner: "worker-7", TTL: 30 * time.Second, Token: l.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.engine.Renew(ctx, lock.Lock("detail:a"), l.Token, 30*time.Second, "test"); err != nil {
+	if _, err := e.engine.Renew(ctx, lock.Lock("detail:a"), lock.RenewRequest{Token: l.Token, TTL: 30 * time.Second, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -22,7 +22,7 @@ func TestList_ShowsEveryLiveLock(t *testing.T) {
 	if _, err := e.engine.Acquire(ctx, lock.Lock("list:a"), lock.AcquireRequest{Owner: "worker-1", TTL: 30 * time.Second, Token: a.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.engine.Renew(ctx, lock.Lock("list:a"), a.Token, 30*time.Second, "test"); err != nil {
+	if _, err := e.engine.Renew(ctx, lock.Lock("list:a"), lock.RenewRequest{Token: a.Token, TTL: 30 * time.Second, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 

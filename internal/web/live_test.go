@@ -23,7 +23,7 @@ func TestAtRiskAndRenewalRhythm(t *testing.T) {
 	l := e.acquire("rhythm:a", "worker-1", 900*time.Millisecond)
 	e.acquire("rhythm:b", "worker-2", time.Minute)
 	for range 3 { // on time: with two thirds left
-		if _, err := e.engine.Renew(ctx, lock.Lock("rhythm:a"), l.Token, 0, "t"); err != nil {
+		if _, err := e.engine.Renew(ctx, lock.Lock("rhythm:a"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,7 +32,7 @@ func TestAtRiskAndRenewalRhythm(t *testing.T) {
 		st, ok := e.held(lock.Lock("rhythm:a"))
 		return ok && st.Remaining < 250*time.Millisecond
 	}, 2*time.Second, "the lease running low")
-	if _, err := e.engine.Renew(ctx, lock.Lock("rhythm:a"), l.Token, 0, "t"); err != nil {
+	if _, err := e.engine.Renew(ctx, lock.Lock("rhythm:a"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"}); err != nil {
 		t.Fatal(err)
 	}
 

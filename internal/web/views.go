@@ -58,6 +58,8 @@ type holderRow struct {
 	TTL     string
 	Left    clock // until expiry
 	HeldFor clock // since acquisition
+	// Value is the grant's value (compact JSON), or "".
+	Value string
 	// ForceURL confirms breaking this holder only (by its fence).
 	ForceURL string
 }
@@ -120,6 +122,8 @@ type notice struct {
 
 // detailView is the detail page of one lock or semaphore, held or not.
 type detailView struct {
+	// HasValues says some holder has a value: the holders table shows them.
+	HasValues bool
 	Key       string // the lock key or the semaphore name
 	Noun      string // "lock" or "semaphore"
 	ListURL   string
@@ -284,7 +288,7 @@ func holdersOf(s lock.State, mode lock.Mode) []lock.Holder {
 	}
 	return []lock.Holder{{
 		Owner: s.Owner, Mode: cmp.Or(s.Mode, mode), Fence: s.Fence, Count: s.Count, TTL: s.TTL,
-		AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining,
+		AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining, Value: s.Value,
 	}}
 }
 
@@ -307,6 +311,7 @@ func newHolderRows(k section, name string, s lock.State, def lock.Mode) []holder
 			TTL:      leaseSpan(h.TTL),
 			Left:     left(h.ExpiresAt, h.Remaining),
 			HeldFor:  heldFor(h.AcquiredAt, now),
+			Value:    h.Value,
 			ForceURL: k.holderForceURL(name, h.Fence),
 		})
 	}
@@ -396,6 +401,7 @@ func newKindDetailView(k section, name string, st lock.State, held bool, events 
 		v.Lock.Key, v.Lock.DetailURL, v.Lock.ForceURL = name, k.detailURL(name), k.forceURL(name)
 		v.Holders = newHolderRows(k, name, st, def)
 		v.HolderTotal = max(st.HoldersTotal, len(v.Holders))
+		v.HasValues = slices.ContainsFunc(v.Holders, func(h holderRow) bool { return h.Value != "" })
 		v.Single = !k.sem() && len(v.Holders) == 1
 	}
 	for _, e := range events {

@@ -63,7 +63,7 @@ const MaxConcurrency = 64
 // link-local address of an endpoint without allow_private.
 var ErrPrivateAddress = errors.New("webhook: loopback, private or link-local address, and the endpoint has no allow_private")
 
-var eventTypes = map[string]bool{"acquired": true, "reentered": true, "released": true, "expired": true, "force_released": true}
+var eventTypes = map[string]bool{"acquired": true, "reentered": true, "released": true, "expired": true, "force_released": true, "proclaimed": true}
 
 // Parse reads a webhooks file:
 //
@@ -101,7 +101,7 @@ func Parse(data []byte) ([]Hook, error) {
 		}
 		for _, e := range h.Events {
 			if !eventTypes[e] {
-				return nil, fmt.Errorf("webhooks[%d] (%s): events: %q is not one of acquired, reentered, released, expired, force_released", i, u.Host, e)
+				return nil, fmt.Errorf("webhooks[%d] (%s): events: %q is not one of acquired, reentered, released, expired, force_released, proclaimed", i, u.Host, e)
 			}
 		}
 		for _, p := range h.Prefixes {

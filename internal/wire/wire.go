@@ -58,17 +58,19 @@ func StateOf(s lock.State) api.LockState {
 	if sem {
 		out.Limit = ptr(s.Limit)
 	}
+	out.Value = valueOf(s.Value)
 	holders := s.Holders
 	if len(holders) == 0 {
 		// An engine that lists no holders (Redlock) has one: the one
 		// the state describes.
 		holders = []lock.Holder{{Owner: s.Owner, Mode: s.Mode, Fence: s.Fence, Count: s.Count, TTL: s.TTL,
-			AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining}}
+			AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining, Value: s.Value}}
 	}
 	for _, h := range holders {
 		out.Holders = append(out.Holders, api.Holder{
 			Owner: h.Owner, Mode: ModeOf(h.Mode, sem), Fence: h.Fence, Count: h.Count, TtlMs: h.TTL.Milliseconds(),
 			AcquiredAt: h.AcquiredAt, ExpiresAt: h.ExpiresAt, RemainingMs: h.Remaining.Milliseconds(),
+			Value: valueOf(h.Value),
 		})
 	}
 	for _, q := range s.Queue {
@@ -82,8 +84,11 @@ func StateOf(s lock.State) api.LockState {
 // semaphore.
 func LockEventOf(c lock.Change) api.LockEvent {
 	kind := api.LockEventKindLock
-	if c.Resource.Kind == lock.KindSemaphore {
+	switch c.Resource.Kind {
+	case lock.KindSemaphore:
 		kind = api.LockEventKindSemaphore
+	case lock.KindElection:
+		kind = api.LockEventKindElection
 	}
 	return api.LockEvent{
 		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: c.Resource.Name, At: c.At,
@@ -105,3 +110,39 @@ func EventOf(e lock.Event) api.Event {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// valueOf is a grant's value on the wire: absent when it has none.
+func valueOf(v string) *api.Value {
+	if v == "" {
+		return nil
+	}
+	raw := api.Value(v)
+	return &raw
+}
+
+// LeadershipOf is a leadership on the wire, token included: the leader's
+// answer. value is the leader's value as it stands ("" for none).
+func LeadershipOf(l lock.Lease, value string) api.Leadership {
+	out := api.Leadership{
+		Key: l.Resource.Name, Leader: l.Owner, Token: l.Token, Term: l.Fence, Value: valueOf(value),
+		TtlMs: l.TTL.Milliseconds(), AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt,
+	}
+	if l.Outcome == lock.Replayed {
+		out.Replayed = ptr(true)
+	}
+	return out
+}
+
+// ElectionStateOf is an election's state on the wire: its leader, value
+// and term, and its candidates in line; never a token.
+func ElectionStateOf(s lock.State) api.ElectionState {
+	out := api.ElectionState{Key: s.Resource.Name, Candidates: make([]api.Candidate, 0, len(s.Queue))}
+	if s.Owner != "" || s.Fence != 0 {
+		out.Leader, out.Term, out.Value = ptr(s.Owner), ptr(s.Fence), valueOf(s.Value)
+		out.Since, out.ExpiresAt, out.RemainingMs = ptr(s.AcquiredAt), ptr(s.ExpiresAt), ptr(s.Remaining.Milliseconds())
+	}
+	for _, q := range s.Queue {
+		out.Candidates = append(out.Candidates, api.Candidate{Candidate: q.Owner, WaitingSince: q.WaitingSince})
+	}
+	return out
+}

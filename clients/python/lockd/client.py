@@ -81,6 +81,7 @@ class Client:
         idempotency_key: Optional[str] = None,
         auto_renew: bool = True,
         on_lost: Optional[OnLost] = None,
+        lock_delay: Optional[float] = None,
     ) -> Lease:
         """acquire takes the lock on key and returns its Lease, renewing itself every ttl/3.
 
@@ -94,9 +95,13 @@ class Client:
         ``idempotency_key`` defaults to a new random one per call, which
         makes this call's own retries safe: a retry whose first attempt was
         granted gets that same lease back. ``on_lost(lease, error)`` is
-        called once if the lease is lost.
+        called once if the lease is lost. ``lock_delay`` (seconds, exclusive
+        only) holds the key off for that long after this lease ends by
+        expiry or force-release; acquires meanwhile raise LockDelay.
         """
         body: Dict[str, Any] = {"ttl_ms": _ms(ttl, "ttl")}
+        if lock_delay is not None:
+            body["lock_delay_ms"] = _ms(lock_delay, "lock_delay")
         if owner is not None:
             body["owner"] = owner
         if value is not None:
@@ -115,6 +120,7 @@ class Client:
         mode: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
         idempotency_key: Optional[str] = None,
+        lock_delay: Optional[float] = None,
     ) -> "LeaseContext":
         """lock is acquire as a context manager: it acquires on entry, yields the Lease and releases on exit.
 
@@ -129,18 +135,18 @@ class Client:
         return LeaseContext(
             lambda: self.acquire(
                 key, ttl=ttl, wait=wait, owner=owner, value=value, mode=mode,
-                idempotency_key=idempotency_key, on_lost=on_lost,
+                idempotency_key=idempotency_key, on_lost=on_lost, lock_delay=lock_delay,
             )
         )
 
-    def renew(self, key: str, token: str, ttl: Optional[float] = None) -> Dict[str, Any]:
+    def renew(self, key: str, token: str, ttl: Optional[float] = None, value: Any = None) -> Dict[str, Any]:
         """renew extends the lease with token on key by ttl seconds (None: its own TTL), once.
 
         Leases from acquire renew themselves: this is for tokens kept
         elsewhere. A lease that is no longer live raises LeaseLost
         (LeaseNotFound when the key has no live lease at all).
         """
-        return self._renew("lock", key, token, ttl, self.timeout)
+        return self._renew("lock", key, token, ttl, self.timeout, value)
 
     def release(self, key: str, token: str) -> Dict[str, Any]:
         """release gives back one level of the lease with token on key: ``{"key", "released", "count"}``."""
@@ -232,10 +238,14 @@ class Client:
         answer = self._retrying(f"acquire {kind} {key}", wait_until + self.retry_for, attempt)
         return Lease(self, kind, answer, sent, auto_renew=auto_renew, on_lost=on_lost)
 
-    def _renew(self, kind: str, key: str, token: str, ttl: Optional[float], timeout: float) -> Dict[str, Any]:
+    def _renew(
+        self, kind: str, key: str, token: str, ttl: Optional[float], timeout: float, value: Any = None
+    ) -> Dict[str, Any]:
         body: Dict[str, Any] = {"token": token}
         if ttl is not None:
             body["ttl_ms"] = _ms(ttl, "ttl")
+        if value is not None:
+            body["value"] = value
         return self._lease_call(kind, key, "renew", body, timeout)
 
     def _release(self, kind: str, key: str, token: str) -> Dict[str, Any]:

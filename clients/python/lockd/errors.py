@@ -28,6 +28,7 @@ __all__ = [
     "MethodNotAllowed",
     "NotGranted",
     "LockHeld",
+    "LockDelay",
     "Queued",
     "NoPermits",
     "TooManyHolders",
@@ -188,6 +189,20 @@ class NoPermits(NotGranted):
         return None if ms is None else ms / 1000.0
 
 
+class LockDelay(NotGranted):
+    """LockDelay: the key's last lease ended by expiry or force-release and its lock-delay has not passed (409).
+
+    ``remaining`` is the seconds it still lasts.
+    """
+
+    CODE = "lock_delay"
+
+    @property
+    def remaining(self) -> Optional[float]:
+        ms = self.problem.get("remaining_ms")
+        return None if ms is None else ms / 1000.0
+
+
 class TooManyHolders(NotGranted):
     """TooManyHolders: the key has as many shared holders or permits as one key may (409)."""
 
@@ -292,6 +307,7 @@ PROBLEM_CLASSES: Dict[str, Type[LockdError]] = {
         NotFound,
         MethodNotAllowed,
         LockHeld,
+        LockDelay,
         Queued,
         NoPermits,
         TooManyHolders,

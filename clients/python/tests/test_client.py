@@ -51,6 +51,20 @@ class Locks(unittest.TestCase):
         self.assertTrue(err.retry_after is not None and 0 < err.retry_after <= 20, err.retry_after)
         self.assertIn("first", str(err))
 
+    def test_lock_delay_holds_the_key_off_after_expiry(self) -> None:
+        c = harness.client()
+        key = harness.unique("delay")
+        c.acquire(key, ttl=0.2, lock_delay=1.0, auto_renew=False)
+        time.sleep(0.3)
+        with self.assertRaises(lockd.LockDelay) as ctx:
+            c.acquire(key, ttl=10)
+        err = ctx.exception
+        self.assertIsInstance(err, lockd.NotGranted)
+        self.assertEqual((err.status, err.code), (409, "lock_delay"))
+        self.assertTrue(0 < err.remaining <= 1.0, err.remaining)
+        with c.lock(key, ttl=10, wait=3):  # waits the delay out
+            pass
+
     def test_wait_is_granted_on_release(self) -> None:
         c = harness.client()
         key = harness.unique("wait")
@@ -163,13 +177,16 @@ class Locks(unittest.TestCase):
         with self.assertRaises(lockd.NotFound):
             c.force_release(prefix + "b")
 
-    def test_values_need_a_server_with_values(self) -> None:
-        # Values on locks are in the contract's third round but not in the
-        # server yet, which refuses the field. When the server has them,
-        # this test must check that the value shows in the state.
+    def test_values_show_in_the_state(self) -> None:
         c = harness.client()
+        key = harness.unique("value")
+        with c.lock(key, value={"build": "42"}) as lease:
+            self.assertEqual(c.state(key)["value"], {"build": "42"})
+            c.renew(key, lease.token, value="draining")
+            state = c.state(key)
+            self.assertEqual((state["value"], state["holders"][0]["value"]), ("draining", "draining"))
         with self.assertRaises(lockd.InvalidRequest) as ctx:
-            c.acquire(harness.unique("value"), value={"build": "42"})
+            c.acquire(harness.unique("big"), value="x" * 5000)
         self.assertEqual(ctx.exception.field, "value")
 
     def test_invalid_request_names_the_field(self) -> None:

@@ -24,6 +24,11 @@
 --          queue from an earlier try, or ""
 -- ARGV[19] "1" when the caller named its mode (or a limit): a re-entry or
 --          replay must then match the lease's mode and limit
+-- ARGV[20] the lock-delay in ms ("" for none; exclusive holds only): after
+--          this lease ends by expiry or force-release, nobody is granted
+--          the key for that long (lib.lua, delayed)
+-- ARGV[21] the grant's value (JSON), or "": none on a new grant, the
+--          value kept on a re-entry
 -- The engine's settings come from cfg (lib.lua): the history's and event
 -- stream's caps, the retention, the waiters' liveness and the queue's
 -- TTL, the most holders of a key, whether the restart quarantine is off
@@ -59,6 +64,9 @@
 --                 it may have (cfg.max_holders)
 --   {"free"}      peek only: nobody holds the key
 --   {"recovering", epoch_id, ms_left}  quarantine after a loss of data
+--   {"delay", epoch_id, ms_left, place or ""}  the key's last lease ended
+--                 by expiry or force-release, and its lock-delay has not
+--                 passed
 --
 -- Fresh grants, held and queued answers carry the epoch id, for the
 -- caller's cache.
@@ -90,7 +98,7 @@ local function queued()
     end
     redis.call('ZADD', q.queue, place, wid)
     redis.call('HSET', q.info, wid, cjson.encode({r = ARGV[16], d = int(now_ms + tonumber(ARGV[17])), m = want,
-      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor}))
+      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = ARGV[20], v = ARGV[21]}))
     redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
     redis.call('PEXPIRE', q.info, cfg.queue_ttl)
   end
@@ -122,7 +130,7 @@ local function waiting()
     last = last or last_event(hist)
     if last and last.w ~= '1' then
       redis.call('LSET', hist, -1, pack(last.type, last.at, last.owner, last.fence, last.ttl_ms, last.count,
-        last.actor, last.reason, last.exp, last.left, '1', last.keep))
+        last.actor, last.reason, last.exp, last.left, '1', last.keep, last.d))
     end
   end
 end
@@ -191,11 +199,14 @@ if cur and not cur.multi then
     end
     local count = tonumber(cur.count) + 1
     cur.count, cur.ttl, cur.renewed, cur.exp = int(count), ARGV[3], int(now_ms), int(now_ms + ttl)
+    if ARGV[21] ~= '' then
+      cur.v = ARGV[21]
+    end
     local set
     cur.keep, set = keep_for(cur.keep, now_ms + ttl + retention, retention)
     save_lease(lease, cur, ttl)
     schedule(sched, ev.key, now_ms + ttl)
-    record(hist, cap, 'reentered', now_ms, cur.owner, cur.fence, ttl, count, actor, '', now_ms + ttl, cur.w, cur.keep)
+    record(hist, cap, 'reentered', now_ms, cur.owner, cur.fence, ttl, count, actor, '', now_ms + ttl, cur.w, cur.keep, cur.d)
     if set then
       redis.call('PEXPIREAT', hist, cur.keep)
     end
@@ -242,6 +253,9 @@ if multi then
       return {'limit'}
     end
     h.c, h.t, h.r, h.e = int(tonumber(h.c) + 1), ARGV[3], int(now_ms), int(now_ms + ttl)
+    if ARGV[21] ~= '' then
+      h.v = ARGV[21]
+    end
     redis.call('HSET', lease, 'h:' .. reentry, cjson.encode(h))
     redis.call('ZADD', holders, h.e, reentry)
     settle(lease, holders, sched, ev.key, now_ms)
@@ -314,8 +328,16 @@ if untl > now_ms and not cfg.quarantine_off then
 end
 
 last = last or last_event(hist)
-if not multi then
-  record_lapse(hist, cap, sched, ev.key, last)
+if not multi and record_lapse(hist, cap, sched, ev.key, last) then
+  last = last_event(hist) -- the lapse just recorded
+end
+local hold_off = delayed(last, now_ms)
+if hold_off > 0 then
+  local place = queued()
+  if place ~= '' then
+    waiting()
+  end
+  return {'delay', epoch, int(hold_off), place}
 end
 -- The fence counter: Redlock's (cfg.redlock), or a key's of the layout before
 -- the history list, met the first time the key is used after an upgrade.
@@ -342,14 +364,15 @@ if want == 'x' then
       w = '1'
     end
   end
-  fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, '')
+  fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, '',
+    ARGV[20], ARGV[21])
 else
   if not multi then
     -- fx: every holder of this lease is in the fence index (f:<fence>).
     redis.call('HSET', lease, 'mode', want == 's' and 'shared' or 'permit', 'limit', limit, 'fx', '1')
   end
   fence = next_fence(last, counter, now_us)
-  local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0',
+  local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0', v = ARGV[21],
     e = int(now_ms + ttl), i = idem, it = ARGV[3], l = ''}
   -- last: the newest holder, which a state describes (state.lua).
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h), 'last', token, 'f:' .. fence, token)

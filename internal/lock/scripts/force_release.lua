@@ -74,6 +74,8 @@ end
 redis.call('DEL', lease)
 redis.call('ZREM', sched, ev.key)
 -- w: waiters woken now may queue again on the free key.
-record(hist, cap, 'force_released', now_ms, cur.owner, cur.fence, cur.ttl, cur.count, actor, reason, nil, '1', cur.keep)
+-- d: the lease's lock-delay holds the key off from now (lib.lua, delayed).
+record(hist, cap, 'force_released', now_ms, cur.owner, cur.fence, cur.ttl, cur.count, actor, reason, nil, '1', cur.keep,
+  cur.d)
 redis.call('PUBLISH', channel, 'released')
 return {'ok', cur.owner, cur.fence, cur.acquired}

@@ -125,9 +125,10 @@ end
 -- (the lease's own w, below), keep until when the history's TTL runs.
 local US = '\31'
 
-local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left, w, keep)
+local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left, w, keep, d)
   return kind .. US .. at .. US .. owner .. US .. fence .. US .. ttl .. US .. count .. US ..
-    actor .. US .. reason .. US .. (exp or '') .. US .. (left or '') .. US .. (w or '') .. US .. (keep or '')
+    actor .. US .. reason .. US .. (exp or '') .. US .. (left or '') .. US .. (w or '') .. US .. (keep or '') ..
+    US .. (d or '')
 end
 
 -- fields splits a packed string into its fields.
@@ -153,7 +154,7 @@ local function unpack_event(s)
   end
   local f = fields(s)
   return {type = f[1], at = f[2], owner = f[3], fence = f[4], ttl_ms = f[5], count = f[6],
-    actor = f[7], reason = f[8], exp = f[9], left = f[10], w = f[11] or '1', keep = f[12] or ''}
+    actor = f[7], reason = f[8], exp = f[9], left = f[10], w = f[11] or '1', keep = f[12] or '', d = f[13] or ''}
 end
 
 -- last_event is the newest event of a history, or nil.
@@ -197,14 +198,14 @@ end
 local function pack_lease(l)
   return l.token .. US .. l.owner .. US .. l.fence .. US .. l.count .. US .. l.ttl .. US ..
     l.acquired .. US .. l.renewed .. US .. l.renewals .. US .. l.idem .. US .. l.ittl .. US ..
-    l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep
+    l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep .. US .. (l.d or '') .. US .. (l.v or '')
 end
 
 local function unpack_lease(s)
   local f = fields(s)
   return {token = f[1], owner = f[2], fence = f[3], count = f[4], ttl = f[5], acquired = f[6],
     renewed = f[7], renewals = f[8], idem = f[9], ittl = f[10], left = f[11], exp = f[12],
-    handed = f[13], w = f[14], keep = f[15]}
+    handed = f[13], w = f[14], keep = f[15], d = f[16] or '', v = f[17] or ''}
 end
 
 -- read_lease is the lease at lease: nil when nobody holds the key, {multi
@@ -261,12 +262,12 @@ end
 -- history. The history's TTL is the caller's (keep_for): events that
 -- start or extend a lease make it outlive the lease by the retention, so
 -- the events that end it need not touch it.
-local function record(hist, cap, kind, at, owner, fence, ttl, count, actor, reason, exp, w, keep)
+local function record(hist, cap, kind, at, owner, fence, ttl, count, actor, reason, exp, w, keep, d)
   at, ttl, count = str(at), str(ttl), str(count)
   if exp then
     exp = str(exp)
   end
-  local n = push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil, w, keep))
+  local n = push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil, w, keep, d))
   if n == 1 and (keep or '') == '' then
     -- A history begun by an event that knows no TTL for it (a lease of
     -- the layout before, shared holders): the retention from now.
@@ -312,7 +313,7 @@ local function record_lapse(hist, cap, sched, key, last)
     return nil
   end
   -- w: waiters may have queued while it lapsed.
-  record(hist, cap, 'expired', at, last.owner, last.fence, last.ttl_ms, last.count, '', '', nil, '1', last.keep)
+  record(hist, cap, 'expired', at, last.owner, last.fence, last.ttl_ms, last.count, '', '', nil, '1', last.keep, last.d)
   return {int(at), last.type, last.at}
 end
 
@@ -540,19 +541,31 @@ local function next_fence(last, counter, now_us)
   return int(math.max(top + 1, now_us))
 end
 
+-- delayed is how long a key is still held off by a lock-delay (0: not):
+-- after a lease that named one ended by expiry or force-release (its
+-- newest event, last, carries the delay), nobody is granted the key until
+-- that much time has passed since. A holder's own release sets none.
+local function delayed(last, now_ms)
+  if not last or last.d == '' or (last.type ~= 'expired' and last.type ~= 'force_released') then
+    return 0
+  end
+  return math.max(0, tonumber(last.at) + tonumber(last.d) - now_ms)
+end
+
 -- grant_x writes a new exclusive lease on a free key (acquire.lua, and a
 -- release that hands the key to the next waiter); it returns its fence.
 -- last is the history's newest event, counter as for next_fence, w and
--- handed the lease's (pack_lease).
-local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, handed)
+-- handed the lease's (pack_lease), d its lock-delay in ms ("" for none),
+-- v its value (JSON, "" for none; valid JSON never holds the US byte).
+local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, handed, d, v)
   local fence = next_fence(last, counter, now_us)
   local ttl_s, now_s, exp_s = str(ttl), str(now_ms), str(now_ms + ttl)
   local keep, set = keep_for(last and last.keep, now_ms + ttl + retention, retention)
   save_lease(lease, {token = token, owner = owner, fence = fence, count = '1', ttl = ttl_s, acquired = now_s,
     renewed = now_s, renewals = '0', idem = idem, ittl = ttl_s, left = '', exp = exp_s, handed = handed, w = w,
-    keep = keep}, ttl_s)
+    keep = keep, d = d, v = v}, ttl_s)
   schedule(sched, ev.key, exp_s)
-  record(hist, cap, 'acquired', now_s, owner, fence, ttl_s, '1', actor, '', exp_s, w, keep)
+  record(hist, cap, 'acquired', now_s, owner, fence, ttl_s, '1', actor, '', exp_s, w, keep, d)
   if set then
     redis.call('PEXPIREAT', hist, keep)
   end

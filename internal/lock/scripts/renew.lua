@@ -5,6 +5,8 @@
 -- KEYS[6] holders (shared or permits)    KEYS[7] the bucket's event stream
 -- ARGV[1] token        ARGV[2] ttl_ms or "" (keep the lease's own)
 -- ARGV[3] actor        ARGV[4] wake channel
+-- ARGV[5] a new value for the grant (JSON), or "" to keep its own; an
+--         exclusive lease's new value is recorded as a "proclaimed" event
 -- From cfg (lib.lua): the renewals' and history's caps, the retention,
 -- the event stream's cap.
 --
@@ -32,6 +34,9 @@ if cur and cur.multi then
   local ttl = tonumber(ARGV[2]) or tonumber(h.t)
   local left = tonumber(h.e) - now_ms
   h.t, h.r, h.e, h.l, h.n = int(ttl), int(now_ms), int(now_ms + ttl), int(left), int(tonumber(h.n) + 1)
+  if ARGV[5] ~= '' then
+    h.v = ARGV[5]
+  end
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))
   redis.call('ZADD', holders, h.e, token)
   settle(lease, holders, sched, ev.key, now_ms)
@@ -53,12 +58,22 @@ local ttl_s, now_s = int(ttl), int(now_ms)
 
 cur.ttl, cur.renewed, cur.left, cur.exp = ttl_s, now_s, left, int(now_ms + ttl)
 cur.renewals = int(tonumber(cur.renewals) + 1)
+if ARGV[5] ~= '' then
+  cur.v = ARGV[5]
+end
 -- The history and the renewals outlive the lease's end by the retention,
 -- however long it is renewed.
 local keep, set = keep_for(cur.keep, now_ms + ttl + retention, retention)
 cur.keep = keep
 save_lease(lease, cur, ttl_s)
 schedule(sched, lock_of(lease), now_ms + ttl)
+if ARGV[5] ~= '' then
+  -- A new value is news to readers (an election's proclaim): an event in
+  -- the history and the stream, with the lease's expiry as a grant's.
+  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention}
+  record(KEYS[5], cfg.history_max, 'proclaimed', now_s, cur.owner, cur.fence, ttl_s, cur.count, actor, '', cur.exp,
+    cur.w, keep, cur.d)
+end
 local n = push(renewals, cap, pack('renewed', now_s, cur.owner, cur.fence, ttl_s, cur.count, actor, '', nil, left, nil, nil))
 if set then
   redis.call('PEXPIREAT', KEYS[5], keep)

@@ -5,13 +5,14 @@
 --
 -- Reply: {} when nobody holds the key, else
 --   {"x", now_ms, queue, owner, fence, count, ttl_ms, acquired_at_ms,
---    renewed_at_ms, renewals, pttl_ms, left_ms, waiters} one exclusive holder
+--    renewed_at_ms, renewals, pttl_ms, left_ms, waiters, value} one
+--    exclusive holder (value: JSON, or "")
 --   {"m", now_ms, queue, mode, limit, holders, waiters, holders_total}
 --                                                       shared holders or permits
 -- queue: {owner, mode, since_ms, …} flat, live waiters in grant order among
 --        the first page_max entries; waiters: the queue's length
 -- holders: {owner, fence, count, ttl_ms, acquired_at_ms, renewed_at_ms,
---           renewals, expires_at_ms, left_ms, …} flat, the first page_max
+--           renewals, expires_at_ms, left_ms, value, …} flat, the first page_max
 --           live ones by expiry, and the newest (the "last" token) if live;
 --           holders_total: how many are live
 -- Whatever a key holds, one call reads a bounded part of it.
@@ -64,6 +65,7 @@ if cur and cur.multi then
       for _, v in ipairs({h.o, h.f, h.c, h.t, h.a, h.r, h.n, h.e, h.l}) do
         hs[#hs + 1] = v
       end
+      hs[#hs + 1] = h.v or ''
     end
   end
   if not hs[1] then
@@ -76,4 +78,4 @@ if not cur then
   return {}
 end
 return {'x', int(now_ms), waiting(), cur.owner, cur.fence, tonumber(cur.count), tonumber(cur.ttl), cur.acquired,
-  cur.renewed, tonumber(cur.renewals), tonumber(cur.exp) - now_ms, cur.left, redis.call('ZCARD', q.queue)}
+  cur.renewed, tonumber(cur.renewals), tonumber(cur.exp) - now_ms, cur.left, redis.call('ZCARD', q.queue), cur.v or ''}

@@ -1,0 +1,133 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
+)
+
+// ObserveElection follows one election's leadership as server-sent
+// events: the current leader (or vacant) at once, then every change.
+func (s *Server) ObserveElection(ctx context.Context, r api.ObserveElectionRequestObject) (api.ObserveElectionResponseObject, error) {
+	// Subscribed before the first read: a change between the two is sent
+	// after it, never lost.
+	sub, release, err := s.subscribe(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	return &observeStream{s: s, ctx: ctx, res: lock.Election(r.Key), sub: sub, release: release}, nil
+}
+
+// observeStream writes an election's changes; it implements the generated
+// response interface so that it can stream and flush.
+type observeStream struct {
+	s       *Server
+	ctx     context.Context
+	res     lock.Resource
+	sub     *lock.Subscription
+	release func()
+	// term is the newest term sent, so that a change already described
+	// (by the first read, or a resynchronisation) is not sent again.
+	term int64
+}
+
+// VisitObserveElectionResponse runs the stream until the client leaves,
+// the server shuts down or the client reads too slowly.
+func (o *observeStream) VisitObserveElectionResponse(w http.ResponseWriter) error {
+	defer func() {
+		o.sub.Close()
+		o.release()
+	}()
+	ctx, cancel := context.WithCancel(o.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-o.s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	out := startSSE(w)
+	if o.current(ctx, out) != nil {
+		return nil
+	}
+	beat, last := o.s.cfg.HoldHeartbeat, time.Now()
+	for {
+		wait, cancelWait := context.WithDeadline(ctx, last.Add(beat))
+		c, err := o.sub.Next(wait)
+		cancelWait()
+		switch {
+		case err == nil && c.Type == lock.Reset:
+			// Events were missed: the current state says where things are.
+			err = o.current(ctx, out)
+		case err == nil && c.Resource == o.res:
+			err = o.change(ctx, out, c)
+		case err == nil:
+			continue
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, context.DeadlineExceeded):
+			err = out.write(": heartbeat\n\n")
+		default:
+			return nil // the subscription ended; the client reconnects
+		}
+		if err != nil {
+			return nil
+		}
+		last = time.Now()
+	}
+}
+
+// current sends the leader, or vacant, as a read finds them.
+func (o *observeStream) current(ctx context.Context, out sse) error {
+	st, err := o.s.engine.State(ctx, o.res)
+	switch {
+	case errors.Is(err, lock.ErrNotFound):
+		return out.send("vacant", api.ElectionChange{Key: o.res.Name, Term: o.term})
+	case err != nil:
+		return err
+	}
+	o.term = st.Fence
+	return out.send("leader", leaderChange(o.res, st))
+}
+
+// change sends what one event of the election means to an observer.
+func (o *observeStream) change(ctx context.Context, out sse, c lock.Change) error {
+	switch c.Type {
+	case "acquired":
+		if c.Fence <= o.term {
+			return nil // sent already, by a read
+		}
+		o.term = c.Fence
+		ch := api.ElectionChange{Key: o.res.Name, Leader: &c.Owner, Term: c.Fence, Since: &c.At}
+		if st, err := o.s.engine.State(ctx, o.res); err == nil && st.Fence == c.Fence {
+			ch = leaderChange(o.res, st)
+		}
+		return out.send("leader", ch)
+	case "proclaimed":
+		ch := api.ElectionChange{Key: o.res.Name, Leader: &c.Owner, Term: c.Fence}
+		if st, err := o.s.engine.State(ctx, o.res); err == nil && st.Fence == c.Fence {
+			ch = leaderChange(o.res, st)
+		}
+		return out.send("proclaimed", ch)
+	case "released", "expired", "force_released":
+		if c.Fence < o.term {
+			return nil // an older term, superseded already
+		}
+		return out.send("vacant", api.ElectionChange{Key: o.res.Name, Term: c.Fence})
+	default:
+		return nil // reentered: the same term goes on
+	}
+}
+
+// leaderChange is the leader a state describes.
+func leaderChange(res lock.Resource, st lock.State) api.ElectionChange {
+	return api.ElectionChange{
+		Key: res.Name, Leader: &st.Owner, Term: st.Fence, Value: valueOrNil(st.Value),
+		Since: &st.AcquiredAt, ExpiresAt: &st.ExpiresAt,
+	}
+}
