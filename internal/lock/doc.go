@@ -37,9 +37,13 @@
 //
 // The lock semantics talk to Redis through package store, which knows
 // nothing of locks: one Store covers one server, Sentinel or Cluster, with
-// wake-up subscriptions that follow failovers and slot moves. Redlock
-// (redlock.go) runs an Engine per independent master and decides by
-// majority, writing fences back so that they stay strictly increasing. The
+// wake-up subscriptions that follow failovers and slot moves. A node
+// (node.go) runs the scripts on one Store, one call and one decoded reply
+// per operation. The Engine is one node with the wait hub, the sweeper,
+// the epoch refresher and the event feed beside it; Redlock (redlock.go)
+// is a node per independent master with one wait hub and one sweeper, and
+// decides by majority, writing fences back so that they stay strictly
+// increasing. The
 // restart quarantine (epoch.go) keeps a Redis that lost its data from
 // granting keys whose forgotten leases may still be held.
 //

@@ -40,8 +40,8 @@ type epochSeen struct {
 
 // newEpochID is the id of a marker this process would make (acquire.lua
 // uses it only when the marker is missing).
-func (e *Engine) newEpochID() string {
-	return e.epochs.seed + "-" + strconv.FormatInt(e.epochs.made.Add(1), 10)
+func (n *node) newEpochID() string {
+	return n.epochs.seed + "-" + strconv.FormatInt(n.epochs.made.Add(1), 10)
 }
 
 func (p *epochs) of(sh *sharedKeys) *epochSeen {
@@ -121,54 +121,59 @@ func (p *epochs) recovering(left time.Duration) {
 	}
 }
 
+// recovering is how much longer the restart quarantine that this process
+// last heard of on this node lasts; 0 when none.
+func (n *node) recovering() time.Duration {
+	n.epochs.mu.Lock()
+	defer n.epochs.mu.Unlock()
+	return max(0, time.Until(n.epochs.until))
+}
+
 // Recovering is how much longer the restart quarantine that this process
 // last heard of lasts; 0 when none.
-func (e *Engine) Recovering() time.Duration {
-	e.epochs.mu.Lock()
-	defer e.epochs.mu.Unlock()
-	return max(0, time.Until(e.epochs.until))
-}
+func (e *Engine) Recovering() time.Duration { return e.n.recovering() }
 
 // epochArgs are what acquire.lua and epoch.lua need of this process's
 // knowledge of sh's bucket: the id it saw ("" with the quarantine off,
 // which then never starts one), how long what it knows of may be live,
 // and the shortest quarantine after a loss.
-func (e *Engine) epochArgs(sh *sharedKeys) (seen string, liveMs, minMs int64) {
-	seen, live := e.epochs.get(sh)
-	if e.opts.NoQuarantine {
+func (n *node) epochArgs(sh *sharedKeys) (seen string, liveMs, minMs int64) {
+	seen, live := n.epochs.get(sh)
+	if n.opts.NoQuarantine {
 		seen = ""
 	}
-	return seen, min(live, e.opts.MaxTTL).Milliseconds(), e.minQuarantine().Milliseconds()
+	return seen, min(live, n.opts.MaxTTL).Milliseconds(), n.minQuarantine().Milliseconds()
 }
 
 // minQuarantine is the shortest quarantine after a loss: long enough for
 // every other lockd to notice it (one refresh) and add the leases it
 // granted to it before anything is granted, with a refresh to spare.
-func (e *Engine) minQuarantine() time.Duration {
-	return 2 * e.opts.EpochRefresh
+func (n *node) minQuarantine() time.Duration {
+	return 2 * n.opts.EpochRefresh
 }
 
 // seedEpoch reads the server's marker when the process starts, so that a
 // loss of data is noticed even if its first acquires come after it. (On a
 // Cluster, with a marker per slot, each is learnt from the first reply.)
-func (e *Engine) seedEpoch() {
-	if e.st.Sharded() {
+func (n *node) seedEpoch() {
+	if n.st.Sharded() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.CallTimeout)
 	defer cancel()
-	e.epochs.mu.Lock()
-	e.epochs.of(e.shared[0])
-	e.epochs.mu.Unlock()
-	e.refreshEpochs(ctx)
+	n.epochs.mu.Lock()
+	n.epochs.of(n.shared[0])
+	n.epochs.mu.Unlock()
+	n.refreshEpochs(ctx)
 }
 
-// keepEpochs runs refreshEpochs every Options.EpochRefresh: this process
+// keepEpochs runs refreshEpochs every Options.EpochRefresh until done
+// closes, on its caller's goroutine (the node's owner runs it): this process
 // learns until when the leases of each bucket it knows may be live, and
 // should Redis have lost their data it starts the quarantine, or adds what
 // it knows to one another process started, without waiting for a request.
-func (e *Engine) keepEpochs(done <-chan struct{}) {
-	t := time.NewTicker(e.opts.EpochRefresh)
+func (n *node) keepEpochs(done <-chan struct{}) {
+	t := time.NewTicker(n.opts.EpochRefresh)
 	defer t.Stop()
 	for {
 		select {
@@ -176,8 +181,8 @@ func (e *Engine) keepEpochs(done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
-		e.refreshEpochs(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), n.opts.CallTimeout)
+		n.refreshEpochs(ctx)
 		cancel()
 	}
 }
@@ -186,38 +191,38 @@ func (e *Engine) keepEpochs(done <-chan struct{}) {
 // pipeline (twice when Redis lost the script, as it does with its data).
 // What it reads replaces what this process read before, and its own
 // grants before the read: a lease released since no longer counts.
-func (e *Engine) refreshEpochs(ctx context.Context) {
+func (n *node) refreshEpochs(ctx context.Context) {
 	type call struct {
 		marker string
 		s      *epochSeen
 		own    time.Time // s.own before the read
 		cmd    *redis.Cmd
 	}
-	e.epochs.mu.Lock()
-	calls := make([]call, 0, len(e.epochs.markers))
+	n.epochs.mu.Lock()
+	calls := make([]call, 0, len(n.epochs.markers))
 	now := time.Now()
-	for m, s := range e.epochs.markers {
-		if e.st.Sharded() && s.idle(now) {
-			delete(e.epochs.markers, m)
+	for m, s := range n.epochs.markers {
+		if n.st.Sharded() && s.idle(now) {
+			delete(n.epochs.markers, m)
 			continue
 		}
 		calls = append(calls, call{marker: m, s: s})
 	}
-	e.epochs.mu.Unlock()
+	n.epochs.mu.Unlock()
 	if len(calls) == 0 {
 		return
 	}
 	run := func() error {
-		return e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+		return n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range calls {
 				c := &calls[i]
 				sh := &sharedKeys{epoch: c.marker, expiries: c.s.sched}
-				seen, live, least := e.epochArgs(sh)
+				seen, live, least := n.epochArgs(sh)
 				// Grants noted from now on may come after the read.
-				e.epochs.mu.Lock()
+				n.epochs.mu.Lock()
 				c.own, c.s.own = c.s.own, time.Time{}
-				e.epochs.mu.Unlock()
-				c.cmd = e.scripts.epoch.EvalSha(ctx, p, []string{c.marker, c.s.sched}, seen, live, least, e.newEpochID())
+				n.epochs.mu.Unlock()
+				c.cmd = n.scripts.epoch.EvalSha(ctx, p, []string{c.marker, c.s.sched}, seen, live, least, n.newEpochID())
 			}
 			return nil
 		})
@@ -227,17 +232,17 @@ func (e *Engine) refreshEpochs(ctx context.Context) {
 			c.s.own = c.own
 		}
 	}
-	if err := run(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && e.st.Load(ctx, e.scripts.epoch) == nil {
-		e.epochs.mu.Lock()
+	if err := run(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && n.st.Load(ctx, n.scripts.epoch) == nil {
+		n.epochs.mu.Lock()
 		for i := range calls {
 			restore(&calls[i])
 		}
-		e.epochs.mu.Unlock()
+		n.epochs.mu.Unlock()
 		_ = run()
 	}
 	now = time.Now()
-	e.epochs.mu.Lock()
-	defer e.epochs.mu.Unlock()
+	n.epochs.mu.Lock()
+	defer n.epochs.mu.Unlock()
 	for i := range calls {
 		c := &calls[i]
 		v, err := c.cmd.Result()
@@ -260,8 +265,8 @@ func (e *Engine) refreshEpochs(ctx context.Context) {
 		}
 		c.s.read = now.Add(live)
 		if left > 0 {
-			if u := now.Add(left); u.After(e.epochs.until) {
-				e.epochs.until = u
+			if u := now.Add(left); u.After(n.epochs.until) {
+				n.epochs.until = u
 			}
 		}
 	}

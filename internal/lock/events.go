@@ -86,24 +86,25 @@ const resumePage = 500
 var ErrTooSlow = errors.New("lock: event reader too slow")
 
 // EventStream is the Redis key of the shared event stream.
-func (e *Engine) EventStream() string {
-	return eventStreamKey(e.st.Sharded())
-}
+func (e *Engine) EventStream() string { return e.n.eventStream() }
 
 // EventClient is the Redis client that reaches the event stream (for the
 // webhook outbox's consumer group).
-func (e *Engine) EventClient() redis.Cmdable { return e.st.Cmd() }
+func (e *Engine) EventClient() redis.Cmdable { return e.n.st.Cmd() }
+
+// eventStream is the Redis key of the node's shared event stream.
+func (n *node) eventStream() string { return eventStreamKey(n.st.Sharded()) }
 
 // relay moves the outbox events one Cluster sweep returned ({bucket,
 // {id, fields}}, flat) into the shared stream.
-func (e *Engine) relay(ctx context.Context, v any) error {
+func (n *node) relay(ctx context.Context, v any) error {
 	l, _ := v.([]any)
 	if len(l) == 0 {
 		return nil
 	}
-	stream := e.EventStream()
+	stream := n.eventStream()
 	done := map[string][]string{}
-	_, err := e.st.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := n.st.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := 0; i+1 < len(l); i += 2 {
 			bucket, _ := l[i].(string)
 			entry, _ := l[i+1].([]any)
@@ -112,7 +113,7 @@ func (e *Engine) relay(ctx context.Context, v any) error {
 			}
 			id, _ := entry[0].(string)
 			fields, _ := entry[1].([]any)
-			p.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: int64(e.opts.EventsMax), Approx: true, Values: fields})
+			p.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: int64(n.opts.EventsMax), Approx: true, Values: fields})
 			done[bucket] = append(done[bucket], id)
 		}
 		return nil
@@ -120,7 +121,7 @@ func (e *Engine) relay(ctx context.Context, v any) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.st.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = n.st.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for bucket, ids := range done {
 			p.XDel(ctx, bucket+"events", ids...)
 		}
@@ -132,6 +133,11 @@ func (e *Engine) relay(ctx context.Context, v any) error {
 // ReadEvents returns up to count events after the event with ID after
 // ("" or "0": from the oldest kept), oldest first.
 func (e *Engine) ReadEvents(ctx context.Context, after string, count int) ([]Change, error) {
+	return e.n.readEvents(ctx, after, count)
+}
+
+// readEvents runs XRANGE on the event stream: ReadEvents.
+func (n *node) readEvents(ctx context.Context, after string, count int) ([]Change, error) {
 	start := "-"
 	if after != "" && after != "0" {
 		if !ValidEventID(after) {
@@ -139,9 +145,9 @@ func (e *Engine) ReadEvents(ctx context.Context, after string, count int) ([]Cha
 		}
 		start = "(" + after
 	}
-	ctx, cancel := e.bound(ctx)
+	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	msgs, err := e.st.Cmd().XRangeN(ctx, e.EventStream(), start, "+", int64(count)).Result()
+	msgs, err := n.st.Cmd().XRangeN(ctx, n.eventStream(), start, "+", int64(count)).Result()
 	if err != nil {
 		return nil, wrap("events", err)
 	}
@@ -156,10 +162,10 @@ func (e *Engine) ReadEvents(ctx context.Context, after string, count int) ([]Cha
 // stream has had (last, "0-0" for none) and the ID a resume must not start
 // before (since, "0-0" when any will do): a resume from before since may
 // have missed events the stream no longer keeps.
-func (e *Engine) streamEnd(ctx context.Context) (last, since string, err error) {
-	ctx, cancel := e.bound(ctx)
+func (n *node) streamEnd(ctx context.Context) (last, since string, err error) {
+	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	info, err := e.st.Cmd().XInfoStream(ctx, e.EventStream()).Result()
+	info, err := n.st.Cmd().XInfoStream(ctx, n.eventStream()).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
 			return "0-0", "0-0", nil // no event yet (or Redis lost them all)
@@ -208,7 +214,7 @@ func idAfter(a, b string) bool {
 // feed tails the event stream for this process's subscribers: one
 // blocking XREAD at a time however many read, and none while nobody does.
 type feed struct {
-	e *Engine
+	n *node
 
 	mu      sync.Mutex
 	subs    map[*Subscription]struct{}
@@ -225,9 +231,9 @@ type feed struct {
 // it is dropped (ErrTooSlow).
 const subBuffer = 1024
 
-func newFeed(e *Engine) *feed {
+func newFeed(n *node) *feed {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &feed{e: e, subs: map[*Subscription]struct{}{}, ctx: ctx, cancel: cancel}
+	return &feed{n: n, subs: map[*Subscription]struct{}{}, ctx: ctx, cancel: cancel}
 }
 
 func (f *feed) close() {
@@ -272,7 +278,7 @@ func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, er
 	}
 	// "From now on" is the stream's end now, not where the tail has got
 	// to: a tail that lags would hand a new reader events of the past.
-	now, since, err := e.streamEnd(ctx)
+	now, since, err := e.n.streamEnd(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +293,7 @@ func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, er
 		f.wg.Add(1)
 		go f.tail()
 	}
-	s := &Subscription{f: f, c: make(chan Change, subBuffer), last: after, catchUp: after != "", window: e.opts.EventsResumeMax}
+	s := &Subscription{f: f, c: make(chan Change, subBuffer), last: after, catchUp: after != "", window: e.n.opts.EventsResumeMax}
 	switch {
 	case after == "":
 		s.last = now
@@ -308,7 +314,7 @@ func (s *Subscription) Next(ctx context.Context) (Change, error) {
 			return c, nil
 		}
 		if s.reset != "" {
-			now, _, err := s.f.e.streamEnd(ctx)
+			now, _, err := s.f.n.streamEnd(ctx)
 			if err != nil {
 				return Change{}, err
 			}
@@ -319,7 +325,7 @@ func (s *Subscription) Next(ctx context.Context) (Change, error) {
 		if s.catchUp {
 			// One more than the window has left tells whether more follow.
 			n := min(resumePage, s.window+1)
-			got, err := s.f.e.ReadEvents(ctx, s.last, n)
+			got, err := s.f.n.readEvents(ctx, s.last, n)
 			if err != nil {
 				return Change{}, err
 			}
@@ -374,8 +380,8 @@ func (f *feed) tail() {
 		}
 		last := f.last
 		f.mu.Unlock()
-		res, err := f.e.st.Cmd().XRead(f.ctx, &redis.XReadArgs{
-			Streams: []string{f.e.EventStream(), last}, Count: 500, Block: 2 * time.Second,
+		res, err := f.n.st.Cmd().XRead(f.ctx, &redis.XReadArgs{
+			Streams: []string{f.n.eventStream(), last}, Count: 500, Block: 2 * time.Second,
 		}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue

@@ -75,8 +75,8 @@ func (e *Engine) OnLapse(f LapseFunc) {
 // bucket is the Redis key prefix of the shared keys that key's scripts
 // write beside the key's own: its expiry schedule and (Cluster) event
 // outbox. On a Cluster the bucket is key's slot.
-func (e *Engine) bucket(key string) string {
-	if e.st.Sharded() {
+func (n *node) bucket(key string) string {
+	if n.st.Sharded() {
 		return bucketOf(store.SlotTags()[store.SlotOf(key)])
 	}
 	return bucketOf("")
@@ -104,38 +104,38 @@ type sweeper struct {
 // noted puts key's bucket on its master's due list at the next sweep: on a
 // Cluster the sweeper visits only due buckets, and a bucket this process
 // just wrote may have a new earliest expiry or events in its outbox.
-func (e *Engine) noted(key string) {
-	if !e.st.Sharded() {
+func (n *node) noted(key string) {
+	if !n.st.Sharded() {
 		return
 	}
-	e.sweeper.mu.Lock()
-	defer e.sweeper.mu.Unlock()
-	if e.sweeper.notes == nil {
-		e.sweeper.notes = map[string]bool{}
+	n.sweeper.mu.Lock()
+	defer n.sweeper.mu.Unlock()
+	if n.sweeper.notes == nil {
+		n.sweeper.notes = map[string]bool{}
 	}
-	e.sweeper.notes[e.bucket(key)] = true
+	n.sweeper.notes[n.bucket(key)] = true
 }
 
 // takeNotes hands out the noted buckets of the master at addr; put them
 // back with giveNotes if the sweep fails.
-func (e *Engine) takeNotes(addr string) []string {
-	e.sweeper.mu.Lock()
-	defer e.sweeper.mu.Unlock()
+func (n *node) takeNotes(addr string) []string {
+	n.sweeper.mu.Lock()
+	defer n.sweeper.mu.Unlock()
 	var out []string
-	for b := range e.sweeper.notes {
-		if e.sweeper.owner[b] == addr {
+	for b := range n.sweeper.notes {
+		if n.sweeper.owner[b] == addr {
 			out = append(out, b)
-			delete(e.sweeper.notes, b)
+			delete(n.sweeper.notes, b)
 		}
 	}
 	return out
 }
 
-func (e *Engine) giveNotes(bs []string) {
-	e.sweeper.mu.Lock()
-	defer e.sweeper.mu.Unlock()
+func (n *node) giveNotes(bs []string) {
+	n.sweeper.mu.Lock()
+	defer n.sweeper.mu.Unlock()
 	for _, b := range bs {
-		e.sweeper.notes[b] = true
+		n.sweeper.notes[b] = true
 	}
 }
 
@@ -146,21 +146,21 @@ const fullSweepEvery = 10 * time.Second
 
 // fullDue says whether the master at addr is due a full sweep, and if so
 // counts it as done.
-func (e *Engine) fullDue(addr string) bool {
-	e.sweeper.mu.Lock()
-	defer e.sweeper.mu.Unlock()
-	if e.sweeper.full == nil {
-		e.sweeper.full = map[string]time.Time{}
+func (n *node) fullDue(addr string) bool {
+	n.sweeper.mu.Lock()
+	defer n.sweeper.mu.Unlock()
+	if n.sweeper.full == nil {
+		n.sweeper.full = map[string]time.Time{}
 	}
-	if time.Since(e.sweeper.full[addr]) < fullSweepEvery {
+	if time.Since(n.sweeper.full[addr]) < fullSweepEvery {
 		return false
 	}
-	e.sweeper.full[addr] = time.Now()
+	n.sweeper.full[addr] = time.Now()
 	return true
 }
 
 func (e *Engine) sweepLoop(done <-chan struct{}) {
-	t := time.NewTicker(e.opts.SweepInterval)
+	t := time.NewTicker(e.n.opts.SweepInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -168,7 +168,7 @@ func (e *Engine) sweepLoop(done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(e.opts.CallTimeout, 2*e.opts.SweepInterval))
+		ctx, cancel := context.WithTimeout(context.Background(), max(e.n.opts.CallTimeout, 2*e.n.opts.SweepInterval))
 		_ = e.Sweep(ctx)
 		cancel()
 	}
@@ -177,7 +177,16 @@ func (e *Engine) sweepLoop(done <-chan struct{}) {
 // Sweep runs one sweep over every master: it records the lapses that are
 // due. The sweeper loop calls it; tests may too.
 func (e *Engine) Sweep(ctx context.Context) error {
-	targets, err := e.sweepTargets(ctx)
+	e.lapseMu.Lock()
+	f := e.lapse
+	e.lapseMu.Unlock()
+	return e.n.sweep(ctx, f)
+}
+
+// sweep runs one sweep over every master of the node and tells report
+// (if not nil) of each lapse it recorded.
+func (n *node) sweep(ctx context.Context, report LapseFunc) error {
+	targets, err := n.sweepTargets(ctx)
 	if err != nil {
 		return wrap("sweep", err)
 	}
@@ -188,7 +197,7 @@ func (e *Engine) Sweep(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for range sweepRounds {
-				more, err := e.sweepNode(ctx, t)
+				more, err := n.sweepNode(ctx, t, report)
 				if err != nil || !more {
 					errs[i] = err
 					return
@@ -207,29 +216,29 @@ func (e *Engine) Sweep(ctx context.Context) error {
 
 // sweepNode runs sweep.lua once on one master and hands over what it
 // found; more says that it should run again at once.
-func (e *Engine) sweepNode(ctx context.Context, t sweepTarget) (more bool, err error) {
+func (n *node) sweepNode(ctx context.Context, t sweepTarget, report LapseFunc) (more bool, err error) {
 	relay, mode, buckets := 0, "all", t.buckets
 	var notes []string
-	if e.st.Sharded() {
+	if n.st.Sharded() {
 		relay, mode, buckets = relayBatch, "due", t.buckets[:1]
-		notes = e.takeNotes(t.addr)
-		if e.fullDue(t.addr) {
+		notes = n.takeNotes(t.addr)
+		if n.fullDue(t.addr) {
 			mode, buckets = "all", t.buckets
 		}
 	}
-	lease := max(3*e.opts.SweepInterval, 500*time.Millisecond)
+	lease := max(3*n.opts.SweepInterval, 500*time.Millisecond)
 	args := make([]any, 0, 10+2*len(notes)+len(buckets))
-	args = append(args, e.id, lease.Milliseconds(), sweepBatch, e.opts.HistoryMax,
-		e.opts.Retention.Milliseconds(), e.opts.EventsMax, relay, mode, len(notes))
+	args = append(args, n.id, lease.Milliseconds(), sweepBatch, n.opts.HistoryMax,
+		n.opts.Retention.Milliseconds(), n.opts.EventsMax, relay, mode, len(notes))
 	for _, b := range notes {
 		args = append(args, b, 0) // due at once
 	}
 	for _, b := range buckets {
 		args = append(args, b)
 	}
-	v, err := e.scripts.sweep.Run(ctx, t.node, nil, args...).Result()
+	v, err := n.scripts.sweep.Run(ctx, t.node, nil, args...).Result()
 	if err != nil {
-		e.giveNotes(notes)
+		n.giveNotes(notes)
 		return false, err
 	}
 	r, err := newReply(v)
@@ -240,19 +249,16 @@ func (e *Engine) sweepNode(ctx context.Context, t sweepTarget) (more bool, err e
 		return false, r.err
 	}
 	now := r.time(4)
-	e.lapsed(r.vals[2], now)
-	if err := e.relay(ctx, r.vals[3]); err != nil {
+	lapsed(r.vals[2], now, report)
+	if err := n.relay(ctx, r.vals[3]); err != nil {
 		return false, err
 	}
 	return r.int(1) == 1, r.err
 }
 
-// lapsed tells the lapse function of the lapses of one sweep.
-func (e *Engine) lapsed(v any, now time.Time) {
-	e.lapseMu.Lock()
-	f := e.lapse
-	e.lapseMu.Unlock()
-	if f == nil {
+// lapsed tells report of the lapses of one sweep.
+func lapsed(v any, now time.Time, report LapseFunc) {
+	if report == nil {
 		return
 	}
 	l, _ := v.([]any)
@@ -263,23 +269,23 @@ func (e *Engine) lapsed(v any, now time.Time) {
 		if typ, _ := l[i+2].(string); typ == "acquired" {
 			held = at.Sub(time.UnixMilli(atoi(fmt.Sprint(l[i+3]))))
 		}
-		f(resourceOf(key), at, now, held)
+		report(resourceOf(key), at, now, held)
 	}
 }
 
 // sweepTargets is every master with its buckets: the one server (or
 // Sentinel's master) with the single bucket, or each Cluster master with
 // its slots.
-func (e *Engine) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
-	if !e.st.Sharded() {
-		return []sweepTarget{{node: e.st.Cmd(), buckets: []string{bucketOf("")}}}, nil
+func (n *node) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
+	if !n.st.Sharded() {
+		return []sweepTarget{{node: n.st.Cmd(), buckets: []string{bucketOf("")}}}, nil
 	}
-	e.sweeper.mu.Lock()
-	defer e.sweeper.mu.Unlock()
-	if e.sweeper.targets != nil && time.Since(e.sweeper.at) < targetsTTL {
-		return e.sweeper.targets, nil
+	n.sweeper.mu.Lock()
+	defer n.sweeper.mu.Unlock()
+	if n.sweeper.targets != nil && time.Since(n.sweeper.at) < targetsTTL {
+		return n.sweeper.targets, nil
 	}
-	masters, err := e.st.Masters(ctx)
+	masters, err := n.st.Masters(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +306,7 @@ func (e *Engine) sweepTargets(ctx context.Context) ([]sweepTarget, error) {
 		slices.Sort(buckets)
 		targets = append(targets, sweepTarget{addr: m.Addr, node: m.Node, buckets: buckets})
 	}
-	e.sweeper.targets, e.sweeper.owner, e.sweeper.at = targets, owner, time.Now()
+	n.sweeper.targets, n.sweeper.owner, n.sweeper.at = targets, owner, time.Now()
 	return targets, nil
 }
 

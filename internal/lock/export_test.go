@@ -17,7 +17,7 @@ func (e *Engine) ForceRelease(ctx context.Context, res Resource, actor, reason s
 	return e.ForceReleaseFence(ctx, res, 0, actor, reason)
 }
 
-// SweeperID is the id with which the engine of master i takes that
+// SweeperID is the id with which the node of master i takes that
 // master's sweeper lease (sweep.lua).
 func (r *Redlock) SweeperID(i int) string { return r.nodes[i].id }
 

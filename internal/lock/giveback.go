@@ -52,7 +52,7 @@ func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token st
 	e.stopped.Add(1)
 	go func() {
 		defer e.stopped.Done()
-		e.giveBack(res, token, time.Now().Add(req.TTL+e.opts.CallTimeout))
+		e.giveBack(res, token, time.Now().Add(req.TTL+e.n.opts.CallTimeout))
 	}()
 }
 
@@ -63,7 +63,7 @@ func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token st
 func (e *Engine) giveBack(res Resource, token string, until time.Time) {
 	pause, rechecked := 100*time.Millisecond, false
 	for time.Now().Before(until) {
-		ctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
 		rel, err := e.Release(ctx, res, token, "lockd")
 		cancel()
 		switch {

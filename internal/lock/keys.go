@@ -93,7 +93,7 @@ type sharedKeys struct {
 	expiries, events, replicas, epoch string
 }
 
-func (e *Engine) newShared(tag string) *sharedKeys {
+func newShared(tag string) *sharedKeys {
 	b := bucketOf(tag)
 	return &sharedKeys{expiries: b + "expiries", events: b + "events", replicas: b + "replicas", epoch: b + "epoch"}
 }

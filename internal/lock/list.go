@@ -56,11 +56,12 @@ func (e *Engine) List(ctx context.Context, kind Kind, prefix string, limit int, 
 	if err := within.check(); err != nil {
 		return Page{}, err
 	}
-	return e.list(ctx, within.id(), limit, after)
+	return e.n.list(ctx, within.id(), limit, after)
 }
 
-func (e *Engine) list(ctx context.Context, prefix string, limit int, after string) (Page, error) {
-	cur, err := e.decodeCursor(ctx, after)
+// list is List within prefix, a resource's part of the Redis key names.
+func (n *node) list(ctx context.Context, prefix string, limit int, after string) (Page, error) {
+	cur, err := n.decodeCursor(ctx, after)
 	if err != nil {
 		return Page{}, err
 	}
@@ -89,7 +90,7 @@ func (e *Engine) list(ctx context.Context, prefix string, limit int, after strin
 		if need := int64(max(limit-len(keys), 10) * 3); count < need {
 			count = need
 		}
-		batch, next, err := e.st.Scan(ctx, cur.Scan, match, count)
+		batch, next, err := n.scan(ctx, cur.Scan, match, count)
 		if err != nil {
 			return Page{}, wrap("list", err)
 		}
@@ -113,13 +114,13 @@ func (e *Engine) list(ctx context.Context, prefix string, limit int, after strin
 		cur.Pending = keys[limit:]
 		keys = keys[:limit]
 	}
-	locks, err := e.states(ctx, keys)
+	locks, err := n.states(ctx, keys)
 	if err != nil {
 		return Page{}, err
 	}
 	page := Page{Locks: locks}
 	if !cur.Scan.Done || len(cur.Pending) > 0 {
-		if page.NextCursor, err = e.encodeCursor(ctx, cur); err != nil {
+		if page.NextCursor, err = n.encodeCursor(ctx, cur); err != nil {
 			return Page{}, err
 		}
 	}
@@ -128,15 +129,15 @@ func (e *Engine) list(ctx context.Context, prefix string, limit int, after strin
 
 // states reads many locks in one pipeline; locks that lapsed since SCAN saw
 // them are left out.
-func (e *Engine) states(ctx context.Context, keys []string) ([]State, error) {
+func (n *node) states(ctx context.Context, keys []string) ([]State, error) {
 	if len(keys) == 0 {
 		return []State{}, nil
 	}
 	run := func() ([]*redis.Cmd, error) {
 		cmds := make([]*redis.Cmd, len(keys))
-		err := e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+		err := n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, key := range keys {
-				cmds[i] = e.scripts.state.EvalSha(ctx, p, e.stateKeys(key))
+				cmds[i] = n.scripts.state.EvalSha(ctx, p, n.stateKeys(key))
 			}
 			return nil
 		})
@@ -144,7 +145,7 @@ func (e *Engine) states(ctx context.Context, keys []string) ([]State, error) {
 	}
 	cmds, err := run()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err := e.st.Load(ctx, e.scripts.state); err != nil {
+		if err := n.st.Load(ctx, n.scripts.state); err != nil {
 			return nil, wrap("list", err)
 		}
 		cmds, err = run()
@@ -164,6 +165,11 @@ func (e *Engine) states(ctx context.Context, keys []string) ([]State, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// scan runs one SCAN step of a walk over the node's masters (store.Scan).
+func (n *node) scan(ctx context.Context, pos store.ScanPos, match string, count int64) ([]string, store.ScanPos, error) {
+	return n.st.Scan(ctx, pos, match, count)
 }
 
 // listed says whether a listing of prefix shows key: a listing of locks
@@ -193,7 +199,7 @@ func escapeGlob(s string) string {
 // flush), replicas agree on the new one within this time.
 const cursorKeyTTL = time.Minute
 
-// cursorKey is an engine's cursor cipher and when it was made, so that
+// cursorKey is a node's cursor cipher and when it was made, so that
 // List reads the secret once a minute rather than on every call.
 type cursorKey struct {
 	mu   sync.Mutex
@@ -204,23 +210,23 @@ type cursorKey struct {
 // cursorAEAD is the cipher of cursors: AES-256-GCM under SHA-256 of the
 // shared secret. refresh reads the secret again, for a cursor that the
 // cached key does not open.
-func (e *Engine) cursorAEAD(ctx context.Context, refresh bool) (cipher.AEAD, error) {
-	e.cursorKey.mu.Lock()
-	cached, at := e.cursorKey.aead, e.cursorKey.at
-	e.cursorKey.mu.Unlock()
+func (n *node) cursorAEAD(ctx context.Context, refresh bool) (cipher.AEAD, error) {
+	n.cursorKey.mu.Lock()
+	cached, at := n.cursorKey.aead, n.cursorKey.at
+	n.cursorKey.mu.Unlock()
 	if cached != nil && !refresh && time.Since(at) < cursorKeyTTL {
 		return cached, nil
 	}
-	secret, err := e.st.Cmd().Get(ctx, cursorSecretKey).Result()
+	secret, err := n.st.Cmd().Get(ctx, cursorSecretKey).Result()
 	if errors.Is(err, redis.Nil) {
 		// The first replica to list creates the secret; SETNX makes every
 		// other one read the same.
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
-		if err := e.st.Cmd().SetNX(ctx, cursorSecretKey, base64.RawURLEncoding.EncodeToString(b), 0).Err(); err != nil {
+		if err := n.st.Cmd().SetNX(ctx, cursorSecretKey, base64.RawURLEncoding.EncodeToString(b), 0).Err(); err != nil {
 			return nil, wrap("list", err)
 		}
-		secret, err = e.st.Cmd().Get(ctx, cursorSecretKey).Result()
+		secret, err = n.st.Cmd().Get(ctx, cursorSecretKey).Result()
 	}
 	if err != nil {
 		return nil, wrap("list", err)
@@ -234,14 +240,14 @@ func (e *Engine) cursorAEAD(ctx context.Context, refresh bool) (cipher.AEAD, err
 	if err != nil {
 		return nil, fmt.Errorf("lock: cursor key: %w", err)
 	}
-	e.cursorKey.mu.Lock()
-	e.cursorKey.aead, e.cursorKey.at = aead, time.Now()
-	e.cursorKey.mu.Unlock()
+	n.cursorKey.mu.Lock()
+	n.cursorKey.aead, n.cursorKey.at = aead, time.Now()
+	n.cursorKey.mu.Unlock()
 	return aead, nil
 }
 
-func (e *Engine) encodeCursor(ctx context.Context, c cursor) (string, error) {
-	aead, err := e.cursorAEAD(ctx, false)
+func (n *node) encodeCursor(ctx context.Context, c cursor) (string, error) {
+	aead, err := n.cursorAEAD(ctx, false)
 	if err != nil {
 		return "", err
 	}
@@ -251,7 +257,7 @@ func (e *Engine) encodeCursor(ctx context.Context, c cursor) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, plain, nil)), nil
 }
 
-func (e *Engine) decodeCursor(ctx context.Context, s string) (cursor, error) {
+func (n *node) decodeCursor(ctx context.Context, s string) (cursor, error) {
 	var c cursor
 	if s == "" {
 		return c, nil
@@ -262,7 +268,7 @@ func (e *Engine) decodeCursor(ctx context.Context, s string) (cursor, error) {
 	}
 	var plain []byte
 	for _, refresh := range []bool{false, true} {
-		aead, err := e.cursorAEAD(ctx, refresh)
+		aead, err := n.cursorAEAD(ctx, refresh)
 		if err != nil {
 			return c, err
 		}

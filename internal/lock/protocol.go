@@ -10,7 +10,7 @@ import (
 // one call in their head and TestScriptHeaders holds each type to its
 // script. The engine's settings (caps, retention, liveness) are in the
 // scripts' text (lib.lua's cfg, scriptConfig), not arguments; the replica
-// id comes from Engine.arg; the rest is the request's.
+// id comes from node.arg; the rest is the request's.
 
 // acquireCall is acquire.lua's call.
 type acquireCall struct {
@@ -37,12 +37,12 @@ type acquireCall struct {
 	value    string // the grant's value (JSON), or ""
 }
 
-func (c acquireCall) run(e *Engine) ([]string, []any) {
+func (c acquireCall) run(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor, k.wake, c.intent,
 			c.seen, c.liveMS, c.newEpoch, c.minMS,
-			c.mode, c.limit, c.waiter, e.arg.replica, c.deadline, c.place, c.named, c.delay, c.value}
+			c.mode, c.limit, c.waiter, n.arg.replica, c.deadline, c.place, c.named, c.delay, c.value}
 }
 
 // renewCall is renew.lua's call.
@@ -55,7 +55,7 @@ type renewCall struct {
 	value  string // a new value (JSON), or "" to keep the grant's own
 }
 
-func (c renewCall) run(e *Engine) ([]string, []any) {
+func (c renewCall) run(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
 		[]any{c.token, c.ttl, c.actor, k.wake, c.value}
@@ -71,11 +71,11 @@ type releaseCall struct {
 	unclaimed string // giveBack
 }
 
-func (c releaseCall) run(e *Engine) ([]string, []any) {
+func (c releaseCall) run(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	var handTo any = ""
 	if c.handOff {
-		handTo = e.arg.replica
+		handTo = n.arg.replica
 	}
 	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
 		[]any{c.token, c.actor, k.wake, handTo, c.unclaimed}
@@ -90,7 +90,7 @@ type forceReleaseCall struct {
 	fence  string // the fence to break, or "" for every holder
 }
 
-func (c forceReleaseCall) run(e *Engine) ([]string, []any) {
+func (c forceReleaseCall) run(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
 		[]any{c.actor, c.reason, k.wake, c.fence}
@@ -104,7 +104,7 @@ type historyCall struct {
 	limit    int
 }
 
-func (c historyCall) run(e *Engine) ([]string, []any) {
+func (c historyCall) run(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	read := k.hist
 	if c.renewals {

@@ -12,15 +12,15 @@ import (
 // it names) to its call type in protocol.go: as many keys and arguments,
 // and no body that reads one past them.
 func TestScriptHeaders(t *testing.T) {
-	e := &Engine{arg: args{historyMax: 1, retention: 1, eventsMax: 1, renewalsMax: 1, replica: "r", alive: 1, queueTTL: 1}}
+	n := &node{arg: args{historyMax: 1, retention: 1, eventsMax: 1, renewalsMax: 1, replica: "r", alive: 1, queueTTL: 1}}
 	k := keysOf("k")
 	sh := &sharedKeys{}
 	calls := map[string]func() ([]string, []any){
-		"acquire":       func() ([]string, []any) { return acquireCall{keys: k, shared: sh}.run(e) },
-		"renew":         func() ([]string, []any) { return renewCall{keys: k, shared: sh}.run(e) },
-		"release":       func() ([]string, []any) { return releaseCall{keys: k, shared: sh}.run(e) },
-		"force_release": func() ([]string, []any) { return forceReleaseCall{keys: k, shared: sh}.run(e) },
-		"history":       func() ([]string, []any) { return historyCall{keys: k, shared: sh}.run(e) },
+		"acquire":       func() ([]string, []any) { return acquireCall{keys: k, shared: sh}.run(n) },
+		"renew":         func() ([]string, []any) { return renewCall{keys: k, shared: sh}.run(n) },
+		"release":       func() ([]string, []any) { return releaseCall{keys: k, shared: sh}.run(n) },
+		"force_release": func() ([]string, []any) { return forceReleaseCall{keys: k, shared: sh}.run(n) },
+		"history":       func() ([]string, []any) { return historyCall{keys: k, shared: sh}.run(n) },
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {

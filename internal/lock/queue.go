@@ -71,7 +71,6 @@ func (en *entry) setPlace(at string) {
 // background: its caller has its answer already. Should Redis not answer,
 // the entry stops counting when its deadline passes.
 func (e *Engine) leave(key, id string) {
-	k := keysOf(key)
 	e.leaveMu.Lock()
 	defer e.leaveMu.Unlock()
 	if e.closing {
@@ -80,41 +79,49 @@ func (e *Engine) leave(key, id string) {
 	e.leaving.Add(1)
 	go func() {
 		defer e.leaving.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), e.opts.CallTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
 		defer cancel()
-		_, _ = e.st.Run(ctx, e.scripts.leave, []string{k.queue, k.qinfo, k.lease}, id, k.wake)
+		_ = e.n.leave(ctx, key, id)
 	}()
+}
+
+// leave runs leave.lua: the waiter id leaves key's queue.
+func (n *node) leave(ctx context.Context, key, id string) error {
+	k := keysOf(key)
+	_, err := n.st.Run(ctx, n.scripts.leave, []string{k.queue, k.qinfo, k.lease}, id, k.wake)
+	return err
 }
 
 // alive says in Redis that this process is alive, once per bucket of the
 // keys it has waiters on (one script per bucket, in one pipeline).
-func (e *Engine) alive(ctx context.Context, keys []string) error {
+func (n *node) alive(ctx context.Context, keys []string) error {
 	buckets := map[string]bool{}
 	for _, key := range keys {
-		buckets[e.bucket(key)] = true
+		buckets[n.bucket(key)] = true
 	}
-	err := e.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+	err := n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for b := range buckets {
-			e.scripts.alive.Run(ctx, p, []string{b + "replicas"}, e.id, aliveFor.Milliseconds())
+			n.scripts.alive.Run(ctx, p, []string{b + "replicas"}, n.id, aliveFor.Milliseconds())
 		}
 		return nil
 	})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		_ = e.st.Load(ctx, e.scripts.alive)
+		_ = n.st.Load(ctx, n.scripts.alive)
 	}
 	return err
 }
 
-func (e *Engine) sharedOf(key string) *sharedKeys {
-	if e.slotShared == nil {
-		return e.shared[0]
+// sharedOf is the shared keys of key's bucket.
+func (n *node) sharedOf(key string) *sharedKeys {
+	if n.slotShared == nil {
+		return n.shared[0]
 	}
 	slot := store.SlotOf(key)
-	p := &e.slotShared[slot]
+	p := &n.slotShared[slot]
 	if sh := p.Load(); sh != nil {
 		return sh
 	}
-	sh := e.newShared(store.SlotTags()[slot])
+	sh := newShared(store.SlotTags()[slot])
 	p.Store(sh)
 	return sh
 }

@@ -11,9 +11,12 @@ import (
 // fails in exactly those cases, with the same errors as an acquire
 // (ErrUnavailable). It costs one round trip. During the restart
 // quarantine it is a *RecoveringError.
-func (e *Engine) Ready(ctx context.Context) error {
-	if left := e.Recovering(); left > 0 {
+func (e *Engine) Ready(ctx context.Context) error { return e.n.ready(ctx) }
+
+// ready is Ready on the node.
+func (n *node) ready(ctx context.Context) error {
+	if left := n.recovering(); left > 0 {
 		return &RecoveringError{Remaining: left}
 	}
-	return wrap("ready", e.st.Writable(ctx, readyKey))
+	return wrap("ready", n.st.Writable(ctx, readyKey))
 }

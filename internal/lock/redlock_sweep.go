@@ -62,11 +62,10 @@ func (r *Redlock) sweepLease() time.Duration {
 // that two lockd that each got a minority do not keep it from each other.
 func (r *Redlock) leadSweep(ctx context.Context) bool {
 	ms := r.sweepLease().Milliseconds()
-	got, _ := eachUntil(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *Engine) (bool, error) {
-		v, err := n.st.Run(ctx, claimSweeper, []string{redlockSweeperKey}, r.id, ms)
-		return v == int64(1), err
+	got, _ := eachUntil(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *node) (bool, error) {
+		return n.claimRedlockSweeper(ctx, r.id, ms)
 	}, func(ok bool, err error) bool { return ok && err == nil })
-	var mine []*Engine
+	var mine []*node
 	for i, ok := range got {
 		if ok {
 			mine = append(mine, r.nodes[i])
@@ -80,16 +79,29 @@ func (r *Redlock) leadSweep(ctx context.Context) bool {
 }
 
 // dropSweep gives the sweeper lease back on nodes.
-func (r *Redlock) dropSweep(ctx context.Context, nodes []*Engine) {
+func (r *Redlock) dropSweep(ctx context.Context, nodes []*node) {
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = n.st.Run(ctx, dropSweeper, []string{redlockSweeperKey}, r.id)
+			n.dropRedlockSweeper(ctx, r.id)
 		}()
 	}
 	wg.Wait()
+}
+
+// claimRedlockSweeper takes the Redlock sweeper lease on this master for
+// ms, or renews it, for id; true when id holds it now.
+func (n *node) claimRedlockSweeper(ctx context.Context, id string, ms int64) (bool, error) {
+	v, err := n.st.Run(ctx, claimSweeper, []string{redlockSweeperKey}, id, ms)
+	return v == int64(1), err
+}
+
+// dropRedlockSweeper gives the Redlock sweeper lease back on this master
+// if id holds it.
+func (n *node) dropRedlockSweeper(ctx context.Context, id string) {
+	_, _ = n.st.Run(ctx, dropSweeper, []string{redlockSweeperKey}, id)
 }
 
 // sweepLoop sweeps every master every SweepInterval while this lockd holds
@@ -134,7 +146,7 @@ func (r *Redlock) sweepLoop(stop <-chan struct{}) {
 			go func() {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), bound)
-				_ = n.Sweep(ctx)
+				_ = n.sweep(ctx, r.lapses.of(i))
 				cancel()
 				mu.Lock()
 				sweeping[i] = false
@@ -179,7 +191,14 @@ func newLapseTally(quorum, nodes int, window time.Duration) *lapseTally {
 	return &lapseTally{quorum: quorum, nodes: nodes, window: window, keys: map[string]*lapseCount{}}
 }
 
-// report is master node's LapseFunc.
+// of is master node's LapseFunc: it reports to the tally.
+func (t *lapseTally) of(node int) LapseFunc {
+	return func(res Resource, lapsed, noticed time.Time, held time.Duration) {
+		t.report(node, res.id(), lapsed, noticed, held)
+	}
+}
+
+// report is what master node's LapseFunc reports.
 func (t *lapseTally) report(node int, key string, lapsed, noticed time.Time, held time.Duration) {
 	now := time.Now()
 	t.mu.Lock()

@@ -18,8 +18,11 @@ type Topology = store.Topology
 type Node = store.Node
 
 // Topology reports the topology and every node's role and reachability.
-func (e *Engine) Topology(ctx context.Context) Topology {
-	ctx, cancel := e.bound(ctx)
+func (e *Engine) Topology(ctx context.Context) Topology { return e.n.topology(ctx) }
+
+// topology is Topology on the node.
+func (n *node) topology(ctx context.Context) Topology {
+	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	return e.st.Topology(ctx)
+	return n.st.Topology(ctx)
 }

@@ -1,0 +1,651 @@
+package lock
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
+	"github.com/lockd/lockd/internal/lock/wait"
+)
+
+// node runs lockd's scripts on one Redis topology (one server, Sentinel or
+// Cluster): each operation is one script call, or one pipeline of them, and
+// one decode of its reply. The Engine is one node; Redlock is one node per
+// master and decides by quorum over their answers.
+//
+// A node keeps what its calls need from one call to the next: what this
+// process knows of the epoch markers (epoch.go), the sweeper's map of a
+// Cluster's buckets and the buckets it wrote to (expiry.go), the list
+// cursors' cipher (list.go), the count of missed replica acks. It starts
+// nothing that outlives a call: its owner runs the epoch refresher
+// (keepEpochs) and the sweeper (sweep) on it, and keeps the wait hub,
+// which listens through subscribe.
+type node struct {
+	st      *store.Store
+	opts    Options // with the defaults
+	scripts scripts
+	id      string // this process, in the queues and sweeper leases in Redis
+	arg     args
+
+	shared     [1]*sharedKeys               // one server or Sentinel: the one bucket
+	slotShared []atomic.Pointer[sharedKeys] // Cluster: per slot, made when first used
+
+	epochs     epochs
+	sweeper    sweeper
+	cursorKey  cursorKey // the list cursors' cipher (list.go)
+	missedAcks atomic.Int64
+}
+
+// newNode returns a node on st; opts has its defaults.
+func newNode(st *store.Store, opts Options) *node {
+	sc, fns := loadScripts(st.Sharded(), scriptConfigOf(opts))
+	st.UseFunctions(fns)
+	n := &node{st: st, opts: opts, scripts: sc}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	n.epochs.seed = hex.EncodeToString(id[:])
+	n.id = hex.EncodeToString(id[:])
+	n.arg = args{
+		historyMax:  opts.HistoryMax,
+		retention:   opts.Retention.Milliseconds(),
+		eventsMax:   opts.EventsMax,
+		renewalsMax: opts.RenewalsMax,
+		replica:     n.id,
+		alive:       aliveFor.Milliseconds(),
+		queueTTL:    (opts.MaxWait + time.Minute).Milliseconds(),
+	}
+	if st.Sharded() {
+		n.slotShared = make([]atomic.Pointer[sharedKeys], store.Slots)
+	} else {
+		n.shared[0] = newShared("")
+	}
+	return n
+}
+
+// loadFunctions loads the function library, before the first call needs
+// it (a call that finds it missing loads it too).
+func (n *node) loadFunctions() {
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.CallTimeout)
+	defer cancel()
+	_ = n.st.LoadFunctions(ctx)
+}
+
+// subscribe opens the wake-up subscription of a wait hub on this node.
+func (n *node) subscribe(l wait.Listener) wait.Subscription {
+	return n.st.Subscribe(wakeChannels, l)
+}
+
+// close stops the store's own work; later calls answer ErrClosed.
+func (n *node) close() { n.st.Close() }
+
+// ping checks that Redis answers.
+func (n *node) ping(ctx context.Context) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	return wrap("ping", n.st.Ping(ctx))
+}
+
+// try modes: take a free key, or only look (re-entry, idempotent replay,
+// holder) and leave a free key to the waiters queued before the caller
+// (Redlock, whose queues live in each process).
+const (
+	grantFree = "grant"
+	peek      = "peek"
+)
+
+// errFree is a peek's answer when the key is free.
+var errFree = errors.New("lock: key is free")
+
+// try runs the acquire script once. want is "x", "s" or "p" (want), or
+// peekX; en is the caller's place in the key's queue, nil for a request
+// that does not wait.
+func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, want string, en *entry) (Lease, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	k := keysOf(key)
+	idem := ""
+	if req.IdempotencyKey != "" {
+		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
+		idem = hex.EncodeToString(sum[:])
+	}
+	sh := n.sharedOf(key)
+	seen, live, least := n.epochArgs(sh)
+	mode := grantFree
+	if want == peekX {
+		want, mode = "x", peek
+	}
+	wid, place, deadline := "", "", int64(0)
+	if en != nil {
+		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
+	}
+	c := acquireCall{keys: k, shared: sh, token: token, owner: packable(req.Owner), ttlMS: req.TTL.Milliseconds(),
+		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
+		seen: seen, liveMS: live, newEpoch: n.newEpochID(), minMS: least,
+		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req),
+		delay: delayArg(req.LockDelay), value: req.Value}
+	keys, argv := c.run(n)
+	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
+	unacked := errors.Is(err, errNoAcks)
+	if err != nil && !unacked {
+		return Lease{}, wrap("acquire", err)
+	}
+	r, err := decodeAcquire(v)
+	if err != nil {
+		return Lease{}, err
+	}
+	return n.acquired(ctx, key, req, want, en, sh, r, unacked)
+}
+
+// acquired turns acquire.lua's reply r into the caller's answer, noting
+// the epoch it names and the waiter's place.
+func (n *node) acquired(ctx context.Context, key string, req AcquireRequest, want string, en *entry, sh *sharedKeys, r acquireReply, unacked bool) (Lease, error) {
+	switch r.status {
+	case "granted", "reentered":
+		if unacked {
+			// A failover now could lose the grant while its holder works:
+			// give it back (one level of a re-entry) and say so.
+			_, _ = n.releaseTo(context.WithoutCancel(ctx), key, r.grant.token, req.Actor, nil)
+			return Lease{}, wrap("acquire", errNoAcks)
+		}
+		n.noted(key)
+		l := r.grant.lease(key)
+		l.Outcome = Outcome(r.status)
+		if r.grant.epoch != "" {
+			n.epochs.saw(sh, r.grant.epoch)
+		}
+		n.epochs.lease(sh, r.grant.left)
+		return l, nil
+	case "recovering":
+		n.epochs.saw(sh, r.epoch)
+		n.epochs.recovering(r.left)
+		return Lease{}, &RecoveringError{Remaining: r.left}
+	case "delay":
+		n.epochs.met(sh, r.epoch)
+		if en != nil {
+			en.setPlace(r.place)
+		}
+		return Lease{}, &DelayError{Resource: resourceOf(key), Remaining: r.left}
+	case "idempotent":
+		l := r.grant.lease(key)
+		l.Outcome = Replayed
+		return l, nil
+	case "held", "queued":
+		if r.epoch != "" {
+			n.epochs.met(sh, r.epoch)
+		}
+		if en != nil {
+			en.setPlace(r.place)
+		}
+		if r.status == "queued" {
+			qe := &QueuedError{Resource: resourceOf(key), Waiters: r.waiters, RetryAfter: min(r.retry, queuedRetry)}
+			if r.owner != "" {
+				qe.Next = Waiter{Owner: r.owner, Since: r.since}
+			}
+			return Lease{}, qe
+		}
+		return Lease{}, &HeldError{Resource: resourceOf(key), Owner: r.owner, Remaining: r.retry}
+	case "lost":
+		return Lease{}, ErrLeaseLost
+	case "mismatch":
+		return Lease{}, ErrIdempotencyMismatch
+	case "full":
+		return Lease{}, &TooManyHoldersError{Holders: r.holders}
+	case "mode":
+		return Lease{}, &ModeMismatchError{Held: r.held, Asked: modeOf(want)}
+	case "limit":
+		return Lease{}, ErrLimitMismatch
+	case "free":
+		return Lease{}, errFree
+	default:
+		return Lease{}, fmt.Errorf("lock: acquire script said %q", r.status)
+	}
+}
+
+// peekX is how Redlock asks try for an exclusive peek.
+const peekX = "peek"
+
+func modeOf(want string) Mode {
+	switch want {
+	case "s":
+		return Shared
+	case "p":
+		return Permit
+	default:
+		return Exclusive
+	}
+}
+
+// errNoAcks is a write that fewer replicas acknowledged than asked for.
+var errNoAcks = fmt.Errorf("%w: too few replicas acknowledged the write", ErrUnavailable)
+
+// write runs a script that may write. With replica acks on, a write that
+// too few replicas acknowledged is an error: the reply comes back with it,
+// so that a grant can be undone.
+func (n *node) write(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
+	if n.opts.ReplicaAcks <= 0 {
+		return n.st.Run(ctx, s, keys, args...)
+	}
+	v, acks, err := n.st.RunAcked(ctx, s, n.opts.ReplicaAcks, n.opts.ReplicaAckTimeout, keys, args...)
+	if err == nil && acks < n.opts.ReplicaAcks {
+		n.missedAcks.Add(1)
+		return v, errNoAcks
+	}
+	return v, err
+}
+
+// bound gives one node call its overall deadline, so that dialling,
+// waiting for a pooled connection and the round trip together answer
+// ErrUnavailable in about 2 s when Redis does not.
+func (n *node) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, n.opts.CallTimeout)
+}
+
+// named says whether req names its mode (or a semaphore's limit), so that
+// a re-entry or replay must match the lease's: without one, it takes the
+// lease as it is.
+func named(req AcquireRequest) string {
+	if req.Mode != "" || req.Limit > 0 {
+		return "1"
+	}
+	return ""
+}
+
+// delayArg is acquire.lua's lock-delay argument: ms, or "" for none.
+func delayArg(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(max(1, d.Milliseconds()), 10)
+}
+
+// renew runs renew.lua: the lease's expiry becomes now + req.TTL (0: the
+// lease's own TTL), and req.Value, if any, replaces the grant's value.
+func (n *node) renew(ctx context.Context, key string, req RenewRequest) (Lease, error) {
+	k := keysOf(key)
+	ttlArg := ""
+	if req.TTL > 0 {
+		ttlArg = strconv.FormatInt(req.TTL.Milliseconds(), 10)
+	}
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	sh := n.sharedOf(key)
+	keys, argv := renewCall{keys: k, shared: sh, token: req.Token, ttl: ttlArg, actor: packable(req.Actor), value: req.Value}.run(n)
+	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
+	if err != nil {
+		return Lease{}, wrap("renew", err)
+	}
+	g, err := decodeRenew(v)
+	if err != nil {
+		return Lease{}, err
+	}
+	n.epochs.lease(sh, g.left)
+	return g.lease(key), nil
+}
+
+// giveBack is release.lua's ARGV[5]: "unclaimed" gives back only a key
+// handed to a waiter that has not claimed it.
+func giveBack(unclaimed bool) string {
+	if unclaimed {
+		return "unclaimed"
+	}
+	return ""
+}
+
+// handed is a lease that a release gave to the next waiter, of this process.
+type handed struct {
+	waiter string
+	actor  string
+	lease  Lease
+}
+
+// releaseTo gives back one level of the lease. When the key went to the
+// next waiter, of this process, take hands it over; should take refuse
+// (the waiter has gone meanwhile) or be nil, the key is given back, and may
+// go to the next one, unless the waiter's own try took it in the meantime.
+func (n *node) releaseTo(ctx context.Context, key, token, actor string, take func(*handed) bool) (Released, error) {
+	out, next, err := n.release(ctx, key, token, actor, false)
+	for next != nil && (take == nil || !take(next)) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.CallTimeout)
+		_, next, _ = n.release(rctx, key, next.lease.Token, next.actor, true)
+		cancel()
+	}
+	return out, err
+}
+
+// release runs release.lua; unclaimed gives back a key handed to a waiter
+// only if the waiter has not claimed it.
+func (n *node) release(ctx context.Context, key, token, actor string, unclaimed bool) (Released, *handed, error) {
+	k := keysOf(key)
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	sh := n.sharedOf(key)
+	// With replica acks a grant must be acknowledged before its holder
+	// hears of it: no hand-off then.
+	keys, argv := releaseCall{keys: k, shared: sh, token: token, actor: packable(actor), handOff: n.opts.ReplicaAcks == 0,
+		unclaimed: giveBack(unclaimed)}.run(n)
+	v, err := n.write(ctx, n.scripts.release, keys, argv...)
+	if err != nil {
+		return Released{}, nil, wrap("release", err)
+	}
+	r, err := decodeRelease(v)
+	if err != nil {
+		return Released{}, nil, err
+	}
+	if r.status == "claimed" {
+		return Released{}, nil, nil
+	}
+	n.noted(key)
+	out := Released{Released: r.count == 0, Count: r.count}
+	if out.Released {
+		out.HeldFor = heldSince(r.acquiredAt.UnixMilli())
+	}
+	var next *handed
+	if h := r.handoff; h != nil {
+		next = &handed{waiter: h.waiter, actor: actor, lease: Lease{
+			Resource: resourceOf(key), Owner: h.owner, Token: h.token, Fence: h.fence, Count: 1, TTL: h.ttl,
+			AcquiredAt: h.at, ExpiresAt: h.at.Add(h.ttl), Outcome: Granted, Mode: Exclusive,
+		}}
+		n.epochs.lease(sh, h.ttl)
+	}
+	return out, next, nil
+}
+
+// forceReleaseFence breaks the lease with this fence (0: every holder),
+// calling force_release.lua until no holder it should break is left.
+func (n *node) forceReleaseFence(ctx context.Context, key string, fence int64, actor, reason string) (Broken, error) {
+	var out Broken
+	for range MaxLimit/50 + 1 {
+		b, more, err := n.forceRelease(ctx, key, fence, actor, reason)
+		if err != nil {
+			if out.Fence != 0 && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost)) {
+				// The holders left went by themselves meanwhile.
+				return out, nil
+			}
+			return out, err
+		}
+		if b.Fence > out.Fence {
+			out = b
+		}
+		if !more {
+			break
+		}
+	}
+	return out, nil
+}
+
+// forceRelease runs force_release.lua once; more says holders are left
+// that this call did not reach.
+func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor, reason string) (Broken, bool, error) {
+	k := keysOf(key)
+	fenceArg := ""
+	if fence != 0 {
+		fenceArg = strconv.FormatInt(fence, 10)
+	}
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	sh := n.sharedOf(key)
+	keys, argv := forceReleaseCall{keys: k, shared: sh, actor: packable(actor), reason: packable(reason), fence: fenceArg}.run(n)
+	v, err := n.write(ctx, n.scripts.forceRelease, keys, argv...)
+	if err != nil {
+		return Broken{}, false, wrap("force-release", err)
+	}
+	r, err := decodeForce(v)
+	if err != nil {
+		return Broken{}, false, err
+	}
+	n.noted(key)
+	return Broken{Owner: r.owner, Fence: r.fence, HeldFor: heldSince(r.acquiredAt.UnixMilli())}, r.more, nil
+}
+
+// state runs state.lua: the key's live lease, or ErrNotFound.
+func (n *node) state(ctx context.Context, key string) (State, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	v, err := n.st.Run(ctx, n.scripts.state, n.stateKeys(key))
+	if err != nil {
+		return State{}, wrap("state", err)
+	}
+	return stateFrom(key, v)
+}
+
+// writeFence runs fence.lua: it raises the key's fence counter to fence
+// (a Redlock majority's, written back to every master: redlock.go) and
+// gives the lease with token that fence.
+func (n *node) writeFence(ctx context.Context, key string, fence int64, token string) error {
+	k := keysOf(key)
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	_, err := n.st.Run(ctx, n.scripts.fence, []string{k.fence, k.lease},
+		strconv.FormatInt(fence, 10), token, n.opts.Retention.Milliseconds())
+	return err
+}
+
+// stateKeys are the KEYS of state.lua.
+func (n *node) stateKeys(key string) []string {
+	k := keysOf(key)
+	return []string{k.lease, k.queue, k.qinfo, k.holders, n.sharedOf(key).replicas}
+}
+
+// stateFrom reads state.lua's reply: one exclusive holder ("x"), or
+// shared holders or permits ("m").
+func stateFrom(key string, v any) (State, error) {
+	r, err := newReply(v)
+	if err != nil {
+		return State{}, err
+	}
+	if r.len() == 0 {
+		return State{}, ErrNotFound
+	}
+	s := State{Resource: resourceOf(key), Queue: queueFrom(r, 2)}
+	s.Waiters = len(s.Queue)
+	if r.str(0) == "x" {
+		exclusiveState(&s, r)
+		return s, r.err
+	}
+	if err := sharedState(&s, r); err != nil {
+		return State{}, err
+	}
+	return s, r.err
+}
+
+// exclusiveState reads {"x", now_ms, queue, owner, fence, count, ttl_ms,
+// acquired_at_ms, renewed_at_ms, renewals, pttl_ms, left_ms, waiters,
+// value}.
+func exclusiveState(s *State, r *reply) {
+	now := r.time(1)
+	if r.len() > 12 {
+		s.Waiters = int(r.int(12))
+	}
+	s.HoldersTotal = 1
+	remaining := r.ms(10)
+	h := Holder{
+		Owner:      r.str(3),
+		Mode:       Exclusive,
+		Fence:      r.int(4),
+		Count:      int(r.int(5)),
+		TTL:        r.ms(6),
+		AcquiredAt: r.time(7),
+		ExpiresAt:  now.Add(remaining),
+		Remaining:  remaining,
+	}
+	s.Mode, s.Holders = Exclusive, []Holder{h}
+	s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
+	s.RenewedAt = r.time(8)
+	s.Renewals = r.int(9)
+	s.LeftAtRenewal = r.ms(11)
+	s.Value = r.str(13)
+	s.Holders[0].Value = s.Value
+	s.AtRisk = atRisk(*s)
+}
+
+// sharedState reads {"m", now_ms, queue, mode, limit, holders, waiters,
+// holders_total}, each holder {owner, fence, count, ttl, acquired,
+// renewed, renewals, expires, left, value}; the state describes the
+// newest.
+func sharedState(s *State, r *reply) error {
+	now := r.time(1)
+	s.Mode = Permit
+	if r.str(3) == "shared" {
+		s.Mode = Shared
+	} else {
+		s.Limit = int(r.int(4))
+	}
+	hs, err := newReply(r.vals[5])
+	if err != nil {
+		return err
+	}
+	if r.len() > 7 {
+		s.Waiters, s.HoldersTotal = int(r.int(6)), int(r.int(7))
+	}
+	for i := 0; i+9 < hs.len(); i += 10 {
+		exp := hs.time(i + 7)
+		h := Holder{
+			Owner:      hs.str(i),
+			Mode:       s.Mode,
+			Fence:      hs.int(i + 1),
+			Count:      int(hs.int(i + 2)),
+			TTL:        hs.ms(i + 3),
+			AcquiredAt: hs.time(i + 4),
+			ExpiresAt:  exp,
+			Remaining:  exp.Sub(now),
+			Value:      hs.str(i + 9),
+		}
+		s.Holders = append(s.Holders, h)
+		if len(s.Holders) == 1 || h.Fence > s.Fence {
+			s.Owner, s.Fence, s.Count, s.TTL, s.AcquiredAt, s.ExpiresAt, s.Remaining = h.Owner, h.Fence, h.Count, h.TTL, h.AcquiredAt, h.ExpiresAt, h.Remaining
+			s.RenewedAt, s.Renewals, s.LeftAtRenewal = hs.time(i+5), hs.int(i+6), hs.ms(i+8)
+			s.Value = h.Value
+		}
+	}
+	slices.SortFunc(s.Holders, func(a, b Holder) int { return cmp.Compare(a.Fence, b.Fence) })
+	s.AtRisk = atRisk(*s)
+	return hs.err
+}
+
+// queueFrom reads the queue part of a state reply: {owner, mode, since, …}.
+func queueFrom(r *reply, i int) []Queued {
+	if i >= r.len() {
+		return nil
+	}
+	q, err := newReply(r.vals[i])
+	if err != nil {
+		r.fail(err)
+		return nil
+	}
+	var out []Queued
+	for j := 0; j+2 < q.len(); j += 3 {
+		out = append(out, Queued{Owner: q.str(j), Mode: modeOf(q.str(j + 1)), WaitingSince: q.time(j + 2)})
+	}
+	if q.err != nil {
+		r.fail(q.err)
+	}
+	return out
+}
+
+// readHistory runs history.lua: up to limit events of the key's history,
+// or of its renewals, newest first (it records a lapse first).
+func (n *node) readHistory(ctx context.Context, key string, limit int, renewals bool) ([]Event, error) {
+	k := keysOf(key)
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	keys, argv := historyCall{keys: k, shared: n.sharedOf(key), renewals: renewals, limit: limit}.run(n)
+	v, err := n.st.Run(ctx, n.scripts.history, keys, argv...)
+	if err != nil {
+		return nil, wrap("history", err)
+	}
+	n.noted(key) // it may have recorded a lapse
+	entries, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("lock: history reply %T", v)
+	}
+	// Oldest first from Redis; newest first to the caller.
+	events := make([]Event, 0, len(entries))
+	for i := len(entries) - 1; i >= 0; i-- {
+		packed, ok := entries[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("lock: history entry %T", entries[i])
+		}
+		ev, err := unpackEvent(packed)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, ev)
+	}
+	return events, nil
+}
+
+// unpackEvent reads an event of a key's history or renewals as lib.lua
+// packs it: type, at, owner, fence, ttl_ms, count, actor, reason, exp,
+// left_ms and then fields for the scripts only, joined by US (\x1f).
+func unpackEvent(s string) (Event, error) {
+	f := strings.SplitN(s, eventSep, 11)
+	if len(f) < 10 {
+		return Event{}, fmt.Errorf("lock: history entry has %d fields, want at least 10", len(f))
+	}
+	return Event{
+		Type: f[0], At: time.UnixMilli(atoi(f[1])).UTC(), Owner: f[2], Fence: atoi(f[3]),
+		TTL: time.Duration(atoi(f[4])) * time.Millisecond, Count: int(atoi(f[5])),
+		Actor: f[6], Reason: f[7], Left: time.Duration(atoi(f[9])) * time.Millisecond,
+	}, nil
+}
+
+// eventSep joins the fields of a packed history event (lib.lua's US). No
+// owner, actor or reason may hold it: checkText.
+const eventSep = "\x1f"
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// wrap turns errors that mean "Redis is not there" into ErrUnavailable and
+// leaves the others (script bugs) as they are, with the operation named.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("lock: %s: %w", op, err)
+	}
+	if errors.Is(err, store.ErrClosed) {
+		return fmt.Errorf("lock: %s: %w", op, ErrClosed)
+	}
+	if unavailable(err) {
+		return fmt.Errorf("lock: %s: %w: %w", op, ErrUnavailable, err)
+	}
+	return fmt.Errorf("lock: %s: %w", op, err)
+}
+
+func unavailable(err error) bool {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// Replies from a Redis that cannot serve us right now: not ready,
+		// read-only, out of memory (maxmemory with noeviction), or
+		// refusing our credentials (a configuration fault the operator
+		// sees in the log, not a request's fault).
+		msg := rerr.Error()
+		for _, p := range []string{"LOADING", "READONLY", "OOM", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "BUSY", "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "EOF") ||
+		strings.Contains(err.Error(), "connection")
+}
