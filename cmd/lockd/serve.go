@@ -147,16 +147,26 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, err
 	}
 	c.keys = keys
-	if c.webhooksFile != "" {
-		b, err := os.ReadFile(c.webhooksFile)
-		if err != nil {
-			return c, usageError("--webhooks-file: %v", err)
-		}
-		if c.webhooks, err = webhook.Parse(b); err != nil {
-			return c, usageError("--webhooks-file %s: %v", c.webhooksFile, err)
-		}
+	if c.webhooks, err = loadWebhooks(c.webhooksFile); err != nil {
+		return c, err
 	}
 	return c, c.validate()
+}
+
+// loadWebhooks reads --webhooks-file; none means no webhooks.
+func loadWebhooks(path string) ([]webhook.Hook, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError("--webhooks-file: %v", err)
+	}
+	hooks, err := webhook.Parse(b)
+	if err != nil {
+		return nil, usageError("--webhooks-file %s: %v", path, err)
+	}
+	return hooks, nil
 }
 
 // loadKeys reads the API keys from --auth-file or LOCKD_AUTH_YAML; neither
