@@ -137,12 +137,12 @@ func (d *Dashboard) Routes(r chi.Router) {
 		r.Group(func(r chi.Router) {
 			r.Use(d.requireSession)
 			// Locks and semaphores: the same pages on each kind of key.
-			for _, k := range []section{locks, semaphores} {
-				base := k.base()
-				r.Get(k.listPath(), d.list(k))
-				r.Get(k.fragmentPath(), d.listFragment(k))
+			for _, k := range sections {
+				base := k.base
+				r.Get(k.list, d.list(k))
+				r.Get(k.fragments, d.listFragment(k))
 				r.Get(base+"/{key}", d.detail(k))
-				r.Get(k.fragmentPath()+"/{key}", d.detailFragment(k))
+				r.Get(k.fragments+"/{key}", d.detailFragment(k))
 				r.Get(base+"/{key}/force-release", d.confirm(k))
 				r.Method(http.MethodPost, base+"/{key}/force-release", cop.Handler(d.forceRelease(k)))
 			}

@@ -240,14 +240,14 @@ func newSemListView(page lock.Page, prefix, cursor string, now time.Time, canFor
 // newPageView is what the lock and semaphore lists share: filter, paging
 // and refresh.
 func newPageView(k section, page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
-	base := k.listPath()
+	base := k.list
 	v := listView{
 		Noun:     k.noun(),
 		Action:   base,
 		Prefix:   prefix,
 		Updated:  ago(now, now),
 		SelfURL:  listURL(base, prefix, cursor),
-		PollURL:  listURL(k.fragmentPath(), prefix, cursor),
+		PollURL:  listURL(k.fragments, prefix, cursor),
 		CanForce: canForce,
 	}
 	if cursor != "" {
@@ -381,8 +381,8 @@ func newKindDetailView(k section, name string, st lock.State, held bool, events 
 	v := detailView{
 		Key:         name,
 		Noun:        k.noun(),
-		ListURL:     k.listPath(),
-		ListLabel:   k.listLabel(),
+		ListURL:     k.list,
+		ListLabel:   k.back,
 		Held:        held,
 		Mode:        modeOf(st, def),
 		Limit:       st.Limit,
@@ -423,8 +423,8 @@ func newConfirmView(k section, name string, st lock.State, held bool, t target, 
 	v := confirmView{
 		Key:       name,
 		Noun:      k.noun(),
-		ListURL:   k.listPath(),
-		ListLabel: k.listLabel(),
+		ListURL:   k.list,
+		ListLabel: k.back,
 		Held:      held,
 		CSRF:      token,
 		Reason:    reason,
