@@ -9,10 +9,11 @@ import (
 	"github.com/lockd/lockd/internal/lock"
 )
 
-// section is the dashboard's pages for one kind of resource: locks or
-// semaphores. Both have the same holders, queue and history. URLs, forms
-// and prefixes carry the name, validated with lock.ValidKey before it
-// becomes a lock.Resource.
+// section is the dashboard's pages for one kind of resource: locks,
+// semaphores or elections. All have the same holders, queue and history
+// (an election's one holder is its leader, its queue the candidates).
+// URLs, forms and prefixes carry the name, validated with lock.ValidKey
+// before it becomes a lock.Resource.
 type section struct {
 	kind lock.Kind
 	// list is the list page, fragments the list table that htmx
@@ -31,15 +32,17 @@ var (
 		back: "« All locks"}
 	semaphores = section{kind: lock.KindSemaphore, list: semaphoresPath, fragments: semFragmentPath, base: semaphoresPath,
 		back: "« All semaphores", live: "semaphores"}
+	elections = section{kind: lock.KindElection, list: electionsPath, fragments: electFragmentPath, base: electionsPath,
+		back: "« All elections", live: "elections"}
 )
 
 // sections are every section, in the order of the routes.
-var sections = []section{locks, semaphores}
+var sections = []section{locks, semaphores, elections}
 
 // sectionOf is the section whose pages r asks for.
 func sectionOf(r *http.Request) section {
 	p := r.URL.Path
-	for _, k := range []section{semaphores} {
+	for _, k := range []section{semaphores, elections} {
 		if under(p, k.base) || under(p, k.fragments) {
 			return k
 		}
@@ -55,12 +58,15 @@ func under(path, base string) bool {
 // sem says whether the section is the semaphores'.
 func (k section) sem() bool { return k.kind == lock.KindSemaphore }
 
+// elect says whether the section is the elections'.
+func (k section) elect() bool { return k.kind == lock.KindElection }
+
 // resource is the resource called name.
 func (k section) resource(name string) lock.Resource {
 	return lock.Resource{Kind: k.kind, Name: name}
 }
 
-// noun is "lock" or "semaphore".
+// noun is "lock", "semaphore" or "election".
 func (k section) noun() string { return k.kind.String() }
 
 // detailURL is the detail page of name.
