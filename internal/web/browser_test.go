@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 )
 
 // chromium finds the browser, failing (never skipping) when there is none.
@@ -381,4 +382,86 @@ func TestBrowser_HoldersQueueAndSemaphores(t *testing.T) {
 	for _, m := range consoleErrors() {
 		t.Errorf("browser console: %s", m)
 	}
+}
+
+// TestBrowser_ElectionLive: a person opens an election's page and sees
+// its leader and value; when the leader resigns and another candidate
+// leads, the page shows the new leader and the ended term by itself, from
+// the event stream (well before the 10 s poll). The header leads to the
+// elections list, which shows the new leader too.
+func TestBrowser_ElectionLive(t *testing.T) {
+	chrome := chromium(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.campaign("svc:api", "host-a", `{"addr":"10.0.0.7:8080"}`, time.Minute)
+
+	bctx, consoleErrors := newBrowser(t, chrome, nil)
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	textOf := func(sel string) string {
+		t.Helper()
+		s, err := runStable(bctx, chromedp.Text(chromedp.CSS(sel)))
+		must(sel, err)
+		return strings.TrimSpace(s)
+	}
+
+	must("open the election", doStable(bctx,
+		chromedp.Navigate(e.ts.URL+"/ui/elections/svc:api"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="leader"]`)),
+	))
+	if g := textOf(`[data-testid="leader"]`); g != "host-a" {
+		t.Fatalf("leader %q, want host-a", g)
+	}
+	if g := textOf(`pre[data-testid="value"]`); !strings.Contains(g, `"addr": "10.0.0.7:8080"`) {
+		t.Errorf("value %q", g)
+	}
+	// The page's event stream is open before anything changes: a change
+	// before then would only show at the next poll.
+	lockdtest.Eventually(t, func() bool { return e.dash.live.open() == 1 }, 5*time.Second, "the page's event stream")
+
+	start := time.Now()
+	if _, err := e.engine.Release(ctx, lock.Election("svc:api"), a.Token, "host-a"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.campaign("svc:api", "host-b", `{"addr":"10.0.0.8:8080"}`, time.Minute)
+	for textOf(`[data-testid="leader"]`) != "host-b" {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("the page still shows %q 5 s after host-b began to lead", textOf(`[data-testid="leader"]`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the page showed the new leader %v after the resignation", time.Since(start).Round(time.Millisecond))
+	if g := textOf(`[data-testid="state"] [data-testid="term"]`); g != itoa(b.Fence) {
+		t.Errorf("term %q, want %d", g, b.Fence)
+	}
+	if g := textOf(`pre[data-testid="value"]`); !strings.Contains(g, `"addr": "10.0.0.8:8080"`) {
+		t.Errorf("value %q, want host-b's", g)
+	}
+	if g := textOf(fmt.Sprintf(`li[data-term="%d"] [data-testid="term-end"]`, a.Fence)); g != "resigned" {
+		t.Errorf("host-a's term ended %q, want resigned", g)
+	}
+
+	row := `tr[data-name="svc:api"]`
+	must("elections", doStable(bctx,
+		chromedp.Click(chromedp.CSS(`[data-testid="nav-elections"]`)),
+		chromedp.WaitVisible(chromedp.CSS(row)),
+	))
+	if g := textOf(row + ` [data-testid="owner"]`); g != "host-b" {
+		t.Errorf("list leader %q, want host-b", g)
+	}
+
+	for _, m := range consoleErrors() {
+		t.Errorf("browser console: %s", m)
+	}
+}
+
+// open is how many streams are open.
+func (l *liveStreams) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
 }

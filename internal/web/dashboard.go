@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -76,11 +75,14 @@ const (
 
 // listFragmentPath is the list table that htmx re-fetches; a key's detail
 // fragment is below it (detailFragmentPath). The semaphores' pages are
-// under semaphoresPath, their fragments under semFragmentPath.
+// under semaphoresPath, their fragments under semFragmentPath; the
+// elections' under electionsPath and electFragmentPath.
 const (
-	listFragmentPath = "/ui/fragments/locks"
-	semaphoresPath   = "/ui/semaphores"
-	semFragmentPath  = "/ui/fragments/semaphores"
+	listFragmentPath  = "/ui/fragments/locks"
+	semaphoresPath    = "/ui/semaphores"
+	semFragmentPath   = "/ui/fragments/semaphores"
+	electionsPath     = "/ui/elections"
+	electFragmentPath = "/ui/fragments/elections"
 )
 
 // Dashboard serves the web pages.
@@ -136,13 +138,14 @@ func (d *Dashboard) Routes(r chi.Router) {
 		}
 		r.Group(func(r chi.Router) {
 			r.Use(d.requireSession)
-			// Locks and semaphores: the same pages on each kind of key.
-			for _, k := range []section{locks, semaphores} {
-				base := k.base()
-				r.Get(k.listPath(), d.list(k))
-				r.Get(k.fragmentPath(), d.listFragment(k))
+			// Locks, semaphores and elections: the same pages on each kind
+			// of key.
+			for _, k := range sections {
+				base := k.base
+				r.Get(k.list, d.list(k))
+				r.Get(k.fragments, d.listFragment(k))
 				r.Get(base+"/{key}", d.detail(k))
-				r.Get(k.fragmentPath()+"/{key}", d.detailFragment(k))
+				r.Get(k.fragments+"/{key}", d.detailFragment(k))
 				r.Get(base+"/{key}/force-release", d.confirm(k))
 				r.Method(http.MethodPost, base+"/{key}/force-release", cop.Handler(d.forceRelease(k)))
 			}
@@ -172,11 +175,14 @@ func (d *Dashboard) list(k section) http.HandlerFunc {
 		if v == nil {
 			return
 		}
-		if k.sem() {
+		switch k.kind {
+		case lock.KindSemaphore:
 			d.render(w, r, status, semListPage(*v))
-			return
+		case lock.KindElection:
+			d.render(w, r, status, electListPage(*v))
+		default:
+			d.render(w, r, status, listPage(*v))
 		}
-		d.render(w, r, status, listPage(*v))
 	}
 }
 
@@ -186,17 +192,20 @@ func (d *Dashboard) listFragment(k section) http.HandlerFunc {
 		if v == nil {
 			return
 		}
-		if k.sem() {
+		switch k.kind {
+		case lock.KindSemaphore:
 			d.render(w, r, status, semTable(*v))
-			return
+		case lock.KindElection:
+			d.render(w, r, status, electTable(*v))
+		default:
+			d.render(w, r, status, lockTable(*v))
 		}
-		d.render(w, r, status, lockTable(*v))
 	}
 }
 
-// listView reads one page of locks or semaphores; nil means an error page
-// was written. A key's prefixes apply to lock keys and semaphore names
-// alike.
+// listView reads one page of locks, semaphores or elections; nil means an
+// error page was written. A key's prefixes apply to lock keys, semaphore
+// and election names alike.
 func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k section) (*listView, int) {
 	prefix, cursor := r.URL.Query().Get("prefix"), r.URL.Query().Get("cursor")
 	id := d.identify(r)
@@ -207,7 +216,7 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k section) 
 	if prefix != "" && !lock.ValidPrefix(prefix) {
 		v := empty()
 		v.Error = "A prefix is the start of a " + k.noun() + " name: at most 200 letters, digits and . _ : @ -."
-		if !k.sem() {
+		if k.kind == lock.KindLock {
 			v.Error = "A prefix is the start of a lock key: at most 200 letters, digits and . _ : @ -."
 		}
 		return v, http.StatusBadRequest
@@ -232,9 +241,12 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k section) 
 		})
 	}
 	var v listView
-	if k.sem() {
+	switch k.kind {
+	case lock.KindSemaphore:
 		v = newSemListView(page, prefix, cursor, d.now(), id.Admin)
-	} else {
+	case lock.KindElection:
+		v = newElectListView(page, prefix, cursor, d.now(), id.Admin)
+	default:
 		v = newListView(page, prefix, cursor, d.now(), id.Admin)
 	}
 	v.Limited = id.Key.Prefixes
@@ -252,7 +264,7 @@ func (d *Dashboard) detail(k section) http.HandlerFunc {
 func (d *Dashboard) detailFragment(k section) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if v, ok := d.detailView(w, r, k); ok {
-			d.render(w, r, http.StatusOK, detailBody(v))
+			d.render(w, r, http.StatusOK, detailBodyOf(v))
 		}
 	}
 }
@@ -273,15 +285,15 @@ func (d *Dashboard) detailView(w http.ResponseWriter, r *http.Request, k section
 		d.fail(w, r, err)
 		return detailView{}, false
 	}
-	renewals, err := d.engine.Renewals(r.Context(), res, rhythmSize)
-	if err != nil {
-		d.fail(w, r, err)
-		return detailView{}, false
-	}
 	v := newKindDetailView(k, name, st, held, events, d.now(), d.identify(r).Admin)
 	// The renewals of several holders interleave: the chart is of one
 	// lease's rhythm, so only a lock's single holder has one.
 	if v.Single {
+		renewals, err := d.engine.Renewals(r.Context(), res, rhythmSize)
+		if err != nil {
+			d.fail(w, r, err)
+			return detailView{}, false
+		}
 		v.Rhythm = newRhythm(renewals)
 	}
 	return v, true
@@ -388,13 +400,10 @@ func (d *Dashboard) forceRelease(k section) http.HandlerFunc {
 		// happened; their status comes from problem.Of like every error's.
 		switch {
 		case errors.Is(err, lock.ErrNotFound):
-			outcome = &notice{Text: name + " was not held any more (released or expired meanwhile); nothing was changed."}
+			outcome = notHeldNotice(k, name)
 			status = problem.Of(err, res).Status
 		case errors.Is(err, lock.ErrLeaseLost):
-			outcome = &notice{Text: fmt.Sprintf("The %s changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by other leases now, shown below. Open Force-release again if one of those is stuck too.", k.noun(), t.Fence, name)}
-			if !k.sem() {
-				outcome.Text = fmt.Sprintf("The lock changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by another lease now, shown below. Open Force-release again if that one is stuck too.", t.Fence, name)
-			}
+			outcome = changedHandsNotice(k, name, t.Fence)
 			status = problem.Of(err, res).Status
 		case err != nil:
 			d.fail(w, r, err)
@@ -402,7 +411,7 @@ func (d *Dashboard) forceRelease(k section) http.HandlerFunc {
 		case t.All:
 			outcome = brokenAllNotice(k, name)
 		default:
-			outcome = brokenNotice(name, broken)
+			outcome = brokenNotice(k, name, broken)
 		}
 		v, ok := d.detailView(w, r, k)
 		if !ok {
@@ -413,18 +422,22 @@ func (d *Dashboard) forceRelease(k section) http.HandlerFunc {
 	}
 }
 
-// key is the request's lock key or semaphore name; false means a 400 page
-// was written.
+// key is the request's lock key, semaphore or election name; false means
+// a 400 page was written.
 func (d *Dashboard) key(w http.ResponseWriter, r *http.Request, k section) (string, bool) {
 	key := routeKey(r)
 	if !lock.ValidKey(key) {
-		if k.sem() {
+		switch k.kind {
+		case lock.KindSemaphore:
 			d.problem(w, r, http.StatusBadRequest, "Not a semaphore name",
 				"A semaphore name is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
-			return "", false
+		case lock.KindElection:
+			d.problem(w, r, http.StatusBadRequest, "Not an election name",
+				"An election name is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
+		default:
+			d.problem(w, r, http.StatusBadRequest, "Not a lock key",
+				"A lock key is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
 		}
-		d.problem(w, r, http.StatusBadRequest, "Not a lock key",
-			"A lock key is 1 to 200 letters, digits and . _ : @ -, starting with a letter or digit.")
 		return "", false
 	}
 	return key, true
@@ -444,8 +457,8 @@ func routeKey(r *http.Request) string {
 	return key
 }
 
-// mayTouch reports whether r may see the lock key or semaphore name, writing
-// a 403 page if not.
+// mayTouch reports whether r may see the lock key, semaphore or election
+// name, writing a 403 page if not.
 func (d *Dashboard) mayTouch(w http.ResponseWriter, r *http.Request, k section, name string) bool {
 	if d.identify(r).Key.MayTouch(name) {
 		return true

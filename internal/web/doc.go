@@ -7,9 +7,11 @@
 // "/ui/locks/{key}/force-release" asks for confirmation and breaks one
 // holder's lease (?fence=N) or every holder's (?all=1). "/ui/semaphores"
 // and "/ui/semaphores/{name}" are the same for semaphores (used/limit,
-// permits, queue): each section asks the engine for lock.Resources of its
-// kind, and URLs, prefixes and API-key prefixes use the name. Every page is
-// complete HTML, so the read views work with
+// permits, queue), "/ui/elections" and "/ui/elections/{name}" for
+// elections (the leader, its term and value, the candidates in line, and
+// the terms read back from the history): each section asks the engine for
+// lock.Resources of its kind, and URLs, prefixes and API-key prefixes use
+// the name. Every page is complete HTML, so the read views work with
 // JavaScript off; with it on, htmx (embedded, no CDN) re-fetches the table
 // every few seconds and app.js keeps relative times ("12 s left") current.
 //

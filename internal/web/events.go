@@ -75,8 +75,9 @@ func (l *liveStreams) take(key string) (release func(), title, detail string) {
 }
 
 // events streams "change" events (key and type only) of the lock keys
-// under ?prefix= that the signed-in key may see; with ?kind=semaphores, of
-// the semaphores whose names start with it.
+// under ?prefix= that the signed-in key may see; with ?kind=semaphores or
+// ?kind=elections, of the semaphores or elections whose names start with
+// it.
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	prefix := r.URL.Query().Get("prefix")
 	if !lock.ValidPrefix(prefix) {
@@ -88,8 +89,10 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	case "", "locks":
 	case "semaphores":
 		kind = lock.KindSemaphore
+	case "elections":
+		kind = lock.KindElection
 	default:
-		d.problem(w, r, http.StatusBadRequest, "Bad kind", "kind is locks (the default) or semaphores.")
+		d.problem(w, r, http.StatusBadRequest, "Bad kind", "kind is locks (the default), semaphores or elections.")
 		return
 	}
 	id := d.identify(r)
@@ -113,8 +116,8 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sub.Close()
-	// The lock keys, or the semaphores' names, under the prefix that the
-	// identity may see.
+	// The lock keys, or the semaphores' or elections' names, under the
+	// prefix that the identity may see.
 	streamChanges(w, r, sub, func(res lock.Resource) bool {
 		return res.Kind == kind && strings.HasPrefix(res.Name, prefix) && id.Key.MayTouch(res.Name)
 	})

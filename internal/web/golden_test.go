@@ -149,3 +149,48 @@ func TestSemaphorePages_Golden(t *testing.T) {
 	}
 	golden(t, "semaphore-detail.golden.html", buf.Bytes())
 }
+
+// electState is an election led by host-a with a value, one candidate in
+// line.
+func electState() lock.State {
+	now := goldenNow
+	return lock.State{
+		Resource: lock.Election("billing:leader"), Mode: lock.Exclusive, Owner: "host-a", Fence: 1763805600000081, Count: 1,
+		TTL: 10 * time.Second, Remaining: 8 * time.Second, AcquiredAt: now.Add(-2 * time.Minute), ExpiresAt: now.Add(8 * time.Second),
+		Value: `{"addr":"10.0.0.7:8080","state":"<serving>"}`, Waiters: 1,
+		Queue: []lock.Queued{{Owner: "host-b", Mode: lock.Exclusive, WaitingSince: now.Add(-90 * time.Second)}},
+	}
+}
+
+// TestElectionPages_Golden is the elections list (one with a value, one
+// without) and an election's page with its terms: the current one with a
+// proclaim, one resigned, one force-released and one expired.
+func TestElectionPages_Golden(t *testing.T) {
+	bare := lock.State{
+		Resource: lock.Election("search:leader"), Mode: lock.Exclusive, Owner: "host-c", Fence: 1763805600000090, Count: 1,
+		TTL: time.Minute, Remaining: 45 * time.Second, AcquiredAt: goldenNow.Add(-15 * time.Second), ExpiresAt: goldenNow.Add(45 * time.Second),
+	}
+	v := newElectListView(lock.Page{Locks: []lock.State{electState(), bare}}, "", "", goldenNow, true)
+	var buf bytes.Buffer
+	if err := electListPage(v).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "elections.golden.html", buf.Bytes())
+
+	at := func(d time.Duration) time.Time { return goldenNow.Add(-d) }
+	events := []lock.Event{
+		{Type: "proclaimed", At: at(time.Minute), Owner: "host-a", Fence: 1763805600000081, TTL: 10 * time.Second, Count: 1, Actor: "host-a"},
+		{Type: "acquired", At: at(2 * time.Minute), Owner: "host-a", Fence: 1763805600000081, TTL: 10 * time.Second, Count: 1, Actor: "host-a"},
+		{Type: "force_released", At: at(2 * time.Minute), Owner: `host-<z>`, Fence: 1763805600000080, TTL: 10 * time.Second, Actor: "ops", Reason: "hung"},
+		{Type: "acquired", At: at(5 * time.Minute), Owner: `host-<z>`, Fence: 1763805600000080, TTL: 10 * time.Second, Count: 1, Actor: "host-z"},
+		{Type: "expired", At: at(6 * time.Minute), Owner: "host-b", Fence: 1763805600000079, TTL: 10 * time.Second},
+		{Type: "released", At: at(8 * time.Minute), Owner: "host-a", Fence: 1763805600000078, Actor: "host-a"},
+		{Type: "acquired", At: at(9 * time.Minute), Owner: "host-a", Fence: 1763805600000078, TTL: 10 * time.Second, Count: 1, Actor: "host-a"},
+	}
+	d := newKindDetailView(elections, "billing:leader", electState(), true, events, goldenNow, true)
+	buf.Reset()
+	if err := detailPage(d).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "election-detail.golden.html", buf.Bytes())
+}

@@ -9,8 +9,8 @@ import (
 )
 
 // No page, fragment or outcome of the dashboard shows a lease's token:
-// not an exclusive holder's, a shared holder's, a permit's, nor a queued
-// request's once granted.
+// not an exclusive holder's, a shared holder's, a permit's, a leader's,
+// nor a queued request's or candidate's once granted.
 func TestNoTokenOnAnyPage(t *testing.T) {
 	e := newEnv(t)
 	var tokens []string
@@ -25,6 +25,8 @@ func TestNoTokenOnAnyPage(t *testing.T) {
 	p1 := take(e.permit("tok:pool", "job-1", 2, time.Minute))
 	take(e.permit("tok:pool", "job-2", 2, time.Minute))
 	e.enqueue(lock.Semaphore("tok:pool"), lock.AcquireRequest{Owner: "job-3", Limit: 2, TTL: time.Minute})
+	leader := take(e.campaign("tok:el", "host-a", `{"v":1}`, time.Minute))
+	candidate := e.enqueue(lock.Election("tok:el"), lock.AcquireRequest{Owner: "host-b", TTL: time.Minute})
 
 	paths := []string{
 		"/", listFragmentPath, "/?prefix=tok:",
@@ -33,6 +35,7 @@ func TestNoTokenOnAnyPage(t *testing.T) {
 		"/ui/locks/tok:rw/force-release?all=1", "/ui/locks/tok:rw/force-release?fence=" + itoa(r1.Fence),
 		semaphoresPath, semFragmentPath, "/ui/semaphores/tok:pool", semFragmentPath + "/tok:pool",
 		"/ui/semaphores/tok:pool/force-release", "/ui/semaphores/tok:pool/force-release?all=1",
+		electionsPath, electFragmentPath, "/ui/elections/tok:el", electFragmentPath + "/tok:el", "/ui/elections/tok:el/force-release",
 	}
 	var bodies []string
 	for _, path := range paths {
@@ -58,6 +61,19 @@ func TestNoTokenOnAnyPage(t *testing.T) {
 	bodies = append(bodies, e.get("/ui/locks/tok:rw").body, e.get("/").body)
 	_, form = e.confirmTarget("/ui/locks/tok:x/force-release?fence=" + itoa(x.Fence))
 	bodies = append(bodies, e.post("/ui/locks/tok:x/force-release", form, nil).body)
+	// The leader broken, and its successor's pages.
+	_, form = e.confirmTarget("/ui/elections/tok:el/force-release?fence=" + itoa(leader.Fence))
+	bodies = append(bodies, e.post("/ui/elections/tok:el/force-release", form, nil).body)
+	select {
+	case w := <-candidate:
+		if w.err != nil {
+			t.Fatal(w.err)
+		}
+		tokens = append(tokens, w.lease.Token)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the candidate did not lead")
+	}
+	bodies = append(bodies, e.get("/ui/elections/tok:el").body, e.get(electionsPath).body)
 
 	for _, tok := range tokens {
 		if len(tok) < 16 {

@@ -18,8 +18,8 @@ import (
 	"github.com/lockd/lockd/internal/server"
 )
 
-// Under Redlock the semaphores pages say that this server has no
-// semaphores, never an empty table that reads as "none in use"; the locks
+// Under Redlock the semaphores and elections pages say that this server
+// has none, never an empty table that reads as "none in use"; the locks
 // page works as ever.
 func TestSemaphores_RedlockSaysUnsupported(t *testing.T) {
 	clients := make([]*redis.Client, 3)
@@ -57,6 +57,17 @@ func TestSemaphores_RedlockSaysUnsupported(t *testing.T) {
 		}
 		if doc.Find(`[data-testid="empty"], [data-testid="semaphores"]`).Length() != 0 {
 			t.Errorf("%s shows an empty list or a table", path)
+		}
+	}
+	// Nor elections: the same, in their words.
+	for _, path := range []string{"/ui/elections", "/ui/fragments/elections", "/ui/elections/rl:leader", "/ui/elections/rl:leader/force-release"} {
+		status, doc := get(path)
+		problem := text(doc.Find(`[data-testid="problem"]`))
+		if status != http.StatusBadRequest || !strings.Contains(problem, "Redlock, which has no elections") {
+			t.Errorf("%s: %d %q, want 400 saying Redlock has no elections", path, status, problem)
+		}
+		if doc.Find(`[data-testid="empty"], [data-testid="elections"], [data-testid="not-held"]`).Length() != 0 {
+			t.Errorf("%s shows an empty list or a vacant election", path)
 		}
 	}
 	// No live updates either: the event stream is refused (the pages then

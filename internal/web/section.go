@@ -9,73 +9,68 @@ import (
 	"github.com/lockd/lockd/internal/lock"
 )
 
-// section is the dashboard's pages for one kind of resource: locks or
-// semaphores. Both have the same holders, queue and history. URLs, forms
-// and prefixes carry the name, validated with lock.ValidKey before it
-// becomes a lock.Resource.
+// section is the dashboard's pages for one kind of resource: locks,
+// semaphores or elections. All have the same holders, queue and history
+// (an election's one holder is its leader, its queue the candidates).
+// URLs, forms and prefixes carry the name, validated with lock.ValidKey
+// before it becomes a lock.Resource.
 type section struct {
 	kind lock.Kind
+	// list is the list page, fragments the list table that htmx
+	// re-fetches (a name's detail fragment is below it) and base the path
+	// the detail pages are under.
+	list, fragments, base string
+	// back is the breadcrumb back to the list page.
+	back string
+	// live is the ?kind= of the section's event stream; "" for locks, the
+	// stream's default.
+	live string
 }
 
 var (
-	locks      = section{kind: lock.KindLock}
-	semaphores = section{kind: lock.KindSemaphore}
+	locks = section{kind: lock.KindLock, list: "/", fragments: listFragmentPath, base: "/ui/locks",
+		back: "« All locks"}
+	semaphores = section{kind: lock.KindSemaphore, list: semaphoresPath, fragments: semFragmentPath, base: semaphoresPath,
+		back: "« All semaphores", live: "semaphores"}
+	elections = section{kind: lock.KindElection, list: electionsPath, fragments: electFragmentPath, base: electionsPath,
+		back: "« All elections", live: "elections"}
 )
+
+// sections are every section, in the order of the routes.
+var sections = []section{locks, semaphores, elections}
 
 // sectionOf is the section whose pages r asks for.
 func sectionOf(r *http.Request) section {
-	if p := r.URL.Path; strings.HasPrefix(p, semaphoresPath) || strings.HasPrefix(p, semFragmentPath) {
-		return semaphores
+	p := r.URL.Path
+	for _, k := range []section{semaphores, elections} {
+		if under(p, k.base) || under(p, k.fragments) {
+			return k
+		}
 	}
 	return locks
 }
 
+// under says whether path is base or below it.
+func under(path, base string) bool {
+	return path == base || strings.HasPrefix(path, base+"/")
+}
+
 // sem says whether the section is the semaphores'.
 func (k section) sem() bool { return k.kind == lock.KindSemaphore }
+
+// elect says whether the section is the elections'.
+func (k section) elect() bool { return k.kind == lock.KindElection }
 
 // resource is the resource called name.
 func (k section) resource(name string) lock.Resource {
 	return lock.Resource{Kind: k.kind, Name: name}
 }
 
-// noun is "lock" or "semaphore".
+// noun is "lock", "semaphore" or "election".
 func (k section) noun() string { return k.kind.String() }
 
-// listPath is the list page.
-func (k section) listPath() string {
-	if k.sem() {
-		return semaphoresPath
-	}
-	return "/"
-}
-
-// listLabel is the breadcrumb back to the list page.
-func (k section) listLabel() string {
-	if k.sem() {
-		return "« All semaphores"
-	}
-	return "« All locks"
-}
-
-// fragmentPath is the list table that htmx re-fetches; a key's detail
-// fragment is below it.
-func (k section) fragmentPath() string {
-	if k.sem() {
-		return semFragmentPath
-	}
-	return listFragmentPath
-}
-
-// base is the path the detail pages are under.
-func (k section) base() string {
-	if k.sem() {
-		return semaphoresPath
-	}
-	return "/ui/locks"
-}
-
 // detailURL is the detail page of name.
-func (k section) detailURL(name string) string { return k.base() + "/" + url.PathEscape(name) }
+func (k section) detailURL(name string) string { return k.base + "/" + url.PathEscape(name) }
 
 // forceURL is the force-release confirmation of name.
 func (k section) forceURL(name string) string { return k.detailURL(name) + "/force-release" }
@@ -90,15 +85,15 @@ func (k section) allForceURL(name string) string { return k.forceURL(name) + "?a
 
 // detailFragmentPath is the part of the detail page htmx re-fetches.
 func (k section) detailFragmentPath(name string) string {
-	return k.fragmentPath() + "/" + url.PathEscape(name)
+	return k.fragments + "/" + url.PathEscape(name)
 }
 
 // eventsURL is the event stream of the keys of this kind under prefix.
 func (k section) eventsURL(prefix string) string {
-	if !k.sem() {
+	if k.live == "" {
 		return eventsURL(prefix)
 	}
-	q := url.Values{"kind": {"semaphores"}}
+	q := url.Values{"kind": {k.live}}
 	if prefix != "" {
 		q.Set("prefix", prefix)
 	}

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
@@ -85,13 +87,31 @@ type semRow struct {
 	ForceURL  string
 }
 
-// listView is a list page: of locks (Rows) or semaphores (Sems).
+// electRow is one election with a leader on the list.
+type electRow struct {
+	Name   string
+	Leader string
+	Term   int64 // the leadership's fence
+	// Value is the leader's value on one line, cut short; "" without one.
+	Value string
+	Since clock // how long it has led, since the term began
+	Left  clock // until the leadership lapses unless renewed
+	TTL   string
+	// Candidates counts those waiting to lead.
+	Candidates int
+	DetailURL  string
+	ForceURL   string
+}
+
+// listView is a list page: of locks (Rows), semaphores (Sems) or
+// elections (Elects).
 type listView struct {
-	Noun     string // "lock" or "semaphore"
+	Noun     string // "lock", "semaphore" or "election"
 	Action   string // the list page, the filter form's action
 	Prefix   string
 	Rows     []lockRow
 	Sems     []semRow
+	Elects   []electRow
 	Updated  clock
 	SelfURL  string // this page, for the no-JS refresh link
 	PollURL  string // the table fragment htmx re-fetches
@@ -114,18 +134,45 @@ type eventRow struct {
 	Reason string
 }
 
+// termRow is one leadership of an election, read from its history: who
+// led, with which term, from when to when, and how it ended.
+type termRow struct {
+	Leader string
+	Term   int64
+	// Began is when the term began; BeganKnown is false when the history
+	// no longer goes back that far.
+	Began      clock
+	BeganKnown bool
+	// End is how the term ended: "resigned", "expired" or "force-released";
+	// "leading" for the current leader's; "" when the history has no end
+	// for it. Ended is when it ended; Lasted how long it lasted, when both
+	// ends are known.
+	End    string
+	Badge  string // the end's badge class: the history event's type
+	Ended  clock
+	Lasted string
+	Actor  string // who resigned or broke it
+	Reason string // why it was broken
+	// Proclaimed are when the leader proclaimed a new value, newest
+	// first. The history records when, not the value: only the current
+	// value is shown.
+	Proclaimed []clock
+}
+
 // notice is the outcome of an action, shown on top of a page.
 type notice struct {
 	OK   bool
 	Text string
 }
 
-// detailView is the detail page of one lock or semaphore, held or not.
+// detailView is the detail page of one lock, semaphore or election, held
+// or not. An election's leader is its one holder (Lock), its candidates
+// the queue.
 type detailView struct {
 	// HasValues says some holder has a value: the holders table shows them.
 	HasValues bool
-	Key       string // the lock key or the semaphore name
-	Noun      string // "lock" or "semaphore"
+	Key       string // the lock key, the semaphore or election name
+	Noun      string // "lock", "semaphore" or "election"
 	ListURL   string
 	ListLabel string
 	Held      bool
@@ -152,6 +199,11 @@ type detailView struct {
 	Notice      *notice
 	// Rhythm is the renewal chart; nil before the lease's second renewal.
 	Rhythm *rhythm
+	// Value is an election's leader's value, indented JSON; "" without
+	// one.
+	Value string
+	// Terms are an election's leaderships from its history, newest first.
+	Terms []termRow
 }
 
 // target is what a force-release breaks: the holder with Fence, or
@@ -218,6 +270,16 @@ func listURL(base, prefix, cursor string) string {
 	return base + "?" + q.Encode()
 }
 
+// newElectListView is the elections page.
+func newElectListView(page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
+	v := newPageView(elections, page, prefix, cursor, now, canForce)
+	v.Elects = make([]electRow, 0, len(page.Locks))
+	for _, s := range page.Locks {
+		v.Elects = append(v.Elects, newElectRow(s))
+	}
+	return v
+}
+
 func newListView(page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
 	v := newPageView(locks, page, prefix, cursor, now, canForce)
 	v.Rows = make([]lockRow, 0, len(page.Locks))
@@ -240,14 +302,14 @@ func newSemListView(page lock.Page, prefix, cursor string, now time.Time, canFor
 // newPageView is what the lock and semaphore lists share: filter, paging
 // and refresh.
 func newPageView(k section, page lock.Page, prefix, cursor string, now time.Time, canForce bool) listView {
-	base := k.listPath()
+	base := k.list
 	v := listView{
 		Noun:     k.noun(),
 		Action:   base,
 		Prefix:   prefix,
 		Updated:  ago(now, now),
 		SelfURL:  listURL(base, prefix, cursor),
-		PollURL:  listURL(k.fragmentPath(), prefix, cursor),
+		PollURL:  listURL(k.fragments, prefix, cursor),
 		CanForce: canForce,
 	}
 	if cursor != "" {
@@ -275,6 +337,122 @@ func newSemRow(s lock.State) semRow {
 		r.Expires, r.Soonest = true, left(soonest.ExpiresAt, soonest.Remaining)
 	}
 	return r
+}
+
+func newElectRow(s lock.State) electRow {
+	name := s.Resource.Name
+	// Redis's clock at the read, as in newLockRow.
+	now := s.ExpiresAt.Add(-s.Remaining)
+	return electRow{
+		Name:       name,
+		Leader:     s.Owner,
+		Term:       s.Fence,
+		Value:      shortValue(s.Value),
+		Since:      heldFor(s.AcquiredAt, now),
+		Left:       left(s.ExpiresAt, s.Remaining),
+		TTL:        leaseSpan(s.TTL),
+		Candidates: max(s.Waiters, len(s.Queue)),
+		DetailURL:  elections.detailURL(name),
+		ForceURL:   elections.forceURL(name),
+	}
+}
+
+// valueShort is how many characters of a value the elections list shows.
+const valueShort = 60
+
+// shortValue is a JSON value on one line, cut to valueShort characters.
+func shortValue(v string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(v)) == nil {
+		v = b.String()
+	}
+	if r := []rune(v); len(r) > valueShort {
+		return string(r[:valueShort-1]) + "…"
+	}
+	return v
+}
+
+// prettyValue is a JSON value indented for reading. The engine only keeps
+// valid JSON; anything else is shown as it is.
+func prettyValue(v string) string {
+	var b bytes.Buffer
+	if json.Indent(&b, []byte(v), "", "  ") != nil {
+		return v
+	}
+	return b.String()
+}
+
+// newTerms reads an election's leaderships from its history (newest
+// first): each event names its term (the fence), so the events of one
+// term are its start, its proclaims and its end. leader is the current
+// leadership (zero when nobody leads); its term is "leading" even when
+// the history no longer holds its start.
+func newTerms(events []lock.Event, leader lock.State, now time.Time) []termRow {
+	type span struct {
+		row          *termRow
+		began, ended time.Time
+	}
+	terms := map[int64]*span{}
+	termOf := func(e lock.Event) *span {
+		t := terms[e.Fence]
+		if t == nil {
+			t = &span{row: &termRow{Leader: e.Owner, Term: e.Fence}}
+			terms[e.Fence] = t
+		}
+		return t
+	}
+	// Oldest first, so that a term's events come in their order.
+	for _, e := range slices.Backward(events) {
+		if e.Fence == 0 {
+			continue
+		}
+		t := termOf(e)
+		switch e.Type {
+		case "acquired":
+			t.began = e.At
+		case "proclaimed":
+			t.row.Proclaimed = append([]clock{ago(e.At, now)}, t.row.Proclaimed...)
+		case "released":
+			// A released event with a count left gave back one re-entry
+			// level: the term goes on.
+			if e.Count == 0 {
+				t.ended, t.row.End, t.row.Badge, t.row.Actor = e.At, "resigned", e.Type, e.Actor
+			}
+		case "expired":
+			t.ended, t.row.End, t.row.Badge = e.At, "expired", e.Type
+		case "force_released":
+			t.ended, t.row.End, t.row.Badge, t.row.Actor, t.row.Reason = e.At, "force-released", e.Type, e.Actor, e.Reason
+		}
+	}
+	if leader.Fence != 0 {
+		t := termOf(lock.Event{Owner: leader.Owner, Fence: leader.Fence})
+		if t.began.IsZero() {
+			t.began = leader.AcquiredAt
+		}
+		if t.ended.IsZero() {
+			t.row.End, t.row.Badge = "leading", "acquired"
+		}
+	}
+	rows := make([]termRow, 0, len(terms))
+	for _, t := range terms {
+		r := t.row
+		if r.End == "" {
+			r.Badge = "unknown"
+		}
+		if !t.began.IsZero() {
+			r.Began, r.BeganKnown = ago(t.began, now), true
+		}
+		if !t.ended.IsZero() {
+			r.Ended = ago(t.ended, now)
+			if !t.began.IsZero() {
+				r.Lasted = leaseSpan(t.ended.Sub(t.began))
+			}
+		}
+		rows = append(rows, *r)
+	}
+	// Terms strictly increase: the newest leadership has the highest.
+	slices.SortFunc(rows, func(a, b termRow) int { return cmp.Compare(b.Term, a.Term) })
+	return rows
 }
 
 // holdersOf is s's holders. An engine that does not list them (one
@@ -381,8 +559,8 @@ func newKindDetailView(k section, name string, st lock.State, held bool, events 
 	v := detailView{
 		Key:         name,
 		Noun:        k.noun(),
-		ListURL:     k.listPath(),
-		ListLabel:   k.listLabel(),
+		ListURL:     k.list,
+		ListLabel:   k.back,
 		Held:        held,
 		Mode:        modeOf(st, def),
 		Limit:       st.Limit,
@@ -402,7 +580,15 @@ func newKindDetailView(k section, name string, st lock.State, held bool, events 
 		v.Holders = newHolderRows(k, name, st, def)
 		v.HolderTotal = max(st.HoldersTotal, len(v.Holders))
 		v.HasValues = slices.ContainsFunc(v.Holders, func(h holderRow) bool { return h.Value != "" })
-		v.Single = !k.sem() && len(v.Holders) == 1
+		v.Single = k.kind == lock.KindLock && len(v.Holders) == 1
+	}
+	if k.elect() {
+		var leader lock.State
+		if held {
+			leader = st
+			v.Value = prettyValue(st.Value)
+		}
+		v.Terms = newTerms(events, leader, now)
 	}
 	for _, e := range events {
 		v.Events = append(v.Events, eventRow{
@@ -423,8 +609,8 @@ func newConfirmView(k section, name string, st lock.State, held bool, t target, 
 	v := confirmView{
 		Key:       name,
 		Noun:      k.noun(),
-		ListURL:   k.listPath(),
-		ListLabel: k.listLabel(),
+		ListURL:   k.list,
+		ListLabel: k.back,
 		Held:      held,
 		CSRF:      token,
 		Reason:    reason,
@@ -456,8 +642,32 @@ func newConfirmView(k section, name string, st lock.State, held bool, t target, 
 	return v
 }
 
-func brokenNotice(key string, b lock.Broken) *notice {
+func brokenNotice(k section, key string, b lock.Broken) *notice {
+	if k.elect() {
+		return &notice{OK: true, Text: fmt.Sprintf("Force-released the leader of %s: the leadership of %s (term %d) is broken; the next candidate in line, if any, leads with a new term.", key, b.Owner, b.Fence)}
+	}
 	return &notice{OK: true, Text: fmt.Sprintf("Force-released %s: the lease of %s (fence %d) is broken and its waiters were woken.", key, b.Owner, b.Fence)}
+}
+
+// notHeldNotice says that what the person confirmed breaking had ended.
+func notHeldNotice(k section, name string) *notice {
+	if k.elect() {
+		return &notice{Text: "Nobody leads " + name + " any more (the leader resigned or its leadership expired meanwhile); nothing was changed."}
+	}
+	return &notice{Text: name + " was not held any more (released or expired meanwhile); nothing was changed."}
+}
+
+// changedHandsNotice says that the lease with fence had ended and that
+// others hold name now, so nothing was broken.
+func changedHandsNotice(k section, name string, fence int64) *notice {
+	switch k.kind {
+	case lock.KindSemaphore:
+		return &notice{Text: fmt.Sprintf("The %s changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by other leases now, shown below. Open Force-release again if one of those is stuck too.", k.noun(), fence, name)}
+	case lock.KindElection:
+		return &notice{Text: fmt.Sprintf("The leadership changed hands; nothing was broken. The term you confirmed (%d) has ended and %s has another leader now, shown below. Open Force-release again if that one is stuck too.", fence, name)}
+	default:
+		return &notice{Text: fmt.Sprintf("The lock changed hands; nothing was broken. The lease you confirmed (fence %d) has ended and %s is held by another lease now, shown below. Open Force-release again if that one is stuck too.", fence, name)}
+	}
 }
 
 func brokenAllNotice(k section, name string) *notice {
