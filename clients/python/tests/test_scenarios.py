@@ -252,6 +252,8 @@ class Scenarios(unittest.TestCase):
         self.assertLessEqual(took, ttl + slack, f"C led {took:.3f} s after B stopped renewing")
         self.assertEqual(one.leader(name)["leader"], "C")
         c.release()
+        ended = {e["fence"]: e["type"] for e in one.election_history(name)["events"] if e["type"] in ("released", "expired")}
+        self.assertEqual(ended, {a.term: "released", b.term: "expired", c.term: "released"})
 
         harness.eventually(lambda: len(seen) >= 7 or bool(errors), within=wait, what="the observer's seven changes")
         observer.close()
