@@ -18,14 +18,22 @@ grant twice. Errors are one class per problem code of the API (see
 lockd.errors). Tokens and API keys never appear in a repr, a message or a
 log line (the "lockd" logger).
 
+Elections: ``client.campaign(name, ...)`` is a context manager that waits
+in line to lead and yields the leadership, a Lease whose ``term`` (its
+fence) strictly increases per election; it renews itself, resigns on exit,
+and ``proclaim(value)`` sets its value. ``client.leader(name)`` reads who
+leads; ``client.observe(name)`` iterates over the changes (leader,
+proclaimed, vacant) as they happen.
+
 Caveat: a process paused longer than its TTL (GC, swap, SIGSTOP) notices
-the loss only once it runs again. Pass ``lease.fence`` to the resource you
-protect and have it refuse a fence lower than one it has seen.
+the loss only once it runs again. Pass ``lease.fence`` (a leader's
+``lease.term``) to the resource you protect and have it refuse a fence
+lower than one it has seen.
 """
 
 import logging
 
-from .client import Client, LeaseContext, Semaphores
+from .client import Client, Elections, LeaseContext, Semaphores
 from .errors import (
     BackendRecovering,
     BackendUnavailable,
@@ -55,13 +63,16 @@ from .errors import (
     UnsupportedMediaType,
 )
 from .lease import Lease
+from .observe import Observer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "Elections",
     "Lease",
     "LeaseContext",
+    "Observer",
     "Semaphores",
     "BackendRecovering",
     "BackendUnavailable",

@@ -1,10 +1,11 @@
-"""The wire: one HTTP request, its JSON answer or its error; and backoff.
+"""The wire: one HTTP request, its JSON answer or its error; an event stream's opening; and backoff.
 
 http.client rather than urllib.request, on purpose: urllib follows
 redirects and sends requests through the proxies named in the environment
 (http_proxy, ...), neither of which a lock client should do behind its
 user's back. One new connection per request keeps the client free of shared
-state, so that one Client serves many threads.
+state, so that one Client serves many threads; an event stream (observe)
+keeps its own connection until it is closed.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import json
 import random
 import ssl
 import urllib.parse
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .errors import Unreachable, error_for, parse_retry_after
+from .errors import LockdError, Unreachable, error_for, parse_retry_after
 
 # Answers larger than this are not lockd's: refuse them rather than read
 # them into memory.
@@ -68,15 +69,11 @@ class Transport:
         It raises Unreachable when no answer came, and the problem code's
         LockdError subclass for any other status.
         """
-        h = {"Accept": "application/json", "User-Agent": USER_AGENT}
-        if self.__api_key is not None:
-            h["Authorization"] = "Bearer " + self.__api_key
+        h = self._headers("application/json", headers)
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             h["Content-Type"] = "application/json"
-        if headers:
-            h.update(headers)
         conn = self._connect(timeout)
         try:
             conn.request(method, self._base + path, body=data, headers=h)
@@ -101,21 +98,64 @@ class Transport:
             if not isinstance(answer, dict):
                 raise Unreachable(f"{method} {path}: the answer ({status}) is not a JSON object; not lockd's")
             return answer
-        problem: Dict[str, Any] = {}
-        if content_type.split(";")[0].strip() in ("application/problem+json", "application/json"):
-            try:
-                decoded = json.loads(raw)
-            except ValueError:
-                decoded = None
-            if isinstance(decoded, dict):
-                problem = decoded
-        raise error_for(status, problem, retry_after)
+        raise _problem(status, content_type, raw, retry_after)
+
+    def stream(self, path: str, timeout: float = 10.0) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """stream sends GET path and returns the open connection and its 200 text/event-stream answer.
+
+        ``timeout`` bounds the connection and the wait for the answer's
+        head; the caller sets the socket's timeout for the reads that
+        follow, and closes the connection. Errors are request's.
+        """
+        h = self._headers("text/event-stream", {"Cache-Control": "no-cache"})
+        conn = self._connect(timeout)
+        try:
+            conn.request("GET", self._base + path, headers=h)
+            resp = conn.getresponse()
+            if resp.status == 200:
+                content_type = resp.getheader("Content-Type", "")
+                if content_type.split(";")[0].strip() == "text/event-stream":
+                    return conn, resp
+                raise Unreachable(f"GET {path}: the answer is {content_type or 'untyped'}, not an event stream; not lockd's")
+            raw = resp.read(_MAX_ANSWER + 1)
+            err = _problem(
+                resp.status, resp.getheader("Content-Type", ""), raw, parse_retry_after(resp.getheader("Retry-After"))
+            )
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise Unreachable(f"GET {path}: no answer from lockd: {_describe(e)}") from None
+        except BaseException:
+            conn.close()
+            raise
+        conn.close()
+        raise err
+
+    def _headers(self, accept: str, extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
+        h = {"Accept": accept, "User-Agent": USER_AGENT}
+        if self.__api_key is not None:
+            h["Authorization"] = "Bearer " + self.__api_key
+        if extra:
+            h.update(extra)
+        return h
 
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
         if self._https:
             ctx = self._ssl or ssl.create_default_context()
             return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=ctx)
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+
+def _problem(status: int, content_type: str, raw: bytes, retry_after: Optional[float]) -> LockdError:
+    """_problem is the error of a non-2xx answer, from its problem body when it has one."""
+    problem: Dict[str, Any] = {}
+    if len(raw) <= _MAX_ANSWER and content_type.split(";")[0].strip() in ("application/problem+json", "application/json"):
+        try:
+            decoded = json.loads(raw)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            problem = decoded
+    return error_for(status, problem, retry_after)
 
 
 def _describe(err: BaseException) -> str:

@@ -1,12 +1,15 @@
-"""Client: lockd's HTTP API for locks and semaphores.
+"""Client: lockd's HTTP API for locks, semaphores and elections.
 
-Every kind of lease (a lock, a semaphore permit) is the same wire shape
-under its own path: acquire, renew, release, force-release, state, list,
-history. The private methods of Client take the kind ("lock",
-"semaphore") and do the work once; the public ones are the lock's, and
-``client.semaphores`` (a Semaphores) names the semaphore's. A new kind of
-lease (an election's leadership, a session) is a new entry in _PATHS, a
-small class beside Semaphores for its own operations, and the same Lease.
+Every kind of lease (a lock, a semaphore permit, an election's
+leadership) is the same wire shape under its own path: acquire, renew,
+release, force-release, state, list, history; an election calls acquire
+"campaign" and release "resign". The private methods of Client take the
+kind ("lock", "semaphore", "election") and do the work once; the public
+ones are the lock's, ``client.semaphores`` (a Semaphores) names the
+semaphore's and ``client.elections`` (an Elections) the election's, with
+the common ones (campaign, leader, observe) on Client too. A new kind of
+lease (a session) is a new entry in _KINDS, a small class beside
+Semaphores for its own operations, and the same Lease.
 """
 
 from __future__ import annotations
@@ -17,18 +20,37 @@ import ssl
 import time
 import urllib.parse
 from types import TracebackType
-from typing import Any, Callable, Dict, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, NamedTuple, Optional, Type, TypeVar
 
 from ._http import Transport, backoff
-from .errors import LeaseNotFound, NotFound, Unavailable
+from .errors import InvalidRequest, LeaseNotFound, NotFound, NotGranted, Unavailable
 from .lease import Lease, OnLost
+from .observe import Observer
 
 log = logging.getLogger("lockd")
 
 T = TypeVar("T")
 
-# The path of each kind of lease.
-_PATHS = {"lock": "/v1/locks", "semaphore": "/v1/semaphores"}
+
+class _Kind(NamedTuple):
+    """_Kind is a kind of lease on the wire: its path and the names of its acquire and release."""
+
+    path: str
+    acquire: str = "acquire"
+    release: str = "release"
+
+
+_KINDS = {
+    "lock": _Kind("/v1/locks"),
+    "semaphore": _Kind("/v1/semaphores"),
+    "election": _Kind("/v1/elections", acquire="campaign", release="resign"),
+}
+
+# A campaign that waits as long as it takes (wait=None) campaigns in
+# rounds of this many seconds: the longest wait lockd takes by default
+# (--max-wait 60s). A server with a shorter --max-wait answers a round
+# 400 wait_ms, and the rounds are halved until it takes them.
+_CAMPAIGN_ROUND = 60.0
 
 # Backoff of the retries of acquire and reads: 100 ms doubling up to 5 s,
 # at least the server's Retry-After (the Go client's figures).
@@ -63,6 +85,7 @@ class Client:
         self.retries = max(0, retries)
         self.retry_for = max(0.0, retry_for)
         self.semaphores = Semaphores(self)
+        self.elections = Elections(self)
 
     def __repr__(self) -> str:
         key = ", api_key=<set>" if self._t.has_api_key else ""
@@ -202,6 +225,77 @@ class Client:
             )
         )
 
+    # Elections: campaign, leader and observe here; the rest is on
+    # client.elections too.
+
+    def campaign(
+        self,
+        name: str,
+        ttl: float = 30.0,
+        wait: Optional[float] = None,
+        candidate: Optional[str] = None,
+        value: Any = None,
+        on_lost: Optional[OnLost] = None,
+        lock_delay: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> "LeaseContext":
+        """campaign waits in line to lead the election name, yields the leadership as a Lease and resigns on exit.
+
+            with client.campaign("billing:leader", ttl=10, candidate="host-a", value={"addr": addr}) as lead:
+                while not lead.lost.is_set():
+                    serve(term=lead.term)      # pass the term to what the leader writes to
+
+        The leadership renews itself every ttl/3 and is lost as a lock's
+        lease is (``lead.lost``, ``on_lost``, ``lead.check()``); leaving
+        the block of a lost leadership raises LeaseLost. ``wait`` is in
+        seconds, None (the default) as long as it takes; candidates lead in
+        the order they began to campaign, across every lockd replica. After
+        ``wait``, LockHeld (someone leads) or Queued (earlier candidates
+        come first). ``candidate`` is shown as the leader (default: the API
+        key's name or the caller's address), ``value`` any JSON that
+        observers and ``leader()`` see; ``lead.proclaim(value)`` replaces it.
+        """
+        return LeaseContext(
+            lambda: self.elections.campaign(
+                name, ttl=ttl, wait=wait, candidate=candidate, value=value, on_lost=on_lost,
+                lock_delay=lock_delay, idempotency_key=idempotency_key,
+            )
+        )
+
+    def leader(self, name: str) -> Dict[str, Any]:
+        """leader is who leads the election name: ``{"key", "leader", "value", "term", "since", "expires_at", "remaining_ms", "candidates"}``.
+
+        NotFound when nobody leads and nobody campaigns. Candidates waiting
+        while nobody leads (a lock-delay, or the instant of a hand-over)
+        give a state without "leader".
+        """
+        return self.elections.leader(name)
+
+    def observe(self, name: str, timeout: Optional[float] = None) -> Observer:
+        """observe follows the election name: an Observer of ``(event, change)``, the current leader (or vacant) first.
+
+            with client.observe("billing:leader") as changes:
+                for event, change in changes:   # "leader", "proclaimed", "vacant"
+                    print(event, change["term"], change.get("leader"))
+
+        ``timeout`` bounds the wait for each change (then TimeoutError);
+        see Observer.
+        """
+        return self.elections.observe(name, timeout=timeout)
+
+    def resign(self, name: str, token: str) -> Dict[str, Any]:
+        """resign ends the leadership with token: ``{"key", "resigned"}``; the next candidate leads at once.
+
+        A token that no longer leads raises LeaseLost (LeaseNotFound when
+        nobody leads). Leaderships from campaign resign on exit: this is
+        for tokens kept elsewhere.
+        """
+        return self.elections.resign(name, token)
+
+    def election_history(self, name: str, limit: Optional[int] = None, event_type: Optional[str] = None) -> Dict[str, Any]:
+        """election_history is the election's recent events, newest first: terms begun, resigned, lapsed, broken, proclaimed."""
+        return self.elections.history(name, limit, event_type)
+
     # The work, once for every kind.
 
     def _acquire(
@@ -221,7 +315,7 @@ class Client:
         answered, on retry, with that same lease (``replayed``) rather than
         409 by a lease held by ourselves.
         """
-        path = _PATHS[kind] + "/" + _quote(key) + "/acquire"
+        path = _KINDS[kind].path + "/" + _quote(key) + "/" + _KINDS[kind].acquire
         headers = {"Idempotency-Key": idempotency_key or secrets.token_urlsafe(18)}
         wait_until = time.monotonic() + max(0.0, wait)
         sent = 0.0
@@ -249,12 +343,12 @@ class Client:
         return self._lease_call(kind, key, "renew", body, timeout)
 
     def _release(self, kind: str, key: str, token: str) -> Dict[str, Any]:
-        return self._lease_call(kind, key, "release", {"token": token}, self.timeout)
+        return self._lease_call(kind, key, _KINDS[kind].release, {"token": token}, self.timeout)
 
     def _lease_call(self, kind: str, key: str, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-        """_lease_call is a renew or release: once, since a retried release could give back two levels."""
+        """_lease_call is a renew, release or proclaim: once, since a retried release could give back two levels."""
         try:
-            return self._t.request("POST", _PATHS[kind] + "/" + _quote(key) + "/" + op, body, timeout=timeout)
+            return self._t.request("POST", _KINDS[kind].path + "/" + _quote(key) + "/" + op, body, timeout=timeout)
         except NotFound as err:
             # No live lease on the key: for the token's holder, the lease is
             # lost as surely as with 409 lease_lost.
@@ -266,12 +360,12 @@ class Client:
             body["fence"] = fence
         if reason is not None:
             body["reason"] = reason
-        return self._t.request("POST", _PATHS[kind] + "/" + _quote(key) + "/force-release", body, timeout=self.timeout)
+        return self._t.request("POST", _KINDS[kind].path + "/" + _quote(key) + "/force-release", body, timeout=self.timeout)
 
     def _get(self, kind: str, path: str, query: Dict[str, Any]) -> Dict[str, Any]:
         """_get reads, retrying as acquire does: a read changes nothing."""
         q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-        full = _PATHS[kind] + path + ("?" + q if q else "")
+        full = _KINDS[kind].path + path + ("?" + q if q else "")
         return self._retrying(
             f"GET {full}", time.monotonic() + self.retry_for,
             lambda: self._t.request("GET", full, timeout=self.timeout),
@@ -354,8 +448,107 @@ class Semaphores:
         return self.history(name, limit, "renewed")
 
 
+class Elections:
+    """Elections are the election operations: ``client.elections``.
+
+    An election has one leader at a time, candidates served in the order
+    they began to campaign (across every lockd replica), and every
+    leadership numbered by a term that strictly increases: the
+    leadership's fence. The leadership is a Lease (``term``, ``leader``,
+    ``proclaim``; release resigns). An election and a lock of the same
+    name are unrelated.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def campaign(
+        self,
+        name: str,
+        ttl: float = 30.0,
+        wait: Optional[float] = None,
+        candidate: Optional[str] = None,
+        value: Any = None,
+        lock_delay: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
+        auto_renew: bool = True,
+        on_lost: Optional[OnLost] = None,
+    ) -> Lease:
+        """campaign waits in line up to wait seconds (None: as long as it takes) to lead name; the leadership, renewing itself.
+
+        After the wait, LockHeld (someone leads) or Queued (earlier
+        candidates come first). Without a wait, it campaigns in rounds of
+        the longest wait the server takes, each a new place at the end of
+        the line.
+        """
+        body: Dict[str, Any] = {"ttl_ms": _ms(ttl, "ttl")}
+        if candidate is not None:
+            body["candidate"] = candidate
+        if value is not None:
+            body["value"] = value
+        if lock_delay is not None:
+            body["lock_delay_ms"] = _ms(lock_delay, "lock_delay")
+        if wait is not None:
+            return self._c._acquire("election", name, body, wait, idempotency_key, auto_renew, on_lost)
+        round_ = _CAMPAIGN_ROUND
+        while True:
+            try:
+                return self._c._acquire("election", name, body, round_, idempotency_key, auto_renew, on_lost)
+            except NotGranted:
+                continue  # another round
+            except InvalidRequest as err:
+                if err.field != "wait_ms" or round_ <= 1.0:
+                    raise
+                round_ /= 2  # the server's --max-wait is shorter
+
+    def renew(self, name: str, token: str, ttl: Optional[float] = None, value: Any = None) -> Dict[str, Any]:
+        """renew extends the leadership with token, once (a value proclaims it too); LeaseLost when it no longer leads."""
+        return self._c._renew("election", name, token, ttl, self._c.timeout, value)
+
+    def proclaim(self, name: str, token: str, value: Any) -> Dict[str, Any]:
+        """proclaim sets the value of the leadership with token, keeping it: the Leadership; LeaseLost when it no longer leads."""
+        return self._c._lease_call("election", name, "proclaim", {"token": token, "value": value}, self._c.timeout)
+
+    def resign(self, name: str, token: str) -> Dict[str, Any]:
+        """resign ends the leadership with token: ``{"key", "resigned"}``; LeaseLost when it no longer leads."""
+        return self._c._release("election", name, token)
+
+    def force_release(self, name: str, fence: Optional[int] = None, reason: Optional[str] = None) -> Dict[str, Any]:
+        """force_release breaks the leadership (with fence: only that term's) so the next candidate leads (admin scope)."""
+        return self._c._force_release("election", name, fence, reason)
+
+    def leader(self, name: str) -> Dict[str, Any]:
+        """leader is the election's state: leader, value, term, since, expires_at, candidates (never a token); NotFound when nobody leads or campaigns."""
+        return self._c._get("election", "/" + _quote(name), {})
+
+    state = leader
+
+    def list(self, prefix: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
+        """list is one page of elections with a leader: ``{"elections": [...], "next_cursor": ...}``."""
+        return self._c._get("election", "", {"prefix": prefix, "limit": limit, "cursor": cursor})
+
+    def history(self, name: str, limit: Optional[int] = None, event_type: Optional[str] = None) -> Dict[str, Any]:
+        """history is the election's recent events, newest first: acquired, released (resigned), expired, force_released, proclaimed."""
+        return self._c._get("election", "/" + _quote(name) + "/history", {"limit": limit, "type": event_type})
+
+    def observe(self, name: str, timeout: Optional[float] = None) -> Observer:
+        """observe opens the election's event stream: an Observer of ``(event, change)`` pairs (see Client.observe).
+
+        Opening it retries as reads do; the stream itself is not retried:
+        observe again, and the first change says where things stand.
+        """
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"lockd: timeout must be positive, got {timeout}")
+        path = _KINDS["election"].path + "/" + _quote(name) + "/observe"
+        conn, resp = self._c._retrying(
+            f"GET {path}", time.monotonic() + self._c.retry_for,
+            lambda: self._c._t.stream(path, timeout=self._c.timeout),
+        )
+        return Observer(name, conn, resp, timeout)
+
+
 class LeaseContext:
-    """LeaseContext acquires on entry, yields the Lease and releases it on exit (Client.lock, Client.semaphore)."""
+    """LeaseContext acquires on entry, yields the Lease and releases it on exit (Client.lock, semaphore, campaign)."""
 
     def __init__(self, acquire: Callable[[], Lease]) -> None:
         self._acquire = acquire
@@ -363,7 +556,7 @@ class LeaseContext:
 
     def __enter__(self) -> Lease:
         if self._lease is not None:
-            raise RuntimeError("lockd: this lock context is already in use; call client.lock() again")
+            raise RuntimeError("lockd: this context is already in use; call client.lock() (or semaphore, campaign) again")
         self._lease = self._acquire()
         return self._lease
 

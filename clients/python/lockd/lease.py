@@ -1,4 +1,4 @@
-"""Lease: a granted lock or semaphore permit that renews itself.
+"""Lease: a granted lock, semaphore permit or election's leadership that renews itself.
 
 A lease's renewer is a daemon thread that renews every ttl/3. A renew
 answered 404 or 409 means the lease is gone: it is lost at once. A renew
@@ -14,6 +14,10 @@ LeaseLost) and calls ``on_lost`` once. The protected work should check
 ``lease.fence`` to the resource it protects: a process paused past its TTL
 notices the loss only once it runs again, and only a fence check at the
 resource closes that window.
+
+A leadership is the same lease under the election's words: its term is
+its fence (``lease.term``), its leader its owner (``lease.leader``),
+release resigns, and ``proclaim`` sets its value.
 """
 
 from __future__ import annotations
@@ -37,14 +41,17 @@ OnLost = Callable[["Lease", LeaseLost], None]
 
 
 class Lease:
-    """Lease is one grant: a lock (exclusive or shared) or a semaphore permit.
+    """Lease is one grant: a lock (exclusive or shared), a semaphore permit or an election's leadership.
 
-    ``key`` is the lock's key or the semaphore's name, ``kind`` is "lock"
-    or "semaphore", ``fence`` the grant's fencing number, ``ttl`` its TTL
-    in seconds, ``mode`` "exclusive", "shared" or "permit", ``limit`` the
-    semaphore's limit (None for a lock), ``replayed`` whether the server
-    answered with an earlier grant of the same Idempotency-Key. ``token``
-    is the lease's secret: it never appears in repr() or str().
+    ``key`` is the lock's key, the semaphore's or the election's name,
+    ``kind`` is "lock", "semaphore" or "election", ``fence`` the grant's
+    fencing number (a leadership's term: ``term`` is the same number),
+    ``ttl`` its TTL in seconds, ``owner`` who holds it (a leadership's
+    leader: ``leader`` is the same), ``mode`` "exclusive", "shared" or
+    "permit" (a leadership is "exclusive"), ``limit`` the semaphore's limit
+    (None otherwise), ``replayed`` whether the server answered with an
+    earlier grant of the same Idempotency-Key. ``token`` is the lease's
+    secret: it never appears in repr() or str().
 
     Use it as a context manager to release it at the end of the block.
     Its methods are safe to call from any thread.
@@ -62,10 +69,16 @@ class Lease:
         self._client = client
         self.kind = kind
         self.key: str = answer["key"]
-        self.fence: int = int(answer["fence"])
         self.ttl: float = answer["ttl_ms"] / 1000.0
-        self.owner: Optional[str] = answer.get("owner")
-        self.mode: Optional[str] = answer.get("mode")
+        if kind == "election":
+            # A Leadership: its term is the fence, its leader the owner.
+            self.fence: int = int(answer["term"])
+            self.owner: Optional[str] = answer.get("leader")
+            self.mode: Optional[str] = "exclusive"
+        else:
+            self.fence = int(answer["fence"])
+            self.owner = answer.get("owner")
+            self.mode = answer.get("mode")
         self.limit: Optional[int] = answer.get("limit")
         self.replayed: bool = bool(answer.get("replayed"))
         self.__token: str = answer["token"]
@@ -88,6 +101,22 @@ class Lease:
     def token(self) -> str:
         """token is the lease's secret: renew, release and re-entry need it. Keep it out of logs."""
         return self.__token
+
+    @property
+    def term(self) -> int:
+        """term is a leadership's term, strictly increasing per election: its fence under the election's word."""
+        return self.fence
+
+    @property
+    def leader(self) -> Optional[str]:
+        """leader is who leads, for a leadership: its owner under the election's word."""
+        return self.owner
+
+    @property
+    def value(self) -> Any:
+        """value is the lease's value as last sent (acquire, campaign, proclaim, renew with a value); None when it has none."""
+        with self._lock:
+            return self._info.get("value")
 
     @property
     def info(self) -> Dict[str, Any]:
@@ -128,16 +157,43 @@ class Lease:
         with self._lock:
             if self._released:
                 return
-            self._info = _without_token(answer)
+            self._info = _without_token(answer, self._info)
             self._expires = sent + self.ttl
             self._renewals += 1
 
-    def release(self) -> Optional[Dict[str, Any]]:
-        """release stops the renewer and gives the lease back.
+    def proclaim(self, value: Any) -> None:
+        """proclaim sets a leadership's value (any JSON, at most 4 KiB), keeping the leadership.
 
-        It returns the server's answer (``{"key", "released", "count"}``),
-        or None when the lease was already released. A lease that was lost
-        raises its LeaseLost, without asking the server.
+        It renews the leadership by its TTL too; observers get a
+        "proclaimed" event. A leadership that no longer leads is lost and
+        raises LeaseLost, as renew does.
+        """
+        if self.kind != "election":
+            raise ValueError(f"lockd: proclaim is for a leadership (client.campaign), not a {self.kind}")
+        if value is None:
+            raise ValueError("lockd: proclaim needs a value; JSON null is not one")
+        self.check()
+        sent = time.monotonic()
+        try:
+            answer = self._client._lease_call(
+                self.kind, self.key, "proclaim", {"token": self.__token, "value": value}, self._client.timeout
+            )
+        except LeaseLost as err:
+            self._lose(err)
+            raise
+        with self._lock:
+            if self._released:
+                return
+            self._info = _without_token(answer, self._info)
+            self._expires = sent + self.ttl
+
+    def release(self) -> Optional[Dict[str, Any]]:
+        """release stops the renewer and gives the lease back; a leadership resigns.
+
+        It returns the server's answer (``{"key", "released", "count"}``;
+        a leadership's ``{"key", "resigned"}``), or None when the lease was
+        already released. A lease that was lost raises its LeaseLost,
+        without asking the server.
         """
         with self._lock:
             if self._released:
@@ -181,6 +237,8 @@ class Lease:
 
     def __repr__(self) -> str:
         state = "lost" if self.lost.is_set() else ("released" if self._released else "held")
+        if self.kind == "election":
+            return f"<lockd.Lease election {self.key!r} term={self.fence} leader={self.owner!r} {state}>"
         return f"<lockd.Lease {self.kind} {self.key!r} fence={self.fence} owner={self.owner!r} {state}>"
 
     __str__ = __repr__
@@ -239,5 +297,13 @@ class Lease:
             delay = max(interval - (time.monotonic() - sent), 0.0)
 
 
-def _without_token(answer: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in answer.items() if k != "token"}
+def _without_token(answer: Dict[str, Any], before: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """_without_token is an answer to keep: never the token; the value from before when the answer has none.
+
+    A renew without a value keeps the lease's value, but a leadership's
+    renew answer names the value only when the renew set it.
+    """
+    out = {k: v for k, v in answer.items() if k != "token"}
+    if before is not None and "value" not in out and "value" in before:
+        out["value"] = before["value"]
+    return out

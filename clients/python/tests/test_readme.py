@@ -1,4 +1,4 @@
-"""The five-line example of clients/python/README.md runs as written."""
+"""The examples of clients/python/README.md run as written: the first (five lines), and the election's."""
 
 from __future__ import annotations
 
@@ -24,3 +24,26 @@ class Readme(unittest.TestCase):
         self.assertEqual(len(fences), 1)
         with self.assertRaises(lockd.NotFound):  # released at the end of the block
             lockd.Client(harness.url()).state("report:daily")
+
+    def test_elections_example_runs(self) -> None:
+        text = (harness.PYTHON_DIR / "README.md").read_text(encoding="utf-8")
+        m = re.search(r"```python\n(with client\.campaign\(.*?)```", text, re.S)
+        assert m is not None, "README.md has no python example of client.campaign"
+        example = m.group(1)
+        self.assertLessEqual(len([line for line in example.splitlines() if line.strip()]), 5)
+        self.assertIn('"billing:leader"', example)
+        name = harness.unique("readme")
+        c = lockd.Client(harness.url())
+        led: List[Dict[str, Any]] = []
+
+        def serve_while_leading(lead: lockd.Lease) -> None:
+            led.append({"term": lead.term, "lost": lead.lost.is_set(), "state": c.leader(name)})
+
+        scope: Dict[str, Any] = {"client": c, "serve_while_leading": serve_while_leading}
+        exec(compile(example.replace('"billing:leader"', repr(name)), "README.md", "exec"), scope)
+        self.assertEqual(len(led), 1)
+        state = led[0]["state"]
+        self.assertEqual((state["leader"], state["term"], state["value"]), ("host-a", led[0]["term"], {"addr": "10.0.0.7:8080"}))
+        self.assertFalse(led[0]["lost"])
+        with self.assertRaises(lockd.NotFound):  # resigned at the end of the block
+            c.leader(name)

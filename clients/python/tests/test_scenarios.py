@@ -13,7 +13,7 @@ import threading
 import time
 import unittest
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import harness
 from harness import lockd, scenario
@@ -185,9 +185,91 @@ class Scenarios(unittest.TestCase):
 
     @scenario("election-handover")
     def test_election_handover(self, spec: Dict[str, Any]) -> None:
-        # Not run while scenarios.json marks it pending. Once the server has
-        # elections, this must become the hand-over test.
-        self.fail("write the election hand-over test: the scenario is no longer pending")
+        one, two = harness.client(harness.url()), harness.client(harness.url2())
+        name = harness.unique("handover")
+        ttl, wait, slack = spec["ttl_ms"] / 1000, spec["wait_ms"] / 1000, spec["slack_ms"] / 1000
+        errors: List[BaseException] = []
+
+        # The observer reads on its own thread, from the second server,
+        # everything until it is closed.
+        seen: List[Tuple[str, Dict[str, Any]]] = []
+        observer = two.observe(name, timeout=wait)
+        self.addCleanup(observer.close)
+
+        def observe() -> None:
+            try:
+                seen.extend(observer)
+            except BaseException as err:
+                errors.append(err)
+
+        reader = threading.Thread(target=observe, daemon=True)
+        reader.start()
+        harness.eventually(lambda: len(seen) == 1, what="the observer's first change")
+
+        def campaign_waiting(c: lockd.Client, candidate: str) -> Tuple[threading.Thread, Dict[str, Any]]:
+            """campaign_waiting campaigns on a thread; it returns once candidate waits in line."""
+            got: Dict[str, Any] = {}
+
+            def run() -> None:
+                try:
+                    got["lease"] = c.elections.campaign(name, ttl=ttl, wait=wait, candidate=candidate)
+                    got["at"] = time.monotonic()
+                except BaseException as err:
+                    errors.append(err)
+
+            t = threading.Thread(target=run, daemon=True)
+            t.start()
+            harness.eventually(lambda: candidates(one, name) == [candidate], what=f"{candidate} waiting in line")
+            return t, got
+
+        # A leads through the first server; B waits on the second; A resigns.
+        a = one.elections.campaign(name, ttl=ttl, candidate="A")
+        self.addCleanup(a.abandon)
+        t, b_got = campaign_waiting(two, "B")
+        self.assertEqual(one.leader(name)["leader"], "A")
+        resigned = time.monotonic()
+        self.assertEqual(a.release(), {"key": name, "resigned": True})
+        t.join(wait)
+        self.assertEqual(errors, [])
+        b: lockd.Lease = b_got["lease"]
+        self.addCleanup(b.abandon)
+        took = b_got["at"] - resigned
+        self.assertGreater(b.term, a.term)
+        self.assertLessEqual(took, slack, f"B led {took:.3f} s after A resigned")
+
+        # C waits on the first server; B's renewals stop, and its
+        # leadership lapses after its TTL.
+        t, c_got = campaign_waiting(one, "C")
+        self.assertFalse(b.lost.is_set(), b.error)
+        b.abandon()
+        stopped = time.monotonic()
+        t.join(wait)
+        self.assertEqual(errors, [])
+        c: lockd.Lease = c_got["lease"]
+        took = c_got["at"] - stopped
+        self.assertGreater(c.term, b.term)
+        self.assertGreaterEqual(took, ttl * 2 / 3 - 0.05, f"C led {took:.3f} s after B stopped renewing: before B lapsed")
+        self.assertLessEqual(took, ttl + slack, f"C led {took:.3f} s after B stopped renewing")
+        self.assertEqual(one.leader(name)["leader"], "C")
+        c.release()
+        ended = {e["fence"]: e["type"] for e in one.election_history(name)["events"] if e["type"] in ("released", "expired")}
+        self.assertEqual(ended, {a.term: "released", b.term: "expired", c.term: "released"})
+
+        harness.eventually(lambda: len(seen) >= 7 or bool(errors), within=wait, what="the observer's seven changes")
+        observer.close()
+        reader.join(5)
+        self.assertEqual(errors, [])
+        got = [(event, change["term"], change.get("leader")) for event, change in seen]
+        want = [
+            ("vacant", 0, None),
+            ("leader", a.term, "A"),
+            ("vacant", a.term, None),
+            ("leader", b.term, "B"),
+            ("vacant", b.term, None),
+            ("leader", c.term, "C"),
+            ("vacant", c.term, None),
+        ]
+        self.assertEqual(got, want)
 
     def test_every_scenario_has_a_test(self) -> None:
         # Import every test module, so that a scenario test in another file
@@ -196,6 +278,13 @@ class Scenarios(unittest.TestCase):
             importlib.import_module(path.stem)
         missing = sorted(set(harness.SCENARIOS) - set(harness.COVERED))
         self.assertEqual(missing, [], "scenarios of clients/scenarios.json without a Python test")
+
+
+def candidates(c: lockd.Client, name: str) -> List[str]:
+    try:
+        return [w["candidate"] for w in c.leader(name)["candidates"]]
+    except lockd.NotFound:
+        return []
 
 
 def c_waiters(c: lockd.Client, key: str) -> int:
