@@ -501,3 +501,119 @@ func observerProblems(streams [][]observation, granted []int64) []string {
 	}
 	return problems
 }
+
+// TestElectionObserveFirstRead changes the leader while an observer's
+// stream is between its subscription and its first read of the state.
+// The observer's lockd reaches Redis through a proxy that delays every
+// reply by 300 ms; the leader and its successor go through another lockd,
+// without delay, as soon as Redis has run the subscription's read of the
+// stream's end (XINFO STREAM, counted in INFO commandstats), so that the
+// change falls in the 300 ms before the stream's first read of the state.
+// The events of that window reach the stream after its first read, which
+// already describes the new leader: the old leader's proclaimed value
+// among them must not be sent as news, with an older term than the
+// leader the stream announced.
+func TestElectionObserveFirstRead(t *testing.T) {
+	rs := redistest.Start(t)
+	admin := rs.Client(t)
+	px := startProxy(t, rs.Addr)
+	px.phase(t, `{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":300}}`)
+	const name = "window:leader"
+	fast := lockdtest.Start(t, lockdtest.Options{Redis: rs})
+	slow := lockdtest.Start(t, lockdtest.Options{Redis: rs, RedisAddr: px.addr()})
+	f := &electionFaults{t: t, httpc: &http.Client{}}
+	base := fast.URL + "/v1/elections/" + name
+
+	campaign := func(candidate string, wait time.Duration) api.Leadership {
+		status, body, err := f.post(base+"/campaign", map[string]any{"candidate": candidate, "ttl_ms": 30000, "wait_ms": wait.Milliseconds()})
+		var l api.Leadership
+		if err != nil || status != http.StatusOK || json.Unmarshal(body, &l) != nil {
+			t.Errorf("campaign of %s: %d %v %s", candidate, status, err, body)
+		}
+		return l
+	}
+	must := func(op string, body any) {
+		t.Helper()
+		if status, out, err := f.post(base+op, body); err != nil || status != http.StatusOK {
+			t.Fatalf("%s: %d %v %s", op, status, err, out)
+		}
+	}
+	xinfos := func() int {
+		info, err := admin.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, stats, _ := strings.Cut(info, "cmdstat_xinfo|stream:calls=")
+		n := 0
+		fmt.Sscanf(stats, "%d", &n)
+		return n
+	}
+	a := campaign("a", 0)
+	next := make(chan api.Leadership, 1)
+	go func() { next <- campaign("b", 10*time.Second) }()
+	lockdtest.Eventually(t, func() bool {
+		res, err := f.httpc.Get(base)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		var st api.ElectionState
+		return json.NewDecoder(res.Body).Decode(&st) == nil && len(st.Candidates) == 1
+	}, 5*time.Second, "b in line")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, slow.URL+"/v1/elections/"+name+"/observe", nil)
+	opened := make(chan *http.Response, 1)
+	before := xinfos()
+	go func() {
+		res, err := f.httpc.Do(req)
+		if err != nil {
+			t.Errorf("observe: %v", err)
+		}
+		opened <- res
+	}()
+	lockdtest.Eventually(t, func() bool { return xinfos() > before }, 10*time.Second, "the observer's subscription")
+	must("/proclaim", map[string]any{"token": a.Token, "value": "a's last word"})
+	must("/resign", map[string]any{"token": a.Token})
+	b := <-next
+
+	res := <-opened
+	if res == nil {
+		return
+	}
+	defer res.Body.Close()
+	events := make(chan sse)
+	go readEvents(res.Body, events)
+	defer func() {
+		cancel()
+		for range events {
+		}
+	}()
+	var got []observation
+	for len(got) == 0 || got[len(got)-1] != (observation{"proclaimed", b.Term}) {
+		select {
+		case ev := <-events:
+			if ev.event == "" {
+				continue // a heartbeat
+			}
+			var c api.ElectionChange
+			if err := json.Unmarshal([]byte(ev.data), &c); err != nil {
+				t.Fatalf("observed %s: %v: %s", ev.event, err, ev.data)
+			}
+			got = append(got, observation{ev.event, c.Term})
+			if len(got) == 1 {
+				// News after the first read: the stream must carry it.
+				must("/proclaim", map[string]any{"token": b.Token, "value": "b's first word"})
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("b's proclaim not observed: %v (terms a %d, b %d)", got, a.Term, b.Term)
+		}
+	}
+	if got[0] != (observation{"leader", b.Term}) {
+		t.Logf("the first read did not find b: the change came after it (a slow machine); the stream told it in order")
+	}
+	for _, p := range observerProblems([][]observation{got}, []int64{a.Term, b.Term}) {
+		t.Errorf("terms a %d, b %d: %s", a.Term, b.Term, p)
+	}
+}
