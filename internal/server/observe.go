@@ -109,6 +109,14 @@ func (o *observeStream) change(ctx context.Context, out sse, c lock.Change) erro
 		}
 		return out.send("leader", ch)
 	case "proclaimed":
+		if c.Fence != o.term {
+			// Not the leader this stream last described: a value of a
+			// term that ended before the first read (or a resync) found
+			// another leader or none, an event of the moments between
+			// the subscription and that read. Sent, it would take the
+			// observer back to an older term.
+			return nil
+		}
 		ch := api.ElectionChange{Key: o.res.Name, Leader: &c.Owner, Term: c.Fence}
 		if st, err := o.s.engine.State(ctx, o.res); err == nil && st.Fence == c.Fence {
 			ch = leaderChange(o.res, st)
