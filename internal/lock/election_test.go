@@ -60,3 +60,62 @@ func TestElectionsAreAKind(t *testing.T) {
 		t.Fatalf("Redlock election state: %v", err)
 	}
 }
+
+// runElections checks elections, values and lock-delay through two
+// engines on one topology (a Sentinel's master, a Cluster's masters): the
+// successor waiting on b leads with a higher term when a's leader
+// resigns, values come with the state, a proclaim reaches the event
+// stream, and a lapsed lease's lock-delay holds its key off.
+func runElections(t *testing.T, a, b *lock.Engine) {
+	t.Helper()
+	ctx := context.Background()
+	el := lock.Election("topo:leader")
+	first := mustAcquire(t, a, el, lock.AcquireRequest{Owner: "a", Value: `{"addr":"a:1"}`})
+	next := make(chan lock.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, el, lock.AcquireRequest{Owner: "b", TTL: 10 * time.Second, Wait: 10 * time.Second, Value: `{"addr":"b:1"}`})
+		if err != nil {
+			t.Errorf("waiting candidate: %v", err)
+		}
+		next <- l
+	}()
+	waitFor(t, func() bool {
+		st, err := a.State(ctx, el)
+		return err == nil && len(st.Queue) == 1
+	})
+	sub, err := b.Subscribe(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := a.Renew(ctx, el, lock.RenewRequest{Token: first.Token, Value: `"draining"`}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Release(ctx, el, first.Token, "a"); err != nil {
+		t.Fatal(err)
+	}
+	second := <-next
+	if second.Fence <= first.Fence || second.Owner != "b" {
+		t.Fatalf("successor %+v after term %d", second, first.Fence)
+	}
+	if st, err := b.State(ctx, el); err != nil || st.Value != `{"addr":"b:1"}` {
+		t.Fatalf("the successor's value: %+v %v", st, err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		c, err := sub.Next(wait)
+		if err != nil {
+			t.Fatalf("no proclaimed event: %v", err)
+		}
+		if c.Resource == el && c.Type == "proclaimed" && c.Fence == first.Fence {
+			break
+		}
+	}
+
+	mustAcquire(t, a, lock.Lock("topo:delay"), lock.AcquireRequest{TTL: 200 * time.Millisecond, LockDelay: 2 * time.Second})
+	time.Sleep(300 * time.Millisecond)
+	if _, err := b.Acquire(ctx, lock.Lock("topo:delay"), lock.AcquireRequest{TTL: time.Second}); !errors.Is(err, lock.ErrLockDelay) {
+		t.Fatalf("acquire during the lock-delay: %v", err)
+	}
+}
