@@ -164,3 +164,19 @@ func TestCampaignHoldEndsWithTheConnection(t *testing.T) {
 		t.Fatalf("after the hold closed: %+v in %v", n, took)
 	}
 }
+
+// An observe whose first read Redis cannot answer is a 503 the client can
+// retry, never a stream that ends without an event.
+func TestObserveAnswers503WhileRedisIsAway(t *testing.T) {
+	f := newFixture(t)
+	f.redis.Pause()
+	resp, err := http.Get(f.url + "/v1/elections/away/observe")
+	f.redis.Resume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("observe while Redis is paused: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}

@@ -19,7 +19,15 @@ func (s *Server) ObserveElection(ctx context.Context, r api.ObserveElectionReque
 	if err != nil {
 		return nil, err
 	}
-	return &observeStream{s: s, ctx: ctx, res: lock.Election(r.Key), sub: sub, release: release}, nil
+	o := &observeStream{s: s, ctx: ctx, res: lock.Election(r.Key), sub: sub, release: release}
+	// The first read comes before the answer, so that Redis failing it is
+	// a 503 the client can retry, not an empty stream.
+	if o.firstEvent, o.first, err = o.read(ctx); err != nil {
+		sub.Close()
+		release()
+		return nil, err
+	}
+	return o, nil
 }
 
 // observeStream writes an election's changes; it implements the generated
@@ -33,6 +41,10 @@ type observeStream struct {
 	// term is the newest term sent, so that a change already described
 	// (by the first read, or a resynchronisation) is not sent again.
 	term int64
+	// firstEvent and first are the stream's first event, read before the
+	// answer began.
+	firstEvent string
+	first      api.ElectionChange
 }
 
 // VisitObserveElectionResponse runs the stream until the client leaves,
@@ -52,7 +64,7 @@ func (o *observeStream) VisitObserveElectionResponse(w http.ResponseWriter) erro
 		}
 	}()
 	out := startSSE(w)
-	if o.current(ctx, out) != nil {
+	if out.send(o.firstEvent, o.first) != nil {
 		return nil
 	}
 	beat, last := o.s.cfg.HoldHeartbeat, time.Now()
@@ -84,15 +96,24 @@ func (o *observeStream) VisitObserveElectionResponse(w http.ResponseWriter) erro
 
 // current sends the leader, or vacant, as a read finds them.
 func (o *observeStream) current(ctx context.Context, out sse) error {
+	event, change, err := o.read(ctx)
+	if err != nil {
+		return err
+	}
+	return out.send(event, change)
+}
+
+// read is the leader, or vacant, as the state says now.
+func (o *observeStream) read(ctx context.Context) (string, api.ElectionChange, error) {
 	st, err := o.s.engine.State(ctx, o.res)
 	switch {
 	case errors.Is(err, lock.ErrNotFound):
-		return out.send("vacant", api.ElectionChange{Key: o.res.Name, Term: o.term})
+		return "vacant", api.ElectionChange{Key: o.res.Name, Term: o.term}, nil
 	case err != nil:
-		return err
+		return "", api.ElectionChange{}, err
 	}
 	o.term = st.Fence
-	return out.send("leader", leaderChange(o.res, st))
+	return "leader", leaderChange(o.res, st), nil
 }
 
 // change sends what one event of the election means to an observer.
