@@ -503,9 +503,14 @@ func (r *Redlock) ForceReleaseFence(ctx context.Context, res Resource, fence int
 	if err := onlyLocks(res); err != nil {
 		return Broken{}, err
 	}
-	bs, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *node) (Broken, error) {
+	// Every master's answer is waited for (each within the call's
+	// timeout), not only a majority's: a force-release is a person's act,
+	// rare and not in a hurry, and the caller's next operation on the key
+	// (another force-release, an acquire) must not reach a slow master
+	// before this one and be recorded there out of order.
+	bs, errs := eachUntil(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *node) (Broken, error) {
 		return n.forceReleaseFence(ctx, key, fence, actor, reason)
-	})
+	}, func(Broken, error) bool { return false })
 	var ok []Broken
 	for i, err := range errs {
 		if err == nil {
