@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -94,13 +93,9 @@ func startHarness(t *testing.T) *harness {
 // URL.
 func startBinary(t *testing.T, rs *redistest.Server) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(lockdBin, "serve", "--listen", addr, "--redis", rs.URL())
+	// Port 0 and the address from the log: a port found free and closed
+	// could be taken by another test's process before lockd binds it.
+	cmd := exec.Command(lockdBin, "serve", "--listen", "127.0.0.1:0", "--redis", rs.URL())
 	// LOCKD_* variables of whoever runs the tests would change its flags.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "LOCKD_") {
@@ -122,13 +117,19 @@ func startBinary(t *testing.T, rs *redistest.Server) string {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	url := "http://" + addr
+	url := ""
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get(url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
+		if url == "" {
+			url = listeningURL(logs.String())
+		}
+		var err error
+		if url != "" {
+			var resp *http.Response
+			if resp, err = http.Get(url + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return url
+				}
 			}
 		}
 		select {
@@ -137,9 +138,20 @@ func startBinary(t *testing.T, rs *redistest.Server) string {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lockd serve on %s not ready in 10 s (%v):\n%s", addr, err, &logs)
+			t.Fatalf("lockd serve at %q not ready in 10 s (%v):\n%s", url, err, &logs)
 		}
 	}
+}
+
+// listeningURL is the URL in lockd's "listening" log line, "" before it.
+func listeningURL(logs string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		var l struct{ Message, Addr string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Message == "listening" {
+			return "http://" + l.Addr
+		}
+	}
+	return ""
 }
 
 // control serves POST /redis/pause?ms=N for the client's tests.

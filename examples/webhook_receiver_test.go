@@ -3,7 +3,6 @@ package examples_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,15 +20,14 @@ import (
 func TestPythonWebhookReceiver(t *testing.T) {
 	need(t, "python3", "apt-get install python3")
 	const secret = "example-secret-0123456789"
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	ld := lockdtest.Start(t, lockdtest.Options{})
-	py := start(t, &lockd{url: ld.URL}, []string{"LOCKD_WEBHOOK_SECRET=" + secret}, "python3", "webhook_receiver.py", "127.0.0.1", fmt.Sprint(port))
-	py.waitOutput(t, "listening on")
+	// Port 0: the receiver prints the port it was given.
+	py := start(t, &lockd{url: ld.URL}, []string{"LOCKD_WEBHOOK_SECRET=" + secret}, "python3", "webhook_receiver.py", "127.0.0.1", "0")
+	py.waitOutput(t, "listening on 127.0.0.1:")
+	var port int
+	if _, err := fmt.Sscanf(py.out.String(), "listening on 127.0.0.1:%d", &port); err != nil {
+		t.Fatalf("the receiver's port: %v in %q", err, py.out.String())
+	}
 	url := fmt.Sprintf("http://127.0.0.1:%d/lockd", port)
 
 	d := webhook.New(ld.Engine.EventClient(), ld.Engine.EventStream(),

@@ -54,6 +54,10 @@ func NewCluster(dir string) (*Cluster, error) {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		return nil, fmt.Errorf("redis-cli is not on PATH; it forms the cluster (Debian: apt-get install -y redis-tools)")
 	}
+	return onFreshPorts(func() (*Cluster, error) { return formCluster(dir) })
+}
+
+func formCluster(dir string) (*Cluster, error) {
 	// Each node also listens on its cluster bus port, port+10000.
 	ports, err := freePorts(6, true)
 	if err != nil {

@@ -41,7 +41,16 @@ type node struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd has exited and been reaped
 	paused bool          // SIGSTOPped: skipped by the harness's own checks
+
+	password string // requirepass of the process, "" for none
 }
+
+// errPortTaken is returned when a node's port turned out to be in use by
+// the time redis-server bound it: free ports are found by listening and
+// closing, and another test process (go test runs packages in parallel) or
+// an outgoing connection can take one in between. Constructors retry on
+// fresh ports.
+var errPortTaken = errors.New("port taken by another process")
 
 func newNode(dir string, port int, logName string) (*node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -79,22 +88,42 @@ func (n *node) start(ctx context.Context, args []string) error {
 	}()
 	n.cmd, n.exited, n.paused = cmd, exited, false
 
-	c := newClient(n.addr)
+	c := newAuthClient(n.addr, n.password)
 	defer c.Close()
 	for {
 		err := c.Ping(ctx).Err()
-		// NOAUTH: a node with requirepass answers, asking for a password.
-		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
-			return nil
+		if err == nil {
+			// Something answers on the port: it must be this process and
+			// not another test's Redis that holds the port, in which case
+			// this one fails to bind and exits.
+			return n.owns(ctx, c, cmd.Process.Pid)
 		}
 		select {
 		case <-exited:
+			if strings.Contains(n.tail(), "Address already in use") {
+				return fmt.Errorf("redis-server on %s: %w", n.addr, errPortTaken)
+			}
 			return fmt.Errorf("redis-server on %s exited while starting\n%s", n.addr, n.tail())
 		case <-ctx.Done():
 			return fmt.Errorf("redis-server on %s did not answer PING: %v\n%s", n.addr, err, n.tail())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// owns checks that the server answering c is the process with pid. If it
+// is another, the port is taken: the process is killed and errPortTaken
+// returned.
+func (n *node) owns(ctx context.Context, c *redis.Client, pid int) error {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("redis-server on %s: INFO server: %w", n.addr, err)
+	}
+	if got := infoField(info, "process_id"); got != strconv.Itoa(pid) {
+		n.kill()
+		return fmt.Errorf("redis-server on %s: process %s answers, not %d: %w", n.addr, got, pid, errPortTaken)
+	}
+	return nil
 }
 
 // live reports whether the process is up and answering: the harness's own
@@ -162,9 +191,13 @@ func lastLines(data []byte, n int) string {
 // no retries, so that a dead or paused node answers an error within a
 // second instead of holding up a wait loop; no CLIENT SETINFO or
 // maintenance notifications, which only add round trips here.
-func newClient(addr string) *redis.Client {
+func newClient(addr string) *redis.Client { return newAuthClient(addr, "") }
+
+// newAuthClient is newClient with a password.
+func newAuthClient(addr, password string) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                     addr,
+		Password:                 password,
 		DialTimeout:              time.Second,
 		ReadTimeout:              time.Second,
 		WriteTimeout:             time.Second,
@@ -258,6 +291,22 @@ func freePorts(n int, bus bool) ([]int, error) {
 		ports = append(ports, p)
 	}
 	return ports, nil
+}
+
+// portAttempts is how many times a topology is formed, on fresh ports each
+// time, before a taken port fails the test.
+const portAttempts = 3
+
+// onFreshPorts calls form until it succeeds, fails other than with
+// errPortTaken, or has been tried portAttempts times. form picks its own
+// ports and cleans up after itself when it fails.
+func onFreshPorts[T any](form func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		t, err := form()
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == portAttempts {
+			return t, err
+		}
+	}
 }
 
 // infoField returns one field of an INFO section, "" when absent.

@@ -23,6 +23,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -39,13 +40,15 @@ import (
 
 // Server is a redis-server process owned by one test.
 type Server struct {
-	Addr string
-	port int
-	dir  string
-	args []string
-	ping func(addr string) error
-	cmd  *exec.Cmd
-	tb   testing.TB
+	Addr   string
+	port   int
+	dir    string
+	listen func(n int) []string
+	extra  []string
+	ping   func(addr string) error
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has exited and been reaped
+	tb     testing.TB
 }
 
 // Start runs redis-server on a free port until the test ends.
@@ -65,18 +68,26 @@ func StartWith(tb testing.TB, port func(n int) []string, extra []string, ping ..
 			"Install it with `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis`, " +
 			"or run `make test`, which installs it when it can.")
 	}
-	s := &Server{port: freePort(tb), dir: tb.TempDir(), tb: tb}
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-	listen := []string{"--port", strconv.Itoa(s.port)}
-	if port != nil {
-		listen = port(s.port)
+	s := &Server{dir: tb.TempDir(), tb: tb, extra: extra, listen: port, ping: defaultPing}
+	if s.listen == nil {
+		s.listen = func(n int) []string { return []string{"--port", strconv.Itoa(n)} }
 	}
-	s.args = append(listen, extra...)
-	s.ping = defaultPing
 	if len(ping) > 0 {
 		s.ping = ping[0]
 	}
-	s.start()
+	// A port found free can be taken before redis-server binds it (see
+	// errPortTaken): start again on another.
+	for attempt := 1; ; attempt++ {
+		s.port = freePort(tb)
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+		err := s.start()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errPortTaken) || attempt == portAttempts {
+			tb.Fatal(err)
+		}
+	}
 	tb.Cleanup(s.Stop)
 	return s
 }
@@ -87,28 +98,68 @@ func defaultPing(addr string) error {
 	return c.Ping(context.Background()).Err()
 }
 
-func (s *Server) start() {
-	s.tb.Helper()
+// start runs redis-server on s.port and waits until it answers.
+func (s *Server) start() error {
 	args := append([]string{"--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
-	s.cmd = exec.Command("redis-server", args...)
+		"--logfile", filepath.Join(s.dir, "redis.log")}, s.listen(s.port)...)
+	s.cmd = exec.Command("redis-server", append(args, s.extra...)...)
 	killWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
-		s.tb.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
+	cmd, exited := s.cmd, make(chan struct{})
+	s.exited = exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := s.ping(s.Addr)
 		if err == nil {
-			return
+			return s.owned(exited)
+		}
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		select {
+		case <-exited:
+			s.cmd = nil
+			if bytes.Contains(log, []byte("Address already in use")) {
+				return fmt.Errorf("redis-server on %s: %w", s.Addr, errPortTaken)
+			}
+			return fmt.Errorf("redis-server on %s exited while starting\n%s", s.Addr, log)
+		default:
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.tb.Fatalf("redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
+			return fmt.Errorf("redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// owned checks that the server that answered is this one and not another
+// test's on the same port, which made this one exit or will. With a ping
+// of the caller's (TLS) there is no plain client to ask, and it is enough
+// that the process is still running a moment later.
+func (s *Server) owned(exited <-chan struct{}) error {
+	got := ""
+	c := newClient(s.Addr)
+	if info, err := c.Info(context.Background(), "server").Result(); err == nil {
+		got = infoField(info, "process_id")
+	}
+	_ = c.Close()
+	if got == strconv.Itoa(s.cmd.Process.Pid) {
+		return nil
+	}
+	select {
+	case <-exited:
+	case <-time.After(200 * time.Millisecond):
+		if got == "" {
+			return nil
+		}
+	}
+	s.Stop()
+	return fmt.Errorf("redis-server on %s: another process answers: %w", s.Addr, errPortTaken)
 }
 
 // Stop kills the server; Restart brings it back on the same port.
@@ -117,7 +168,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -140,7 +191,9 @@ func (s *Server) Resume() {
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.Stop()
-	s.start()
+	if err := s.start(); err != nil {
+		s.tb.Fatal(err)
+	}
 }
 
 // Client returns a client of the server that the test closes at its end.

@@ -76,6 +76,10 @@ func newSentinel(dir, password string) (*Sentinel, error) {
 	if err := checkRedisServer(); err != nil {
 		return nil, err
 	}
+	return onFreshPorts(func() (*Sentinel, error) { return formSentinel(dir, password) })
+}
+
+func formSentinel(dir, password string) (*Sentinel, error) {
 	ports, err := freePorts(5, false)
 	if err != nil {
 		return nil, err
@@ -91,6 +95,7 @@ func newSentinel(dir, password string) (*Sentinel, error) {
 		if s.sentinels[i], err = newNode(filepath.Join(dir, fmt.Sprintf("sentinel-%d", p)), p, "sentinel.log"); err != nil {
 			return nil, err
 		}
+		s.sentinels[i].password = password
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), formTimeout)
 	defer cancel()

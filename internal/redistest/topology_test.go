@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -348,5 +349,62 @@ func TestFreePortsWithBus(t *testing.T) {
 			t.Fatalf("ports %v", ports)
 		}
 		seen[p] = true
+	}
+}
+
+// A port found free can be taken before redis-server binds it. What
+// answers on it then is another process, which the harness must not take
+// for its own: CI once formed a cluster with another package's Redis in it.
+func TestTakenPortIsNoticed(t *testing.T) {
+	other := Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	t.Run("node", func(t *testing.T) {
+		n, err := newNode(t.TempDir(), other.port, "redis.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.kill()
+		err = n.start(ctx, dataNodeArgs(n, ""))
+		if !errors.Is(err, errPortTaken) {
+			t.Fatalf("start on a taken port: %v, want errPortTaken", err)
+		}
+	})
+	t.Run("server", func(t *testing.T) {
+		s := &Server{port: other.port, Addr: other.Addr, dir: t.TempDir(), tb: t,
+			listen: other.listen, ping: defaultPing}
+		defer s.Stop()
+		if err := s.start(); !errors.Is(err, errPortTaken) {
+			t.Fatalf("start on a taken port: %v, want errPortTaken", err)
+		}
+	})
+	if err := defaultPing(other.Addr); err != nil {
+		t.Fatalf("the Redis that held the port is hurt: %v", err)
+	}
+}
+
+func TestOnFreshPortsRetriesOnlyTakenPorts(t *testing.T) {
+	for _, tc := range []struct {
+		errs      []error
+		wantCalls int
+		wantErr   error
+	}{
+		{errs: []error{nil}, wantCalls: 1},
+		{errs: []error{errPortTaken, nil}, wantCalls: 2},
+		{errs: []error{errPortTaken, errPortTaken, errPortTaken}, wantCalls: portAttempts, wantErr: errPortTaken},
+		{errs: []error{errNoRedis}, wantCalls: 1, wantErr: errNoRedis},
+	} {
+		calls := 0
+		_, err := onFreshPorts(func() (int, error) {
+			calls++
+			if err := tc.errs[calls-1]; err != nil {
+				return 0, fmt.Errorf("form: %w", err)
+			}
+			return calls, nil
+		})
+		if calls != tc.wantCalls || !errors.Is(err, tc.wantErr) {
+			t.Errorf("errors %v: %d calls, err %v; want %d calls, err %v", tc.errs, calls, err, tc.wantCalls, tc.wantErr)
+		}
 	}
 }
