@@ -15,6 +15,8 @@ func NewRequestBody(operationID string) any {
 		return new(CampaignJSONRequestBody)
 	case "campaignHold":
 		return new(CampaignHoldJSONRequestBody)
+	case "createSession":
+		return new(CreateSessionJSONRequestBody)
 	case "forceReleaseElection":
 		return new(ForceReleaseElectionJSONRequestBody)
 	case "forceReleaseLock":

@@ -227,6 +227,11 @@ type AcquireRequest struct {
 	// ("" for none): readers see it in the state; a re-entry with one
 	// replaces it.
 	Value string
+	// Session binds the grant to the session with this id (session.go):
+	// its TTL is the session's, and TTL is ignored.
+	Session string
+
+	sessionHandle string // the session's handle, once looked up
 }
 
 // MaxValue is the largest value a grant may carry, in bytes of compact
@@ -278,7 +283,12 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 	if err != nil {
 		return Lease{}, err
 	}
-	lease, err := e.acquire(ctx, res, req, token, want)
+	var lease Lease
+	if req.Session != "" {
+		lease, err = e.acquireInSession(ctx, res, req, token, want)
+	} else {
+		lease, err = e.acquire(ctx, res, req, token, want)
+	}
 	if err != nil {
 		e.giveBackIfUnanswered(res, req, token, err)
 	}
@@ -378,7 +388,7 @@ func (e *Engine) Renew(ctx context.Context, res Resource, req RenewRequest) (Lea
 	if err := res.check(); err != nil {
 		return Lease{}, err
 	}
-	return e.n.renew(ctx, res.id(), req)
+	return e.n.renewBy(ctx, res.id(), req, false)
 }
 
 // Released is what a release gave back.

@@ -135,7 +135,7 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, w
 		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
 		seen: seen, liveMS: live, newEpoch: n.newEpochID(), minMS: least,
 		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req),
-		delay: delayArg(req.LockDelay), value: req.Value}
+		delay: delayArg(req.LockDelay), value: req.Value, session: req.sessionHandle}
 	keys, argv := c.run(n)
 	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
@@ -271,9 +271,11 @@ func delayArg(d time.Duration) string {
 	return strconv.FormatInt(max(1, d.Milliseconds()), 10)
 }
 
-// renew runs renew.lua: the lease's expiry becomes now + req.TTL (0: the
-// lease's own TTL), and req.Value, if any, replaces the grant's value.
-func (n *node) renew(ctx context.Context, key string, req RenewRequest) (Lease, error) {
+// renewBy runs renew.lua: the lease's expiry becomes now + req.TTL (0:
+// the lease's own TTL), and req.Value, if any, replaces the grant's value.
+// A grant bound to a session keeps its expiry unless bySession (the
+// session's own renewal).
+func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySession bool) (Lease, error) {
 	k := keysOf(key)
 	ttlArg := ""
 	if req.TTL > 0 {
@@ -282,7 +284,8 @@ func (n *node) renew(ctx context.Context, key string, req RenewRequest) (Lease, 
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
-	keys, argv := renewCall{keys: k, shared: sh, token: req.Token, ttl: ttlArg, actor: packable(req.Actor), value: req.Value}.run(n)
+	keys, argv := renewCall{keys: k, shared: sh, token: req.Token, ttl: ttlArg, actor: packable(req.Actor), value: req.Value,
+		bySession: bySession}.run(n)
 	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)

@@ -35,6 +35,7 @@ type acquireCall struct {
 	named    string // named
 	delay    string // the lock-delay in ms, or "" for none
 	value    string // the grant's value (JSON), or ""
+	session  string // the handle of the session it is bound to, or ""
 }
 
 func (c acquireCall) run(n *node) ([]string, []any) {
@@ -42,7 +43,7 @@ func (c acquireCall) run(n *node) ([]string, []any) {
 	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor, k.wake, c.intent,
 			c.seen, c.liveMS, c.newEpoch, c.minMS,
-			c.mode, c.limit, c.waiter, n.arg.replica, c.deadline, c.place, c.named, c.delay, c.value}
+			c.mode, c.limit, c.waiter, n.arg.replica, c.deadline, c.place, c.named, c.delay, c.value, c.session}
 }
 
 // renewCall is renew.lua's call.
@@ -53,12 +54,19 @@ type renewCall struct {
 	ttl    string // ms, or "" to keep the lease's own
 	actor  string
 	value  string // a new value (JSON), or "" to keep the grant's own
+	// bySession: the grant's session renews it, the only renewal that
+	// moves a session-bound grant's expiry.
+	bySession bool
 }
 
 func (c renewCall) run(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
+	session := ""
+	if c.bySession {
+		session = "1"
+	}
 	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		[]any{c.token, c.ttl, c.actor, k.wake, c.value}
+		[]any{c.token, c.ttl, c.actor, k.wake, c.value, session}
 }
 
 // releaseCall is release.lua's call.

@@ -196,6 +196,9 @@ func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest)
 	if res.Kind == KindElection {
 		return Lease{}, ErrNoElections
 	}
+	if req.Session != "" {
+		return Lease{}, ErrNoSessions
+	}
 	if res.Kind == KindSemaphore || req.Mode == Shared {
 		return Lease{}, fmt.Errorf("%w: shared holds and semaphores need one Redis, Sentinel or Cluster, not Redlock", ErrUnsupported)
 	}
@@ -429,7 +432,7 @@ func (r *Redlock) Renew(ctx context.Context, res Resource, req RenewRequest) (Le
 		return Lease{}, err
 	}
 	leases, errs := each(ctx, r, r.opts.CallTimeout, func(ctx context.Context, n *node) (Lease, error) {
-		return n.renew(ctx, key, req)
+		return n.renewBy(ctx, key, req, false)
 	})
 	var ok []Lease
 	for i, err := range errs {

@@ -27,6 +27,8 @@ type scripts struct {
 	leave, alive *redis.Script
 	// fence writes a Redlock majority's fence back (redlock.go).
 	fence *redis.Script
+	// session keeps sessions and their lists of grants (session.go).
+	session *redis.Script
 	// epoch reads and keeps the restart-quarantine marker (epoch.go).
 	epoch *redis.Script
 	// sweep records due lapses (expiry.go). On a Cluster it reads the
@@ -81,6 +83,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		leave:        s("leave"),
 		alive:        s("alive"),
 		fence:        s("fence"),
+		session:      s("session"),
 		epoch:        s("epoch"),
 		sweep:        sweepScript(lib, sharded),
 	}
@@ -96,6 +99,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		{"leave", sc.leave, ""},
 		{"alive", sc.alive, ""},
 		{"fence", sc.fence, ""},
+		{"session", sc.session, ""},
 	})
 }
 

@@ -12,8 +12,9 @@ import (
 // answers with an error that errors.Is ErrUnsupported, never with an empty
 // answer or a zero that would read as "nothing there": Redlock answers so
 // for shared holds, every semaphore operation (ErrNoSemaphores), the event
-// stream and its source (ErrNoEventStream) and MissedAcks
-// (ErrNoReplicaAcks).
+// stream and its source (ErrNoEventStream), MissedAcks
+// (ErrNoReplicaAcks), elections (ErrNoElections) and sessions
+// (ErrNoSessions).
 //
 // Consumers declare the part they use (server.Engine, web.Engine); the
 // composition root (cmd/lockd) holds a Service.
@@ -58,6 +59,12 @@ type Service interface {
 	// OnLapse sets the function told of every lapse this process
 	// records (for metrics). It must not block.
 	OnLapse(f LapseFunc)
+	// CreateSession starts a session (session.go); GetSession,
+	// RenewSession and EndSession read, renew and end one by its id.
+	CreateSession(ctx context.Context, owner string, ttl time.Duration) (Session, error)
+	GetSession(ctx context.Context, id string) (Session, error)
+	RenewSession(ctx context.Context, id, actor string) (Session, error)
+	EndSession(ctx context.Context, id string) (Session, error)
 	// Close wakes every waiting caller with ErrClosed and stops the
 	// engine's work; it does not close the Redis clients.
 	Close() error

@@ -131,6 +131,12 @@ func engine(err error, res lock.Resource) Problem {
 	case errors.Is(err, lock.ErrNoElections):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no elections: they need one Redis, Sentinel or Cluster"}
+	case errors.Is(err, lock.ErrNoSessions):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Detail: "this server runs Redlock, which has no sessions: they need one Redis, Sentinel or Cluster"}
+	case errors.Is(err, lock.ErrSessionNotFound):
+		return Problem{Status: http.StatusNotFound, Code: api.ProblemCodeSessionNotFound, Title: "No live session",
+			Detail: "the session ended or lapsed (or never existed), and every grant in it with it"}
 	case errors.Is(err, lock.ErrNoLockDelay):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Field: "lock_delay_ms", Detail: "this server runs Redlock, which has no lock-delay: each master sees a lapse apart; it needs one Redis, Sentinel or Cluster"}

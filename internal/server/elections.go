@@ -24,7 +24,8 @@ func campaignBody(b *api.CampaignRequest) (acquireBody, error) {
 			return acquireBody{}, invalid("candidate", "candidate must be 1-128 printable characters")
 		}
 	}
-	return acquireBody{owner: b.Candidate, ttlMs: b.TtlMs, waitMs: b.WaitMs, lockDelayMs: b.LockDelayMs, value: b.Value}, nil
+	return acquireBody{owner: b.Candidate, ttlMs: b.TtlMs, waitMs: b.WaitMs, lockDelayMs: b.LockDelayMs, value: b.Value,
+		session: b.Session}, nil
 }
 
 // Campaign waits in line to lead the election, then answers with the

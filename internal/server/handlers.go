@@ -79,20 +79,23 @@ type acquireBody struct {
 	lockDelayMs   *int64        // locks only
 	limit         *int          // semaphores only, required
 	value         *api.Value
+	session       *string
 }
 
 func lockBody(b *api.AcquireRequest) acquireBody {
 	if b == nil {
 		return acquireBody{}
 	}
-	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode, lockDelayMs: b.LockDelayMs, value: b.Value}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode, lockDelayMs: b.LockDelayMs, value: b.Value,
+		session: b.Session}
 }
 
 func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
 	if b == nil {
 		return acquireBody{}
 	}
-	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, limit: &b.Limit, value: b.Value}
+	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, limit: &b.Limit, value: b.Value,
+		session: b.Session}
 }
 
 // acquireRequest validates an acquire (or hold) body against the limits.
@@ -108,6 +111,15 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 	}
 	if req.TTL, err = msRange("ttl_ms", body.ttlMs, s.cfg.DefaultTTL, 100*time.Millisecond, s.cfg.MaxTTL); err != nil {
 		return req, err
+	}
+	if body.session != nil {
+		if err := checkSessionID("session", *body.session); err != nil {
+			return req, err
+		}
+		if body.ttlMs != nil {
+			return req, invalid("ttl_ms", "ttl_ms and session exclude each other: a grant in a session lives as long as the session")
+		}
+		req.Session = *body.session
 	}
 	if req.Wait, err = msRange("wait_ms", body.waitMs, 0, 0, s.cfg.MaxWait); err != nil {
 		return req, err

@@ -33,6 +33,9 @@ func (s *Server) hold(ctx context.Context, k lock.Kind, name string, body acquir
 	if err != nil {
 		return nil, err
 	}
+	if req.Session != "" {
+		return nil, invalid("session", "a hold keeps its own lease: acquire in the session instead, or hold the session (POST /v1/sessions/{id}/hold)")
+	}
 	releaseQuota, err := s.take(ctx, quotaHolds)
 	if err != nil {
 		return nil, err

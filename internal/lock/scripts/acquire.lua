@@ -29,6 +29,10 @@
 --          the key for that long (lib.lua, delayed)
 -- ARGV[21] the grant's value (JSON), or "": none on a new grant, the
 --          value kept on a re-entry
+-- ARGV[22] the handle of the session the grant is bound to, or "": its
+--          lapse is then recorded as released by the session (lib.lua,
+--          record_lapse), and only the session's renewals move its expiry
+--          (renew.lua); ARGV[3] is then the session's time left
 -- The engine's settings come from cfg (lib.lua): the history's and event
 -- stream's caps, the retention, the waiters' liveness and the queue's
 -- TTL, the most holders of a key, whether the restart quarantine is off
@@ -98,7 +102,7 @@ local function queued()
     end
     redis.call('ZADD', q.queue, place, wid)
     redis.call('HSET', q.info, wid, cjson.encode({r = ARGV[16], d = int(now_ms + tonumber(ARGV[17])), m = want,
-      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = ARGV[20], v = ARGV[21]}))
+      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = ARGV[20], v = ARGV[21], sn = ARGV[22]}))
     redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
     redis.call('PEXPIRE', q.info, cfg.queue_ttl)
   end
@@ -130,7 +134,7 @@ local function waiting()
     last = last or last_event(hist)
     if last and last.w ~= '1' then
       redis.call('LSET', hist, -1, pack(last.type, last.at, last.owner, last.fence, last.ttl_ms, last.count,
-        last.actor, last.reason, last.exp, last.left, '1', last.keep, last.d))
+        last.actor, last.reason, last.exp, last.left, '1', last.keep, last.d, last.s))
     end
   end
 end
@@ -206,7 +210,8 @@ if cur and not cur.multi then
     cur.keep, set = keep_for(cur.keep, now_ms + ttl + retention, retention)
     save_lease(lease, cur, ttl)
     schedule(sched, ev.key, now_ms + ttl)
-    record(hist, cap, 'reentered', now_ms, cur.owner, cur.fence, ttl, count, actor, '', now_ms + ttl, cur.w, cur.keep, cur.d)
+    record(hist, cap, 'reentered', now_ms, cur.owner, cur.fence, ttl, count, actor, '', now_ms + ttl, cur.w, cur.keep, cur.d,
+      cur.s)
     if set then
       redis.call('PEXPIREAT', hist, cur.keep)
     end
@@ -365,7 +370,7 @@ if want == 'x' then
     end
   end
   fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, '',
-    ARGV[20], ARGV[21])
+    ARGV[20], ARGV[21], ARGV[22])
 else
   if not multi then
     -- fx: every holder of this lease is in the fence index (f:<fence>).
@@ -373,7 +378,7 @@ else
   end
   fence = next_fence(last, counter, now_us)
   local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0', v = ARGV[21],
-    e = int(now_ms + ttl), i = idem, it = ARGV[3], l = ''}
+    e = int(now_ms + ttl), i = idem, it = ARGV[3], l = '', s = ARGV[22]}
   -- last: the newest holder, which a state describes (state.lua).
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h), 'last', token, 'f:' .. fence, token)
   if idem ~= '' then

@@ -119,16 +119,17 @@ end
 -- packed into one string each: their fields joined by US (\31), which no
 -- owner, actor or reason may hold (lock.CheckText refuses control
 -- characters): type, at, owner, fence, ttl_ms, count, actor, reason, exp,
--- left_ms, w, keep. One list element per event keeps a key used once at a
+-- left_ms, w, keep, d, s. One list element per event keeps a key used once at a
 -- few hundred bytes (a stream's first node takes 4 KB), and one field per
 -- event is cheaper to write than nine. w is "1" when waiters may be queued
--- (the lease's own w, below), keep until when the history's TTL runs.
+-- (the lease's own w, below), keep until when the history's TTL runs, d
+-- the lease's lock-delay, s the session it is bound to (its handle).
 local US = '\31'
 
-local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left, w, keep, d)
+local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left, w, keep, d, s)
   return kind .. US .. at .. US .. owner .. US .. fence .. US .. ttl .. US .. count .. US ..
     actor .. US .. reason .. US .. (exp or '') .. US .. (left or '') .. US .. (w or '') .. US .. (keep or '') ..
-    US .. (d or '')
+    US .. (d or '') .. US .. (s or '')
 end
 
 -- fields splits a packed string into its fields.
@@ -154,7 +155,8 @@ local function unpack_event(s)
   end
   local f = fields(s)
   return {type = f[1], at = f[2], owner = f[3], fence = f[4], ttl_ms = f[5], count = f[6],
-    actor = f[7], reason = f[8], exp = f[9], left = f[10], w = f[11] or '1', keep = f[12] or '', d = f[13] or ''}
+    actor = f[7], reason = f[8], exp = f[9], left = f[10], w = f[11] or '1', keep = f[12] or '', d = f[13] or '',
+    s = f[14] or ''}
 end
 
 -- last_event is the newest event of a history, or nil.
@@ -190,7 +192,9 @@ end
 -- idempotency tag), ittl (the TTL its first request asked), left_ms (left
 -- at the last renewal), exp, handed ("1": handed to a waiter who has not
 -- claimed it yet), w ("1": waiters may be queued, so a release or renewal
--- wakes them), keep (until when the history lives, keep_for). Shared
+-- wakes them), keep (until when the history lives, keep_for), d (the
+-- lock-delay), v (the value), s (the handle of the session it is bound
+-- to, session.lua). Shared
 -- holders and permits keep a hash at the same name (below), and so did
 -- exclusive leases before this layout: read_lease reads all three, so a
 -- lease of the layout before is honoured, renewed and released until it
@@ -198,14 +202,14 @@ end
 local function pack_lease(l)
   return l.token .. US .. l.owner .. US .. l.fence .. US .. l.count .. US .. l.ttl .. US ..
     l.acquired .. US .. l.renewed .. US .. l.renewals .. US .. l.idem .. US .. l.ittl .. US ..
-    l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep .. US .. (l.d or '') .. US .. (l.v or '')
+    l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep .. US .. (l.d or '') .. US .. (l.v or '') .. US .. (l.s or '')
 end
 
 local function unpack_lease(s)
   local f = fields(s)
   return {token = f[1], owner = f[2], fence = f[3], count = f[4], ttl = f[5], acquired = f[6],
     renewed = f[7], renewals = f[8], idem = f[9], ittl = f[10], left = f[11], exp = f[12],
-    handed = f[13], w = f[14], keep = f[15], d = f[16] or '', v = f[17] or ''}
+    handed = f[13], w = f[14], keep = f[15], d = f[16] or '', v = f[17] or '', s = f[18] or ''}
 end
 
 -- read_lease is the lease at lease: nil when nobody holds the key, {multi
@@ -262,12 +266,12 @@ end
 -- history. The history's TTL is the caller's (keep_for): events that
 -- start or extend a lease make it outlive the lease by the retention, so
 -- the events that end it need not touch it.
-local function record(hist, cap, kind, at, owner, fence, ttl, count, actor, reason, exp, w, keep, d)
+local function record(hist, cap, kind, at, owner, fence, ttl, count, actor, reason, exp, w, keep, d, s)
   at, ttl, count = str(at), str(ttl), str(count)
   if exp then
     exp = str(exp)
   end
-  local n = push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil, w, keep, d))
+  local n = push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil, w, keep, d, s))
   if n == 1 and (keep or '') == '' then
     -- A history begun by an event that knows no TTL for it (a lease of
     -- the layout before, shared holders): the retention from now.
@@ -281,6 +285,12 @@ local function record(hist, cap, kind, at, owner, fence, ttl, count, actor, reas
       'owner', owner, 'fence', fence, 'ttl_ms', ttl, 'count', count, 'actor', actor, 'reason', reason)
   end
 end
+
+-- session_lapsed is the reason of the "released" event (actor "session")
+-- recorded when a grant bound to a session lapses with it: its session
+-- was neither renewed nor ended. A lock-delay applies after it, as after
+-- an expiry (delayed).
+local session_lapsed = 'session expired'
 
 -- schedule puts the lease's expiry into its bucket's schedule (a sorted
 -- set: lock key by expiry ms) that the sweeper (sweep.lua) reads, so that a
@@ -300,8 +310,10 @@ end
 -- recorded once, whether the sweeper, an acquire or a read of the history
 -- notices it first, on whichever lockd.
 --
--- The lapse happened at the schedule's time (renewals move it). Returns
--- {lapsed_at_ms, last event's type, its at} when it recorded one, else nil.
+-- The lapse happened at the schedule's time (renewals move it). A grant
+-- bound to a session lapses with it: that is recorded as released by the
+-- session (session_lapsed). Returns {lapsed_at_ms, last event's type, its
+-- at} when it recorded one, else nil.
 local function record_lapse(hist, cap, sched, key, last)
   if not last or last.exp == '' then
     return nil
@@ -313,7 +325,12 @@ local function record_lapse(hist, cap, sched, key, last)
     return nil
   end
   -- w: waiters may have queued while it lapsed.
-  record(hist, cap, 'expired', at, last.owner, last.fence, last.ttl_ms, last.count, '', '', nil, '1', last.keep, last.d)
+  if last.s ~= '' then
+    record(hist, cap, 'released', at, last.owner, last.fence, last.ttl_ms, last.count, 'session', session_lapsed, nil, '1',
+      last.keep, last.d)
+  else
+    record(hist, cap, 'expired', at, last.owner, last.fence, last.ttl_ms, last.count, '', '', nil, '1', last.keep, last.d)
+  end
   return {int(at), last.type, last.at}
 end
 
@@ -471,7 +488,11 @@ local function prune(lease, holders, hist, cap, now)
     local raw = redis.call('HGET', lease, 'h:' .. t)
     if raw then
       local h = cjson.decode(raw)
-      record(hist, cap, 'expired', h.e, h.o, h.f, h.t, h.c, '', '', nil, '1', '')
+      if (h.s or '') ~= '' then
+        record(hist, cap, 'released', h.e, h.o, h.f, h.t, h.c, 'session', session_lapsed, nil, '1', '')
+      else
+        record(hist, cap, 'expired', h.e, h.o, h.f, h.t, h.c, '', '', nil, '1', '')
+      end
       redis.call('HDEL', lease, 'h:' .. t, 'f:' .. h.f)
       if h.i ~= '' then
         redis.call('HDEL', lease, 'i:' .. h.i)
@@ -542,11 +563,16 @@ local function next_fence(last, counter, now_us)
 end
 
 -- delayed is how long a key is still held off by a lock-delay (0: not):
--- after a lease that named one ended by expiry or force-release (its
--- newest event, last, carries the delay), nobody is granted the key until
--- that much time has passed since. A holder's own release sets none.
+-- after a lease that named one ended by expiry, force-release or the
+-- lapse of its session (its newest event, last, carries the delay),
+-- nobody is granted the key until that much time has passed since. A
+-- holder's own release, or its session's end, sets none.
 local function delayed(last, now_ms)
-  if not last or last.d == '' or (last.type ~= 'expired' and last.type ~= 'force_released') then
+  if not last or last.d == '' then
+    return 0
+  end
+  if last.type ~= 'expired' and last.type ~= 'force_released' and
+    not (last.type == 'released' and last.actor == 'session' and last.reason == session_lapsed) then
     return 0
   end
   return math.max(0, tonumber(last.at) + tonumber(last.d) - now_ms)
@@ -556,16 +582,17 @@ end
 -- release that hands the key to the next waiter); it returns its fence.
 -- last is the history's newest event, counter as for next_fence, w and
 -- handed the lease's (pack_lease), d its lock-delay in ms ("" for none),
--- v its value (JSON, "" for none; valid JSON never holds the US byte).
-local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, handed, d, v)
+-- v its value (JSON, "" for none; valid JSON never holds the US byte), s
+-- its session's handle ("" for none).
+local function grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, handed, d, v, s)
   local fence = next_fence(last, counter, now_us)
   local ttl_s, now_s, exp_s = str(ttl), str(now_ms), str(now_ms + ttl)
   local keep, set = keep_for(last and last.keep, now_ms + ttl + retention, retention)
   save_lease(lease, {token = token, owner = owner, fence = fence, count = '1', ttl = ttl_s, acquired = now_s,
     renewed = now_s, renewals = '0', idem = idem, ittl = ttl_s, left = '', exp = exp_s, handed = handed, w = w,
-    keep = keep, d = d, v = v}, ttl_s)
+    keep = keep, d = d, v = v, s = s}, ttl_s)
   schedule(sched, ev.key, exp_s)
-  record(hist, cap, 'acquired', now_s, owner, fence, ttl_s, '1', actor, '', exp_s, w, keep, d)
+  record(hist, cap, 'acquired', now_s, owner, fence, ttl_s, '1', actor, '', exp_s, w, keep, d, s)
   if set then
     redis.call('PEXPIREAT', hist, keep)
   end

@@ -110,7 +110,7 @@ if nx and nx.r == ARGV[4] and nx.m == 'x' then
   forget(q)
   -- The newest event is this release, with the released lease's fence.
   local fence = grant_x(lease, hist, cap, cfg.retention, sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us,
-    {fence = cur.fence, keep = cur.keep}, nil, '1', '1', nx.ld or '', nx.v or '')
+    {fence = cur.fence, keep = cur.keep}, nil, '1', '1', nx.ld or '', nx.v or '', nx.sn or '')
   -- handed: until the waiter's own try claims it, a give-back (ARGV[5])
   -- may undo it.
   return {'ok', 0, cur.acquired, nx.id, nx.o, nx.t, fence, ttl, now_ms}

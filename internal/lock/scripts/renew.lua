@@ -7,6 +7,9 @@
 -- ARGV[3] actor        ARGV[4] wake channel
 -- ARGV[5] a new value for the grant (JSON), or "" to keep its own; an
 --         exclusive lease's new value is recorded as a "proclaimed" event
+-- ARGV[6] "1" when the grant's session renews it (session.go): a grant
+--         bound to a session lives as long as the session, so any other
+--         renewal keeps its expiry and changes only its value
 -- From cfg (lib.lua): the renewals' and history's caps, the retention,
 -- the event stream's cap.
 --
@@ -33,6 +36,9 @@ if cur and cur.multi then
   end
   local ttl = tonumber(ARGV[2]) or tonumber(h.t)
   local left = tonumber(h.e) - now_ms
+  if (h.s or '') ~= '' and ARGV[6] ~= '1' then
+    ttl = left
+  end
   h.t, h.r, h.e, h.l, h.n = int(ttl), int(now_ms), int(now_ms + ttl), int(left), int(tonumber(h.n) + 1)
   if ARGV[5] ~= '' then
     h.v = ARGV[5]
@@ -54,6 +60,9 @@ if cur.token ~= token then
 end
 local ttl = tonumber(ARGV[2]) or tonumber(cur.ttl)
 local left = int(tonumber(cur.exp) - now_ms)
+if cur.s ~= '' and ARGV[6] ~= '1' then
+  ttl = tonumber(left)
+end
 local ttl_s, now_s = int(ttl), int(now_ms)
 
 cur.ttl, cur.renewed, cur.left, cur.exp = ttl_s, now_s, left, int(now_ms + ttl)
@@ -72,7 +81,7 @@ if ARGV[5] ~= '' then
   -- the history and the stream, with the lease's expiry as a grant's.
   ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention}
   record(KEYS[5], cfg.history_max, 'proclaimed', now_s, cur.owner, cur.fence, ttl_s, cur.count, actor, '', cur.exp,
-    cur.w, keep, cur.d)
+    cur.w, keep, cur.d, cur.s)
 end
 local n = push(renewals, cap, pack('renewed', now_s, cur.owner, cur.fence, ttl_s, cur.count, actor, '', nil, left, nil, nil))
 if set then

@@ -1,0 +1,81 @@
+-- session: a session's record and the grants bound to it (session.go).
+--
+-- KEYS[1] the session (a hash: owner, ttl, created, exp, all ms)
+-- KEYS[2] its grants (a hash: resource id → the grant's token)
+-- ARGV[1] op: "create", "check", "renew", "attach", "detach", "end" or "get"
+-- ARGV[2] create: owner; attach, detach: the resource id
+-- ARGV[3] create: ttl_ms; attach, detach: the grant's token
+--
+-- Both keys expire with the session: a session nobody renews is gone at
+-- its expiry, and so, at the same moment, is every grant bound to it
+-- (their expiry is the session's, session.go). The session's id is a
+-- secret; its keys are named by its handle (a hash of the id), which is
+-- all a grant or an event ever carries.
+--
+-- Reply: {"not_found"} when the session is gone (any op but create), else
+--   create: {"ok", exp_ms, now_ms}  ({"exists"} if the handle is taken)
+--   check, attach, detach: {"ok", exp_ms, now_ms}
+--   renew:  {"ok", exp_ms, now_ms, owner, ttl_ms, created_ms, id, token, …}
+--   end:    {"ok", exp_ms, now_ms, owner, ttl_ms, created_ms, id, token, …}
+--           (the session and its list are deleted)
+--   get:    {"ok", exp_ms, now_ms, owner, ttl_ms, created_ms, id, …}
+local sess, grants, op = KEYS[1], KEYS[2], ARGV[1]
+local now_ms = clock()
+
+if op == 'create' then
+  local exp = int(now_ms + tonumber(ARGV[3]))
+  if redis.call('EXISTS', sess) == 1 then
+    return {'exists'}
+  end
+  redis.call('HSET', sess, 'owner', ARGV[2], 'ttl', ARGV[3], 'created', int(now_ms), 'exp', exp)
+  redis.call('PEXPIREAT', sess, exp)
+  return {'ok', exp, int(now_ms)}
+end
+
+local s = redis.call('HMGET', sess, 'owner', 'ttl', 'created', 'exp')
+if not s[1] then
+  return {'not_found'}
+end
+local exp = s[4]
+
+-- with_grants is the reply of renew, end and get: the session, then its
+-- grants (ids, or ids and tokens).
+local function with_grants(tokens)
+  local out = {'ok', exp, int(now_ms), s[1], s[2], s[3]}
+  local all = redis.call('HGETALL', grants)
+  for i = 1, #all, 2 do
+    out[#out + 1] = all[i]
+    if tokens then
+      out[#out + 1] = all[i + 1]
+    end
+  end
+  return out
+end
+
+if op == 'check' then
+  return {'ok', exp, int(now_ms)}
+elseif op == 'attach' then
+  redis.call('HSET', grants, ARGV[2], ARGV[3])
+  redis.call('PEXPIREAT', grants, exp)
+  return {'ok', exp, int(now_ms)}
+elseif op == 'detach' then
+  if redis.call('HGET', grants, ARGV[2]) == ARGV[3] then
+    redis.call('HDEL', grants, ARGV[2])
+  end
+  return {'ok', exp, int(now_ms)}
+elseif op == 'renew' then
+  exp = int(now_ms + tonumber(s[2]))
+  redis.call('HSET', sess, 'exp', exp)
+  redis.call('PEXPIREAT', sess, exp)
+  if redis.call('EXISTS', grants) == 1 then
+    redis.call('PEXPIREAT', grants, exp)
+  end
+  return with_grants(true)
+elseif op == 'end' then
+  local out = with_grants(true)
+  redis.call('DEL', sess, grants)
+  return out
+elseif op == 'get' then
+  return with_grants(false)
+end
+return redis.error_reply('session: unknown op ' .. tostring(op))

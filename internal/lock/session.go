@@ -1,0 +1,348 @@
+package lock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Sessions: one keep-alive for many grants, as etcd's leases and Consul's
+// sessions. A grant acquired in a session (AcquireRequest.Session) lives
+// exactly as long as the session: its expiry is the session's, moved by
+// every renewal of the session and by nothing else, so that a session
+// nobody renews takes all its grants with it at the same moment, recorded
+// as released by "session" (lib.lua, record_lapse). Ending the session
+// releases them at once, and wakes their waiters, as their holders'
+// releases would.
+//
+// A session is a record of its own in Redis (session.lua), named by its
+// handle, a hash of its secret id, so that neither the id nor anything
+// that leads to it is in a key name, a grant or an event. On a Cluster
+// the session and its grants are in different slots: a grant is taken
+// first and then attached to the session's list, and a session's renewal
+// renews each grant after its own record. The grants' expiries follow the
+// session's within sessionSlack, and are never shorter while the session
+// is renewed in time (every ttl/3).
+
+// Session is a session's record. ID, its secret, is only set on creation.
+type Session struct {
+	ID        string
+	Owner     string
+	TTL       time.Duration
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	// Holds are the resources the session holds grants of, as far as its
+	// list knows: a grant released by its holder or force-released may
+	// stay listed until the session's next renewal.
+	Holds []Resource
+}
+
+// Session limits: the same TTLs as a lease's.
+const (
+	MinSessionTTL = 100 * time.Millisecond
+	MaxSessionTTL = 24 * time.Hour
+)
+
+// sessionSlack is how far a grant's expiry may drift from its session's
+// before an acquire renews the grant to match (a waiter granted long after
+// it asked has the session's expiry as of its request).
+const sessionSlack = 50 * time.Millisecond
+
+// sessionFanOut bounds the grants one session operation renews or
+// releases at once.
+const sessionFanOut = 16
+
+// ErrSessionNotFound says that a session id names no live session: it
+// ended, lapsed, or never existed.
+var ErrSessionNotFound = errors.New("lock: no live session")
+
+// errSessionExists is a new session's handle already taken.
+var errSessionExists = errors.New("lock: session exists")
+
+// ErrNoSessions answers every session operation on Redlock: a session's
+// keep-alive would have to reach a quorum of masters for every grant.
+var ErrNoSessions = fmt.Errorf("%w: Redlock has no sessions", ErrUnsupported)
+
+// ValidSessionID reports whether id has the shape of a session id (the
+// shape of a token); whether it names a live session is Redis's to say.
+func ValidSessionID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// sessionHandle names a session's keys: a hash of its id, so that the keys
+// do not carry the secret.
+func sessionHandle(id string) string {
+	sum := sha256.Sum256([]byte("lockd session\x00" + id))
+	return hex.EncodeToString(sum[:16])
+}
+
+// sessionCall is session.lua's call.
+type sessionCall struct {
+	handle string
+	op     string
+	a, b   string // create: owner, ttl_ms; attach, detach: resource id, token
+}
+
+func (c sessionCall) run(*node) ([]string, []any) {
+	base := keyPrefix + "{sess/" + c.handle + "}:"
+	return []string{base + "session", base + "grants"}, []any{c.op, c.a, c.b}
+}
+
+// sessionReply is session.lua's reply.
+type sessionReply struct {
+	expiresAt, now time.Time
+	owner          string
+	ttl            time.Duration
+	createdAt      time.Time
+	grants         []sessionGrant
+}
+
+type sessionGrant struct{ id, token string }
+
+func decodeSession(v any, tokens bool) (sessionReply, error) {
+	r, err := newReply(v)
+	if err != nil {
+		return sessionReply{}, err
+	}
+	switch r.str(0) {
+	case "ok":
+	case "not_found":
+		return sessionReply{}, ErrSessionNotFound
+	case "exists":
+		return sessionReply{}, errSessionExists
+	default:
+		return sessionReply{}, fmt.Errorf("lock: session script said %q", r.str(0))
+	}
+	out := sessionReply{expiresAt: r.time(1), now: r.time(2)}
+	if r.len() > 3 {
+		out.owner, out.ttl, out.createdAt = r.str(3), r.ms(4), r.time(5)
+		step := 1
+		if tokens {
+			step = 2
+		}
+		for i := 6; i+step-1 < r.len(); i += step {
+			g := sessionGrant{id: r.str(i)}
+			if tokens {
+				g.token = r.str(i + 1)
+			}
+			out.grants = append(out.grants, g)
+		}
+	}
+	return out, r.err
+}
+
+// session runs one op of session.lua.
+func (n *node) session(ctx context.Context, c sessionCall, tokens bool) (sessionReply, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	keys, argv := c.run(n)
+	v, err := n.write(ctx, n.scripts.session, keys, argv...)
+	if err != nil && !errors.Is(err, errNoAcks) {
+		return sessionReply{}, wrap("session "+c.op, err)
+	}
+	return decodeSession(v, tokens)
+}
+
+func (s sessionReply) session(holds bool) Session {
+	out := Session{Owner: s.owner, TTL: s.ttl, CreatedAt: s.createdAt, ExpiresAt: s.expiresAt}
+	if holds {
+		for _, g := range s.grants {
+			out.Holds = append(out.Holds, resourceOf(g.id))
+		}
+	}
+	return out
+}
+
+// CreateSession starts a session of owner that lives ttl unless renewed.
+func (e *Engine) CreateSession(ctx context.Context, owner string, ttl time.Duration) (Session, error) {
+	if ttl < MinSessionTTL || ttl > MaxSessionTTL {
+		return Session{}, fmt.Errorf("lock: session ttl %v is outside %v…%v", ttl, MinSessionTTL, MaxSessionTTL)
+	}
+	for {
+		id, err := newSessionID()
+		if err != nil {
+			return Session{}, err
+		}
+		v, err := e.n.session(ctx, sessionCall{handle: sessionHandle(id), op: "create", a: packable(owner),
+			b: strconv.FormatInt(ttl.Milliseconds(), 10)}, false)
+		if errors.Is(err, errSessionExists) {
+			continue // 2^-128 odds: take another id
+		}
+		if err != nil {
+			return Session{}, err
+		}
+		return Session{ID: id, Owner: owner, TTL: ttl, CreatedAt: v.now, ExpiresAt: v.expiresAt}, nil
+	}
+}
+
+// newSessionID returns 192 random bits as URL-safe text, a token's shape.
+func newSessionID() (string, error) {
+	return newToken()
+}
+
+// GetSession reads a session and what it holds.
+func (e *Engine) GetSession(ctx context.Context, id string) (Session, error) {
+	r, err := e.n.session(ctx, sessionCall{handle: sessionHandle(id), op: "get"}, false)
+	if err != nil {
+		return Session{}, err
+	}
+	return r.session(true), nil
+}
+
+// RenewSession moves the session's expiry to now + its TTL, and each of
+// its grants' with it. A grant that ended on its own (released by its
+// holder, force-released) leaves the session's list. A grant that could
+// not be renewed is an error: it lapses at the session's previous expiry.
+func (e *Engine) RenewSession(ctx context.Context, id, actor string) (Session, error) {
+	h := sessionHandle(id)
+	r, err := e.n.session(ctx, sessionCall{handle: h, op: "renew"}, true)
+	if err != nil {
+		return Session{}, err
+	}
+	left := r.expiresAt.Sub(r.now)
+	err = eachGrant(r.grants, func(g sessionGrant) error {
+		_, err := e.n.renewBy(ctx, g.id, RenewRequest{Token: g.token, TTL: left, Actor: actor}, true)
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost) {
+			_, err = e.n.session(ctx, sessionCall{handle: h, op: "detach", a: g.id, b: g.token}, false)
+			if errors.Is(err, ErrSessionNotFound) {
+				err = nil
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return Session{}, fmt.Errorf("lock: renew the session's grants: %w", err)
+	}
+	return r.session(true), nil
+}
+
+// EndSession ends the session and releases every grant it holds, each
+// recorded as released by "session"; their waiters are woken.
+func (e *Engine) EndSession(ctx context.Context, id string) (Session, error) {
+	r, err := e.n.session(ctx, sessionCall{handle: sessionHandle(id), op: "end"}, true)
+	if err != nil {
+		return Session{}, err
+	}
+	// The grants are released even if the caller goes away meanwhile: the
+	// session is already gone, and they must not outlive it.
+	ctx = context.WithoutCancel(ctx)
+	err = eachGrant(r.grants, func(g sessionGrant) error {
+		return e.releaseAll(ctx, resourceOf(g.id), g.token)
+	})
+	if err != nil {
+		return Session{}, fmt.Errorf("lock: release the session's grants: %w", err)
+	}
+	return r.session(true), nil
+}
+
+// releaseAll releases every re-entry level of a grant, as its session.
+func (e *Engine) releaseAll(ctx context.Context, res Resource, token string) error {
+	for range 1 << 16 {
+		r, err := e.Release(ctx, res, token, "session")
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost) || err == nil && r.Released {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("lock: %v re-entered past any count", res)
+}
+
+// acquireInSession is Acquire for a grant bound to a session: its TTL is
+// the session's time left, and once granted it is on the session's list.
+func (e *Engine) acquireInSession(ctx context.Context, res Resource, req AcquireRequest, token, want string) (Lease, error) {
+	h := sessionHandle(req.Session)
+	r, err := e.n.session(ctx, sessionCall{handle: h, op: "check"}, false)
+	if err != nil {
+		return Lease{}, err
+	}
+	req.TTL, req.sessionHandle = r.expiresAt.Sub(r.now), h
+	if req.TTL <= 0 {
+		return Lease{}, ErrSessionNotFound
+	}
+	lease, err := e.acquire(ctx, res, req, token, want)
+	if err != nil {
+		return Lease{}, err
+	}
+	a, err := e.n.session(ctx, sessionCall{handle: h, op: "attach", a: res.id(), b: lease.Token}, false)
+	if err != nil {
+		// The session ended or lapsed while the grant was made: it must
+		// not outlive it. (Unanswered: it lapses with the session.)
+		_ = e.releaseAll(context.WithoutCancel(ctx), res, lease.Token)
+		return Lease{}, err
+	}
+	// A waiter's grant has the session's expiry as of its request; the
+	// session may have been renewed since.
+	if d := lease.ExpiresAt.Sub(a.expiresAt); d > sessionSlack || d < -sessionSlack {
+		renewed, err := e.n.renewBy(ctx, res.id(), RenewRequest{Token: lease.Token, TTL: a.expiresAt.Sub(a.now), Actor: req.Actor}, true)
+		if err != nil {
+			return Lease{}, err
+		}
+		lease.ExpiresAt, lease.TTL = renewed.ExpiresAt, renewed.TTL
+	}
+	return lease, nil
+}
+
+// eachGrant calls f for each grant, sessionFanOut at a time, and returns the
+// first error.
+func eachGrant(grants []sessionGrant, f func(sessionGrant) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		slots = make(chan struct{}, sessionFanOut)
+	)
+	for _, g := range grants {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if err := f(g); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// Redlock has no sessions: see ErrNoSessions.
+
+// CreateSession answers ErrNoSessions.
+func (r *Redlock) CreateSession(context.Context, string, time.Duration) (Session, error) {
+	return Session{}, ErrNoSessions
+}
+
+// GetSession answers ErrNoSessions.
+func (r *Redlock) GetSession(context.Context, string) (Session, error) {
+	return Session{}, ErrNoSessions
+}
+
+// RenewSession answers ErrNoSessions.
+func (r *Redlock) RenewSession(context.Context, string, string) (Session, error) {
+	return Session{}, ErrNoSessions
+}
+
+// EndSession answers ErrNoSessions.
+func (r *Redlock) EndSession(context.Context, string) (Session, error) {
+	return Session{}, ErrNoSessions
+}

@@ -1,0 +1,215 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/internal/lock"
+)
+
+// near fails the test unless a and b are within d of each other.
+func near(t *testing.T, what string, a, b time.Time, d time.Duration) {
+	t.Helper()
+	if diff := a.Sub(b); diff > d || diff < -d {
+		t.Fatalf("%s: %v and %v are %v apart (at most %v)", what, a, b, diff, d)
+	}
+}
+
+func newestEvent(t *testing.T, e lock.Service, res lock.Resource) lock.Event {
+	t.Helper()
+	evs, err := e.History(context.Background(), res, 1)
+	if err != nil || len(evs) == 0 {
+		t.Fatalf("history of %s: %v, %v", res, evs, err)
+	}
+	return evs[0]
+}
+
+// Grants in a session live as long as the session: they move with its
+// renewals (and not with their own), leave with its end, all at once, as
+// released by "session", and their waiters are served.
+func TestSessionGrantsLiveAndDieWithIt(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEngine(t, b.open(t))
+			ctx := context.Background()
+			s, err := e.CreateSession(ctx, "worker-1", 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !lock.ValidSessionID(s.ID) || s.Owner != "worker-1" || s.TTL != 3*time.Second {
+				t.Fatalf("created %+v", s)
+			}
+			in := lock.AcquireRequest{Owner: "worker-1", Session: s.ID}
+			x := mustAcquire(t, e, lock.Lock("sess:a"), in)
+			p := in
+			p.Limit = 2
+			permit := mustAcquire(t, e, lock.Semaphore("sess:pool"), p)
+			leader := mustAcquire(t, e, lock.Election("sess:leader"), in)
+			for _, l := range []lock.Lease{x, permit, leader} {
+				near(t, "a grant's expiry and the session's", l.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
+			}
+			got, err := e.GetSession(ctx, s.ID)
+			if err != nil || len(got.Holds) != 3 || got.Owner != "worker-1" {
+				t.Fatalf("get: %+v, %v", got, err)
+			}
+
+			// A renewal of the grant by its own token keeps its expiry.
+			time.Sleep(100 * time.Millisecond)
+			r, err := e.Renew(ctx, lock.Lock("sess:a"), lock.RenewRequest{Token: x.Token, TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			near(t, "a grant renewed on its own", r.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
+
+			// The session's renewal moves every grant.
+			time.Sleep(200 * time.Millisecond)
+			s2, err := e.RenewSession(ctx, s.ID, "worker-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s2.ExpiresAt.After(s.ExpiresAt.Add(250 * time.Millisecond)) {
+				t.Fatalf("renewed session expires at %v, before at %v", s2.ExpiresAt, s.ExpiresAt)
+			}
+			for _, res := range []lock.Resource{lock.Lock("sess:a"), lock.Election("sess:leader")} {
+				st, err := e.State(ctx, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				near(t, "a grant after the session's renewal", st.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
+			}
+
+			// A waiter of the lock is served when the session ends.
+			served := make(chan error, 1)
+			go func() {
+				_, err := e.Acquire(ctx, lock.Lock("sess:a"), lock.AcquireRequest{Owner: "next", TTL: time.Minute, Wait: 10 * time.Second})
+				served <- err
+			}()
+			waitFor(t, func() bool { st, _ := e.State(ctx, lock.Lock("sess:a")); return len(st.Queue) == 1 })
+			if _, err := e.EndSession(ctx, s.ID); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-served:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("the waiter was not served when the session ended")
+			}
+			for _, res := range []lock.Resource{lock.Lock("sess:a"), lock.Semaphore("sess:pool"), lock.Election("sess:leader")} {
+				ev := newestEvent(t, e, res)
+				if res.Name == "sess:a" {
+					evs, _ := e.History(ctx, res, 2)
+					ev = evs[1] // the waiter's grant came after
+				}
+				if ev.Type != "released" || ev.Actor != "session" {
+					t.Fatalf("%s: newest event %+v, want released by session", res, ev)
+				}
+			}
+			if _, err := e.State(ctx, lock.Election("sess:leader")); !errors.Is(err, lock.ErrNotFound) {
+				t.Fatalf("leader after the session's end: %v", err)
+			}
+			if _, err := e.GetSession(ctx, s.ID); !errors.Is(err, lock.ErrSessionNotFound) {
+				t.Fatalf("get after the end: %v", err)
+			}
+			if _, err := e.Acquire(ctx, lock.Lock("sess:b"), in); !errors.Is(err, lock.ErrSessionNotFound) {
+				t.Fatalf("acquire in an ended session: %v", err)
+			}
+			if _, err := e.RenewSession(ctx, s.ID, "w"); !errors.Is(err, lock.ErrSessionNotFound) {
+				t.Fatalf("renew of an ended session: %v", err)
+			}
+		})
+	}
+}
+
+// A session nobody renews lapses, and its grants with it: recorded as
+// released by "session" (reason "session expired"), with the lock-delay
+// of a grant that asked for one, and their waiters served.
+func TestSessionLapse(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEngine(t, b.open(t))
+			ctx := context.Background()
+			s, err := e.CreateSession(ctx, "crashes", 400*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := lock.AcquireRequest{Owner: "crashes", Session: s.ID}
+			mustAcquire(t, e, lock.Lock("lapse:a"), in)
+			delayed := in
+			delayed.LockDelay = 500 * time.Millisecond
+			mustAcquire(t, e, lock.Lock("lapse:d"), delayed)
+
+			start := time.Now()
+			l, err := e.Acquire(ctx, lock.Lock("lapse:a"), lock.AcquireRequest{Owner: "next", TTL: time.Minute, Wait: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("the waiter was served %v after the session's lapse", took)
+			}
+			evs, err := e.History(ctx, lock.Lock("lapse:a"), 2)
+			if err != nil || len(evs) != 2 || evs[1].Type != "released" || evs[1].Actor != "session" || evs[1].Reason != "session expired" {
+				t.Fatalf("history: %+v, %v", evs, err)
+			}
+			near(t, "the lapse", evs[1].At, s.ExpiresAt, 100*time.Millisecond)
+			_ = l
+
+			if _, err := e.Acquire(ctx, lock.Lock("lapse:d"), lock.AcquireRequest{Owner: "next", TTL: time.Minute}); !errors.Is(err, lock.ErrLockDelay) {
+				t.Fatalf("acquire after a lapse with a lock-delay: %v", err)
+			}
+			if _, err := e.GetSession(ctx, s.ID); !errors.Is(err, lock.ErrSessionNotFound) {
+				t.Fatalf("get after the lapse: %v", err)
+			}
+		})
+	}
+}
+
+// A waiter in a session that was renewed while it waited gets the
+// session's expiry, not the one it asked with; a grant its holder
+// released leaves the session's list at the next renewal.
+func TestSessionWaiterAndReleasedGrant(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEngine(t, b.open(t))
+			ctx := context.Background()
+			s, err := e.CreateSession(ctx, "w", 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder := mustAcquire(t, e, lock.Lock("sw:a"), lock.AcquireRequest{Owner: "other", TTL: time.Minute})
+			got := make(chan lock.Lease, 1)
+			go func() {
+				l, err := e.Acquire(ctx, lock.Lock("sw:a"), lock.AcquireRequest{Owner: "w", Session: s.ID, Wait: 10 * time.Second})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			waitFor(t, func() bool { st, _ := e.State(ctx, lock.Lock("sw:a")); return len(st.Queue) == 1 })
+			time.Sleep(600 * time.Millisecond)
+			s2, err := e.RenewSession(ctx, s.ID, "w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Release(ctx, lock.Lock("sw:a"), holder.Token, "other"); err != nil {
+				t.Fatal(err)
+			}
+			l := <-got
+			near(t, "the waiter's grant", l.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
+
+			if _, err := e.Release(ctx, lock.Lock("sw:a"), l.Token, "w"); err != nil {
+				t.Fatal(err)
+			}
+			s3, err := e.RenewSession(ctx, s.ID, "w")
+			if err != nil || len(s3.Holds) != 1 {
+				t.Fatalf("renew lists %+v, %v (the list as it was)", s3.Holds, err)
+			}
+			if s4, err := e.GetSession(ctx, s.ID); err != nil || len(s4.Holds) != 0 {
+				t.Fatalf("after the renewal the session holds %+v, %v", s4.Holds, err)
+			}
+		})
+	}
+}
