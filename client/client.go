@@ -111,6 +111,14 @@ type AcquireOptions struct {
 	IdempotencyKey string
 	// NoAutoRenew turns the watchdog off: call Lease.Renew yourself.
 	NoAutoRenew bool
+	// Session binds the grant to a session (NewSession): it lives as long
+	// as the session, TTL is not sent and the lease has no watchdog of its
+	// own; it is lost when the session is.
+	Session *Session
+	// SessionID binds the grant to a session that something else keeps
+	// alive (CreateSession, a script's `lockd session renew`): as Session,
+	// but nothing here notices the session's loss.
+	SessionID string
 }
 
 // Acquire takes key, waiting up to opts.Wait while another lease holds it
@@ -129,7 +137,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 		return nil, fmt.Errorf("%w: mode %q: a lock is held exclusive or shared", ErrInvalid, opts.Mode)
 	}
 	return c.acquire(ctx, lockKind, opts, func(ctx context.Context, p acquireParams) (*http.Response, error) {
-		body := api.AcquireRequest{Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Mode: mode}
+		body := api.AcquireRequest{Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Mode: mode, Session: p.session}
 		if opts.LockDelay > 0 {
 			body.LockDelayMs = ptr(opts.LockDelay.Milliseconds())
 		}
@@ -153,6 +161,7 @@ const (
 type acquireParams struct {
 	idem, owner   *string
 	ttlMs, waitMs *int64
+	session       *string // instead of ttlMs
 }
 
 // acquire sends an acquire until it is answered, retrying 503s and
@@ -169,7 +178,12 @@ func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send 
 		if opts.Owner != "" {
 			p.owner = &opts.Owner
 		}
-		if opts.TTL > 0 {
+		switch {
+		case opts.Session != nil:
+			p.session = &opts.Session.id
+		case opts.SessionID != "":
+			p.session = &opts.SessionID
+		case opts.TTL > 0:
 			p.ttlMs = ptr(opts.TTL.Milliseconds())
 		}
 		if w := time.Until(waitUntil); w > 0 {
@@ -185,8 +199,13 @@ func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send 
 		} else {
 			l, err = decode[api.Lease](ctx, resp, err)
 		}
+		if err == nil && opts.Session != nil {
+			ls := newLease(c, k, l, sent, false)
+			ls.inSession(opts.Session)
+			return ls, nil
+		}
 		if err == nil {
-			return newLease(c, k, l, sent, !opts.NoAutoRenew), nil
+			return newLease(c, k, l, sent, !opts.NoAutoRenew && opts.SessionID == ""), nil
 		}
 		if !errors.Is(err, ErrUnavailable) {
 			return nil, err
@@ -370,7 +389,7 @@ func decode[T any](ctx context.Context, resp *http.Response, err error) (T, erro
 		}
 		return v, fmt.Errorf("%w: reading the answer: %w", ErrUnavailable, err)
 	}
-	if resp.StatusCode == http.StatusOK {
+	if statusOK(resp.StatusCode) {
 		if err := json.Unmarshal(body, &v); err != nil {
 			return v, fmt.Errorf("lockd: decoding the answer: %w", err)
 		}

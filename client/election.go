@@ -27,7 +27,7 @@ func (c *Client) Campaign(ctx context.Context, name string, opts CampaignOptions
 		return nil, fmt.Errorf("%w: mode %q: an election has one leader", ErrInvalid, opts.Mode)
 	}
 	return c.acquire(ctx, electionKind, opts, func(ctx context.Context, p acquireParams) (*http.Response, error) {
-		body := api.CampaignRequest{Candidate: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs}
+		body := api.CampaignRequest{Candidate: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Session: p.session}
 		if opts.LockDelay > 0 {
 			body.LockDelayMs = ptr(opts.LockDelay.Milliseconds())
 		}

@@ -110,6 +110,8 @@ func (e *APIError) Unwrap() error {
 		return ErrLeaseLost
 	case api.ProblemCodeNotFound:
 		return ErrNotFound
+	case api.ProblemCodeSessionNotFound:
+		return ErrSessionNotFound
 	case api.ProblemCodeUnauthorized:
 		return ErrUnauthorized
 	case api.ProblemCodeForbidden:

@@ -49,7 +49,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, e
 		return nil, fmt.Errorf("%w: semaphore %s: limit %d: want 1 to 10000", ErrInvalid, s.name, s.limit)
 	}
 	return s.c.acquire(ctx, semaphoreKind, opts, func(ctx context.Context, p acquireParams) (*http.Response, error) {
-		body := api.SemaphoreAcquireRequest{Limit: s.limit, Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs}
+		body := api.SemaphoreAcquireRequest{Limit: s.limit, Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Session: p.session}
 		if opts.Value != nil {
 			body.Value = &opts.Value
 		}

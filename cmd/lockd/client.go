@@ -95,7 +95,7 @@ func failed(err error) error {
 	switch {
 	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrQueued), errors.Is(err, client.ErrNoPermits), errors.Is(err, client.ErrTooManyHolders):
 		code = exitHeld
-	case errors.Is(err, client.ErrLeaseLost), errors.Is(err, client.ErrNotFound):
+	case errors.Is(err, client.ErrLeaseLost), errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrSessionNotFound):
 		code = exitLeaseLost
 	case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
 		code = exitAuth

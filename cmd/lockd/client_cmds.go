@@ -80,9 +80,9 @@ func acquireCmd(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 func acquire(ctx context.Context, n noun, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	synopsis := "[--shared] [--ttl 30s] [--wait 0s] [--owner NAME] [--value JSON] [--lock-delay D] [--idempotency-key K] [--json] KEY"
+	synopsis := "[--shared] [--ttl 30s | --session ID] [--wait 0s] [--owner NAME] [--value JSON] [--lock-delay D] [--idempotency-key K] [--json] KEY"
 	if n.sem {
-		synopsis = "--limit N [--ttl 30s] [--wait 0s] [--owner NAME] [--value JSON] [--idempotency-key K] [--json] NAME"
+		synopsis = "--limit N [--ttl 30s | --session ID] [--wait 0s] [--owner NAME] [--value JSON] [--idempotency-key K] [--json] NAME"
 	}
 	cf := newClientFlags(n.name("acquire"), synopsis, getenv, stderr)
 	cf.jsonFlag()
@@ -91,6 +91,7 @@ func acquire(ctx context.Context, n noun, args []string, getenv func(string) str
 	owner := cf.fs.String("owner", cf.env.str("owner", ""), "holder's label (default: the server's name for the caller)")
 	idem := cf.fs.String("idempotency-key", cf.env.str("idempotency-key", ""), "a retry with the same value gets the same lease back (e.g. a delivery ID)")
 	value := cf.fs.String("value", cf.env.str("value", ""), "a JSON value on the grant, shown in the state (e.g. where to reach the holder; never a secret)")
+	session := cf.fs.String("session", cf.env.str("session", ""), "take the grant in this session (lockd session create): it lives as long as the session, and --ttl is not used")
 	var shared *bool
 	var limit *int
 	var lockDelay *time.Duration
@@ -115,7 +116,7 @@ func acquire(ctx context.Context, n noun, args []string, getenv func(string) str
 	if *value != "" && !json.Valid([]byte(*value)) {
 		return usageError("--value must be JSON, e.g. '{\"addr\":\"10.0.0.7:8080\"}'")
 	}
-	opts := client.AcquireOptions{Owner: *owner, TTL: *ttl, Wait: *wait, IdempotencyKey: *idem, NoAutoRenew: true}
+	opts := client.AcquireOptions{Owner: *owner, TTL: *ttl, Wait: *wait, IdempotencyKey: *idem, NoAutoRenew: true, SessionID: *session}
 	if *value != "" {
 		opts.Value = json.RawMessage(*value)
 	}

@@ -84,10 +84,13 @@ Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVE
                                 resign when it exits; stop it (exit 3) if leadership is lost
   lockd leader  [--watch] [--json] NAME
                                 who leads NAME, its value and term; --watch: every change
+  lockd session create|renew|show|end ...
+                                one keep-alive for many grants (lockd session -h);
+                                acquire with --session ID to take a grant in one
 
 Every flag also reads LOCKD_<FLAG> (LOCKD_TOKEN, LOCKD_TTL, ...).
 Exit codes: 0 ok, 1 held (or no permit free) after the wait, 2 usage (also a
-semaphore held with another --limit), 3 lease lost (or no live lease), 4 server
+semaphore held with another --limit), 3 lease lost (or no live lease or session), 4 server
 unreachable or 5xx, 5 unauthorized or forbidden; lockd run exits with COMMAND's
 status otherwise.
 
@@ -135,4 +138,5 @@ var clientCommands = map[string]clientCommand{
 	"sem":           semCmd,
 	"elect":         electCmd,
 	"leader":        leaderCmd,
+	"session":       sessionCmd,
 }
