@@ -370,3 +370,49 @@ func clusterQuarantine(t *testing.T, c *redistest.Cluster) {
 		}
 	})
 }
+
+// The restart quarantine covers sessions: a session Redis forgot answers
+// ErrSessionNotFound (its holder stops), and a grant in a new session
+// waits out the quarantine like any other.
+func TestRestartQuarantineCoversSessions(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	s, err := e.CreateSession(ctx, "old", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := mustAcquire(t, e, lock.Lock("qs:a"), lock.AcquireRequest{Owner: "old", Session: s.ID})
+	srv.Restart()
+
+	waitFor(t, func() bool {
+		_, err := e.RenewSession(ctx, s.ID, "old")
+		return errors.Is(err, lock.ErrSessionNotFound)
+	})
+	fresh, err := e.CreateSession(ctx, "new", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recovering bool
+	for {
+		l, err := e.Acquire(ctx, lock.Lock("qs:a"), lock.AcquireRequest{Owner: "new", Session: fresh.ID})
+		if err == nil {
+			if l.AcquiredAt.Before(old.ExpiresAt) {
+				t.Fatalf("granted at %v, before the forgotten grant's expiry %v", l.AcquiredAt, old.ExpiresAt)
+			}
+			break
+		}
+		var rec *lock.RecoveringError
+		switch {
+		case errors.As(err, &rec):
+			recovering = true
+		case errors.Is(err, lock.ErrUnavailable):
+		default:
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !recovering {
+		t.Fatal("a grant in a session was not held off by the quarantine")
+	}
+}

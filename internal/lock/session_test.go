@@ -213,3 +213,74 @@ func TestSessionWaiterAndReleasedGrant(t *testing.T) {
 		})
 	}
 }
+
+// runSessions checks sessions through two engines on one topology (a
+// Sentinel's master, a Cluster's masters, where the session and its grants
+// are in different slots): a session made through a holds grants taken
+// through b, a renewal through b moves them all, its end through b serves
+// a waiter on a, and a lapse ends its grants as released by "session".
+func runSessions(t *testing.T, a, b *lock.Engine) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := a.CreateSession(ctx, "topo", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := lock.AcquireRequest{Owner: "topo", Session: s.ID}
+	keys := []string{"topo:s:1", "topo:s:2", "topo:s:3", "topo:s:4"}
+	for _, k := range keys {
+		mustAcquire(t, b, lock.Lock(k), in)
+	}
+	time.Sleep(300 * time.Millisecond)
+	s2, err := b.RenewSession(ctx, s.ID, "topo")
+	if err != nil || len(s2.Holds) != len(keys) {
+		t.Fatalf("renew: %+v, %v", s2, err)
+	}
+	for _, k := range keys {
+		st, err := a.State(ctx, lock.Lock(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		near(t, k+" after the session's renewal", st.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
+	}
+	// Later subtests measure the restart quarantine, which covers every
+	// live lease: the waiter's is short and released.
+	served := make(chan error, 1)
+	go func() {
+		l, err := a.Acquire(ctx, lock.Lock(keys[0]), lock.AcquireRequest{Owner: "next", TTL: 2 * time.Second, Wait: 10 * time.Second})
+		if err == nil {
+			_, err = a.Release(ctx, lock.Lock(keys[0]), l.Token, "next")
+		}
+		served <- err
+	}()
+	waitFor(t, func() bool { st, _ := a.State(ctx, lock.Lock(keys[0])); return len(st.Queue) == 1 })
+	if _, err := b.EndSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter was not served when the session ended")
+	}
+	for _, k := range keys[1:] {
+		if ev := newestEvent(t, a, lock.Lock(k)); ev.Type != "released" || ev.Actor != "session" {
+			t.Fatalf("%s: %+v", k, ev)
+		}
+	}
+
+	short, err := b.CreateSession(ctx, "lapses", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, a, lock.Lock("topo:s:lapse"), lock.AcquireRequest{Owner: "lapses", Session: short.ID})
+	waitFor(t, func() bool {
+		_, err := b.State(ctx, lock.Lock("topo:s:lapse"))
+		return errors.Is(err, lock.ErrNotFound)
+	})
+	if ev := newestEvent(t, b, lock.Lock("topo:s:lapse")); ev.Type != "released" || ev.Actor != "session" || ev.Reason != "session expired" {
+		t.Fatalf("after the lapse: %+v", ev)
+	}
+}

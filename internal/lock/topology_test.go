@@ -103,6 +103,7 @@ func TestOnSentinel(t *testing.T) {
 	t.Run("contract", func(t *testing.T) { runContract(t, a) })
 	t.Run("queue, shared holds and semaphores", func(t *testing.T) { runPrimitives(t, a, b) })
 	t.Run("elections, values and lock-delay", func(t *testing.T) { runElections(t, a, b) })
+	t.Run("sessions", func(t *testing.T) { runSessions(t, a, b) })
 	t.Run("lease cycle and wake-up", func(t *testing.T) {
 		l := mustAcquire(t, a, lock.Lock("s:k"), lock.AcquireRequest{})
 		if _, err := a.Renew(ctx, lock.Lock("s:k"), lock.RenewRequest{Token: l.Token, TTL: 0, Actor: "t"}); err != nil {
@@ -201,6 +202,7 @@ func TestOnCluster(t *testing.T) {
 	t.Run("contract", func(t *testing.T) { runContract(t, a) })
 	t.Run("queue, shared holds and semaphores", func(t *testing.T) { runPrimitives(t, a, b) })
 	t.Run("elections, values and lock-delay", func(t *testing.T) { runElections(t, a, b) })
+	t.Run("sessions", func(t *testing.T) { runSessions(t, a, b) })
 	t.Run("lease cycle, list across masters", func(t *testing.T) {
 		masters := map[string]bool{}
 		var leases []lock.Lease
