@@ -44,6 +44,12 @@ type Options struct {
 	// RedisAddr, when set, is where lockd dials Redis instead of Redis's
 	// own address: a fault-injecting proxy in front of it, say.
 	RedisAddr string
+	// Client, when set, is the Redis client lockd runs on (a Sentinel's
+	// or a Cluster's), closed when the test ends; Redis and RedisAddr are
+	// then not used.
+	Client redis.UniversalClient
+	// Engine is the engine's options (replica acks, say).
+	Engine lock.Options
 }
 
 // Start runs lockd until the test ends. Its Redis client is configured as
@@ -51,19 +57,21 @@ type Options struct {
 // quickly.
 func Start(tb testing.TB, opts Options) *Lockd {
 	tb.Helper()
-	rs := opts.Redis
-	if rs == nil {
-		rs = redistest.Start(tb)
+	rs, rdb := opts.Redis, opts.Client
+	if rdb == nil {
+		if rs == nil {
+			rs = redistest.Start(tb)
+		}
+		addr := rs.Addr
+		if opts.RedisAddr != "" {
+			addr = opts.RedisAddr
+		}
+		ro := &redis.Options{Addr: addr}
+		store.TuneClient(ro)
+		ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 300*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+		rdb = redis.NewClient(ro)
 	}
-	addr := rs.Addr
-	if opts.RedisAddr != "" {
-		addr = opts.RedisAddr
-	}
-	ro := &redis.Options{Addr: addr}
-	store.TuneClient(ro)
-	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 300*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-	rdb := redis.NewClient(ro)
-	engine := lock.New(rdb, lock.Options{})
+	engine := lock.New(rdb, opts.Engine)
 	logs := &Buffer{}
 	log := zerolog.New(logs)
 	cfg := server.DefaultConfig()

@@ -15,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
 )
@@ -238,7 +242,14 @@ func (e *electionFaults) leadByHold(r *rand.Rand, name, base string) {
 		case ev, ok := <-events:
 			switch {
 			case !ok:
-				ld.how = "lost" // the server ended the stream: it leads until its expiry at most
+				// The stream ended: the server ended it, or the network
+				// cut it (a proxy in front of lockd), and a hold's
+				// leadership ends with its connection, so its holder
+				// leads no longer from now, whatever the expiry it knew.
+				if now := time.Now(); now.Before(ld.end) {
+					ld.end = now
+				}
+				ld.how = "lost their stream"
 			case ev.event == "renewed":
 				var n api.Leadership
 				if err := json.Unmarshal([]byte(ev.data), &n); err != nil {
@@ -320,8 +331,12 @@ func (e *electionFaults) observe(id int, stop <-chan struct{}) [][]observation {
 }
 
 // TestElectionsUnderFaults runs six candidates on one election through
-// two lockd replicas, while a proxy between lockd and Redis adds latency
-// and resets connections (as TestWaitersUnderFaults). Each leadership
+// two lockd replicas, on one Redis, on Sentinel and on Cluster. On one
+// Redis a proxy between lockd and Redis adds latency and resets
+// connections (as TestWaitersUnderFaults); on Sentinel and Cluster a proxy
+// in front of each lockd does (cutting holds and observers, delaying
+// answers), and the election's master fails over in the middle of the
+// run, with replica acks on so that no acknowledged grant is lost. Each leadership
 // renews or proclaims for a while, then resigns, or pauses past its TTL
 // and sends a late renew, or, led by /campaign/hold, has its connection
 // cut. Four observers, two on each replica, reconnect now and then.
@@ -335,13 +350,91 @@ func (e *electionFaults) observe(id int, stop <-chan struct{}) [][]observation {
 // recorded between the first and the last leader of a stream missing from
 // that stream.
 func TestElectionsUnderFaults(t *testing.T) {
-	rs := redistest.Start(t)
-	px := startProxy(t, rs.Addr)
-	const name = "fault:leader"
-	e := &electionFaults{t: t, httpc: &http.Client{}, counts: map[string]int{}}
+	for _, topo := range faultTopologies {
+		t.Run(topo.name, func(t *testing.T) {
+			if topo.name != "redis" {
+				t.Parallel()
+			}
+			runElectionFaults(t, topo)
+		})
+	}
+}
+
+// faultTopology starts two lockd replicas of one topology for a fault run:
+// their bases, the proxies the run's phases apply to, and a failover of
+// the election's master (nil on one Redis).
+type faultTopology struct {
+	name  string
+	start func(t *testing.T) (bases []string, proxies []*proxy, failover func() error)
+}
+
+const faultElection = "fault:leader"
+
+var faultTopologies = []faultTopology{
+	{"redis", func(t *testing.T) ([]string, []*proxy, func() error) {
+		rs := redistest.Start(t)
+		px := startProxy(t, rs.Addr)
+		var bases []string
+		for range 2 {
+			bases = append(bases, lockdtest.Start(t, lockdtest.Options{Redis: rs, RedisAddr: px.addr()}).URL)
+		}
+		return bases, []*proxy{px}, nil
+	}},
+	{"sentinel", func(t *testing.T) ([]string, []*proxy, func() error) {
+		s := redistest.StartSentinel(t)
+		bases, proxies := proxiedReplicas(t, func() redis.UniversalClient {
+			o := &redis.UniversalOptions{Addrs: s.SentinelAddrs(), MasterName: s.MasterName()}
+			store.Tune(o)
+			return redis.NewFailoverClient(o.Failover())
+		})
+		return bases, proxies, func() error {
+			_, err := s.Failover(context.Background())
+			return err
+		}
+	}},
+	{"cluster", func(t *testing.T) ([]string, []*proxy, func() error) {
+		c := redistest.StartCluster(t)
+		bases, proxies := proxiedReplicas(t, func() redis.UniversalClient {
+			o := &redis.UniversalOptions{Addrs: c.Addrs()}
+			store.Tune(o)
+			return redis.NewClusterClient(o.Cluster())
+		})
+		return bases, proxies, func() error {
+			ctx := context.Background()
+			master, err := c.MasterForSlot(ctx, redistest.KeySlot("elect/"+faultElection))
+			if err == nil {
+				_, err = c.Failover(ctx, master)
+			}
+			return err
+		}
+	}},
+}
+
+// proxiedReplicas starts two lockds on clients of one topology, with
+// replica acks, each behind a proxy of its own.
+func proxiedReplicas(t *testing.T, client func() redis.UniversalClient) ([]string, []*proxy) {
+	var bases []string
+	var proxies []*proxy
 	for range 2 {
-		ld := lockdtest.Start(t, lockdtest.Options{Redis: rs, RedisAddr: px.addr()})
-		e.replicas = append(e.replicas, ld.URL+"/v1/elections/"+name)
+		ld := lockdtest.Start(t, lockdtest.Options{Client: client(),
+			Engine: lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Second}})
+		px := startProxy(t, strings.TrimPrefix(ld.URL, "http://"))
+		bases = append(bases, "http://"+px.addr())
+		proxies = append(proxies, px)
+	}
+	return bases, proxies
+}
+
+func runElectionFaults(t *testing.T, topo faultTopology) {
+	bases, proxies, failover := topo.start(t)
+	e := &electionFaults{t: t, httpc: &http.Client{}, counts: map[string]int{}}
+	for _, b := range bases {
+		e.replicas = append(e.replicas, b+"/v1/elections/"+faultElection)
+	}
+	phase := func(toxics ...string) {
+		for _, px := range proxies {
+			px.phase(t, toxics...)
+		}
 	}
 	const (
 		candidates = 6
@@ -376,15 +469,22 @@ func TestElectionsUnderFaults(t *testing.T) {
 	)
 	start := time.Now()
 	time.Sleep(run / 6)
-	px.phase(t, latency, latUp)
+	phase(latency, latUp)
 	time.Sleep(run / 6)
 	for range 5 {
-		px.phase(t)
+		phase()
 		time.Sleep(run / 30)
 	}
-	px.phase(t, latency, resets)
+	if failover != nil {
+		phase()
+		if err := failover(); err != nil {
+			t.Errorf("failover: %v", err)
+		}
+		e.count("failovers")
+	}
+	phase(latency, resets)
 	time.Sleep(run / 6)
-	px.phase(t)
+	phase()
 	time.Sleep(run / 6)
 	close(stopCandidates)
 	candidatesDone.Wait()
