@@ -183,3 +183,41 @@ func TestSessionHold(t *testing.T) {
 		t.Fatalf("history after the hold closed: %+v, %v", hist, err)
 	}
 }
+
+// A session's id is a secret like a token: it appears in no log line, no
+// metric, no state, history or session read.
+func TestSessionIDStaysSecret(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	id := *f.createSession(t, 5000).Session
+	f.acquire(t, "sess:secret", api.AcquireRequest{Session: &id, Owner: ptr("w")})
+	f.acquireSem(t, "sess:secret", api.SemaphoreAcquireRequest{Limit: 2, Session: &id})
+	var texts []string
+	for _, call := range []func() ([]byte, error){
+		func() ([]byte, error) { r, err := f.client.GetSessionWithResponse(ctx, id); return r.Body, err },
+		func() ([]byte, error) { r, err := f.client.RenewSessionWithResponse(ctx, id); return r.Body, err },
+		func() ([]byte, error) { r, err := f.client.GetLockWithResponse(ctx, "sess:secret"); return r.Body, err },
+		func() ([]byte, error) { r, err := f.client.GetSemaphoreWithResponse(ctx, "sess:secret"); return r.Body, err },
+		func() ([]byte, error) {
+			r, err := f.client.GetLockHistoryWithResponse(ctx, "sess:secret", nil)
+			return r.Body, err
+		},
+		func() ([]byte, error) { r, err := f.client.EndSessionWithResponse(ctx, id); return r.Body, err },
+		func() ([]byte, error) { _, b, err := do(http.MethodGet, f.url+"/metrics", "", ""); return b, err },
+	} {
+		b, err := call()
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, string(b))
+	}
+	texts = append(texts, f.logs.String())
+	if !strings.Contains(f.logs.String(), `"route":"/v1/sessions/{id}/renew"`) {
+		t.Fatalf("the access log lacks the session's route:\n%s", f.logs.String())
+	}
+	for i, text := range texts {
+		if strings.Contains(text, id) || strings.Contains(text, id[:16]) {
+			t.Fatalf("the session id appears in answer %d:\n%s", i, text)
+		}
+	}
+}
