@@ -23,4 +23,10 @@
 //
 // scenarios.json is the one list of scenarios that every client passes.
 // The harness fails, never skips, when an interpreter is missing.
+//
+// The TypeScript client's request and response types, typescript/src/api.ts,
+// are generated from api/openapi.yaml by the openapi-typescript pinned in
+// tools/js (go generate; make check fails when they are not current).
 package clients
+
+//go:generate node typescript/scripts/generate.mjs
