@@ -13,13 +13,14 @@ test:
 	go test -race -count=1 ./...
 
 # Formatting, vet, staticcheck (pinned as a go tool) and generated code
-# that matches its sources.
+# that matches its sources (the TypeScript client's types need the npm
+# tools of tools/js: ./scripts/install-deps).
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	go vet ./...
 	go tool staticcheck ./...
 	go generate ./...
-	git diff --exit-code -- api internal/web
+	git diff --exit-code -- api internal/web clients/typescript/src/api.ts
 
 generate:
 	go generate ./...

@@ -1,7 +1,9 @@
 // Package clients holds the tests of lockd's clients in other languages:
-// clients/python today. Each client's own test suite runs against a real
-// lockd on a real redis-server, started here, so that `go test ./...`
-// (make test) runs them with the Go tests.
+// clients/python (TestPython: python3 -m unittest) and clients/typescript
+// (TestTypeScript: tsc, then node --test, through its scripts/test.mjs).
+// Each client's own test suite runs against a real lockd on a real
+// redis-server, started here, so that `go test ./...` (make test) runs
+// them with the Go tests.
 //
 // The harness starts one redis-server and three lockds on it, and tells the
 // client's tests about them in the environment:
@@ -22,5 +24,12 @@
 //     subtest per scenario from it.
 //
 // scenarios.json is the one list of scenarios that every client passes.
-// The harness fails, never skips, when an interpreter is missing.
+// The harness fails, never skips, when an interpreter (python3, node) or
+// the TypeScript compiler of tools/js is missing.
+//
+// The TypeScript client's request and response types, typescript/src/api.ts,
+// are generated from api/openapi.yaml by the openapi-typescript pinned in
+// tools/js (go generate; make check fails when they are not current).
 package clients
+
+//go:generate node typescript/scripts/generate.mjs

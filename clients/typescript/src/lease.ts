@@ -1,0 +1,389 @@
+// Lease: a granted lock, semaphore permit or election's leadership that
+// renews itself.
+//
+// A lease's renewer is a timer (unref'd: it does not keep a Node process
+// alive) that renews every ttl/3. A renew answered 404 or 409 means the
+// lease is gone: it is lost at once. A renew that fails for any other
+// reason (503, no answer) is retried with jittered backoff until the
+// lease's expiry as measured by this process's monotonic clock, from when
+// the last successful renew was sent; then it is lost. That clock never
+// runs ahead of the server's expiry, so the client gives up no later than
+// the server drops the lease.
+//
+// Loss aborts `lease.signal` (its reason is the LeaseLost), records
+// `lease.error` and calls `onLost` once. The protected work should pass
+// the signal on (fetch, streams, timers) or call `lease.check()` between
+// steps, and pass `lease.fence` to the resource it protects: a process
+// paused past its TTL notices the loss only once it runs again, and only
+// a fence check at the resource closes that window.
+
+import { LeaseLost, LockdError, Unreachable } from "./errors.js";
+import { backoff, now, unref, type Logger } from "./http.js";
+import type { GrantMode, LeaseInfo, LeadershipInfo, ReleaseResult, ResignResult, Value } from "./types.js";
+
+/** What a lease is a grant of. */
+export type LeaseKind = "lock" | "semaphore" | "election";
+
+/** OnLost is called once when a lease is lost, with the LeaseLost that says why. */
+export type OnLost = (lease: Lease, error: LeaseLost) => void;
+
+/** What the server answers about a lease, token included. */
+export type Grant = (LeaseInfo | LeadershipInfo) & { token: string };
+
+/** LeaseOps is what a Lease asks of its Client (internal). */
+export interface LeaseOps {
+  readonly timeoutMs: number;
+  readonly logger: Logger | undefined;
+  renew(kind: LeaseKind, key: string, token: string, ttlMs: number, timeoutMs: number, value: Value | undefined): Promise<Grant>;
+  proclaim(key: string, token: string, value: Value): Promise<Grant>;
+  release(kind: LeaseKind, key: string, token: string): Promise<ReleaseResult | ResignResult>;
+}
+
+/** The options of a Lease's constructor (internal: leases come from acquire, semaphores and campaign). */
+export interface LeaseInit {
+  autoRenew?: boolean | undefined;
+  /** The value the acquire sent (a lock's answer does not repeat it). */
+  value?: Value | undefined;
+  onLost?: OnLost | undefined;
+}
+
+/**
+ * Lease is one grant: a lock (exclusive or shared), a semaphore permit or
+ * an election's leadership.
+ *
+ * `key` is the lock's key, the semaphore's or the election's name; `kind`
+ * is "lock", "semaphore" or "election"; `fence` the grant's fencing
+ * number (a leadership's term: `term` is the same number); `ttlMs` its
+ * TTL; `owner` who holds it (a leadership's leader: `leader` is the
+ * same); `mode` "exclusive", "shared" or "permit"; `limit` the
+ * semaphore's limit; `replayed` whether the server answered with an
+ * earlier grant of the same Idempotency-Key. `token` is the lease's
+ * secret: it appears nowhere else (not in `info`, `toString`,
+ * `JSON.stringify` or `util.inspect`).
+ */
+export class Lease {
+  readonly kind: LeaseKind;
+  readonly key: string;
+  readonly fence: number;
+  readonly ttlMs: number;
+  readonly owner: string;
+  readonly mode: GrantMode;
+  readonly limit: number | undefined;
+  readonly replayed: boolean;
+  /** Aborted the moment the lease is lost; its reason is the LeaseLost. Not aborted by a release. */
+  readonly signal: AbortSignal;
+
+  readonly #ops: LeaseOps;
+  readonly #token: string;
+  readonly #lost = new AbortController();
+  readonly #onLost: OnLost | undefined;
+  #error: LeaseLost | undefined;
+  #info: LeaseInfo | LeadershipInfo;
+  #value: Value | undefined;
+  #expires: number;
+  #renewals = 0;
+  #released = false;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  // The renewer's state between its turns.
+  #attempt = 0;
+  #last: LockdError | undefined;
+
+  /** @internal Leases come from Client.acquire, semaphores and campaign. */
+  constructor(ops: LeaseOps, kind: LeaseKind, grant: Grant, sentAt: number, init: LeaseInit = {}) {
+    this.#ops = ops;
+    this.kind = kind;
+    this.key = grant.key;
+    this.ttlMs = grant.ttl_ms;
+    if ("term" in grant) {
+      // A leadership: its term is the fence, its leader the owner.
+      this.fence = grant.term;
+      this.owner = grant.leader;
+      this.mode = "exclusive";
+      this.limit = undefined;
+    } else {
+      this.fence = grant.fence;
+      this.owner = grant.owner;
+      this.mode = grant.mode;
+      this.limit = grant.limit;
+    }
+    this.replayed = grant.replayed === true;
+    this.#token = grant.token;
+    this.#info = withoutToken(grant);
+    this.#value = "value" in grant && grant.value !== undefined ? grant.value : init.value;
+    this.#onLost = init.onLost;
+    this.signal = this.#lost.signal;
+    // The server set its expiry when the request arrived, after sentAt.
+    this.#expires = sentAt + this.ttlMs;
+    if (init.autoRenew !== false) {
+      this.#schedule(this.#interval());
+    }
+  }
+
+  /** The lease's secret: renew, release and re-entry need it. Keep it out of logs. */
+  get token(): string {
+    return this.#token;
+  }
+
+  /** A leadership's term, strictly increasing per election: its fence under the election's word. */
+  get term(): number {
+    return this.fence;
+  }
+
+  /** Who leads, for a leadership: its owner under the election's word. */
+  get leader(): string {
+    return this.owner;
+  }
+
+  /** Whether the lease is lost (`signal.aborted`). */
+  get lost(): boolean {
+    return this.#lost.signal.aborted;
+  }
+
+  /** Why the lease was lost; undefined while it is not. */
+  get error(): LeaseLost | undefined {
+    return this.#error;
+  }
+
+  /** Whether release (or abandon) was called. */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /** How many renewals succeeded. */
+  get renewals(): number {
+    return this.#renewals;
+  }
+
+  /** The server's latest answer about the lease, without the token. */
+  get info(): LeaseInfo | LeadershipInfo {
+    return { ...this.#info };
+  }
+
+  /** The lease's value as last sent (acquire, campaign, proclaim, renew with a value); undefined when it has none. */
+  get value(): Value | undefined {
+    return this.#value;
+  }
+
+  /** check throws the LeaseLost that ended the lease, if it is lost; else it returns. */
+  check(): void {
+    if (this.#error !== undefined) {
+      throw this.#error;
+    }
+  }
+
+  /**
+   * renew extends the lease by its TTL now, once; `value` replaces the
+   * grant's value. The renewer calls it every ttl/3; call it yourself
+   * after acquire with `autoRenew: false`. An answer that the lease is
+   * gone loses it and throws LeaseLost; any other failure throws and
+   * leaves the lease as it was.
+   */
+  async renew(opts: { value?: Value } = {}): Promise<void> {
+    this.check();
+    const sent = now();
+    const timeout = Math.min(this.#ops.timeoutMs, Math.max(this.#expires - sent, 1));
+    let grant: Grant;
+    try {
+      grant = await this.#ops.renew(this.kind, this.key, this.#token, this.ttlMs, timeout, opts.value);
+    } catch (err) {
+      if (err instanceof LeaseLost) {
+        this.#lose(err);
+      }
+      throw err;
+    }
+    if (this.#released) {
+      return;
+    }
+    this.#info = withoutToken(grant);
+    if (opts.value !== undefined) {
+      this.#value = opts.value;
+    }
+    this.#expires = sent + this.ttlMs;
+    this.#renewals++;
+  }
+
+  /**
+   * proclaim sets a leadership's value (any JSON, at most 4 KiB), keeping
+   * the leadership and renewing it; observers get a `proclaimed` event. A
+   * leadership that no longer leads is lost and throws LeaseLost.
+   */
+  async proclaim(value: Value): Promise<void> {
+    if (this.kind !== "election") {
+      throw new TypeError(`lockd: proclaim is for a leadership (client.campaign), not a ${this.kind}`);
+    }
+    if (value === undefined || value === null) {
+      throw new TypeError("lockd: proclaim needs a value; JSON null is not one");
+    }
+    this.check();
+    const sent = now();
+    let grant: Grant;
+    try {
+      grant = await this.#ops.proclaim(this.key, this.#token, value);
+    } catch (err) {
+      if (err instanceof LeaseLost) {
+        this.#lose(err);
+      }
+      throw err;
+    }
+    if (this.#released) {
+      return;
+    }
+    this.#info = withoutToken(grant);
+    this.#value = value;
+    this.#expires = sent + this.ttlMs;
+  }
+
+  /**
+   * release stops the renewer and gives the lease back; a leadership
+   * resigns. It answers the server's `{key, released, count}` (a
+   * leadership's `{key, resigned}`), or undefined when the lease was
+   * released already. A lease that was lost throws its LeaseLost, without
+   * asking the server.
+   */
+  async release(): Promise<ReleaseResult | ResignResult | undefined> {
+    if (this.#released) {
+      return undefined;
+    }
+    // From here the renewer records nothing, not even a 404 from a renew
+    // that races this release.
+    this.#released = true;
+    this.#stop();
+    this.check();
+    try {
+      return await this.#ops.release(this.kind, this.key, this.#token);
+    } catch (err) {
+      if (err instanceof LeaseLost) {
+        this.#lose(err, true);
+      }
+      throw err;
+    }
+  }
+
+  /** abandon stops the renewer without releasing: the lease lasts until its TTL runs out. */
+  abandon(): void {
+    this.#released = true;
+    this.#stop();
+  }
+
+  toString(): string {
+    const state = this.lost ? "lost" : this.#released ? "released" : "held";
+    if (this.kind === "election") {
+      return `Lease(election ${JSON.stringify(this.key)} term=${this.fence} leader=${JSON.stringify(this.owner)} ${state})`;
+    }
+    return `Lease(${this.kind} ${JSON.stringify(this.key)} fence=${this.fence} owner=${JSON.stringify(this.owner)} ${state})`;
+  }
+
+  /** What JSON.stringify shows: never the token. */
+  toJSON(): Record<string, unknown> {
+    return {
+      kind: this.kind,
+      key: this.key,
+      fence: this.fence,
+      owner: this.owner,
+      mode: this.mode,
+      limit: this.limit,
+      ttl_ms: this.ttlMs,
+      lost: this.lost,
+      released: this.#released,
+    };
+  }
+
+  /** What Node's util.inspect (console.log) shows. */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString();
+  }
+
+  #interval(): number {
+    return Math.max(this.ttlMs / 3, 1);
+  }
+
+  #schedule(delay: number): void {
+    if (this.#released || this.lost) {
+      return;
+    }
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.#turn();
+    }, delay);
+    unref(this.#timer);
+  }
+
+  #stop(): void {
+    if (this.#timer !== undefined) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+    }
+  }
+
+  /** #turn is one renewal by the renewer; failures other than loss are retried until the expiry. */
+  async #turn(): Promise<void> {
+    if (this.#released || this.lost) {
+      return;
+    }
+    const expires = this.#expires;
+    const sent = now();
+    const interval = this.#interval();
+    try {
+      await this.renew();
+    } catch (err) {
+      if (err instanceof LeaseLost || this.#released || this.lost) {
+        return;
+      }
+      const e =
+        err instanceof LockdError ? err : new Unreachable(`renew ${this.key}: ${String(err)}`, { cause: err });
+      if (!(e instanceof Unreachable) || this.#last === undefined) {
+        // The last failure that said more than "no answer".
+        this.#last = e;
+      }
+      const left = expires - now();
+      if (left <= 0) {
+        this.#lose(new LeaseLost(`${this.key}: could not renew before the lease expired: ${this.#last.message}`));
+        return;
+      }
+      // Retry sooner than ttl/3, and never sleep through the expiry: at
+      // most half of what is left, so that the last tries come just
+      // before it.
+      const delay = Math.min(
+        backoff(this.#attempt, Math.max(this.ttlMs / 30, 10), interval, e.retryAfterMs),
+        Math.max(left / 2, 1),
+      );
+      this.#attempt++;
+      this.#ops.logger?.info?.(`${this}: renew failed (${e.message}); retrying in ${Math.round(delay)} ms`, {
+        key: this.key,
+        attempt: this.#attempt,
+        delayMs: delay,
+      });
+      this.#schedule(delay);
+      return;
+    }
+    this.#attempt = 0;
+    this.#last = undefined;
+    // Measured from when the renew was sent, as the expiry is.
+    this.#schedule(Math.max(interval - (now() - sent), 0));
+  }
+
+  /** #lose records why the lease was lost, once, and tells everyone. */
+  #lose(err: LeaseLost, afterRelease = false): void {
+    if (this.#error !== undefined || (this.#released && !afterRelease)) {
+      return;
+    }
+    this.#error = err;
+    this.#stop();
+    this.#ops.logger?.warn?.(`${this}: lease lost: ${err.message}`, { key: this.key, fence: this.fence });
+    this.#lost.abort(err);
+    if (this.#onLost !== undefined) {
+      try {
+        this.#onLost(this, err);
+      } catch (cbErr) {
+        // A callback's bug must not stop the renewer's bookkeeping silently.
+        this.#ops.logger?.error?.(`${this}: onLost callback failed: ${String(cbErr)}`, { key: this.key });
+      }
+    }
+  }
+}
+
+/** withoutToken is an answer to keep: never the token. */
+function withoutToken(grant: Grant): LeaseInfo | LeadershipInfo {
+  const { token: _token, ...rest } = grant;
+  return rest;
+}
