@@ -39,8 +39,10 @@ type observeStream struct {
 	sub     *lock.Subscription
 	release func()
 	// term is the newest term sent, so that a change already described
-	// (by the first read, or a resynchronisation) is not sent again.
-	term int64
+	// (by the first read, or a resynchronisation) is not sent again;
+	// leader is the term of the leader the stream last announced (0 after
+	// a vacancy), the only one whose proclaims it sends.
+	term, leader int64
 	// firstEvent and first are the stream's first event, read before the
 	// answer began.
 	firstEvent string
@@ -108,11 +110,21 @@ func (o *observeStream) read(ctx context.Context) (string, api.ElectionChange, e
 	st, err := o.s.engine.State(ctx, o.res)
 	switch {
 	case errors.Is(err, lock.ErrNotFound):
+		if o.term == 0 {
+			// A new stream: the vacancy is of the last term there was,
+			// so that no event of an older one (of the moments before
+			// this read, or one a failover's old master wrote late) is
+			// taken for news.
+			if evs, err := o.s.engine.History(ctx, o.res, 1); err == nil && len(evs) > 0 {
+				o.term = evs[0].Fence
+			}
+		}
+		o.leader = 0
 		return "vacant", api.ElectionChange{Key: o.res.Name, Term: o.term}, nil
 	case err != nil:
 		return "", api.ElectionChange{}, err
 	}
-	o.term = st.Fence
+	o.term, o.leader = st.Fence, st.Fence
 	return "leader", leaderChange(o.res, st), nil
 }
 
@@ -123,14 +135,14 @@ func (o *observeStream) change(ctx context.Context, out sse, c lock.Change) erro
 		if c.Fence <= o.term {
 			return nil // sent already, by a read
 		}
-		o.term = c.Fence
+		o.term, o.leader = c.Fence, c.Fence
 		ch := api.ElectionChange{Key: o.res.Name, Leader: &c.Owner, Term: c.Fence, Since: &c.At}
 		if st, err := o.s.engine.State(ctx, o.res); err == nil && st.Fence == c.Fence {
 			ch = leaderChange(o.res, st)
 		}
 		return out.send("leader", ch)
 	case "proclaimed":
-		if c.Fence != o.term {
+		if c.Fence != o.leader {
 			// Not the leader this stream last described: a value of a
 			// term that ended before the first read (or a resync) found
 			// another leader or none, an event of the moments between
@@ -147,6 +159,7 @@ func (o *observeStream) change(ctx context.Context, out sse, c lock.Change) erro
 		if c.Fence < o.term {
 			return nil // an older term, superseded already
 		}
+		o.term, o.leader = c.Fence, 0
 		return out.send("vacant", api.ElectionChange{Key: o.res.Name, Term: c.Fence})
 	default:
 		return nil // reentered: the same term goes on
