@@ -46,12 +46,14 @@ func TestSessionGrantsLiveAndDieWithIt(t *testing.T) {
 			p := in
 			p.Limit = 2
 			permit := mustAcquire(t, e, lock.Semaphore("sess:pool"), p)
+			// A second permit of the same semaphore is a grant of its own.
+			permit2 := mustAcquire(t, e, lock.Semaphore("sess:pool"), p)
 			leader := mustAcquire(t, e, lock.Election("sess:leader"), in)
-			for _, l := range []lock.Lease{x, permit, leader} {
+			for _, l := range []lock.Lease{x, permit, permit2, leader} {
 				near(t, "a grant's expiry and the session's", l.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
 			}
 			got, err := e.GetSession(ctx, s.ID)
-			if err != nil || len(got.Holds) != 3 || got.Owner != "worker-1" {
+			if err != nil || len(got.Holds) != 4 || got.Owner != "worker-1" {
 				t.Fatalf("get: %+v, %v", got, err)
 			}
 
@@ -78,6 +80,13 @@ func TestSessionGrantsLiveAndDieWithIt(t *testing.T) {
 					t.Fatal(err)
 				}
 				near(t, "a grant after the session's renewal", st.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
+			}
+			pool, err := e.State(ctx, lock.Semaphore("sess:pool"))
+			if err != nil || len(pool.Holders) != 2 {
+				t.Fatalf("the semaphore after the session's renewal: %+v, %v", pool, err)
+			}
+			for _, h := range pool.Holders {
+				near(t, "a permit after the session's renewal", h.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
 			}
 
 			// A waiter of the lock is served when the session ends.

@@ -197,7 +197,10 @@ func TestSessionIDStaysSecret(t *testing.T) {
 		func() ([]byte, error) { r, err := f.client.GetSessionWithResponse(ctx, id); return r.Body, err },
 		func() ([]byte, error) { r, err := f.client.RenewSessionWithResponse(ctx, id); return r.Body, err },
 		func() ([]byte, error) { r, err := f.client.GetLockWithResponse(ctx, "sess:secret"); return r.Body, err },
-		func() ([]byte, error) { r, err := f.client.GetSemaphoreWithResponse(ctx, "sess:secret"); return r.Body, err },
+		func() ([]byte, error) {
+			r, err := f.client.GetSemaphoreWithResponse(ctx, "sess:secret")
+			return r.Body, err
+		},
 		func() ([]byte, error) {
 			r, err := f.client.GetLockHistoryWithResponse(ctx, "sess:secret", nil)
 			return r.Body, err

@@ -1,7 +1,8 @@
 -- session: a session's record and the grants bound to it (session.go).
 --
 -- KEYS[1] the session (a hash: owner, ttl, created, exp, all ms)
--- KEYS[2] its grants (a hash: resource id → the grant's token)
+-- KEYS[2] its grants (a hash: the grant's token → its resource id; a
+--         session may hold several shared holds or permits of one key)
 -- ARGV[1] op: "create", "check", "renew", "attach", "detach", "end" or "get"
 -- ARGV[2] create: owner; attach, detach: the resource id
 -- ARGV[3] create: ttl_ms; attach, detach: the grant's token
@@ -44,9 +45,9 @@ local function with_grants(tokens)
   local out = {'ok', exp, int(now_ms), s[1], s[2], s[3]}
   local all = redis.call('HGETALL', grants)
   for i = 1, #all, 2 do
-    out[#out + 1] = all[i]
+    out[#out + 1] = all[i + 1]
     if tokens then
-      out[#out + 1] = all[i + 1]
+      out[#out + 1] = all[i]
     end
   end
   return out
@@ -55,12 +56,12 @@ end
 if op == 'check' then
   return {'ok', exp, int(now_ms)}
 elseif op == 'attach' then
-  redis.call('HSET', grants, ARGV[2], ARGV[3])
+  redis.call('HSET', grants, ARGV[3], ARGV[2])
   redis.call('PEXPIREAT', grants, exp)
   return {'ok', exp, int(now_ms)}
 elseif op == 'detach' then
-  if redis.call('HGET', grants, ARGV[2]) == ARGV[3] then
-    redis.call('HDEL', grants, ARGV[2])
+  if redis.call('HGET', grants, ARGV[3]) == ARGV[2] then
+    redis.call('HDEL', grants, ARGV[3])
   end
   return {'ok', exp, int(now_ms)}
 elseif op == 'renew' then
