@@ -63,6 +63,13 @@ class ProblemTable(unittest.TestCase):
         self.assertIsInstance(errors.error_for(500, {"code": "internal", "detail": "d"}, None), lockd.Unavailable)
         self.assertIs(type(errors.error_for(404, {}, None)), lockd.NotFound)
 
+        # A session gone is its leases lost, and a 404.
+        gone = errors.error_for(404, {"code": "session_not_found", "detail": "the session ended or lapsed"}, None)
+        self.assertIs(type(gone), lockd.SessionLost)
+        self.assertIsInstance(gone, lockd.LeaseLost)
+        self.assertIsInstance(gone, lockd.NotFound)
+        self.assertEqual(str(gone), "the session ended or lapsed (404 session_not_found)")
+
     def test_retry_after(self) -> None:
         self.assertEqual(errors.parse_retry_after("3"), 3.0)
         self.assertIsNone(errors.parse_retry_after(None))
