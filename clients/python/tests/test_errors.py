@@ -101,6 +101,19 @@ class Offline(unittest.TestCase):
         self.assertNotIn("api-key-secret", repr(vars(c)))
         lease.abandon()
 
+        session_answer = {
+            "session": "session-id-secret", "owner": "me", "ttl_ms": 3000,
+            "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T00:00:03Z", "holds": [],
+        }
+        session = lockd.Session(c, session_answer, time.monotonic(), auto_renew=False)
+        self.assertEqual(session.id, "session-id-secret")
+        in_session = lockd.Lease(c, "lock", answer, time.monotonic(), session=session)
+        texts = (repr(session), str(session), repr(vars(session).get("_info")), repr(in_session), repr(in_session.info))
+        for text in texts:
+            self.assertNotIn("session-id-secret", text)
+        self.assertEqual(repr(session), "<lockd.Session owner='me' ttl=3 live>")
+        self.assertIsNone(in_session._thread)
+
     def test_urls(self) -> None:
         self.assertEqual(lockd.Client("https://lockd.example:8443/base/").url, "https://lockd.example:8443/base")
         for bad in ("ftp://x", "localhost:8080", "http://user:pw@host"):
