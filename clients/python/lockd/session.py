@@ -76,6 +76,7 @@ class Session:
         self._expires = sent + self.ttl
         self._renewals = 0
         self._ended = False
+        self._closed = False  # ended, and its leases told so
         # The leases in the session, each with when it joined (monotonic):
         # a renewal sent before a lease joined may not list its grant.
         self._leases: List[Tuple["Lease", float]] = []
@@ -183,6 +184,7 @@ class Session:
         with self._lock:
             leases = [lease for lease, _ in self._leases]
             self._leases = []
+            self._closed = True
         for lease in leases:
             lease._session_ended()
         return _without_id(answer)
@@ -214,13 +216,20 @@ class Session:
     __str__ = __repr__
 
     def _attach(self, lease: "Lease") -> None:
-        """_attach puts a lease just granted in the session; a session lost meanwhile loses it at once."""
+        """_attach puts a lease just granted in the session; a session lost meanwhile loses it at once.
+
+        A lease that joins once the end was answered had its grant in the
+        session when it ended (its acquire would have failed otherwise):
+        the end released it with the others.
+        """
         with self._lock:
-            err = self.error
-            if err is None:
+            err, closed = self.error, self._closed
+            if err is None and not closed:
                 self._leases.append((lease, time.monotonic()))
         if err is not None:
             lease._session_lost(err)
+        elif closed:
+            lease._session_ended()
 
     def _drop_missing(self, answer: Dict[str, Any], leases: List["Lease"]) -> None:
         """_drop_missing loses the leases whose grant a renewal of the session no longer lists.
