@@ -168,6 +168,7 @@ class Lease:
             except SessionLost:
                 self.check()  # the session lost this lease with it
                 raise
+            self.check()  # the renewal no longer lists its grant
             return
         sent = time.monotonic()
         timeout = min(self._client.timeout, max(self._expiry() - sent, 0.001))

@@ -264,11 +264,11 @@ class Sessions(unittest.TestCase):
 
     def test_manual_renewal(self) -> None:
         c = harness.client()
-        session = c.session(ttl=0.3, auto_renew=False)
+        session = c.session(ttl=0.6, auto_renew=False)
         self.addCleanup(session.end)
-        time.sleep(0.2)
+        time.sleep(0.35)
         session.renew()
-        time.sleep(0.2)  # past the first expiry: the renewal kept it
+        time.sleep(0.35)  # past the first expiry: the renewal kept it
         self.assertEqual(session.renewals, 1)
         self.assertEqual(session.info()["holds"], [])
 
