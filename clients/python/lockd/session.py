@@ -11,10 +11,11 @@ Loss is a lease's: a renew answered 404 ``session_not_found`` loses the
 session at once; a renew that fails otherwise (503, no answer) is retried
 with backoff until the session's expiry by this process's monotonic
 clock, from when the last successful renew was sent, then it is lost.
-Loss sets ``session.lost``, records ``session.error`` (a SessionLost),
-loses every lease in the session with a SessionLost of its own, and calls
-``on_lost`` once. A renewal that no longer lists a lease's grant (it was
-force-released, or lapsed after a renewal failed) loses that lease alone.
+Loss records ``session.error`` (a SessionLost), loses every lease in the
+session with a SessionLost of its own, then sets ``session.lost`` (whoever
+sees it set sees its leases lost) and calls ``on_lost`` once. A renewal
+that no longer lists a lease's grant (it was force-released, or lapsed
+after a renewal failed) loses that lease alone.
 
 The session's id is a secret like a lease's token: whoever has it can end
 the session. It never appears in a repr, a message or a log line.
@@ -106,9 +107,9 @@ class Session:
 
     def check(self) -> None:
         """check raises the SessionLost that ended the session, if it is lost; else it returns."""
-        if self.lost.is_set():
-            assert self.error is not None
-            raise self.error
+        err = self.error  # set before lost is: check raises from the moment the loss is known
+        if err is not None:
+            raise err
 
     def renew(self) -> Dict[str, Any]:
         """renew keeps the session, and every grant in it, alive for its TTL from now, once.
@@ -260,10 +261,11 @@ class Session:
             leases = [lease for lease, _ in self._leases]
             self._leases = []
         self._stop.set()
-        self.lost.set()
-        log.warning("%r: session lost: %s", self, err)
+        # Its leases first: whoever sees the session lost sees them lost.
         for lease in leases:
             lease._session_lost(err)
+        self.lost.set()
+        log.warning("%r: session lost: %s", self, err)
         if self._on_lost is not None:
             try:
                 self._on_lost(self, err)

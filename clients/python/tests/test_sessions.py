@@ -165,8 +165,9 @@ class Sessions(unittest.TestCase):
         self.assertIsInstance(err, lockd.LeaseLost)
         self.assertIsInstance(lease.error, lockd.SessionLost)
         self.assertIn("its session was lost", str(lease.error))
+        self.assertEqual(lease_losses, [lease.error])  # called before the session's loss showed
+        harness.eventually(lambda: len(session_losses) > 0, within=1, what="the session's on_lost called")
         self.assertEqual(session_losses, [err])
-        self.assertEqual(lease_losses, [lease.error])
         with self.assertRaises(lockd.NotFound):
             c.state(key)
 
