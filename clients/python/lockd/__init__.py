@@ -25,6 +25,15 @@ and ``proclaim(value)`` sets its value. ``client.leader(name)`` reads who
 leads; ``client.observe(name)`` iterates over the changes (leader,
 proclaimed, vacant) as they happen.
 
+Sessions: ``client.session(ttl=...)`` starts a Session, one keep-alive
+for many grants, renewing itself every ttl/3 and lost as a lease is
+(``session.lost``, ``on_lost``, ``session.check()`` raising SessionLost).
+``session=`` on acquire, lock, semaphore or campaign puts the grant in it:
+the grant has no renewer of its own, lives as long as the session and is
+lost with it; ending the session (``end()``, or the end of its ``with``
+block) releases every grant in it at once. The session's id is a secret
+like a token and never appears in a repr, a message or a log line.
+
 Caveat: a process paused longer than its TTL (GC, swap, SIGSTOP) notices
 the loss only once it runs again. Pass ``lease.fence`` (a leader's
 ``lease.term``) to the resource you protect and have it refuse a fence
@@ -33,7 +42,7 @@ lower than one it has seen.
 
 import logging
 
-from .client import Client, Elections, LeaseContext, Semaphores
+from .client import Client, Elections, LeaseContext, Semaphores, Sessions
 from .errors import (
     BackendRecovering,
     BackendUnavailable,
@@ -54,6 +63,7 @@ from .errors import (
     NotGranted,
     PayloadTooLarge,
     Queued,
+    SessionLost,
     TooManyHolders,
     TooManyRequests,
     Unauthorized,
@@ -64,6 +74,7 @@ from .errors import (
 )
 from .lease import Lease
 from .observe import Observer
+from .session import Session
 
 __version__ = "0.1.0"
 
@@ -74,6 +85,8 @@ __all__ = [
     "LeaseContext",
     "Observer",
     "Semaphores",
+    "Session",
+    "Sessions",
     "BackendRecovering",
     "BackendUnavailable",
     "Forbidden",
@@ -93,6 +106,7 @@ __all__ = [
     "NotGranted",
     "PayloadTooLarge",
     "Queued",
+    "SessionLost",
     "TooManyHolders",
     "TooManyRequests",
     "Unauthorized",

@@ -63,12 +63,16 @@ class Transport:
         body: Optional[Mapping[str, Any]] = None,
         headers: Optional[Mapping[str, str]] = None,
         timeout: float = 10.0,
+        label: Optional[str] = None,
     ) -> Dict[str, Any]:
         """request sends one request and returns its decoded 2xx answer.
 
         It raises Unreachable when no answer came, and the problem code's
-        LockdError subclass for any other status.
+        LockdError subclass for any other status. ``label`` names the
+        request in messages instead of its method and path, for a path
+        that holds a secret (a session's id).
         """
+        what = label or f"{method} {path}"
         h = self._headers("application/json", headers)
         data = None
         if body is not None:
@@ -85,18 +89,18 @@ class Transport:
         except (OSError, http.client.HTTPException) as err:
             # OSError covers refused and reset connections and timeouts.
             # The request may or may not have reached the server.
-            raise Unreachable(f"{method} {path}: no answer from lockd: {_describe(err)}") from None
+            raise Unreachable(f"{what}: no answer from lockd: {_describe(err)}") from None
         finally:
             conn.close()
         if len(raw) > _MAX_ANSWER:
-            raise Unreachable(f"{method} {path}: the answer is larger than {_MAX_ANSWER} bytes; not lockd's")
+            raise Unreachable(f"{what}: the answer is larger than {_MAX_ANSWER} bytes; not lockd's")
         if 200 <= status < 300:
             try:
                 answer = json.loads(raw) if raw else {}
             except ValueError:
-                raise Unreachable(f"{method} {path}: the answer ({status}) is not JSON; not lockd's") from None
+                raise Unreachable(f"{what}: the answer ({status}) is not JSON; not lockd's") from None
             if not isinstance(answer, dict):
-                raise Unreachable(f"{method} {path}: the answer ({status}) is not a JSON object; not lockd's")
+                raise Unreachable(f"{what}: the answer ({status}) is not a JSON object; not lockd's")
             return answer
         raise _problem(status, content_type, raw, retry_after)
 

@@ -8,8 +8,13 @@ kind ("lock", "semaphore", "election") and do the work once; the public
 ones are the lock's, ``client.semaphores`` (a Semaphores) names the
 semaphore's and ``client.elections`` (an Elections) the election's, with
 the common ones (campaign, leader, observe) on Client too. A new kind of
-lease (a session) is a new entry in _KINDS, a small class beside
-Semaphores for its own operations, and the same Lease.
+lease is a new entry in _KINDS, a small class beside Semaphores for its
+own operations, and the same Lease.
+
+Sessions are not a kind of lease but what keeps leases alive:
+``client.session()`` starts one with its keep-alive (a Session), and
+``session=`` on every acquire puts the grant in it instead of giving it
+a TTL; ``client.sessions`` (a Sessions) has the bare operations by id.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ import ssl
 import time
 import urllib.parse
 from types import TracebackType
-from typing import Any, Callable, Dict, NamedTuple, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, NamedTuple, Optional, Type, TypeVar, Union
 
 from ._http import Transport, backoff
-from .errors import InvalidRequest, LeaseNotFound, NotFound, NotGranted, Unavailable
+from .errors import InvalidRequest, LeaseNotFound, NotFound, NotGranted, SessionLost, Unavailable
 from .lease import Lease, OnLost
 from .observe import Observer
+from .session import OnSessionLost, Session
 
 log = logging.getLogger("lockd")
 
@@ -51,6 +57,13 @@ _KINDS = {
 # (--max-wait 60s). A server with a shorter --max-wait answers a round
 # 400 wait_ms, and the rounds are halved until it takes them.
 _CAMPAIGN_ROUND = 60.0
+
+# The TTL of a grant, or of a session, when none is given.
+_DEFAULT_TTL = 30.0
+
+# A grant's session: a Session of this client (its keep-alive and loss
+# are the grant's), or the id of a session something else keeps alive.
+SessionArg = Union[Session, str]
 
 # Backoff of the retries of acquire and reads: 100 ms doubling up to 5 s,
 # at least the server's Retry-After (the Go client's figures).
@@ -86,6 +99,7 @@ class Client:
         self.retry_for = max(0.0, retry_for)
         self.semaphores = Semaphores(self)
         self.elections = Elections(self)
+        self.sessions = Sessions(self)
 
     def __repr__(self) -> str:
         key = ", api_key=<set>" if self._t.has_api_key else ""
@@ -96,7 +110,7 @@ class Client:
     def acquire(
         self,
         key: str,
-        ttl: float = 30.0,
+        ttl: Optional[float] = None,
         wait: float = 0.0,
         owner: Optional[str] = None,
         value: Any = None,
@@ -105,10 +119,11 @@ class Client:
         auto_renew: bool = True,
         on_lost: Optional[OnLost] = None,
         lock_delay: Optional[float] = None,
+        session: Optional[SessionArg] = None,
     ) -> Lease:
         """acquire takes the lock on key and returns its Lease, renewing itself every ttl/3.
 
-        ``ttl`` and ``wait`` are in seconds. While another lease holds key,
+        ``ttl`` (default 30) and ``wait`` are in seconds. While another lease holds key,
         the server waits up to ``wait`` (FIFO across every lockd replica),
         then raises LockHeld, or Queued when the key is free but kept for
         requests that began to wait earlier. ``mode`` is "exclusive" (the
@@ -121,8 +136,14 @@ class Client:
         called once if the lease is lost. ``lock_delay`` (seconds, exclusive
         only) holds the key off for that long after this lease ends by
         expiry or force-release; acquires meanwhile raise LockDelay.
+
+        ``session`` (a Session from ``client.session()``, or a session's
+        id) puts the grant in that session instead of giving it a TTL
+        (``ttl`` must then be left out): it lives as long as the session
+        and has no renewer of its own; with a Session it is lost when the
+        session is. A session that is gone raises SessionLost.
         """
-        body: Dict[str, Any] = {"ttl_ms": _ms(ttl, "ttl")}
+        body = _lifetime(ttl, session)
         if lock_delay is not None:
             body["lock_delay_ms"] = _ms(lock_delay, "lock_delay")
         if owner is not None:
@@ -131,12 +152,12 @@ class Client:
             body["value"] = value
         if mode is not None:
             body["mode"] = mode
-        return self._acquire("lock", key, body, wait, idempotency_key, auto_renew, on_lost)
+        return self._acquire("lock", key, body, wait, idempotency_key, auto_renew, on_lost, session)
 
     def lock(
         self,
         key: str,
-        ttl: float = 30.0,
+        ttl: Optional[float] = None,
         wait: float = 0.0,
         owner: Optional[str] = None,
         value: Any = None,
@@ -144,6 +165,7 @@ class Client:
         on_lost: Optional[OnLost] = None,
         idempotency_key: Optional[str] = None,
         lock_delay: Optional[float] = None,
+        session: Optional[SessionArg] = None,
     ) -> "LeaseContext":
         """lock is acquire as a context manager: it acquires on entry, yields the Lease and releases on exit.
 
@@ -153,12 +175,14 @@ class Client:
                     write(part, fence=lease.fence)
 
         On exit a lease that was lost raises LeaseLost, unless the block
-        raised first: the block's exception is never replaced.
+        raised first: the block's exception is never replaced. With
+        ``session=`` the grant lives as long as the session (see acquire);
+        the end of the block still releases it.
         """
         return LeaseContext(
             lambda: self.acquire(
                 key, ttl=ttl, wait=wait, owner=owner, value=value, mode=mode,
-                idempotency_key=idempotency_key, on_lost=on_lost, lock_delay=lock_delay,
+                idempotency_key=idempotency_key, on_lost=on_lost, lock_delay=lock_delay, session=session,
             )
         )
 
@@ -202,12 +226,13 @@ class Client:
         self,
         name: str,
         limit: int,
-        ttl: float = 30.0,
+        ttl: Optional[float] = None,
         wait: float = 0.0,
         owner: Optional[str] = None,
         value: Any = None,
         on_lost: Optional[OnLost] = None,
         idempotency_key: Optional[str] = None,
+        session: Optional[SessionArg] = None,
     ) -> "LeaseContext":
         """semaphore takes a permit of name (at most limit held at once) on entry and releases it on exit.
 
@@ -216,12 +241,13 @@ class Client:
 
         The permit is a Lease like a lock's. Every holder of a semaphore
         must use the same limit (else LimitMismatch); no permit free after
-        ``wait`` raises NoPermits.
+        ``wait`` raises NoPermits. ``session=`` puts the permit in a
+        session, as for acquire.
         """
         return LeaseContext(
             lambda: self.semaphores.acquire(
                 name, limit, ttl=ttl, wait=wait, owner=owner, value=value,
-                idempotency_key=idempotency_key, on_lost=on_lost,
+                idempotency_key=idempotency_key, on_lost=on_lost, session=session,
             )
         )
 
@@ -231,13 +257,14 @@ class Client:
     def campaign(
         self,
         name: str,
-        ttl: float = 30.0,
+        ttl: Optional[float] = None,
         wait: Optional[float] = None,
         candidate: Optional[str] = None,
         value: Any = None,
         on_lost: Optional[OnLost] = None,
         lock_delay: Optional[float] = None,
         idempotency_key: Optional[str] = None,
+        session: Optional[SessionArg] = None,
     ) -> "LeaseContext":
         """campaign waits in line to lead the election name, yields the leadership as a Lease and resigns on exit.
 
@@ -254,11 +281,13 @@ class Client:
         come first). ``candidate`` is shown as the leader (default: the API
         key's name or the caller's address), ``value`` any JSON that
         observers and ``leader()`` see; ``lead.proclaim(value)`` replaces it.
+        ``session=`` makes the leadership live as long as a session, as for
+        acquire (a leader whose session lapses stops leading with it).
         """
         return LeaseContext(
             lambda: self.elections.campaign(
                 name, ttl=ttl, wait=wait, candidate=candidate, value=value, on_lost=on_lost,
-                lock_delay=lock_delay, idempotency_key=idempotency_key,
+                lock_delay=lock_delay, idempotency_key=idempotency_key, session=session,
             )
         )
 
@@ -296,6 +325,47 @@ class Client:
         """election_history is the election's recent events, newest first: terms begun, resigned, lapsed, broken, proclaimed."""
         return self.elections.history(name, limit, event_type)
 
+    # Sessions: the keep-alive here; the bare operations by id on
+    # client.sessions.
+
+    def session(
+        self,
+        ttl: float = _DEFAULT_TTL,
+        owner: Optional[str] = None,
+        on_lost: Optional[OnSessionLost] = None,
+        auto_renew: bool = True,
+    ) -> Session:
+        """session starts a session and returns it, renewing itself every ttl/3: one keep-alive for many grants.
+
+            with client.session(ttl=10, owner="worker-7") as s:
+                with client.lock("a", session=s), client.semaphore("pool", limit=4, session=s):
+                    work()                     # s.lost (or s.check()) as for a lease
+
+        Pass it as ``session=`` to acquire, lock, semaphore or campaign:
+        the grant lives as long as the session. The end of the block (or
+        ``s.end()``) ends the session and the server releases every grant
+        in it at once; a session nobody renews lapses after ``ttl``
+        seconds and takes them with it. It is lost as a lease is
+        (``s.lost``, ``s.error``, ``on_lost(session, error)``,
+        ``s.check()``, SessionLost on leaving the block), and every lease
+        in it with it. ``owner`` labels it (default: the API key's name or
+        the caller's address). Creating it retries as acquire does.
+        """
+        body: Dict[str, Any] = {"ttl_ms": _ms(ttl, "ttl")}
+        if owner is not None:
+            body["owner"] = owner
+        sent = 0.0
+
+        def attempt() -> Dict[str, Any]:
+            nonlocal sent
+            sent = time.monotonic()
+            return self._t.request("POST", "/v1/sessions", body, timeout=self.timeout)
+
+        answer = self._retrying("POST /v1/sessions", time.monotonic() + self.retry_for, attempt)
+        if not isinstance(answer.get("session"), str):
+            raise Unavailable("POST /v1/sessions: the answer has no session id; not lockd's")
+        return Session(self, answer, sent, auto_renew=auto_renew, on_lost=on_lost)
+
     # The work, once for every kind.
 
     def _acquire(
@@ -307,14 +377,20 @@ class Client:
         idempotency_key: Optional[str],
         auto_renew: bool,
         on_lost: Optional[OnLost],
+        session: Optional[SessionArg] = None,
     ) -> Lease:
         """_acquire sends an acquire until it is answered, each retry with what is left of the wait.
 
         The Idempotency-Key is the same on every attempt of this call: an
         attempt whose answer was lost after the server granted it is
         answered, on retry, with that same lease (``replayed``) rather than
-        409 by a lease held by ourselves.
+        409 by a lease held by ourselves. A grant in a Session joins it;
+        a lost Session is not asked for, and one the server says is gone
+        is lost.
         """
+        in_session = session if isinstance(session, Session) else None
+        if in_session is not None:
+            in_session.check()
         path = _KINDS[kind].path + "/" + _quote(key) + "/" + _KINDS[kind].acquire
         headers = {"Idempotency-Key": idempotency_key or secrets.token_urlsafe(18)}
         wait_until = time.monotonic() + max(0.0, wait)
@@ -329,8 +405,18 @@ class Client:
             sent = time.monotonic()
             return self._t.request("POST", path, b, headers, timeout=self.timeout + max(left, 0.0))
 
-        answer = self._retrying(f"acquire {kind} {key}", wait_until + self.retry_for, attempt)
-        return Lease(self, kind, answer, sent, auto_renew=auto_renew, on_lost=on_lost)
+        try:
+            answer = self._retrying(f"acquire {kind} {key}", wait_until + self.retry_for, attempt)
+        except SessionLost as err:
+            if in_session is not None:
+                in_session._lose(err)
+            raise
+        lease = Lease(
+            self, kind, answer, sent, auto_renew=auto_renew and session is None, on_lost=on_lost, session=in_session
+        )
+        if in_session is not None:
+            in_session._attach(lease)
+        return lease
 
     def _renew(
         self, kind: str, key: str, token: str, ttl: Optional[float], timeout: float, value: Any = None
@@ -353,6 +439,13 @@ class Client:
             # No live lease on the key: for the token's holder, the lease is
             # lost as surely as with 409 lease_lost.
             raise LeaseNotFound(err.detail, status=err.status, code=err.code, problem=err.problem) from None
+
+    def _session_call(self, method: str, session_id: str, op: str, timeout: float) -> Dict[str, Any]:
+        """_session_call is one request on /v1/sessions/{id}[op], named without the id in every message."""
+        return self._t.request(
+            method, "/v1/sessions/" + _quote(session_id) + op, None, timeout=timeout,
+            label=f"{method} /v1/sessions/{{id}}{op}",
+        )
 
     def _force_release(self, kind: str, key: str, fence: Optional[int], reason: Optional[str]) -> Dict[str, Any]:
         body: Dict[str, Any] = {}
@@ -403,21 +496,26 @@ class Semaphores:
         self,
         name: str,
         limit: int,
-        ttl: float = 30.0,
+        ttl: Optional[float] = None,
         wait: float = 0.0,
         owner: Optional[str] = None,
         value: Any = None,
         idempotency_key: Optional[str] = None,
         auto_renew: bool = True,
         on_lost: Optional[OnLost] = None,
+        session: Optional[SessionArg] = None,
     ) -> Lease:
-        """acquire takes a permit (limit 1 ... 10000), waiting up to wait seconds; NoPermits when none came free."""
-        body: Dict[str, Any] = {"limit": limit, "ttl_ms": _ms(ttl, "ttl")}
+        """acquire takes a permit (limit 1 ... 10000), waiting up to wait seconds; NoPermits when none came free.
+
+        ``ttl`` defaults to 30 s; ``session=`` puts the permit in a
+        session instead (see Client.acquire).
+        """
+        body: Dict[str, Any] = {"limit": limit, **_lifetime(ttl, session)}
         if owner is not None:
             body["owner"] = owner
         if value is not None:
             body["value"] = value
-        return self._c._acquire("semaphore", name, body, wait, idempotency_key, auto_renew, on_lost)
+        return self._c._acquire("semaphore", name, body, wait, idempotency_key, auto_renew, on_lost, session)
 
     def renew(self, name: str, token: str, ttl: Optional[float] = None) -> Dict[str, Any]:
         """renew extends the permit with token, once; LeaseLost when it is no longer live."""
@@ -465,7 +563,7 @@ class Elections:
     def campaign(
         self,
         name: str,
-        ttl: float = 30.0,
+        ttl: Optional[float] = None,
         wait: Optional[float] = None,
         candidate: Optional[str] = None,
         value: Any = None,
@@ -473,15 +571,17 @@ class Elections:
         idempotency_key: Optional[str] = None,
         auto_renew: bool = True,
         on_lost: Optional[OnLost] = None,
+        session: Optional[SessionArg] = None,
     ) -> Lease:
         """campaign waits in line up to wait seconds (None: as long as it takes) to lead name; the leadership, renewing itself.
 
         After the wait, LockHeld (someone leads) or Queued (earlier
         candidates come first). Without a wait, it campaigns in rounds of
         the longest wait the server takes, each a new place at the end of
-        the line.
+        the line. ``ttl`` defaults to 30 s; ``session=`` makes the
+        leadership live as long as a session instead (see Client.acquire).
         """
-        body: Dict[str, Any] = {"ttl_ms": _ms(ttl, "ttl")}
+        body = _lifetime(ttl, session)
         if candidate is not None:
             body["candidate"] = candidate
         if value is not None:
@@ -489,11 +589,11 @@ class Elections:
         if lock_delay is not None:
             body["lock_delay_ms"] = _ms(lock_delay, "lock_delay")
         if wait is not None:
-            return self._c._acquire("election", name, body, wait, idempotency_key, auto_renew, on_lost)
+            return self._c._acquire("election", name, body, wait, idempotency_key, auto_renew, on_lost, session)
         round_ = _CAMPAIGN_ROUND
         while True:
             try:
-                return self._c._acquire("election", name, body, round_, idempotency_key, auto_renew, on_lost)
+                return self._c._acquire("election", name, body, round_, idempotency_key, auto_renew, on_lost, session)
             except NotGranted:
                 continue  # another round
             except InvalidRequest as err:
@@ -547,6 +647,50 @@ class Elections:
         return Observer(name, conn, resp, timeout)
 
 
+class Sessions:
+    """Sessions are the session operations by id: ``client.sessions``.
+
+    ``client.session()`` is the usual way: a Session that renews itself
+    and whose loss is its leases'. These are for a session that something
+    else keeps alive (another process, a script's ``lockd session
+    renew``): pass its id as ``session=`` to acquire. Every answer is the
+    API's session (``owner``, ``ttl_ms``, ``created_at``, ``expires_at``,
+    ``holds``); a session that is gone raises SessionLost. The id is a
+    secret like a token: it is in create's answer (``"session"``) and in
+    no message.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, ttl: Optional[float] = None, owner: Optional[str] = None) -> Dict[str, Any]:
+        """create starts a session without a keep-alive: its id is the answer's ``"session"``; ``ttl`` defaults to the server's (30 s)."""
+        body: Dict[str, Any] = {}
+        if ttl is not None:
+            body["ttl_ms"] = _ms(ttl, "ttl")
+        if owner is not None:
+            body["owner"] = owner
+        return self._c._retrying(
+            "POST /v1/sessions", time.monotonic() + self._c.retry_for,
+            lambda: self._c._t.request("POST", "/v1/sessions", body, timeout=self._c.timeout),
+        )
+
+    def get(self, session_id: str) -> Dict[str, Any]:
+        """get reads the session: its expiry and what it holds (``holds``: ``{"kind", "key"}`` each)."""
+        return self._c._retrying(
+            "GET /v1/sessions/{id}", time.monotonic() + self._c.retry_for,
+            lambda: self._c._session_call("GET", session_id, "", self._c.timeout),
+        )
+
+    def renew(self, session_id: str) -> Dict[str, Any]:
+        """renew keeps the session and every grant in it alive for its TTL from now, once."""
+        return self._c._session_call("POST", session_id, "/renew", self._c.timeout)
+
+    def end(self, session_id: str) -> Dict[str, Any]:
+        """end ends the session, once: every grant in it is released at once; the answer lists what it held."""
+        return self._c._session_call("DELETE", session_id, "", self._c.timeout)
+
+
 class LeaseContext:
     """LeaseContext acquires on entry, yields the Lease and releases it on exit (Client.lock, semaphore, campaign)."""
 
@@ -573,6 +717,19 @@ class LeaseContext:
 def _quote(key: str) -> str:
     """_quote escapes a key for the path: lockd decodes it once."""
     return urllib.parse.quote(key, safe="")
+
+
+def _lifetime(ttl: Optional[float], session: Optional[SessionArg]) -> Dict[str, Any]:
+    """_lifetime is what keeps a grant: its TTL (default 30 s), or the session it is in."""
+    if session is None:
+        return {"ttl_ms": _ms(_DEFAULT_TTL if ttl is None else ttl, "ttl")}
+    if ttl is not None:
+        raise ValueError("lockd: ttl and session exclude each other: a grant in a session lives as long as the session")
+    if isinstance(session, Session):
+        return {"session": session.id}
+    if not isinstance(session, str):
+        raise TypeError(f"lockd: session must be a lockd.Session or a session's id, not {type(session).__name__}")
+    return {"session": session}
 
 
 def _ms(seconds: float, name: str) -> int:

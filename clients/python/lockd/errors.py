@@ -36,6 +36,7 @@ __all__ = [
     "ModeMismatch",
     "LeaseLost",
     "LeaseNotFound",
+    "SessionLost",
     "IdempotencyMismatch",
     "PayloadTooLarge",
     "UnsupportedMediaType",
@@ -242,6 +243,21 @@ class LeaseNotFound(LeaseLost, NotFound):
     CODE = "not_found"
 
 
+class SessionLost(LeaseLost, NotFound):
+    """SessionLost: the session is gone, and every grant in it. Stop the protected work.
+
+    The server says so with 404 ``session_not_found`` (the session ended,
+    lapsed or never existed: a renew, an end, a read, or an acquire in
+    it); the client also raises it when the session's renewals failed
+    until it expired by the client's own clock (then ``status`` is None).
+    A lease in a lost session is lost with this error too. It is a
+    LeaseLost, since every grant in the session is lost with it, and a
+    NotFound, which is the problem's status.
+    """
+
+    CODE = "session_not_found"
+
+
 class IdempotencyMismatch(LockdError):
     """IdempotencyMismatch: the Idempotency-Key belongs to a live lease acquired with other fields (409)."""
 
@@ -314,6 +330,7 @@ PROBLEM_CLASSES: Dict[str, Type[LockdError]] = {
         LimitMismatch,
         ModeMismatch,
         LeaseLost,
+        SessionLost,
         IdempotencyMismatch,
         PayloadTooLarge,
         UnsupportedMediaType,

@@ -18,6 +18,13 @@ resource closes that window.
 A leadership is the same lease under the election's words: its term is
 its fence (``lease.term``), its leader its owner (``lease.leader``),
 release resigns, and ``proclaim`` sets its value.
+
+A lease in a session (``session=`` on acquire, lock, semaphore or
+campaign) has no renewer of its own: the session's renewals keep it, and
+it is lost when its session is, with a SessionLost. The session also
+loses it when its renewal no longer lists the grant (force-released, or
+lapsed after a renewal of the session failed). Releasing it still
+releases the grant at once.
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type
 
 from ._http import backoff
-from .errors import LeaseLost, LockdError, Unreachable
+from .errors import LeaseLost, LockdError, SessionLost, Unreachable
 
 if TYPE_CHECKING:
     from .client import Client
+    from .session import Session
 
 log = logging.getLogger("lockd")
 
@@ -51,7 +59,10 @@ class Lease:
     "permit" (a leadership is "exclusive"), ``limit`` the semaphore's limit
     (None otherwise), ``replayed`` whether the server answered with an
     earlier grant of the same Idempotency-Key. ``token`` is the lease's
-    secret: it never appears in repr() or str().
+    secret: it never appears in repr() or str(). ``session`` is the
+    Session that keeps it alive, or None (a lease in a session has no
+    renewer of its own, and its ``ttl`` is the time its session had left
+    when it was granted).
 
     Use it as a context manager to release it at the end of the block.
     Its methods are safe to call from any thread.
@@ -65,8 +76,10 @@ class Lease:
         sent: float,
         auto_renew: bool = True,
         on_lost: Optional[OnLost] = None,
+        session: Optional["Session"] = None,
     ) -> None:
         self._client = client
+        self.session = session
         self.kind = kind
         self.key: str = answer["key"]
         self.ttl: float = answer["ttl_ms"] / 1000.0
@@ -93,7 +106,7 @@ class Lease:
         self._released = False
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        if auto_renew:
+        if auto_renew and session is None:
             self._thread = threading.Thread(target=self._renew_loop, name=f"lockd-renew {self.key}", daemon=True)
             self._thread.start()
 
@@ -144,9 +157,19 @@ class Lease:
         yourself after
         acquire(..., auto_renew=False). An answer that the lease is gone
         loses it and raises LeaseLost; any other failure raises and leaves
-        the lease as it was.
+        the lease as it was. A lease in a session is renewed by renewing
+        its session (every grant in it), since only the session's
+        renewals move its expiry.
         """
         self.check()
+        if self.session is not None:
+            try:
+                self.session.renew()
+            except SessionLost:
+                self.check()  # the session lost this lease with it
+                raise
+            self.check()  # the renewal no longer lists its grant
+            return
         sent = time.monotonic()
         timeout = min(self._client.timeout, max(self._expiry() - sent, 0.001))
         try:
@@ -237,6 +260,8 @@ class Lease:
 
     def __repr__(self) -> str:
         state = "lost" if self.lost.is_set() else ("released" if self._released else "held")
+        if self.session is not None:
+            state += " in a session"
         if self.kind == "election":
             return f"<lockd.Lease election {self.key!r} term={self.fence} leader={self.owner!r} {state}>"
         return f"<lockd.Lease {self.kind} {self.key!r} fence={self.fence} owner={self.owner!r} {state}>"
@@ -261,6 +286,29 @@ class Lease:
                 self._on_lost(self, err)
             except Exception:  # a callback's bug must not kill the renewer silently
                 log.exception("%r: on_lost callback failed", self)
+
+    def _done(self) -> bool:
+        """_done reports whether the lease is released or lost: nothing is left to keep or lose."""
+        with self._lock:
+            return self._released or self.error is not None
+
+    def _session_lost(self, err: SessionLost) -> None:
+        """_session_lost loses the lease with its session."""
+        self._lose(
+            SessionLost(
+                f"{self.key}: its session was lost: {err.detail}",
+                status=err.status,
+                code=err.code,
+                problem=err.problem,
+                retry_after=err.retry_after,
+            )
+        )
+
+    def _session_ended(self) -> None:
+        """_session_ended records that the session's end released the grant: the lease is released, not lost."""
+        with self._lock:
+            self._released = True
+        self._stop.set()
 
     def _renew_loop(self) -> None:
         """_renew_loop renews every ttl/3; failures other than loss are retried until the expiry."""

@@ -150,6 +150,8 @@ class LosingProxy:
     The request reaches lockd and is carried out; the client sees its
     connection closed without an answer, as when a network drops a reply.
     Each connection carries one request (the client opens one per request).
+    cut() stops it at once, as a network partition: from then on the
+    client's connections are refused and nothing reaches lockd.
     """
 
     def __init__(self, upstream: str, lose: int) -> None:
@@ -161,10 +163,22 @@ class LosingProxy:
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
         self.url = "http://127.0.0.1:%d" % self._sock.getsockname()[1]
+        self._cut = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def close(self) -> None:
+        self.cut()
+
+    def cut(self) -> None:
+        """cut refuses every connection from now on; a request already forwarded gets no answer."""
+        self._cut.set()
+        try:
+            # A socket closed while another thread waits in accept() on it
+            # keeps listening on Linux; shutdown wakes the accept first.
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._sock.close()
 
     def _serve(self) -> None:
@@ -174,7 +188,8 @@ class LosingProxy:
             except OSError:
                 return  # closed
             with conn:
-                self._one(conn)
+                if not self._cut.is_set():
+                    self._one(conn)
 
     def _one(self, conn: socket.socket) -> None:
         f = conn.makefile("rb")
@@ -198,6 +213,8 @@ class LosingProxy:
             answer = resp.read()
         finally:
             up.close()
+        if self._cut.is_set():
+            return  # cut meanwhile: the client never hears
         if self.lose > 0:
             self.lose -= 1
             return  # lockd did it; the client never hears

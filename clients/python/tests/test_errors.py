@@ -63,6 +63,13 @@ class ProblemTable(unittest.TestCase):
         self.assertIsInstance(errors.error_for(500, {"code": "internal", "detail": "d"}, None), lockd.Unavailable)
         self.assertIs(type(errors.error_for(404, {}, None)), lockd.NotFound)
 
+        # A session gone is its leases lost, and a 404.
+        gone = errors.error_for(404, {"code": "session_not_found", "detail": "the session ended or lapsed"}, None)
+        self.assertIs(type(gone), lockd.SessionLost)
+        self.assertIsInstance(gone, lockd.LeaseLost)
+        self.assertIsInstance(gone, lockd.NotFound)
+        self.assertEqual(str(gone), "the session ended or lapsed (404 session_not_found)")
+
     def test_retry_after(self) -> None:
         self.assertEqual(errors.parse_retry_after("3"), 3.0)
         self.assertIsNone(errors.parse_retry_after(None))
@@ -93,6 +100,19 @@ class Offline(unittest.TestCase):
             self.assertNotIn("token-secret", text)
         self.assertNotIn("api-key-secret", repr(vars(c)))
         lease.abandon()
+
+        session_answer = {
+            "session": "session-id-secret", "owner": "me", "ttl_ms": 3000,
+            "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T00:00:03Z", "holds": [],
+        }
+        session = lockd.Session(c, session_answer, time.monotonic(), auto_renew=False)
+        self.assertEqual(session.id, "session-id-secret")
+        in_session = lockd.Lease(c, "lock", answer, time.monotonic(), session=session)
+        texts = (repr(session), str(session), repr(vars(session).get("_info")), repr(in_session), repr(in_session.info))
+        for text in texts:
+            self.assertNotIn("session-id-secret", text)
+        self.assertEqual(repr(session), "<lockd.Session owner='me' ttl=3 live>")
+        self.assertIsNone(in_session._thread)
 
     def test_urls(self) -> None:
         self.assertEqual(lockd.Client("https://lockd.example:8443/base/").url, "https://lockd.example:8443/base")

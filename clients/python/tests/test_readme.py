@@ -1,4 +1,4 @@
-"""The examples of clients/python/README.md run as written: the first (five lines), and the election's."""
+"""The examples of clients/python/README.md run as written: the first (five lines), the election's and the session's."""
 
 from __future__ import annotations
 
@@ -47,3 +47,27 @@ class Readme(unittest.TestCase):
         self.assertFalse(led[0]["lost"])
         with self.assertRaises(lockd.NotFound):  # resigned at the end of the block
             c.leader(name)
+
+    def test_sessions_example_runs(self) -> None:
+        text = (harness.PYTHON_DIR / "README.md").read_text(encoding="utf-8")
+        m = re.search(r"```python\n(with client\.session\(.*?)```", text, re.S)
+        assert m is not None, "README.md has no python example of client.session"
+        example = m.group(1)
+        self.assertLessEqual(len([line for line in example.splitlines() if line.strip()]), 5)
+        key, pool = harness.unique("readme-session"), harness.unique("readme-pool")
+        example = example.replace('"orders:export"', repr(key)).replace('"db:pool"', repr(pool))
+        c = lockd.Client(harness.url())
+        seen: List[Dict[str, Any]] = []
+
+        def export_orders(fence: int) -> None:
+            seen.append({"fence": fence, "lock": c.state(key), "pool": c.semaphores.state(pool)})
+
+        scope: Dict[str, Any] = {"client": c, "export_orders": export_orders}
+        exec(compile(example, "README.md", "exec"), scope)
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(seen[0]["lock"]["fence"], seen[0]["fence"])
+        self.assertEqual(len(seen[0]["pool"]["holders"]), 1)
+        self.assertFalse(scope["session"].lost.is_set())
+        for state in (lambda: c.state(key), lambda: c.semaphores.state(pool)):
+            with self.assertRaises(lockd.NotFound):  # released at the end of the blocks
+                state()

@@ -271,6 +271,59 @@ class Scenarios(unittest.TestCase):
         ]
         self.assertEqual(got, want)
 
+    @scenario("session-grants")
+    def test_session_grants(self, spec: Dict[str, Any]) -> None:
+        c = harness.client()
+        key, name = harness.unique("session-lock"), harness.unique("session-sem")
+        ttl, slack = spec["ttl_ms"] / 1000, spec["slack_ms"] / 1000
+
+        # A lock and a permit in one session, held past several TTLs.
+        with c.session(ttl=ttl, owner="py-session-grants") as session:
+            lock = c.acquire(key, session=session)
+            permit = c.semaphores.acquire(name, spec["limit"], session=session)
+            time.sleep(spec["hold_ms"] / 1000)
+            self.assertFalse(session.lost.is_set(), session.error)
+            self.assertGreaterEqual(session.renewals, spec["min_renewals"])
+            self.assertEqual(c.state(key)["fence"], lock.fence)
+            self.assertEqual([h["fence"] for h in c.semaphores.state(name)["holders"]], [permit.fence])
+            holds = sorted((h["kind"], h["key"]) for h in session.info()["holds"])
+            self.assertEqual(holds, sorted([("lock", key), ("semaphore", name)]))
+            for lease in (lock, permit):
+                self.assertFalse(lease.lost.is_set(), lease.error)
+        # Ended: both free at once, released by the session.
+        with self.assertRaises(lockd.NotFound):
+            c.state(key)
+        with self.assertRaises(lockd.NotFound):
+            c.semaphores.state(name)
+        for events in (c.history(key, limit=1)["events"], c.semaphores.history(name, limit=1)["events"]):
+            self.assertEqual((events[0]["type"], events[0]["actor"]), ("released", "session"), events)
+        for lease in (lock, permit):
+            self.assertFalse(lease.lost.is_set(), lease.error)
+
+        # A second session, cut off from lockd just after a renewal: it
+        # lapses, and the client notices by its own clock.
+        proxy = harness.LosingProxy(harness.url(), lose=0)
+        self.addCleanup(proxy.close)
+        cut_off = harness.client(proxy.url)
+        key = harness.unique("session-lapse")
+        second = cut_off.session(ttl=ttl, owner="py-session-lapse")
+        lease = cut_off.acquire(key, session=second)
+        renewals = second.renewals
+        harness.eventually(lambda: second.renewals > renewals, within=ttl, what="a renewal of the second session")
+        proxy.cut()
+        cut = time.monotonic()
+        self.assertTrue(second.lost.wait(ttl + slack), "the lapse was not noticed within ttl plus slack")
+        took = time.monotonic() - cut
+        self.assertGreaterEqual(took, ttl * 2 / 3 - 0.05, f"lost {took:.3f} s after the cut: before the session could lapse")
+        self.assertLessEqual(took, ttl + slack, f"lost {took:.3f} s after the cut")
+        self.assertTrue(lease.lost.is_set())
+        for lost in (second, lease):
+            with self.assertRaises(lockd.SessionLost):
+                lost.check()
+        harness.eventually(lambda: _free(c, key), within=slack, what="the lock free after the lapse")
+        newest = c.history(key, limit=1)["events"][0]
+        self.assertEqual((newest["type"], newest["actor"], newest["reason"]), ("released", "session", "session expired"))
+
     def test_every_scenario_has_a_test(self) -> None:
         # Import every test module, so that a scenario test in another file
         # counts too.
@@ -285,6 +338,14 @@ def candidates(c: lockd.Client, name: str) -> List[str]:
         return [w["candidate"] for w in c.leader(name)["candidates"]]
     except lockd.NotFound:
         return []
+
+
+def _free(c: lockd.Client, key: str) -> bool:
+    try:
+        c.state(key)
+        return False
+    except lockd.NotFound:
+        return True
 
 
 def c_waiters(c: lockd.Client, key: str) -> int:
