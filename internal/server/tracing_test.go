@@ -3,7 +3,10 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -199,4 +202,29 @@ func TestRequestAndWaitSpans(t *testing.T) {
 	if status, _ := missing.Attr("http.response.status_code"); status != "404" {
 		t.Errorf("unknown path's span status %q", status)
 	}
+}
+
+// benchTracer is the tracer of BenchmarkHTTPVersusBare's lockd when
+// BENCH_OTLP is set: every request traced (spans for the request and each
+// Redis call) and exported over OTLP/HTTP to an in-process endpoint that
+// reads and drops them, so that the figure prices lockd's side of tracing,
+// not a collector's. Unset, lockd runs as without --otlp-endpoint.
+func benchTracer(b *testing.B) *tracing.Tracer {
+	if os.Getenv("BENCH_OTLP") == "" {
+		return nil
+	}
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	tracer, err := tracing.New(context.Background(), tracing.Config{Endpoint: sink.URL, Version: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = tracer.Shutdown(context.Background())
+		sink.Close()
+	})
+	b.Log("tracing on: spans exported over OTLP/HTTP to an in-process sink (BENCH_OTLP)")
+	return tracer
 }
