@@ -309,3 +309,65 @@ func TestServeRejectsBadOTLPEndpoint(t *testing.T) {
 		t.Errorf("LOCKD_OTLP_ENDPOINT: %q, %v", c.otlpEndpoint, err)
 	}
 }
+
+// The Redis hook is on every client lockd serve builds: one acquire on each
+// topology shows Redis spans under its request span.
+func TestServeTracesRedisOnEveryTopology(t *testing.T) {
+	topologies := map[string]func(t *testing.T) (map[string]string, []string){
+		"embedded": func(*testing.T) (map[string]string, []string) { return nil, nil },
+		"sentinel": func(t *testing.T) (map[string]string, []string) {
+			return map[string]string{"LOCKD_REDIS": redistest.StartSentinel(t).URL()}, nil
+		},
+		"cluster": func(t *testing.T) (map[string]string, []string) {
+			return map[string]string{"LOCKD_REDIS": redistest.StartCluster(t).URL()}, nil
+		},
+		"redlock": func(t *testing.T) (map[string]string, []string) {
+			var urls []string
+			for range 3 {
+				urls = append(urls, redistest.Start(t).URL())
+			}
+			return nil, []string{"--redlock", strings.Join(urls, ",")}
+		},
+	}
+	for name, start := range topologies {
+		t.Run(name, func(t *testing.T) {
+			recv := tracingtest.Start(t)
+			env, args := start(t)
+			inst := startServe(t, env, append(args, "--otlp-endpoint", recv.URL)...)
+			const trace = "d4d4d4d4d4d4d4d4d4d4d4d4d4d4d4d4"
+			req, err := http.NewRequest(http.MethodPost, inst.url+"/v1/locks/topo:"+name+"/acquire", strings.NewReader(`{"owner":"o"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Fatalf("acquire: %d", res.StatusCode)
+			}
+			inst.stop()
+			inst.result <- <-inst.result // startServe's clean-up reads it again
+			spans := recv.Spans()
+			var request string
+			for _, s := range spans {
+				if s.TraceID() == trace && s.Name == "POST /v1/locks/{key}/acquire" {
+					request = s.SpanID()
+				}
+			}
+			n := 0
+			for _, s := range spans {
+				if sys, _ := s.Attr("db.system"); sys == "redis" && s.TraceID() == trace && s.ParentID() == request {
+					n++
+				}
+			}
+			if request == "" || n == 0 {
+				t.Fatalf("want a request span with Redis spans under it:\n%s", tracingtest.Tree(spans, trace))
+			}
+			t.Logf("%s:\n%s", name, tracingtest.Tree(spans, trace))
+		})
+	}
+}
