@@ -27,6 +27,7 @@ import (
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/internal/tracing"
 	"github.com/lockd/lockd/internal/web"
 	"github.com/lockd/lockd/internal/webhook"
 )
@@ -74,6 +75,9 @@ type serveConfig struct {
 	webhooks           []webhook.Hook
 	metricsPrefixDepth int
 	metricsMaxPrefixes int
+
+	// otlpEndpoint is where spans are exported (OTLP/HTTP); empty: none.
+	otlpEndpoint string
 }
 
 // parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
@@ -117,6 +121,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes, allow_private, concurrency); see docs/operations.md; not with --redlock, which has no event stream")
 	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
 	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
+	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", env.str("otlp-endpoint", ""), "OTLP/HTTP URL to export OpenTelemetry spans to (each request, its wait in the queue, its Redis calls), e.g. http://otel-collector:4318 (/v1/traces is added to a URL without a path); empty: no spans, trace ids are still logged")
 	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost, IP addresses (loopback ones only on a loopback listener) and the --listen name; "+
 		"given, every request's Host is checked (with auth off it always is)")
 	if err := fs.Parse(args); err != nil {
@@ -249,6 +254,11 @@ func (c serveConfig) validate() error {
 	case c.logFormat != "json" && c.logFormat != "console":
 		return usageError("--log-format must be json or console, not %q", c.logFormat)
 	}
+	if c.otlpEndpoint != "" {
+		if _, err := tracing.EndpointURL(c.otlpEndpoint); err != nil {
+			return usageError("--otlp-endpoint: %v", err)
+		}
+	}
 	if _, err := zerolog.ParseLevel(c.logLevel); err != nil || c.logLevel == "" {
 		return usageError("--log-level must be debug, info, warn or error, not %q", c.logLevel)
 	}
@@ -316,7 +326,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	topo, closeStore, err := openRedis(cfg, log, reg)
+	tracer, err := startTracing(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	// Deferred first, so run last: the spans of the drained requests are
+	// sent too.
+	defer stopTracing(tracer, log)
+	topo, closeStore, err := openRedis(cfg, log, reg, tracer)
 	if err != nil {
 		return err
 	}
@@ -347,6 +364,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, server.DefaultShare(cfg.maxWaiters)),
 		MaxEventStreams: cfg.maxEventStreams, MaxEventStreamsPerAPIKey: cfg.keyMaxEvents,
 		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
+		Tracer:     tracer,
 	}, reg)
 	stopHooks, err := startWebhooks(cfg, engine, log, reg)
 	if err != nil {
@@ -466,7 +484,7 @@ func newHTTPServer(h http.Handler, maxWait time.Duration, t timeouts) *http.Serv
 }
 
 // openRedis connects to --redis, or starts the embedded store without it.
-func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (topology, func(), error) {
+func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer, tracer *tracing.Tracer) (topology, func(), error) {
 	url := cfg.redisURL
 	stop := func() {}
 	var t topology
@@ -491,6 +509,9 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 		hook := newRedisHook(reg)
 		for _, m := range t.masters {
 			m.AddHook(hook)
+			if tracer.Enabled() {
+				m.AddHook(tracer.RedisHook())
+			}
 		}
 		log.Info().Str("topology", t.kind).Strs("redis", t.addrs).Bool("tls", t.tls).Msg("redis")
 		return t, func() {
@@ -505,6 +526,9 @@ func openRedis(cfg serveConfig, log zerolog.Logger, reg prometheus.Registerer) (
 		}
 	}
 	t.client.AddHook(newRedisHook(reg))
+	if tracer.Enabled() {
+		t.client.AddHook(tracer.RedisHook())
+	}
 	log.Info().Str("topology", t.kind).Strs("redis", t.addrs).Bool("tls", t.tls).Msg("redis")
 	return t, func() { _ = t.client.Close(); stop() }, nil
 }

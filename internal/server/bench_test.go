@@ -134,6 +134,10 @@ func benchTargets(b *testing.B) (lockd, bare, eng target, rs *redistest.Server) 
 	}
 	cfg := server.DefaultConfig()
 	cfg.Keys = keys
+	// BENCH_OTLP=1: with tracing to an OTLP endpoint (tracing_test.go).
+	if cfg.Tracer = benchTracer(b); cfg.Tracer.Enabled() {
+		rdb.AddHook(cfg.Tracer.RedisHook())
+	}
 	srv := server.New(engine, zerolog.New(io.Discard), cfg, reg)
 	ts := httptest.NewServer(srv.Handler(reg, nil))
 	bs := httptest.NewServer(bareServer(brdb))

@@ -215,7 +215,7 @@ func (s *Server) acquire(ctx context.Context, res lock.Resource, req lock.Acquir
 		defer release()
 	}
 	start := time.Now()
-	l, err := s.engine.Acquire(ctx, res, req)
+	l, err := s.engineAcquire(ctx, res, req)
 	if req.Wait > 0 {
 		s.metrics.waitSeconds.Observe(time.Since(start).Seconds())
 	}

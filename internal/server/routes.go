@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/tracing"
 )
 
 // Dashboard adds the web pages to the router.
@@ -89,24 +90,29 @@ func allowed(router chi.Routes, path string) string {
 
 // observe gives each request an ID (X-Request-Id) and a logger, and when
 // the request ends counts it in the metrics and writes its access log
-// line: method, route, status, size, duration, key and owner. Never a
-// body, so never a token. One middleware, one context and one response
+// line: method, route, status, size, duration, key, owner and trace id.
+// Never a body, so never a token. It also starts and ends the request's
+// span (tracing.go). One middleware, one context and one response
 // writer wrapper for all of it: it runs on every request.
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := xid.New().String()
 		w.Header().Set("X-Request-Id", id)
-		l := s.log.With().Str("req_id", id).Logger()
+		// The request's span: in the caller's trace (traceparent), or a
+		// new one; its trace id goes on every log line of the request.
+		ctx, span := s.startSpan(r)
+		l := s.log.With().Str("req_id", id).Str("trace_id", tracing.TraceID(ctx)).Logger()
 		// The exchange (who calls, from where) rides in the same new
 		// context: identify and checkHost fill it in.
-		r = r.WithContext(context.WithValue(l.WithContext(r.Context()), callerKey{}, &exchange{}))
+		r = r.WithContext(context.WithValue(l.WithContext(ctx), callerKey{}, &exchange{}))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 
 		d := time.Since(start)
 		route, method, status := routePattern(r), methodLabel(r.Method), ww.Status()
 		s.metrics.request(route, method, status, d)
+		endSpan(span, r, method, route, status)
 		// The handler may have added the owner to the request's logger.
 		log := zerolog.Ctx(r.Context())
 		ev := log.Info()

@@ -11,6 +11,7 @@ import (
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/tracing"
 )
 
 // Engine is what the server needs from the lock engine.
@@ -88,6 +89,11 @@ type Config struct {
 	// are never limited. lockd serve shares it with the dashboard's
 	// sign-in. Nil means authlimit's defaults (10, then 1 per second).
 	UnknownKeys *authlimit.Limiter
+	// Tracer records the spans of requests, waits and (through its Redis
+	// hook, installed on the engine's clients) Redis calls; nil records
+	// none but still gives each request a trace id (traceparent's, or a
+	// new one) for its log lines.
+	Tracer *tracing.Tracer
 	// AllowIPHosts accepts any IP address as Host when CheckHost is set:
 	// a rebinding page sends its DNS name, never an address. lockd serve
 	// sets it on a listener beyond loopback.
