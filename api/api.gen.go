@@ -577,9 +577,14 @@ type Event struct {
 	Reason string    `json:"reason"`
 
 	// RemainingMs `renewed` only: how much of the lease was left when the renewal came.
-	RemainingMs *int64    `json:"remaining_ms,omitempty"`
-	TtlMs       int64     `json:"ttl_ms"`
-	Type        EventType `json:"type"`
+	RemainingMs *int64 `json:"remaining_ms,omitempty"`
+
+	// TraceId The W3C trace id of the request that caused the event (its
+	// `traceparent`'s, or one lockd made): the same as in that
+	// request's access log line and spans. Absent for a lapse.
+	TraceId *string   `json:"trace_id,omitempty"`
+	TtlMs   int64     `json:"ttl_ms"`
+	Type    EventType `json:"type"`
 }
 
 // EventStreamMessage One message of the event stream; `event` tells which.

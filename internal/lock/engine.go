@@ -499,6 +499,9 @@ type Event struct {
 	Reason string
 	// Left is, for a renewal, how much of the lease was left when it came.
 	Left time.Duration
+	// TraceID is the trace id of the request that caused the event
+	// (WithTrace), or "" (a lapse, or a request without one).
+	TraceID string
 }
 
 // History returns up to limit events of the key, newest first. A lease that

@@ -135,7 +135,7 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, w
 		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
 		seen: seen, liveMS: live, newEpoch: n.newEpochID(), minMS: least,
 		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req),
-		delay: delayArg(req.LockDelay), value: req.Value, session: req.sessionHandle}
+		delay: delayArg(req.LockDelay), value: req.Value, session: req.sessionHandle, trace: traceOf(ctx)}
 	keys, argv := c.run(n)
 	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
@@ -285,7 +285,7 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 	defer cancel()
 	sh := n.sharedOf(key)
 	keys, argv := renewCall{keys: k, shared: sh, token: req.Token, ttl: ttlArg, actor: packable(req.Actor), value: req.Value,
-		bySession: bySession}.run(n)
+		bySession: bySession, trace: traceOf(ctx)}.run(n)
 	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -338,7 +338,7 @@ func (n *node) release(ctx context.Context, key, token, actor string, unclaimed 
 	// With replica acks a grant must be acknowledged before its holder
 	// hears of it: no hand-off then.
 	keys, argv := releaseCall{keys: k, shared: sh, token: token, actor: packable(actor), handOff: n.opts.ReplicaAcks == 0,
-		unclaimed: giveBack(unclaimed)}.run(n)
+		unclaimed: giveBack(unclaimed), trace: traceOf(ctx)}.run(n)
 	v, err := n.write(ctx, n.scripts.release, keys, argv...)
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
@@ -400,7 +400,7 @@ func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor,
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
-	keys, argv := forceReleaseCall{keys: k, shared: sh, actor: packable(actor), reason: packable(reason), fence: fenceArg}.run(n)
+	keys, argv := forceReleaseCall{keys: k, shared: sh, actor: packable(actor), reason: packable(reason), fence: fenceArg, trace: traceOf(ctx)}.run(n)
 	v, err := n.write(ctx, n.scripts.forceRelease, keys, argv...)
 	if err != nil {
 		return Broken{}, false, wrap("force-release", err)
@@ -594,15 +594,22 @@ func (n *node) readHistory(ctx context.Context, key string, limit int, renewals 
 // packs it: type, at, owner, fence, ttl_ms, count, actor, reason, exp,
 // left_ms and then fields for the scripts only, joined by US (\x1f).
 func unpackEvent(s string) (Event, error) {
-	f := strings.SplitN(s, eventSep, 11)
+	// type, at, owner, fence, ttl_ms, count, actor, reason, exp, left_ms,
+	// w, keep, d, s, t (lib.lua, pack); entries of older layouts stop
+	// after left_ms or later.
+	f := strings.SplitN(s, eventSep, 16)
 	if len(f) < 10 {
 		return Event{}, fmt.Errorf("lock: history entry has %d fields, want at least 10", len(f))
 	}
-	return Event{
+	e := Event{
 		Type: f[0], At: time.UnixMilli(atoi(f[1])).UTC(), Owner: f[2], Fence: atoi(f[3]),
 		TTL: time.Duration(atoi(f[4])) * time.Millisecond, Count: int(atoi(f[5])),
 		Actor: f[6], Reason: f[7], Left: time.Duration(atoi(f[9])) * time.Millisecond,
-	}, nil
+	}
+	if len(f) > 14 && validTraceID(f[14]) {
+		e.TraceID = f[14]
+	}
+	return e, nil
 }
 
 // eventSep joins the fields of a packed history event (lib.lua's US). No

@@ -36,6 +36,7 @@ type acquireCall struct {
 	delay    string // the lock-delay in ms, or "" for none
 	value    string // the grant's value (JSON), or ""
 	session  string // the handle of the session it is bound to, or ""
+	trace    string // the request's trace id (trace.go), or ""
 }
 
 func (c acquireCall) run(n *node) ([]string, []any) {
@@ -43,7 +44,7 @@ func (c acquireCall) run(n *node) ([]string, []any) {
 	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
 		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor, k.wake, c.intent,
 			c.seen, c.liveMS, c.newEpoch, c.minMS,
-			c.mode, c.limit, c.waiter, n.arg.replica, c.deadline, c.place, c.named, c.delay, c.value, c.session}
+			c.mode, c.limit, c.waiter, n.arg.replica, c.deadline, c.place, c.named, c.delay, c.value, c.session, c.trace}
 }
 
 // renewCall is renew.lua's call.
@@ -57,6 +58,7 @@ type renewCall struct {
 	// bySession: the grant's session renews it, the only renewal that
 	// moves a session-bound grant's expiry.
 	bySession bool
+	trace     string
 }
 
 func (c renewCall) run(n *node) ([]string, []any) {
@@ -66,7 +68,7 @@ func (c renewCall) run(n *node) ([]string, []any) {
 		session = "1"
 	}
 	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		[]any{c.token, c.ttl, c.actor, k.wake, c.value, session}
+		[]any{c.token, c.ttl, c.actor, k.wake, c.value, session, c.trace}
 }
 
 // releaseCall is release.lua's call.
@@ -77,6 +79,7 @@ type releaseCall struct {
 	actor     string
 	handOff   bool   // hand the key to the next waiter if it waits in this lockd
 	unclaimed string // giveBack
+	trace     string
 }
 
 func (c releaseCall) run(n *node) ([]string, []any) {
@@ -86,7 +89,7 @@ func (c releaseCall) run(n *node) ([]string, []any) {
 		handTo = n.arg.replica
 	}
 	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
-		[]any{c.token, c.actor, k.wake, handTo, c.unclaimed}
+		[]any{c.token, c.actor, k.wake, handTo, c.unclaimed, c.trace}
 }
 
 // forceReleaseCall is force_release.lua's call.
@@ -96,12 +99,13 @@ type forceReleaseCall struct {
 	actor  string
 	reason string
 	fence  string // the fence to break, or "" for every holder
+	trace  string
 }
 
 func (c forceReleaseCall) run(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
-		[]any{c.actor, c.reason, k.wake, c.fence}
+		[]any{c.actor, c.reason, k.wake, c.fence, c.trace}
 }
 
 // historyCall is history.lua's call.

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/tracing"
 )
 
@@ -105,6 +106,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		l := s.log.With().Str("req_id", id).Str("trace_id", tracing.TraceID(ctx)).Logger()
 		// The exchange (who calls, from where) rides in the same new
 		// context: identify and checkHost fill it in.
+		// The trace id rides along to the history events the request
+		// causes (lock.WithTrace).
+		ctx = lock.WithTrace(ctx, tracing.TraceID(ctx))
 		r = r.WithContext(context.WithValue(l.WithContext(ctx), callerKey{}, &exchange{}))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)

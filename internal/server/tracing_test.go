@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -227,4 +228,71 @@ func benchTracer(b *testing.B) *tracing.Tracer {
 	})
 	b.Log("tracing on: spans exported over OTLP/HTTP to an in-process sink (BENCH_OTLP)")
 	return tracer
+}
+
+// The history events a request causes carry its trace id: the acquire's,
+// the release's, a force-release's, a session's end; a lapse is nobody's
+// request and carries none.
+func TestTraceIDInHistory(t *testing.T) {
+	f := newFixture(t)
+	tp := func(n int) (string, []string) {
+		id := fmt.Sprintf("%032x", 0xabc000+n)
+		return id, []string{"traceparent", "00-" + id + "-" + testParent + "-01"}
+	}
+	acqID, acqH := tp(1)
+	req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/locks/tr:a/acquire", strings.NewReader(`{"ttl_ms":30000}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(acqH[0], acqH[1])
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l api.Lease
+	if err := json.NewDecoder(res.Body).Decode(&l); err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	relID, relH := tp(2)
+	sendTraced(t, f, http.MethodPost, "/v1/locks/tr:a/release", `{"token":"`+l.Token+`"}`, relH...)
+	forceID, forceH := tp(3)
+	f.acquire(t, "tr:b", api.AcquireRequest{})
+	sendTraced(t, f, http.MethodPost, "/v1/locks/tr:b/force-release", `{}`, forceH...)
+	f.acquire(t, "tr:c", api.AcquireRequest{TtlMs: ptr[int64](100)})
+	time.Sleep(200 * time.Millisecond)
+	id := *f.createSession(t, 5000).Session
+	f.acquire(t, "tr:d", api.AcquireRequest{Session: &id})
+	endID, endH := tp(4)
+	sendTraced(t, f, http.MethodDelete, "/v1/sessions/"+id, "", endH...)
+
+	for _, c := range []struct {
+		key, typ, trace string
+	}{
+		{"tr:a", "acquired", acqID},
+		{"tr:a", "released", relID},
+		{"tr:b", "force_released", forceID},
+		{"tr:c", "expired", ""},
+		{"tr:d", "released", endID},
+	} {
+		res, err := f.client.GetLockHistoryWithResponse(context.Background(), c.key, nil)
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("history of %s: %v", c.key, err)
+		}
+		found := false
+		for _, e := range res.JSON200.Events {
+			if string(e.Type) != c.typ {
+				continue
+			}
+			found = true
+			got := ""
+			if e.TraceId != nil {
+				got = *e.TraceId
+			}
+			if got != c.trace {
+				t.Errorf("%s %s: trace_id %q, want %q", c.key, c.typ, got, c.trace)
+			}
+		}
+		if !found {
+			t.Errorf("%s has no %s event: %s", c.key, c.typ, res.Body)
+		}
+	}
 }

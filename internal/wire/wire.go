@@ -106,6 +106,9 @@ func EventOf(e lock.Event) api.Event {
 	if e.Type == string(api.Renewed) {
 		out.RemainingMs = ptr(e.Left.Milliseconds())
 	}
+	if e.TraceID != "" {
+		out.TraceId = ptr(e.TraceID)
+	}
 	return out
 }
 

@@ -1315,6 +1315,12 @@ export interface components {
             /** @description Who did it (API-key name or caller address). */
             actor: string;
             reason: string;
+            /**
+             * @description The W3C trace id of the request that caused the event (its
+             *     `traceparent`'s, or one lockd made): the same as in that
+             *     request's access log line and spans. Absent for a lapse.
+             */
+            trace_id?: string;
         };
         History: {
             key: string;

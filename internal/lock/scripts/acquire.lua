@@ -33,6 +33,8 @@
 --          lapse is then recorded as released by the session (lib.lua,
 --          record_lapse), and only the session's renewals move its expiry
 --          (renew.lua); ARGV[3] is then the session's time left
+-- ARGV[23] the request's trace id, or "": the history events it causes
+--          keep it (lib.lua, ev)
 -- The engine's settings come from cfg (lib.lua): the history's and event
 -- stream's caps, the retention, the waiters' liveness and the queue's
 -- TTL, the most holders of a key, whether the restart quarantine is off
@@ -81,7 +83,7 @@ local cap, retention, channel, mode = cfg.history_max, cfg.retention, ARGV[7], A
 local want, limit, wid = ARGV[13], tonumber(ARGV[14]) or 0, ARGV[15]
 local named = ARGV[19] == '1'
 local sched = KEYS[5]
-ev = {stream = KEYS[6], cap = cfg.events_max, key = lock_of(lease), retention = retention}
+ev = {stream = KEYS[6], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = ARGV[23]}
 local q = {queue = KEYS[3], info = KEYS[7], replicas = KEYS[9], alive = {}, dead = {}}
 
 local now_ms, now_us = clock()
@@ -102,7 +104,7 @@ local function queued()
     end
     redis.call('ZADD', q.queue, place, wid)
     redis.call('HSET', q.info, wid, cjson.encode({r = ARGV[16], d = int(now_ms + tonumber(ARGV[17])), m = want,
-      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = ARGV[20], v = ARGV[21], sn = ARGV[22]}))
+      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = ARGV[20], v = ARGV[21], sn = ARGV[22], tr = ARGV[23]}))
     redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
     redis.call('PEXPIRE', q.info, cfg.queue_ttl)
   end
@@ -134,7 +136,7 @@ local function waiting()
     last = last or last_event(hist)
     if last and last.w ~= '1' then
       redis.call('LSET', hist, -1, pack(last.type, last.at, last.owner, last.fence, last.ttl_ms, last.count,
-        last.actor, last.reason, last.exp, last.left, '1', last.keep, last.d, last.s))
+        last.actor, last.reason, last.exp, last.left, '1', last.keep, last.d, last.s, last.t))
     end
   end
 end

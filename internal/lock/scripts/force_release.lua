@@ -6,6 +6,7 @@
 -- KEYS[5] holders (shared or permits)
 -- ARGV[1] actor        ARGV[2] reason   ARGV[3] wake channel
 -- ARGV[4] the fence to break, or "" for every holder
+-- ARGV[5] the request's trace id, or "" (lib.lua, ev)
 -- From cfg (lib.lua): the caps, the retention.
 --
 -- Reply: {"ok", owner, fence, acquired_at_ms, more} (of the newest holder
@@ -14,7 +15,7 @@
 --      | {"not_found"} | {"lost"} (no holder has that fence)
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local actor, reason, cap, channel, want = ARGV[1], ARGV[2], cfg.history_max, ARGV[3], ARGV[4]
-ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = cfg.retention}
+ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = cfg.retention, trace = ARGV[5]}
 
 -- force_max bounds the holders one call breaks; Go calls again while more
 -- are left (engine.go), so each call's time stays bounded.

@@ -93,7 +93,9 @@ end
 -- ev says where record also appends lifecycle events for the event stream
 -- (GET /v1/events, webhooks): stream is the bucket's event stream (the
 -- shared one, or on a Cluster the key's slot outbox, see events.go), cap
--- its MAXLEN, key the lock key; and retention, the history's. A script
+-- its MAXLEN, key the lock key; and retention, the history's. trace is
+-- the trace id of the request the script serves ("" or nil: none), which
+-- each history event it records keeps. A script
 -- that records sets it first; a script that leaves stream empty writes no
 -- shared event.
 local ev = {}
@@ -123,13 +125,14 @@ end
 -- few hundred bytes (a stream's first node takes 4 KB), and one field per
 -- event is cheaper to write than nine. w is "1" when waiters may be queued
 -- (the lease's own w, below), keep until when the history's TTL runs, d
--- the lease's lock-delay, s the session it is bound to (its handle).
+-- the lease's lock-delay, s the session it is bound to (its handle), t
+-- the trace id of the request that caused the event (ev.trace).
 local US = '\31'
 
-local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left, w, keep, d, s)
+local function pack(kind, at, owner, fence, ttl, count, actor, reason, exp, left, w, keep, d, s, t)
   return kind .. US .. at .. US .. owner .. US .. fence .. US .. ttl .. US .. count .. US ..
     actor .. US .. reason .. US .. (exp or '') .. US .. (left or '') .. US .. (w or '') .. US .. (keep or '') ..
-    US .. (d or '') .. US .. (s or '')
+    US .. (d or '') .. US .. (s or '') .. US .. (t or '')
 end
 
 -- fields splits a packed string into its fields.
@@ -156,7 +159,7 @@ local function unpack_event(s)
   local f = fields(s)
   return {type = f[1], at = f[2], owner = f[3], fence = f[4], ttl_ms = f[5], count = f[6],
     actor = f[7], reason = f[8], exp = f[9], left = f[10], w = f[11] or '1', keep = f[12] or '', d = f[13] or '',
-    s = f[14] or ''}
+    s = f[14] or '', t = f[15] or ''}
 end
 
 -- last_event is the newest event of a history, or nil.
@@ -271,7 +274,7 @@ local function record(hist, cap, kind, at, owner, fence, ttl, count, actor, reas
   if exp then
     exp = str(exp)
   end
-  local n = push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil, w, keep, d, s))
+  local n = push(hist, cap, pack(kind, at, owner, fence, ttl, count, actor, reason, exp, nil, w, keep, d, s, ev.trace))
   if n == 1 and (keep or '') == '' then
     -- A history begun by an event that knows no TTL for it (a lease of
     -- the layout before, shared holders): the retention from now.
@@ -324,13 +327,17 @@ local function record_lapse(hist, cap, sched, key, last)
     -- release, force-release and every recorded lapse take the key off.
     return nil
   end
-  -- w: waiters may have queued while it lapsed.
+  -- w: waiters may have queued while it lapsed. A lapse is nobody's
+  -- request: no trace id, whichever request noticed it.
+  local trace = ev.trace
+  ev.trace = nil
   if last.s ~= '' then
     record(hist, cap, 'released', at, last.owner, last.fence, last.ttl_ms, last.count, 'session', session_lapsed, nil, '1',
       last.keep, last.d)
   else
     record(hist, cap, 'expired', at, last.owner, last.fence, last.ttl_ms, last.count, '', '', nil, '1', last.keep, last.d)
   end
+  ev.trace = trace
   return {int(at), last.type, last.at}
 end
 
@@ -484,6 +491,8 @@ end
 local function prune(lease, holders, hist, cap, now)
   local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', string.format('%d', now), 'LIMIT', 0, prune_max)
   local out = {}
+  local trace = ev.trace -- lapses are nobody's request (record_lapse)
+  ev.trace = nil
   for _, t in ipairs(gone) do
     local raw = redis.call('HGET', lease, 'h:' .. t)
     if raw then
@@ -501,6 +510,7 @@ local function prune(lease, holders, hist, cap, now)
     end
     redis.call('ZREM', holders, t)
   end
+  ev.trace = trace
   return out
 end
 

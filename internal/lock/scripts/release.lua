@@ -9,6 +9,8 @@
 -- ARGV[4] this lockd's replica id, or "" to hand the key to nobody
 -- ARGV[5] "unclaimed": release only a key handed to a waiter (below) that
 --         the waiter did not claim with a try of its own, else ""
+-- ARGV[6] the request's trace id, or "" (lib.lua, ev); a hand-off's grant
+--         keeps the waiter's
 -- From cfg (lib.lua): the caps, the retention, and redlock: a Redlock
 -- master wakes waiters on every release, queued in Redis or not
 -- (Redlock's wait in their process).
@@ -19,7 +21,7 @@
 --      | {"claimed"} (ARGV[5]) | {"not_found"} | {"lost"}
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local token, actor, cap, channel = ARGV[1], ARGV[2], cfg.history_max, ARGV[3]
-ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = cfg.retention}
+ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = cfg.retention, trace = ARGV[6]}
 
 local now_ms, now_us = clock()
 -- The common case in one command: an exclusive lease, released by its
@@ -108,6 +110,7 @@ if nx and nx.r == ARGV[4] and nx.m == 'x' then
   redis.call('ZREM', q.queue, nx.id)
   redis.call('HDEL', q.info, nx.id)
   forget(q)
+  ev.trace = nx.tr
   -- The newest event is this release, with the released lease's fence.
   local fence = grant_x(lease, hist, cap, cfg.retention, sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us,
     {fence = cur.fence, keep = cur.keep}, nil, '1', '1', nx.ld or '', nx.v or '', nx.sn or '')

@@ -10,6 +10,7 @@
 -- ARGV[6] "1" when the grant's session renews it (session.go): a grant
 --         bound to a session lives as long as the session, so any other
 --         renewal keeps its expiry and changes only its value
+-- ARGV[7] the request's trace id, or "" (lib.lua, ev)
 -- From cfg (lib.lua): the renewals' and history's caps, the retention,
 -- the event stream's cap.
 --
@@ -29,7 +30,7 @@ local cur = read_lease(lease, now_ms)
 if cur and cur.multi then
   -- One of several holders.
   local holders = KEYS[6]
-  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention}
+  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = ARGV[7]}
   local h, status = holder_of(lease, holders, KEYS[5], cfg.history_max, sched, ev.key, token, now_ms)
   if not h then
     return {status}
@@ -79,7 +80,7 @@ schedule(sched, lock_of(lease), now_ms + ttl)
 if ARGV[5] ~= '' then
   -- A new value is news to readers (an election's proclaim): an event in
   -- the history and the stream, with the lease's expiry as a grant's.
-  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention}
+  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = ARGV[7]}
   record(KEYS[5], cfg.history_max, 'proclaimed', now_s, cur.owner, cur.fence, ttl_s, cur.count, actor, '', cur.exp,
     cur.w, keep, cur.d, cur.s)
 end
