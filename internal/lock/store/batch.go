@@ -111,6 +111,19 @@ func (b *batcher) run(ctx context.Context, sc *redis.Script, keys []string, args
 		<-b.slots
 	default:
 	}
+	command := "evalsha"
+	if b.fns.name(sc) != "" {
+		command = "fcall"
+	}
+	span := batchedSpan(ctx, command)
+	v, err := b.enqueue(ctx, sc, keys, args)
+	endBatchedSpan(span, err)
+	return v, err
+}
+
+// enqueue puts the call in the next batch and waits for its answer or the
+// end of ctx.
+func (b *batcher) enqueue(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
 	c := calls.Get().(*scriptCall)
 	c.ctx, c.sc, c.keys, c.args = ctx, sc, keys, args
 	select {
