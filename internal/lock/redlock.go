@@ -258,6 +258,7 @@ func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token
 	case len(replayed) >= r.quorum:
 		// The replay stands; this attempt's own fresh grants go.
 		r.undo(key, token, req.Actor, grantedOn)
+		r.undoUnanswered(key, token, req.Actor, t.failedOn)
 		return newest(replayed), nil
 	case len(reentered) >= r.quorum:
 		return newest(reentered), nil
@@ -265,13 +266,16 @@ func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token
 		l, err := r.confirm(ctx, key, req, token, start, granted)
 		if err != nil {
 			r.undo(key, token, req.Actor, grantedOn)
+			r.undoUnanswered(key, token, req.Actor, t.failedOn)
 			return Lease{}, err
 		}
 		return l, nil
 	}
-	// No majority: give back what some masters granted or re-entered.
+	// No majority: give back what some masters granted or re-entered,
+	// and what those that did not answer in time may have granted.
 	r.undo(key, token, req.Actor, grantedOn)
 	r.undo(key, req.Token, req.Actor, reenteredOn)
+	r.undoUnanswered(key, token, req.Actor, t.failedOn)
 	switch {
 	case mismatch >= r.quorum:
 		return Lease{}, ErrIdempotencyMismatch
@@ -296,6 +300,9 @@ func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token
 type tally struct {
 	granted, reentered, replayed []Lease
 	grantedOn, reenteredOn       []int // which masters
+	// failedOn are the masters that did not answer in time: the script
+	// may have run there all the same.
+	failedOn []int
 	held                         []*HeldError
 	lost, mismatch, free         int
 	recovering                   *RecoveringError // the shortest
@@ -330,6 +337,7 @@ func tallyOf(leases []Lease, errs []error) tally {
 			}
 		default:
 			t.failed = err
+			t.failedOn = append(t.failedOn, i)
 		}
 	}
 	return t
@@ -415,6 +423,19 @@ func (r *Redlock) undo(key, token, actor string, on []int) {
 		}()
 	}
 	wg.Wait()
+}
+
+// undoUnanswered gives back, in the background, what masters that did not
+// answer in time (a slow or paused one) may have granted token: their
+// script may have run after its bound. Released with the token, a grant
+// that never happened is a no-op; one that did would otherwise last its
+// TTL on a minority of masters. The caller is not kept waiting for
+// masters that are slow already.
+func (r *Redlock) undoUnanswered(key, token, actor string, on []int) {
+	if len(on) == 0 {
+		return
+	}
+	r.background(func() { r.undo(key, token, actor, on) })
 }
 
 // release gives back one level of the lease on master n. No waiter of a
