@@ -74,6 +74,9 @@ func startServe(t *testing.T, env map[string]string, args ...string) *instance {
 		t.Fatalf("healthz: %v", err)
 	}
 	res.Body.Close()
+	// No connection of the harness's stays open: tests that count the
+	// server's connections (--max-conns) count only their own.
+	insecure.CloseIdleConnections()
 	return inst
 }
 
