@@ -56,6 +56,7 @@ export {
   PROBLEM_CLASSES,
   PayloadTooLarge,
   Queued,
+  SessionLost,
   SessionNotFound,
   TooManyHolders,
   TooManyRequests,
