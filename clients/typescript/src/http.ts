@@ -85,6 +85,11 @@ export class Transport {
     let body: string | undefined;
     if (opts.body !== undefined) {
       body = JSON.stringify(opts.body);
+    }
+    if (body !== undefined || method === "POST") {
+      // A POST without a body (a session's renew) says JSON too: lockd
+      // takes a POST from a browser only as JSON, and Node's fetch sends
+      // a browser's headers (Sec-Fetch-Mode).
       headers["Content-Type"] = "application/json";
     }
     const what = `${method} ${path}`;
