@@ -36,6 +36,11 @@ export interface RequestOptions {
   /** How long the whole answer may take. */
   timeoutMs: number;
   signal?: AbortSignal | undefined;
+  /**
+   * What messages call the request (default: its method and path): a
+   * path with a secret in it (a session's id) is named without it.
+   */
+  label?: string | undefined;
 }
 
 /** Transport sends requests to one lockd server. */
@@ -92,7 +97,7 @@ export class Transport {
       // a browser's headers (Sec-Fetch-Mode).
       headers["Content-Type"] = "application/json";
     }
-    const what = `${method} ${path}`;
+    const what = opts.label ?? `${method} ${path}`;
     return this.#call(what, opts.timeoutMs, opts.signal, async (signal) => {
       const init: RequestInit = { method, headers, signal, redirect: "manual" };
       if (body !== undefined) {
