@@ -8,12 +8,19 @@
 // `client.semaphores` names the semaphore's and `client.elections` the
 // election's, with the common ones (withPermit, campaign, leader, observe)
 // on Client too.
+//
+// Sessions are not a kind of lease but what keeps leases alive:
+// `client.session()` starts one with its keep-alive (a Session), and
+// `session` on every acquire puts the grant in it instead of giving it a
+// TTL; `client.sessions` has the bare operations by id.
 
-import { InvalidRequest, LeaseNotFound, NotFound, NotGranted, Unavailable } from "./errors.js";
+import { InvalidRequest, LeaseNotFound, NotFound, NotGranted, SessionLost, Unavailable, Unreachable } from "./errors.js";
 import { Transport, backoff, now, sleep, type Fetch, type Logger } from "./http.js";
 import { Lease, type Grant, type LeaseKind, type LeaseOps, type OnLost } from "./lease.js";
 import { Observer, type ObserveOptions } from "./observe.js";
+import { Session, type OnSessionLost, type SessionOps } from "./session.js";
 import type {
+  CreatedSession,
   ElectionList,
   ElectionState,
   EventType,
@@ -27,6 +34,7 @@ import type {
   ReleaseResult,
   ResignResult,
   SemaphoreList,
+  SessionInfo,
   Value,
 } from "./types.js";
 
@@ -53,9 +61,16 @@ export interface ClientOptions {
   campaignRoundMs?: number | undefined;
 }
 
+/**
+ * What keeps a grant alive instead of its own TTL: a Session of this
+ * client (its keep-alive and its loss are the grant's), or the id of a
+ * session something else keeps alive (no renewer here at all).
+ */
+export type SessionRef = Session | string;
+
 /** The options of a lock's acquire (and of withLock). */
 export interface AcquireOptions {
-  /** The lease's TTL, ms (default 30000). */
+  /** The lease's TTL, ms (default 30000); left out with `session`. */
   ttlMs?: number | undefined;
   /** How long the server waits while another lease holds the key, ms (default 0: try once); FIFO across every lockd replica. */
   waitMs?: number | undefined;
@@ -75,6 +90,13 @@ export interface AcquireOptions {
   onLost?: OnLost | undefined;
   /** Gives up the wait (and the retries): the acquire rejects with the signal's reason, and nothing is granted. */
   signal?: AbortSignal | undefined;
+  /**
+   * The session the grant lives in, instead of a TTL of its own (a
+   * TypeError with ttlMs): it lives as long as the session and has no
+   * renewer of its own; with a Session, it is lost when the session is.
+   * A session that is gone rejects with SessionLost.
+   */
+  session?: SessionRef | undefined;
 }
 
 /** The options of a permit's acquire: a lock's, without mode and lock-delay. */
@@ -87,7 +109,7 @@ export interface SemaphoreAcquireOptions extends PermitOptions {
 }
 
 export interface CampaignOptions {
-  /** The leadership's TTL, ms (default 30000). */
+  /** The leadership's TTL, ms (default 30000); left out with `session`. */
   ttlMs?: number | undefined;
   /** How long to wait in line, ms; left out: as long as it takes. */
   waitMs?: number | undefined;
@@ -99,6 +121,22 @@ export interface CampaignOptions {
   idempotencyKey?: string | undefined;
   autoRenew?: boolean | undefined;
   onLost?: OnLost | undefined;
+  signal?: AbortSignal | undefined;
+  /** The session the leadership lives in, as for a lock's acquire: a leader whose session lapses stops leading with it. */
+  session?: SessionRef | undefined;
+}
+
+/** The options of client.session and withSession. */
+export interface SessionOptions {
+  /** The session's TTL, ms (default 30000); it is renewed every ttl/3. */
+  ttlMs?: number | undefined;
+  /** Whose session, for the history and the dashboard (default: the API key's name or the caller's address). */
+  owner?: string | undefined;
+  /** Called once if the session is lost (every lease in it is lost first). */
+  onLost?: OnSessionLost | undefined;
+  /** Renew every ttl/3 (default true); false: call `session.renew()` yourself. */
+  autoRenew?: boolean | undefined;
+  /** Gives up creating it (the retries); in withSession, aborts the callback's signal too. */
   signal?: AbortSignal | undefined;
 }
 
@@ -132,6 +170,9 @@ export interface ForceReleaseOptions {
 
 /** What withLock, withPermit and withLeadership run: `signal` aborts the moment the lease is lost. */
 export type LeaseWork<T> = (signal: AbortSignal, lease: Lease) => Promise<T> | T;
+
+/** What withSession runs: `signal` aborts the moment the session is lost (and every lease in it). */
+export type SessionWork<T> = (session: Session, signal: AbortSignal) => Promise<T> | T;
 
 interface Kind {
   readonly path: string;
@@ -169,10 +210,13 @@ export class Client {
   readonly semaphores: Semaphores;
   /** The election operations. */
   readonly elections: Elections;
+  /** The session operations by id (client.session is the usual way). */
+  readonly sessions: Sessions;
 
   readonly #t: Transport;
   readonly #campaignRoundMs: number;
   readonly #ops: LeaseOps;
+  readonly #sessionOps: SessionOps;
 
   constructor(opts: ClientOptions) {
     this.#t = new Transport(opts.baseUrl, opts.apiKey, opts.fetch);
@@ -184,6 +228,7 @@ export class Client {
     this.#campaignRoundMs = ms(opts.campaignRoundMs ?? 60_000, "campaignRoundMs");
     this.semaphores = new Semaphores(this);
     this.elections = new Elections(this);
+    this.sessions = new Sessions(this);
     const client = this;
     this.#ops = {
       get timeoutMs() {
@@ -195,6 +240,16 @@ export class Client {
       renew: (kind, key, token, ttlMs, timeoutMs, value) => this._renew(kind, key, token, { ttlMs, value }, timeoutMs),
       proclaim: (key, token, value) => this._leaseCall<Grant>("election", key, "proclaim", { token, value }),
       release: (kind, key, token) => this._release(kind, key, token),
+    };
+    this.#sessionOps = {
+      get timeoutMs() {
+        return client.timeoutMs;
+      },
+      get logger() {
+        return client.logger;
+      },
+      call: (method, id, op, timeoutMs) => this._sessionCall(method, id, op, timeoutMs),
+      read: (id) => this.sessions.get(id),
     };
   }
 
@@ -219,10 +274,12 @@ export class Client {
    * when the key is free but kept for requests that began to wait
    * earlier. 503 answers and connection errors are retried with backoff,
    * each retry with the same Idempotency-Key, so a retry whose first
-   * answer was lost gets that lease back (`lease.replayed`).
+   * answer was lost gets that lease back (`lease.replayed`). With
+   * `session`, the grant lives in that session instead (no TTL, no
+   * renewer of its own).
    */
   async acquire(key: string, opts: AcquireOptions = {}): Promise<Lease> {
-    const body: Record<string, unknown> = { ttl_ms: ms(opts.ttlMs ?? 30_000, "ttlMs") };
+    const body: Record<string, unknown> = lifetime(opts.ttlMs, opts.session);
     if (opts.lockDelayMs !== undefined) body["lock_delay_ms"] = ms(opts.lockDelayMs, "lockDelayMs");
     if (opts.owner !== undefined) body["owner"] = opts.owner;
     if (opts.value !== undefined) body["value"] = opts.value;
@@ -340,6 +397,56 @@ export class Client {
     return this.elections.history(name, opts);
   }
 
+  // Sessions: the keep-alive here; the bare operations by id on
+  // client.sessions.
+
+  /**
+   * session starts a session and answers it, renewing itself every
+   * ttl/3: one keep-alive for many grants. Pass it as `session` to
+   * acquire, withLock, permits and campaign: the grant lives as long as
+   * the session. `session.end()` ends it and the server releases every
+   * grant in it at once; a session nobody renews lapses after its TTL and
+   * takes them with it. It is lost as a lease is (`session.signal`,
+   * `onLost`, `session.check()` throws SessionLost), and every lease in
+   * it with it. Creating it retries as acquire does.
+   */
+  async session(opts: SessionOptions = {}): Promise<Session> {
+    const body: Record<string, unknown> = { ttl_ms: ms(opts.ttlMs ?? 30_000, "ttlMs") };
+    if (opts.owner !== undefined) body["owner"] = opts.owner;
+    let sent = 0;
+    const answer = await this._retrying("POST /v1/sessions", now() + this.retryForMs, opts.signal, () => {
+      sent = now();
+      return this._request<CreatedSession>("POST", "/v1/sessions", body, opts.signal);
+    });
+    if (typeof answer.session !== "string") {
+      throw new Unreachable("POST /v1/sessions: the answer has no session id; not lockd's");
+    }
+    return new Session(this.#sessionOps, answer, sent, { autoRenew: opts.autoRenew, onLost: opts.onLost });
+  }
+
+  /**
+   * withSession starts a session, runs fn in it and ends it when fn
+   * settles (releasing every grant still in it), answering what fn
+   * answered. fn's signal aborts the moment the session is lost (or
+   * opts.signal aborts); a session lost while fn ran rejects with
+   * SessionLost once fn returns, since the work did not finish under it.
+   * When fn throws, its error is what rejects, never replaced by the
+   * session's.
+   */
+  async withSession<T>(opts: SessionOptions, fn: SessionWork<T>): Promise<T> {
+    const session = await this.session(opts);
+    return this._under(
+      session.signal,
+      opts.signal,
+      (signal) => fn(session, signal),
+      // Lost while fn ran: end throws its SessionLost, without asking.
+      async () => {
+        await session.end();
+      },
+      (err) => `${session}: not ended after an error in the callback: ${String(err)}`,
+    );
+  }
+
   // The work, once for every kind. Not part of the API: the names begin
   // with _ because Semaphores, Semaphore and Elections call them.
 
@@ -355,60 +462,108 @@ export class Client {
     key: string,
     body: Record<string, unknown>,
     waitMs: number,
-    opts: { idempotencyKey?: string | undefined; autoRenew?: boolean | undefined; onLost?: OnLost | undefined; signal?: AbortSignal | undefined },
+    opts: {
+      idempotencyKey?: string | undefined;
+      autoRenew?: boolean | undefined;
+      onLost?: OnLost | undefined;
+      signal?: AbortSignal | undefined;
+      session?: SessionRef | undefined;
+    },
   ): Promise<Lease> {
+    // A grant in a Session joins it; a lost Session is not asked for, and
+    // one the server says is gone is lost.
+    const inSession = opts.session instanceof Session ? opts.session : undefined;
+    inSession?.check();
     const path = `${KINDS[kind].path}/${enc(key)}/${KINDS[kind].acquire}`;
     const headers = { "Idempotency-Key": opts.idempotencyKey ?? (await randomKey()) };
     const waitUntil = now() + ms(waitMs, "waitMs");
     let sent = 0;
-    const grant = await this._retrying(`acquire ${kind} ${key}`, waitUntil + this.retryForMs, opts.signal, () => {
-      const b = { ...body };
-      const left = Math.max(0, Math.round(waitUntil - now()));
-      if (left > 0) {
-        b["wait_ms"] = left;
-      }
-      sent = now();
-      return this.#t.request<Grant>("POST", path, {
-        body: b,
-        headers,
-        timeoutMs: this.timeoutMs + left,
-        signal: opts.signal,
+    let grant: Grant;
+    try {
+      grant = await this._retrying(`acquire ${kind} ${key}`, waitUntil + this.retryForMs, opts.signal, () => {
+        const b = { ...body };
+        const left = Math.max(0, Math.round(waitUntil - now()));
+        if (left > 0) {
+          b["wait_ms"] = left;
+        }
+        sent = now();
+        return this.#t.request<Grant>("POST", path, {
+          body: b,
+          headers,
+          timeoutMs: this.timeoutMs + left,
+          signal: opts.signal,
+        });
       });
+    } catch (err) {
+      if (err instanceof SessionLost) {
+        inSession?._lose(err);
+      }
+      throw err;
+    }
+    const lease = new Lease(this.#ops, kind, grant, sent, {
+      // A grant in a session, even one known by its id alone, is kept by
+      // the session's renewals: it never renews itself.
+      autoRenew: opts.session === undefined ? opts.autoRenew : false,
+      onLost: opts.onLost,
+      value: body["value"],
+      session: inSession,
     });
-    return new Lease(this.#ops, kind, grant, sent, { autoRenew: opts.autoRenew, onLost: opts.onLost, value: body["value"] });
+    inSession?._attach(lease);
+    return lease;
   }
 
   /** @internal */
   async _withLease<T>(acquire: () => Promise<Lease>, outer: AbortSignal | undefined, fn: LeaseWork<T>): Promise<T> {
     const lease = await acquire();
-    // fn's signal: the lease's loss, or the caller's own signal.
+    return this._under(
+      lease.signal,
+      outer,
+      (signal) => fn(signal, lease),
+      // Lost while fn ran: release throws its LeaseLost, without asking.
+      async () => {
+        await lease.release();
+      },
+      (err) => `${lease}: not released after an error in the callback: ${String(err)}`,
+    );
+  }
+
+  /**
+   * @internal _under runs fn with a signal that aborts when lost or outer
+   * does, then finish (a release, an end), which rejects when what fn ran
+   * under was lost meanwhile. When fn throws, finish is still run, but
+   * its error is only logged: fn's error is what went wrong, and the
+   * lease or session being gone too (often its cause) must not replace it.
+   */
+  async _under<T>(
+    lost: AbortSignal,
+    outer: AbortSignal | undefined,
+    fn: (signal: AbortSignal) => Promise<T> | T,
+    finish: () => Promise<void>,
+    notFinished: (err: unknown) => string,
+  ): Promise<T> {
+    // fn's signal: the loss, or the caller's own signal.
     const ac = new AbortController();
-    const onLost = () => ac.abort(lease.signal.reason);
+    const onLost = () => ac.abort(lost.reason);
     const onOuter = () => ac.abort(outer?.reason);
-    if (lease.signal.aborted) onLost();
-    lease.signal.addEventListener("abort", onLost, { once: true });
+    if (lost.aborted) onLost();
+    lost.addEventListener("abort", onLost, { once: true });
     if (outer?.aborted) onOuter();
     outer?.addEventListener("abort", onOuter, { once: true });
     let result: T;
     try {
-      result = await fn(ac.signal, lease);
+      result = await fn(ac.signal);
     } catch (err) {
       try {
-        await lease.release();
-      } catch (releaseErr) {
-        // fn's error is what went wrong; the lease being gone too (often
-        // its cause) must not replace it.
-        this.logger?.warn?.(`${lease}: not released after an error in the callback: ${String(releaseErr)}`, {
-          key: lease.key,
-        });
+        await finish();
+      } catch (finishErr) {
+        this.logger?.warn?.(notFinished(finishErr));
       }
       throw err;
     } finally {
-      lease.signal.removeEventListener("abort", onLost);
+      lost.removeEventListener("abort", onLost);
       outer?.removeEventListener("abort", onOuter);
     }
-    // Lost while fn ran: release throws its LeaseLost, without asking.
-    await lease.release();
+    await finish();
     return result;
   }
 
@@ -448,6 +603,32 @@ export class Client {
     if (opts.fence !== undefined) body["fence"] = opts.fence;
     if (opts.reason !== undefined) body["reason"] = opts.reason;
     return this.#t.request("POST", `${KINDS[kind].path}/${enc(key)}/force-release`, { body, timeoutMs: this.timeoutMs });
+  }
+
+  /** @internal _request is one request with a JSON body, sent once. */
+  _request<T>(method: string, path: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
+    return this.#t.request<T>(method, path, { body, timeoutMs: this.timeoutMs, signal });
+  }
+
+  /**
+   * @internal _sessionCall is one request on /v1/sessions/{id}[op], sent
+   * once, named without the id in every message.
+   */
+  _sessionCall(
+    method: "GET" | "POST" | "DELETE",
+    id: string,
+    op: "" | "/renew",
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<SessionInfo> {
+    if (typeof id !== "string") {
+      throw new TypeError(`lockd: a session's id is a string, not ${typeof id}`);
+    }
+    return this.#t.request<SessionInfo>(method, `/v1/sessions/${enc(id)}${op}`, {
+      timeoutMs,
+      signal,
+      label: `${method} /v1/sessions/{id}${op}`,
+    });
   }
 
   /** @internal _get reads, retrying as acquire does: a read changes nothing. */
@@ -520,7 +701,7 @@ export class Semaphores {
 
   /** acquire takes a permit (limit 1 ... 10000), waiting up to waitMs; NoPermits when none came free, LimitMismatch when held with another limit. */
   async acquire(name: string, opts: SemaphoreAcquireOptions): Promise<Lease> {
-    const body: Record<string, unknown> = { limit: opts.limit, ttl_ms: ms(opts.ttlMs ?? 30_000, "ttlMs") };
+    const body: Record<string, unknown> = { limit: opts.limit, ...lifetime(opts.ttlMs, opts.session) };
     if (opts.owner !== undefined) body["owner"] = opts.owner;
     if (opts.value !== undefined) body["value"] = opts.value;
     return this.#c._acquire("semaphore", name, body, opts.waitMs ?? 0, opts);
@@ -635,7 +816,7 @@ export class Elections {
    * each a new place at the end of the line.
    */
   async campaign(name: string, opts: CampaignOptions = {}): Promise<Lease> {
-    const body: Record<string, unknown> = { ttl_ms: ms(opts.ttlMs ?? 30_000, "ttlMs") };
+    const body: Record<string, unknown> = lifetime(opts.ttlMs, opts.session);
     if (opts.candidate !== undefined) body["candidate"] = opts.candidate;
     if (opts.value !== undefined) body["value"] = opts.value;
     if (opts.lockDelayMs !== undefined) body["lock_delay_ms"] = ms(opts.lockDelayMs, "lockDelayMs");
@@ -708,6 +889,77 @@ export class Elections {
   observe(name: string, opts: ObserveOptions = {}): Observer {
     return this.#c._observe(name, opts);
   }
+}
+
+/**
+ * Sessions are the session operations by id: `client.sessions`.
+ *
+ * `client.session()` is the usual way: a Session that renews itself and
+ * whose loss is its leases'. These are for a session that something else
+ * keeps alive (another process, a script's `lockd session renew`): pass
+ * its id as `session` to acquire. Every answer is the API's session
+ * (`owner`, `ttl_ms`, `created_at`, `expires_at`, `holds`); a session
+ * that is gone rejects with SessionLost. The id is a secret like a token:
+ * it is in create's answer (`session`) and in no message.
+ */
+export class Sessions {
+  readonly #c: Client;
+
+  constructor(client: Client) {
+    this.#c = client;
+  }
+
+  /** create starts a session without a keep-alive: its id is the answer's `session`; `ttlMs` defaults to the server's (30 s). */
+  create(opts: { ttlMs?: number | undefined; owner?: string | undefined; signal?: AbortSignal | undefined } = {}): Promise<CreatedSession> {
+    const body: Record<string, unknown> = {};
+    if (opts.ttlMs !== undefined) body["ttl_ms"] = ms(opts.ttlMs, "ttlMs");
+    if (opts.owner !== undefined) body["owner"] = opts.owner;
+    return this.#c._retrying("POST /v1/sessions", now() + this.#c.retryForMs, opts.signal, () =>
+      this.#c._request<CreatedSession>("POST", "/v1/sessions", body, opts.signal),
+    );
+  }
+
+  /** get reads the session: its expiry and what it holds (`holds`: `{kind, key}` each). */
+  async get(id: string): Promise<SessionInfo> {
+    return withoutId(
+      await this.#c._retrying("GET /v1/sessions/{id}", now() + this.#c.retryForMs, undefined, () =>
+        this.#c._sessionCall("GET", id, "", this.#c.timeoutMs),
+      ),
+    );
+  }
+
+  /** renew keeps the session and every grant in it alive for its TTL from now, once. */
+  async renew(id: string): Promise<SessionInfo> {
+    return withoutId(await this.#c._sessionCall("POST", id, "/renew", this.#c.timeoutMs));
+  }
+
+  /** end ends the session, once: every grant in it is released at once; the answer lists what it held. */
+  async end(id: string): Promise<SessionInfo> {
+    return withoutId(await this.#c._sessionCall("DELETE", id, "", this.#c.timeoutMs));
+  }
+}
+
+/** lifetime is what keeps a grant: its TTL (default 30 s), or the session it is in. */
+function lifetime(ttlMs: number | undefined, session: SessionRef | undefined): Record<string, unknown> {
+  if (session === undefined) {
+    return { ttl_ms: ms(ttlMs ?? 30_000, "ttlMs") };
+  }
+  if (ttlMs !== undefined) {
+    throw new TypeError("lockd: ttlMs and session exclude each other: a grant in a session lives as long as the session");
+  }
+  if (session instanceof Session) {
+    return { session: session.id };
+  }
+  if (typeof session !== "string") {
+    throw new TypeError(`lockd: session must be a Session or a session's id, not ${typeof session}`);
+  }
+  return { session };
+}
+
+/** withoutId drops a session's id from an answer: only Session.id and create's answer show it. */
+function withoutId(answer: SessionInfo & { session?: string }): SessionInfo {
+  const { session: _id, ...rest } = answer;
+  return rest;
 }
 
 /** enc escapes a key for the path: lockd decodes it once. */

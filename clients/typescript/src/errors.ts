@@ -92,18 +92,12 @@ export class NotFound extends LockdError {
   static override [Symbol.hasInstance](value: unknown): boolean {
     // LeaseNotFound is a LeaseLost by its class and a NotFound by its code,
     // as in the Python client (where it has both bases).
-    return Function.prototype[Symbol.hasInstance].call(this, value) || (this === NotFound && value instanceof LeaseNotFound);
+    // So are SessionLost (a LeaseLost whose code's status is 404).
+    return (
+      Function.prototype[Symbol.hasInstance].call(this, value) ||
+      (this === NotFound && (value instanceof LeaseNotFound || value instanceof SessionLost))
+    );
   }
-}
-
-/**
- * SessionNotFound: the session named in the request ended or lapsed, or
- * never existed (404), and every grant in it with it. This client does not
- * take sessions yet; the class is here so that every code of the API has
- * one.
- */
-export class SessionNotFound extends LockdError {
-  static override readonly CODE = "session_not_found";
 }
 
 /** MethodNotAllowed: the path has no such method (405). */
@@ -196,6 +190,30 @@ export class LeaseNotFound extends LeaseLost {
   static override readonly CODE = "not_found";
 }
 
+/**
+ * SessionLost: the session is gone, and every grant in it. Stop the
+ * protected work.
+ *
+ * The server says so with 404 `session_not_found` (the session ended,
+ * lapsed or never existed: a renew, an end, a read, or an acquire in
+ * it); the client also throws it when the session's renewals failed
+ * until it expired by the client's own clock (then `status` is
+ * undefined). A lease in a lost session is lost with a SessionLost of its
+ * own. It is a LeaseLost, since every grant in the session is lost with
+ * it, and a NotFound (by instanceof), which is the problem's status.
+ */
+export class SessionLost extends LeaseLost {
+  static override readonly CODE = "session_not_found";
+}
+
+/**
+ * SessionNotFound is SessionLost, by its former name.
+ * @deprecated Use SessionLost.
+ */
+export const SessionNotFound = SessionLost;
+/** @deprecated Use SessionLost. */
+export type SessionNotFound = SessionLost;
+
 /** IdempotencyMismatch: the Idempotency-Key belongs to a live lease acquired with other fields (409). */
 export class IdempotencyMismatch extends LockdError {
   static override readonly CODE = "idempotency_mismatch";
@@ -254,7 +272,7 @@ export const PROBLEM_CLASSES: Readonly<Record<ProblemCode, ErrorClass>> = Object
   unauthorized: Unauthorized,
   forbidden: Forbidden,
   not_found: NotFound,
-  session_not_found: SessionNotFound,
+  session_not_found: SessionLost,
   method_not_allowed: MethodNotAllowed,
   lock_held: LockHeld,
   lock_delay: LockDelay,

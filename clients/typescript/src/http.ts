@@ -36,6 +36,11 @@ export interface RequestOptions {
   /** How long the whole answer may take. */
   timeoutMs: number;
   signal?: AbortSignal | undefined;
+  /**
+   * What messages call the request (default: its method and path): a
+   * path with a secret in it (a session's id) is named without it.
+   */
+  label?: string | undefined;
 }
 
 /** Transport sends requests to one lockd server. */
@@ -85,9 +90,14 @@ export class Transport {
     let body: string | undefined;
     if (opts.body !== undefined) {
       body = JSON.stringify(opts.body);
+    }
+    if (body !== undefined || method === "POST") {
+      // A POST without a body (a session's renew) says JSON too: lockd
+      // takes a POST from a browser only as JSON, and Node's fetch sends
+      // a browser's headers (Sec-Fetch-Mode).
       headers["Content-Type"] = "application/json";
     }
-    const what = `${method} ${path}`;
+    const what = opts.label ?? `${method} ${path}`;
     return this.#call(what, opts.timeoutMs, opts.signal, async (signal) => {
       const init: RequestInit = { method, headers, signal, redirect: "manual" };
       if (body !== undefined) {

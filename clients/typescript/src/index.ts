@@ -18,12 +18,20 @@
 // Idempotency-Key so that its retries never grant twice. Errors are one
 // class per problem code of the API. Tokens and API keys never appear in
 // a message, a log line, JSON.stringify or util.inspect.
+//
+// Sessions keep many grants alive with one renewal: `client.session({
+// ttlMs })` (or `withSession`) renews itself every ttl/3, and `session`
+// on acquire, withLock, permits and campaign puts a grant in it, with no
+// TTL and no renewer of its own. Ending the session releases every grant
+// in it; losing it loses every lease in it. Its id, a secret, is shown
+// only by `session.id`.
 
 export {
   Client,
   Elections,
   Semaphore,
   Semaphores,
+  Sessions,
   type AcquireOptions,
   type CampaignOptions,
   type ClientOptions,
@@ -34,6 +42,9 @@ export {
   type PermitOptions,
   type RenewOptions,
   type SemaphoreAcquireOptions,
+  type SessionOptions,
+  type SessionRef,
+  type SessionWork,
 } from "./client.js";
 export {
   BackendRecovering,
@@ -56,6 +67,7 @@ export {
   PROBLEM_CLASSES,
   PayloadTooLarge,
   Queued,
+  SessionLost,
   SessionNotFound,
   TooManyHolders,
   TooManyRequests,
@@ -71,5 +83,6 @@ export {
 export { VERSION, backoff, type Fetch, type Logger } from "./http.js";
 export { Lease, type LeaseKind, type OnLost } from "./lease.js";
 export { Observer, SILENCE_MS, type ObserveOptions } from "./observe.js";
+export { Session, type OnSessionLost } from "./session.js";
 export type * from "./types.js";
 export type { components, operations, paths } from "./api.js";

@@ -16,9 +16,18 @@
 // steps, and pass `lease.fence` to the resource it protects: a process
 // paused past its TTL notices the loss only once it runs again, and only
 // a fence check at the resource closes that window.
+//
+// A lease in a session (`session` on acquire, withLock, permits or
+// campaign) has no renewer of its own: the session's renewals keep it,
+// and it is lost when its session is, with a SessionLost. The session
+// also loses it when its renewal no longer lists the grant
+// (force-released, or lapsed after a renewal of the session failed).
+// Ending the session releases it (it is not lost); releasing the lease
+// still releases its grant at once.
 
-import { LeaseLost, LockdError, Unreachable } from "./errors.js";
+import { LeaseLost, LockdError, SessionLost, Unreachable } from "./errors.js";
 import { backoff, now, unref, type Logger } from "./http.js";
+import type { Session } from "./session.js";
 import type { GrantMode, LeaseInfo, LeadershipInfo, ReleaseResult, ResignResult, Value } from "./types.js";
 
 /** What a lease is a grant of. */
@@ -45,6 +54,8 @@ export interface LeaseInit {
   /** The value the acquire sent (a lock's answer does not repeat it). */
   value?: Value | undefined;
   onLost?: OnLost | undefined;
+  /** The Session that keeps it alive: the lease then has no renewer of its own. */
+  session?: Session | undefined;
 }
 
 /**
@@ -59,7 +70,10 @@ export interface LeaseInit {
  * semaphore's limit; `replayed` whether the server answered with an
  * earlier grant of the same Idempotency-Key. `token` is the lease's
  * secret: it appears nowhere else (not in `info`, `toString`,
- * `JSON.stringify` or `util.inspect`).
+ * `JSON.stringify` or `util.inspect`). `session` is the Session that
+ * keeps it alive, or undefined (a lease in a session has no renewer of
+ * its own, and its `ttlMs` is the time its session had left when it was
+ * granted).
  */
 export class Lease {
   readonly kind: LeaseKind;
@@ -72,6 +86,8 @@ export class Lease {
   readonly replayed: boolean;
   /** Aborted the moment the lease is lost; its reason is the LeaseLost. Not aborted by a release. */
   readonly signal: AbortSignal;
+  /** The Session that keeps the lease alive; undefined when it renews itself (or is in a session known only by its id). */
+  readonly session: Session | undefined;
 
   readonly #ops: LeaseOps;
   readonly #token: string;
@@ -112,9 +128,10 @@ export class Lease {
     this.#value = "value" in grant && grant.value !== undefined ? grant.value : init.value;
     this.#onLost = init.onLost;
     this.signal = this.#lost.signal;
+    this.session = init.session;
     // The server set its expiry when the request arrived, after sentAt.
     this.#expires = sentAt + this.ttlMs;
-    if (init.autoRenew !== false) {
+    if (init.autoRenew !== false && init.session === undefined) {
       this.#schedule(this.#interval());
     }
   }
@@ -144,7 +161,7 @@ export class Lease {
     return this.#error;
   }
 
-  /** Whether release (or abandon) was called. */
+  /** Whether release (or abandon) was called, or the end of its session released it. */
   get released(): boolean {
     return this.#released;
   }
@@ -176,10 +193,24 @@ export class Lease {
    * grant's value. The renewer calls it every ttl/3; call it yourself
    * after acquire with `autoRenew: false`. An answer that the lease is
    * gone loses it and throws LeaseLost; any other failure throws and
-   * leaves the lease as it was.
+   * leaves the lease as it was. A lease in a session is renewed by
+   * renewing its session (every grant in it), since only the session's
+   * renewals move its expiry; with a value, only the value is sent.
    */
   async renew(opts: { value?: Value } = {}): Promise<void> {
     this.check();
+    if (this.session !== undefined && opts.value === undefined) {
+      try {
+        await this.session.renew();
+      } catch (err) {
+        if (err instanceof SessionLost) {
+          this.check(); // the session lost this lease with it
+        }
+        throw err;
+      }
+      this.check(); // the renewal no longer lists its grant
+      return;
+    }
     const sent = now();
     const timeout = Math.min(this.#ops.timeoutMs, Math.max(this.#expires - sent, 1));
     let grant: Grant;
@@ -266,7 +297,10 @@ export class Lease {
   }
 
   toString(): string {
-    const state = this.lost ? "lost" : this.#released ? "released" : "held";
+    let state = this.lost ? "lost" : this.#released ? "released" : "held";
+    if (this.session !== undefined) {
+      state += " in a session";
+    }
     if (this.kind === "election") {
       return `Lease(election ${JSON.stringify(this.key)} term=${this.fence} leader=${JSON.stringify(this.owner)} ${state})`;
     }
@@ -291,6 +325,34 @@ export class Lease {
   /** What Node's util.inspect (console.log) shows. */
   [Symbol.for("nodejs.util.inspect.custom")](): string {
     return this.toString();
+  }
+
+  /** @internal _done reports whether the lease is released or lost: nothing is left to keep or lose. */
+  _done(): boolean {
+    return this.#released || this.lost;
+  }
+
+  /** @internal _lose loses the lease alone (its session's renewal no longer lists its grant). */
+  _lose(err: LeaseLost): void {
+    this.#lose(err);
+  }
+
+  /** @internal _sessionLost loses the lease with its session. */
+  _sessionLost(err: SessionLost): void {
+    this.#lose(
+      new SessionLost(`${this.key}: its session was lost: ${err.detail}`, {
+        status: err.status,
+        code: err.code,
+        problem: err.problem,
+        retryAfterMs: err.retryAfterMs,
+      }),
+    );
+  }
+
+  /** @internal _sessionEnded records that the session's end released the grant: the lease is released, not lost. */
+  _sessionEnded(): void {
+    this.#released = true;
+    this.#stop();
   }
 
   #interval(): number {

@@ -42,3 +42,9 @@ export type ObserveEvent = Schemas["ObserveEvent"];
 export type Problem = Schemas["Problem"];
 /** Every problem code of the API. */
 export type ProblemCode = Schemas["Problem"]["code"];
+/** A session as the server answers it, without its id (a secret: only `session.id` shows it). */
+export type SessionInfo = Omit<Schemas["Session"], "session">;
+/** A session as POST /v1/sessions answers it: its id (`session`, a secret) included. */
+export type CreatedSession = SessionInfo & { session: string };
+/** A grant a session holds: its kind and key. */
+export type SessionHold = Schemas["SessionHold"];

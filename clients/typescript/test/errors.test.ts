@@ -80,6 +80,20 @@ test("LeaseNotFound is a LeaseLost and a NotFound", () => {
   assert.ok(!(new lockd.NotFound("none") instanceof lockd.LeaseLost));
 });
 
+test("SessionLost is a LeaseLost and a NotFound; SessionNotFound is its former name", () => {
+  const err = errorFor(404, { code: "session_not_found", detail: "the session ended or lapsed" }, undefined);
+  assert.ok(err instanceof lockd.SessionLost);
+  assert.ok(err instanceof lockd.LeaseLost);
+  assert.ok(err instanceof lockd.NotFound);
+  assert.ok(!(err instanceof lockd.LeaseNotFound));
+  assert.deepEqual([err.status, err.code, err.name], [404, "session_not_found", "SessionLost"]);
+  // Lost by the client's clock: no status, the class's code.
+  const lapsed = new lockd.SessionLost("could not renew the session before it expired");
+  assert.deepEqual([lapsed.status, lapsed.code], [undefined, "session_not_found"]);
+  assert.ok(lapsed instanceof lockd.NotFound);
+  assert.equal(lockd.SessionNotFound, lockd.SessionLost);
+});
+
 test("Retry-After: seconds or a date, in milliseconds", () => {
   assert.equal(parseRetryAfter("3"), 3000);
   assert.equal(parseRetryAfter(" 1 "), 1000);

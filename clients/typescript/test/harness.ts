@@ -158,6 +158,63 @@ export function losingFetch(lose: number): {
   };
 }
 
+/**
+ * cuttingFetch forwards requests to lockd with the platform's fetch until
+ * cut() is called, which cuts the client off as a network partition does:
+ * from then on every request fails as a refused connection and nothing
+ * reaches lockd, and a request already sent gets no answer.
+ */
+export function cuttingFetch(): {
+  fetch: (input: string, init: RequestInit) => Promise<Response>;
+  cut: () => void;
+} {
+  let cut = false;
+  const pending = new Set<(err: unknown) => void>();
+  const refused = () =>
+    new TypeError("fetch failed", { cause: Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }) });
+  return {
+    cut: () => {
+      cut = true;
+      for (const reject of pending) reject(refused());
+      pending.clear();
+    },
+    fetch: (input, init) => {
+      if (cut) {
+        return Promise.reject(refused());
+      }
+      return new Promise<Response>((resolve, reject) => {
+        pending.add(reject);
+        fetch(input, init).then(
+          (resp) => {
+            pending.delete(reject);
+            if (cut) reject(refused());
+            else resolve(resp);
+          },
+          (err: unknown) => {
+            pending.delete(reject);
+            reject(err);
+          },
+        );
+      });
+    },
+  };
+}
+
+/** recordingFetch forwards requests to lockd and records each one's method and path (`seen`). */
+export function recordingFetch(): {
+  fetch: (input: string, init: RequestInit) => Promise<Response>;
+  seen: string[];
+} {
+  const seen: string[] = [];
+  return {
+    seen,
+    fetch: (input, init) => {
+      seen.push(`${init.method ?? "GET"} ${new URL(input).pathname}`);
+      return fetch(input, init);
+    },
+  };
+}
+
 // Scenarios: clients/scenarios.json, shared with every client.
 
 export interface Scenario {

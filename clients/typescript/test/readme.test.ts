@@ -1,7 +1,7 @@
 // The examples of clients/typescript/README.md run as written: the first
-// (five lines) and the election's. scripts/test.mjs compiled every ```ts
+// (five lines), the election's and the session's. scripts/test.mjs compiled every ```ts
 // block of the README with tsc (dist/readme/example-N.js); these tests run
-// two of them against the harness's lockd.
+// three of them against the harness's lockd.
 
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -62,4 +62,33 @@ test("the election's example runs", async () => {
   assert.equal(aborted, false);
   // Resigned at the end of the callback.
   await assert.rejects(c.leader(name), lockd.NotFound);
+});
+
+test("the session's example runs", async () => {
+  const n = BLOCKS.findIndex((b) => b.startsWith("await client.withSession(")) + 1;
+  assert.ok(n > 0, "README.md has no example of client.withSession");
+  const example = BLOCKS[n - 1]!;
+  assert.ok(example.split("\n").filter((l) => l.trim()).length <= 5, example);
+  const key = h.unique("readme-report");
+  const pool = h.unique("readme-pool");
+  const c = h.client();
+  const seen: { fence: number; aborted: boolean; lock: lockd.LockState; permits: lockd.LockState }[] = [];
+  globalThis.client = c;
+  globalThis.buildReport = async ({ signal, fence }) => {
+    seen.push({ fence, aborted: signal.aborted, lock: await c.state(key), permits: await c.semaphores.state(pool) });
+  };
+  await run(n, [
+    ['"report:daily"', JSON.stringify(key)],
+    ['"db:pool"', JSON.stringify(pool)],
+  ]);
+  assert.equal(seen.length, 1);
+  const { fence, aborted, lock, permits } = seen[0]!;
+  assert.deepEqual([lock.fence, aborted], [fence, false]);
+  assert.deepEqual([permits.limit, permits.holders.length], [4, 1]);
+  // Both released at once by the end of the session.
+  await assert.rejects(c.state(key), lockd.NotFound);
+  await assert.rejects(c.semaphores.state(pool), lockd.NotFound);
+  for (const events of [(await c.history(key, { limit: 1 })).events, (await c.semaphores.history(pool, { limit: 1 })).events]) {
+    assert.deepEqual([events[0]!.type, events[0]!.actor], ["released", "session"]);
+  }
 });

@@ -285,6 +285,66 @@ scenario("election-handover", async (_t, spec) => {
   }
 });
 
+scenario("session-grants", async (_t, spec) => {
+  const c = h.client();
+  const key = h.unique("session-lock");
+  const name = h.unique("session-sem");
+  const ttl = figure(spec, "ttl_ms");
+  const slack = figure(spec, "slack_ms");
+
+  // A lock and a permit in one session, held past several TTLs.
+  const [lock, permit] = await c.withSession({ ttlMs: ttl, owner: "ts-session-grants" }, async (session, signal) => {
+    const lock = await c.acquire(key, { session });
+    const permit = await c.semaphores.acquire(name, { limit: figure(spec, "limit"), session });
+    await h.delay(figure(spec, "hold_ms"));
+    assert.equal(signal.aborted, false, String(session.error));
+    assert.ok(session.renewals >= figure(spec, "min_renewals"), `${session.renewals} renewals`);
+    assert.equal((await c.state(key)).fence, lock.fence);
+    assert.deepEqual(
+      (await c.semaphores.state(name)).holders.map((x) => x.fence),
+      [permit.fence],
+    );
+    const holds = (await session.info()).holds.map((x) => `${x.kind} ${x.key}`).sort();
+    assert.deepEqual(holds, [`lock ${key}`, `semaphore ${name}`].sort());
+    for (const lease of [lock, permit]) {
+      assert.equal(lease.lost, false, String(lease.error));
+    }
+    return [lock, permit] as const;
+  });
+  // Ended: both free at once, released by the session.
+  await assert.rejects(c.state(key), lockd.NotFound);
+  await assert.rejects(c.semaphores.state(name), lockd.NotFound);
+  for (const events of [(await c.history(key, { limit: 1 })).events, (await c.semaphores.history(name, { limit: 1 })).events]) {
+    assert.deepEqual([events[0]!.type, events[0]!.actor], ["released", "session"], JSON.stringify(events));
+  }
+  for (const lease of [lock, permit]) {
+    assert.equal(lease.lost, false, String(lease.error));
+    assert.equal(lease.released, true);
+  }
+
+  // A second session, cut off from lockd just after a renewal: it lapses,
+  // and the client notices by its own clock.
+  const network = h.cuttingFetch();
+  const cutOff = h.client(undefined, { fetch: network.fetch });
+  const lapsing = h.unique("session-lapse");
+  const second = await cutOff.session({ ttlMs: ttl, owner: "ts-session-lapse" });
+  const lease = await cutOff.acquire(lapsing, { session: second });
+  const renewals = second.renewals;
+  await h.eventually(() => second.renewals > renewals, "a renewal of the second session", ttl);
+  network.cut();
+  const cut = performance.now();
+  const at = await h.within(h.aborted(second.signal), ttl + slack, "the lapse was not noticed within ttl plus slack");
+  const took = at - cut;
+  assert.ok(took >= (ttl * 2) / 3 - 50, `lost ${took.toFixed(0)} ms after the cut: before the session could lapse`);
+  assert.ok(took <= ttl + slack, `lost ${took.toFixed(0)} ms after the cut`);
+  assert.ok(lease.lost);
+  assert.throws(() => second.check(), lockd.SessionLost);
+  assert.throws(() => lease.check(), lockd.SessionLost);
+  await h.eventually(() => free(c, lapsing), "the lock free after the lapse", slack);
+  const newest = (await c.history(lapsing, { limit: 1 })).events[0]!;
+  assert.deepEqual([newest.type, newest.actor, newest.reason], ["released", "session", "session expired"]);
+});
+
 test("every scenario of clients/scenarios.json has a test", () => {
   const missing = [...h.SCENARIOS.keys()].filter((id) => !h.COVERED.has(id));
   assert.deepEqual(missing, [], "scenarios of clients/scenarios.json without a TypeScript test");
@@ -301,6 +361,16 @@ async function waiters(c: Client, key: string): Promise<number> {
     return (await c.state(key)).waiters;
   } catch (err) {
     if (err instanceof lockd.NotFound) return 0;
+    throw err;
+  }
+}
+
+async function free(c: Client, key: string): Promise<boolean> {
+  try {
+    await c.state(key);
+    return false;
+  } catch (err) {
+    if (err instanceof lockd.NotFound) return true;
     throw err;
   }
 }

@@ -1,0 +1,382 @@
+// Session: one keep-alive for many grants, renewing itself.
+//
+// A session (`client.session({ ttlMs })`) is renewed every ttl/3 by a
+// timer (unref'd, as a lease's). Grants acquired in it (`session` on
+// acquire, withLock, permits and campaigns) have no renewer of their own
+// and no TTL: they live exactly as long as the session. Ending the session
+// (`end()`, or the end of `withSession`) releases every grant in it at
+// once; a session nobody renews lapses at its expiry and takes every grant
+// with it.
+//
+// Loss is a lease's: a renew answered 404 `session_not_found` loses the
+// session at once; a renew that fails otherwise (503, no answer) is
+// retried with backoff until the session's expiry by this process's
+// monotonic clock, from when the last successful renew was sent, then it
+// is lost. Loss records `session.error` (a SessionLost), loses every lease
+// in the session with a SessionLost of its own, then aborts
+// `session.signal` (whoever sees it aborted sees its leases lost) and
+// calls `onLost` once. A renewal that no longer lists a lease's grant (it
+// was force-released, or lapsed after a renewal failed) loses that lease
+// alone.
+//
+// The session's id is a secret like a lease's token: whoever has it can
+// end the session. Only `session.id` shows it: not toString, JSON.stringify,
+// util.inspect, a message or a log line.
+
+import { LeaseLost, LockdError, SessionLost, Unreachable } from "./errors.js";
+import { backoff, now, unref, type Logger } from "./http.js";
+import type { Lease } from "./lease.js";
+import type { CreatedSession, SessionInfo } from "./types.js";
+
+/** OnSessionLost is called once when a session is lost, with the SessionLost that says why. */
+export type OnSessionLost = (session: Session, error: SessionLost) => void;
+
+/** SessionOps is what a Session asks of its Client (internal). */
+export interface SessionOps {
+  readonly timeoutMs: number;
+  readonly logger: Logger | undefined;
+  /** One request on /v1/sessions/{id}[op], sent once. */
+  call(method: "POST" | "DELETE", id: string, op: "" | "/renew", timeoutMs: number): Promise<SessionInfo>;
+  /** GET /v1/sessions/{id}, retried as reads are. */
+  read(id: string): Promise<SessionInfo>;
+}
+
+/** The options of a Session's constructor (internal: sessions come from client.session). */
+export interface SessionInit {
+  autoRenew?: boolean | undefined;
+  onLost?: OnSessionLost | undefined;
+}
+
+/**
+ * Session is a live session of lockd and its keep-alive.
+ *
+ * `ttlMs` is its TTL, `owner` whose it is, `signal` aborts when it is
+ * lost (its reason is the SessionLost), `error` is that SessionLost.
+ * `id` is its secret: it appears nowhere else. Pass the Session as
+ * `session` to acquire, withLock, permits or campaign; `leases` are the
+ * leases in it that are neither released nor lost.
+ */
+export class Session {
+  readonly ttlMs: number;
+  readonly owner: string;
+  /** Aborted the moment the session is lost (and every lease in it); its reason is the SessionLost. Not aborted by end. */
+  readonly signal: AbortSignal;
+
+  readonly #ops: SessionOps;
+  readonly #id: string;
+  readonly #lost = new AbortController();
+  readonly #onLost: OnSessionLost | undefined;
+  #error: SessionLost | undefined;
+  #expires: number;
+  #renewals = 0;
+  #ended = false;
+  // Ended, and its leases told so.
+  #closed = false;
+  // The leases in the session, each with when it joined (monotonic): a
+  // renewal sent before a lease joined may not list its grant.
+  #leases: { lease: Lease; joined: number }[] = [];
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  // The renewer's state between its turns.
+  #attempt = 0;
+  #last: LockdError | undefined;
+
+  /** @internal Sessions come from Client.session. */
+  constructor(ops: SessionOps, answer: CreatedSession, sentAt: number, init: SessionInit = {}) {
+    this.#ops = ops;
+    this.#id = answer.session;
+    this.ttlMs = answer.ttl_ms;
+    this.owner = answer.owner;
+    this.#onLost = init.onLost;
+    this.signal = this.#lost.signal;
+    // The server set its expiry when the request arrived, after sentAt.
+    this.#expires = sentAt + this.ttlMs;
+    if (init.autoRenew !== false) {
+      this.#schedule(this.#interval());
+    }
+  }
+
+  /**
+   * The session's secret: acquires in it send it, and whoever has it can
+   * end the session and so release everything in it. Keep it out of logs.
+   */
+  get id(): string {
+    return this.#id;
+  }
+
+  /** Whether the session is lost (`signal.aborted`). */
+  get lost(): boolean {
+    return this.#lost.signal.aborted;
+  }
+
+  /** Why the session was lost; undefined while it is not. */
+  get error(): SessionLost | undefined {
+    return this.#error;
+  }
+
+  /** Whether end was called. */
+  get ended(): boolean {
+    return this.#ended;
+  }
+
+  /** How many renewals of the session succeeded. */
+  get renewals(): number {
+    return this.#renewals;
+  }
+
+  /** The leases acquired in this session that are neither released nor lost. */
+  get leases(): Lease[] {
+    return this.#leases.map((j) => j.lease).filter((lease) => !lease._done());
+  }
+
+  /** check throws the SessionLost that ended the session, if it is lost; else it returns. */
+  check(): void {
+    if (this.#error !== undefined) {
+      throw this.#error;
+    }
+  }
+
+  /**
+   * renew keeps the session, and every grant in it, alive for its TTL from
+   * now, once. It answers the session as the server did (`owner`,
+   * `ttl_ms`, `expires_at`, `holds`), without its id. The renewer calls it
+   * every ttl/3; call it yourself after `client.session({ autoRenew:
+   * false })`. An answer that the session is gone loses it and throws
+   * SessionLost; any other failure throws and leaves the session as it
+   * was (a 503 may mean that a grant in it was not renewed: renew again
+   * soon).
+   */
+  async renew(): Promise<SessionInfo> {
+    this.check();
+    const sent = now();
+    const timeout = Math.min(this.#ops.timeoutMs, Math.max(this.#expires - sent, 1));
+    let answer: SessionInfo;
+    try {
+      answer = await this.#ops.call("POST", this.#id, "/renew", timeout);
+    } catch (err) {
+      if (err instanceof SessionLost) {
+        this.#lose(err);
+      }
+      throw err;
+    }
+    const info = withoutId(answer);
+    if (this.#ended) {
+      return info;
+    }
+    this.#expires = sent + this.ttlMs;
+    this.#renewals++;
+    const joined = this.#leases.filter((j) => !j.lease._done());
+    this.#leases = joined;
+    this.#dropMissing(
+      info,
+      joined.filter((j) => j.joined < sent).map((j) => j.lease),
+    );
+    return info;
+  }
+
+  /**
+   * info reads the session from the server: `owner`, `ttl_ms`,
+   * `created_at`, `expires_at` and `holds` (the grants in it, `{kind,
+   * key}` each; a grant released on its own may stay listed until the
+   * next renewal). It retries as reads do; a session that is gone is lost
+   * and throws SessionLost.
+   */
+  async info(): Promise<SessionInfo> {
+    try {
+      return withoutId(await this.#ops.read(this.#id));
+    } catch (err) {
+      if (err instanceof SessionLost) {
+        this.#lose(err);
+      }
+      throw err;
+    }
+  }
+
+  /**
+   * end stops the renewer and ends the session: the server releases every
+   * grant in it at once. It answers the session and the `holds` it
+   * released, or undefined when it was ended already. The leases in it are
+   * released (not lost). A session that was lost throws its SessionLost,
+   * without asking the server; one that the server says is gone is lost
+   * and throws SessionLost. The end is sent once: if it fails otherwise,
+   * the session lapses at its expiry.
+   */
+  async end(): Promise<SessionInfo | undefined> {
+    if (this.#ended) {
+      return undefined;
+    }
+    // From here the renewer records nothing, not even a 404 from a renew
+    // that races this end.
+    this.#ended = true;
+    this.#stop();
+    this.check();
+    let answer: SessionInfo;
+    try {
+      answer = await this.#ops.call("DELETE", this.#id, "", this.#ops.timeoutMs);
+    } catch (err) {
+      if (err instanceof SessionLost) {
+        this.#lose(err, true);
+      }
+      throw err;
+    }
+    const leases = this.#leases;
+    this.#leases = [];
+    this.#closed = true;
+    for (const { lease } of leases) {
+      lease._sessionEnded();
+    }
+    return withoutId(answer);
+  }
+
+  toString(): string {
+    const state = this.lost ? "lost" : this.#ended ? "ended" : "live";
+    return `Session(owner=${JSON.stringify(this.owner)} ttlMs=${this.ttlMs} ${state})`;
+  }
+
+  /** What JSON.stringify shows: never the id. */
+  toJSON(): Record<string, unknown> {
+    return { owner: this.owner, ttl_ms: this.ttlMs, lost: this.lost, ended: this.#ended };
+  }
+
+  /** What Node's util.inspect (console.log) shows. */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString();
+  }
+
+  /**
+   * @internal _attach puts a lease just granted in the session; a session
+   * lost meanwhile loses it at once. A lease that joins once the end was
+   * answered had its grant in the session when it ended (its acquire would
+   * have failed otherwise): the end released it with the others.
+   */
+  _attach(lease: Lease): void {
+    if (this.#error !== undefined) {
+      lease._sessionLost(this.#error);
+    } else if (this.#closed) {
+      lease._sessionEnded();
+    } else {
+      this.#leases.push({ lease, joined: now() });
+    }
+  }
+
+  /** @internal _lose loses the session on an answer that it is gone (an acquire in it). */
+  _lose(err: SessionLost): void {
+    this.#lose(err);
+  }
+
+  /**
+   * #dropMissing loses the leases whose grant a renewal of the session no
+   * longer lists. The server lists a grant until the renewal after the one
+   * that found it gone (force-released, or lapsed after a failed renewal).
+   * Grants are listed by kind and key, so a lease is kept while any grant
+   * of its key is in the session.
+   */
+  #dropMissing(info: SessionInfo, leases: Lease[]): void {
+    if (!Array.isArray(info.holds)) {
+      return;
+    }
+    const listed = new Set(info.holds.map((h) => `${h.kind}\u0000${h.key}`));
+    for (const lease of leases) {
+      if (!listed.has(`${lease.kind}\u0000${lease.key}`)) {
+        lease._lose(new LeaseLost(`${lease.key}: its session no longer holds it (force-released, or it lapsed)`));
+      }
+    }
+  }
+
+  #interval(): number {
+    return Math.max(this.ttlMs / 3, 1);
+  }
+
+  #schedule(delay: number): void {
+    if (this.#ended || this.lost) {
+      return;
+    }
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.#turn();
+    }, delay);
+    unref(this.#timer);
+  }
+
+  #stop(): void {
+    if (this.#timer !== undefined) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+    }
+  }
+
+  /** #turn is one renewal by the renewer; failures other than loss are retried until the expiry. */
+  async #turn(): Promise<void> {
+    if (this.#ended || this.lost) {
+      return;
+    }
+    const expires = this.#expires;
+    const sent = now();
+    const interval = this.#interval();
+    try {
+      await this.renew();
+    } catch (err) {
+      if (err instanceof SessionLost || this.#ended || this.lost) {
+        return;
+      }
+      const e = err instanceof LockdError ? err : new Unreachable(`renew the session: ${String(err)}`, { cause: err });
+      if (!(e instanceof Unreachable) || this.#last === undefined) {
+        // The last failure that said more than "no answer".
+        this.#last = e;
+      }
+      const left = expires - now();
+      if (left <= 0) {
+        this.#lose(new SessionLost(`could not renew the session before it expired: ${this.#last.message}`));
+        return;
+      }
+      // As a lease's renewer: sooner than ttl/3, and never sleeping
+      // through the expiry.
+      const delay = Math.min(
+        backoff(this.#attempt, Math.max(this.ttlMs / 30, 10), interval, e.retryAfterMs),
+        Math.max(left / 2, 1),
+      );
+      this.#attempt++;
+      this.#ops.logger?.info?.(`${this}: renew failed (${e.message}); retrying in ${Math.round(delay)} ms`, {
+        owner: this.owner,
+        attempt: this.#attempt,
+        delayMs: delay,
+      });
+      this.#schedule(delay);
+      return;
+    }
+    this.#attempt = 0;
+    this.#last = undefined;
+    // Measured from when the renew was sent, as the expiry is.
+    this.#schedule(Math.max(interval - (now() - sent), 0));
+  }
+
+  /** #lose records why the session was lost, once, and loses every lease in it. */
+  #lose(err: SessionLost, afterEnd = false): void {
+    if (this.#error !== undefined || (this.#ended && !afterEnd)) {
+      return;
+    }
+    this.#error = err;
+    this.#stop();
+    const leases = this.#leases;
+    this.#leases = [];
+    // Its leases first: whoever sees the session lost sees them lost.
+    for (const { lease } of leases) {
+      lease._sessionLost(err);
+    }
+    this.#lost.abort(err);
+    this.#ops.logger?.warn?.(`${this}: session lost: ${err.message}`, { owner: this.owner });
+    if (this.#onLost !== undefined) {
+      try {
+        this.#onLost(this, err);
+      } catch (cbErr) {
+        // A callback's bug must not stop the renewer's bookkeeping silently.
+        this.#ops.logger?.error?.(`${this}: onLost callback failed: ${String(cbErr)}`, { owner: this.owner });
+      }
+    }
+  }
+}
+
+/** withoutId is an answer to keep or hand out: never the session's id. */
+function withoutId(answer: SessionInfo | CreatedSession): SessionInfo {
+  const { session: _id, ...rest } = answer as CreatedSession;
+  return rest;
+}
