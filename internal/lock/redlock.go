@@ -302,11 +302,11 @@ type tally struct {
 	grantedOn, reenteredOn       []int // which masters
 	// failedOn are the masters that did not answer in time: the script
 	// may have run there all the same.
-	failedOn []int
-	held                         []*HeldError
-	lost, mismatch, free         int
-	recovering                   *RecoveringError // the shortest
-	failed                       error
+	failedOn             []int
+	held                 []*HeldError
+	lost, mismatch, free int
+	recovering           *RecoveringError // the shortest
+	failed               error
 }
 
 func tallyOf(leases []Lease, errs []error) tally {
