@@ -220,66 +220,12 @@ func (l *Lease) expiry() time.Time {
 	return l.expires
 }
 
-// watch renews every ttl/3. A renew that fails without saying that the
-// lease is gone is retried with backoff until the lease's expiry.
+// watch renews every ttl/3 until Release or loss (keepAlive).
 func (l *Lease) watch() {
 	defer close(l.done)
-	// Stopping the watchdog aborts an in-flight renew.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-l.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-
-	interval := max(l.ttl/3, time.Millisecond)
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	attempt := 0
-	var lastErr error // the last failure that said more than "timed out"
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-timer.C:
-		}
-		expires := l.expiry()
-		rctx, rcancel := context.WithDeadline(ctx, expires)
-		sent := time.Now()
-		err := l.Renew(rctx)
-		rcancel()
-		switch {
-		case err == nil:
-			attempt = 0
-			// Measured from when the renew was sent, like the expiry.
-			timer.Reset(max(interval-time.Since(sent), 0))
-			continue
-		case errors.Is(err, ErrLeaseLost):
-			return
-		case ctx.Err() != nil:
-			return // released
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			// Our own deadline (the expiry): the server did not answer in time.
-			err = fmt.Errorf("%w: no answer before the lease expired", ErrUnavailable)
-		} else {
-			lastErr = err
-		}
-		left := time.Until(expires)
-		if left <= 0 {
-			if lastErr == nil {
-				lastErr = err
-			}
-			l.lose(fmt.Errorf("could not renew before the lease expired: %w", lastErr))
-			return
-		}
-		// Retry sooner than ttl/3, and never sleep through the expiry:
-		// halve what is left so the last tries come just before it.
-		d := backoff(attempt, max(l.ttl/30, 10*time.Millisecond), interval, retryAfter(err))
-		attempt++
-		timer.Reset(min(d, max(left/2, time.Millisecond)))
-	}
+	keepAlive(keeper{
+		stop: l.stop, ttl: l.ttl, expiry: l.expiry, renew: l.Renew,
+		gone: func(err error) bool { return errors.Is(err, ErrLeaseLost) },
+		lose: l.lose, what: "lease",
+	})
 }

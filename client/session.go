@@ -189,52 +189,20 @@ func (s *Session) lose(cause error) {
 	close(s.lost)
 }
 
-// watch renews every ttl/3, retrying failures with backoff until the
-// session's expiry by our clock.
+// watch renews every ttl/3 until End or loss (keepAlive).
 func (s *Session) watch() {
 	defer close(s.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	interval := max(s.ttl/3, time.Millisecond)
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	for attempt := 0; ; {
-		select {
-		case <-s.stop:
-			return
-		case <-timer.C:
-		}
-		s.mu.Lock()
-		expires := s.expires
-		s.mu.Unlock()
-		rctx, rcancel := context.WithDeadline(ctx, expires)
-		sent := time.Now()
-		err := s.Renew(rctx)
-		rcancel()
-		switch {
-		case err == nil:
-			attempt = 0
-			timer.Reset(max(interval-time.Since(sent), 0))
-			continue
-		case errors.Is(err, ErrSessionNotFound), ctx.Err() != nil:
-			return
-		}
-		left := time.Until(expires)
-		if left <= 0 {
-			s.lose(fmt.Errorf("could not renew before the session expired: %w", err))
-			return
-		}
-		d := backoff(attempt, max(s.ttl/30, 10*time.Millisecond), interval, retryAfter(err))
-		attempt++
-		timer.Reset(min(d, max(left/2, time.Millisecond)))
-	}
+	keepAlive(keeper{
+		stop: s.stop, ttl: s.ttl, expiry: s.expiry, renew: s.Renew,
+		gone: func(err error) bool { return errors.Is(err, ErrSessionNotFound) },
+		lose: s.lose, what: "session",
+	})
+}
+
+func (s *Session) expiry() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expires
 }
 
 // inSession ties a lease to its session: the lease has no watchdog of its
