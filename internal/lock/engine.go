@@ -135,7 +135,8 @@ type Engine struct {
 	closeOnce sync.Once
 	leaving   sync.WaitGroup // leave calls in flight
 	leaveMu   sync.Mutex
-	closing   bool // no more leave calls
+	closing   bool          // no more leave calls
+	leaveStop chan struct{} // closed with closing: ends leaves' retries
 	lapseMu   sync.Mutex
 	lapse     LapseFunc
 }
@@ -145,7 +146,7 @@ type Engine struct {
 func New(rdb redis.UniversalClient, opts Options) *Engine {
 	opts = opts.withDefaults()
 	n := newNode(store.New(rdb, opts.Sentinel), opts)
-	e := &Engine{n: n, stop: make(chan struct{})}
+	e := &Engine{n: n, stop: make(chan struct{}), leaveStop: make(chan struct{})}
 	hc := hubConfig(opts)
 	hc.Listen = n.subscribe
 	hc.Alive = n.alive
@@ -174,7 +175,10 @@ func (e *Engine) background(f func()) {
 func (e *Engine) Close() error {
 	e.hub.Close()
 	e.leaveMu.Lock()
-	e.closing = true
+	if !e.closing {
+		e.closing = true
+		close(e.leaveStop)
+	}
 	e.leaveMu.Unlock()
 	e.leaving.Wait()
 	e.feed.close()
@@ -372,7 +376,7 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 	lease, err := e.hub.Wait(ctx, key, time.Now().Add(req.Wait), wait.Waiter[Lease]{
 		Try:   try,
 		Undo:  undo,
-		Leave: func() { e.leave(key, en.id) },
+		Leave: func() { e.leave(key, en.id, time.Now().Add(en.wait+entrySlack)) },
 		ID:    en.id,
 		Place: en.placed,
 	}, seen, first)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -68,9 +69,11 @@ func (en *entry) setPlace(at string) {
 }
 
 // leave takes a waiter that stopped waiting off the key's queue, in the
-// background: its caller has its answer already. Should Redis not answer,
-// the entry stops counting when its deadline passes.
-func (e *Engine) leave(key, id string) {
+// background: its caller has its answer already. A waiter left behind
+// would count as live, ahead of those after it, until its deadline, so a
+// leave that Redis did not answer is tried again, with backoff, until
+// then (or the engine closes); past it the entry stops counting anyway.
+func (e *Engine) leave(key, id string, deadline time.Time) {
 	e.leaveMu.Lock()
 	defer e.leaveMu.Unlock()
 	if e.closing {
@@ -79,9 +82,23 @@ func (e *Engine) leave(key, id string) {
 	e.leaving.Add(1)
 	go func() {
 		defer e.leaving.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
-		defer cancel()
-		_ = e.n.leave(ctx, key, id)
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
+			err := e.n.leave(ctx, key, id)
+			cancel()
+			if err == nil || errors.Is(err, store.ErrClosed) {
+				return
+			}
+			d := min(50*time.Millisecond<<min(attempt, 5), time.Second)
+			if time.Now().Add(d).After(deadline) {
+				return
+			}
+			select {
+			case <-time.After(d):
+			case <-e.leaveStop:
+				return
+			}
+		}
 	}()
 }
 

@@ -658,3 +658,51 @@ func TestGrantAnswersTheLeaseHeld(t *testing.T) {
 		})
 	}
 }
+
+// failLeaves fails the first n leave calls before they are sent, as a
+// Redis that does not answer would.
+type failLeaves struct{ n atomic.Int32 }
+
+func (h *failLeaves) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failLeaves) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "fcall" && len(args) > 1 && strings.HasSuffix(fmt.Sprint(args[1]), "_leave") && h.n.Add(-1) >= 0 {
+			cmd.SetErr(context.DeadlineExceeded)
+			return context.DeadlineExceeded
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failLeaves) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A waiter that gives up while Redis does not answer its leave still
+// leaves the queue once Redis does, not only at its deadline: a waiter
+// left behind counts as live, ahead of those after it.
+func TestLeaveRetriedUntilRedisAnswers(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := tunedClient(t, srv)
+	fail := &failLeaves{}
+	fail.n.Store(3)
+	rdb.AddHook(fail)
+	e := lock.New(rdb, lock.Options{})
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := context.Background()
+	mustAcquire(t, e, lock.Lock("lr:k"), lock.AcquireRequest{TTL: time.Minute})
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = e.Acquire(wctx, lock.Lock("lr:k"), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 30 * time.Second})
+	}()
+	waitFor(t, func() bool { st, err := e.State(ctx, lock.Lock("lr:k")); return err == nil && st.Waiters == 1 })
+	cancel()
+	<-done
+	waitFor(t, func() bool { st, err := e.State(ctx, lock.Lock("lr:k")); return err == nil && st.Waiters == 0 })
+	if left := fail.n.Load(); left >= 0 {
+		t.Fatalf("%d of the 3 failed leave calls were not made: the test proves nothing", left+1)
+	}
+}
