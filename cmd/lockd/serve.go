@@ -311,6 +311,26 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// newEngine is the lock engine on topo: Redlock over its masters, or one
+// engine on its client.
+func newEngine(cfg serveConfig, topo topology) (lock.Service, error) {
+	opts := lock.Options{
+		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
+		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey, MaxHoldersPerKey: cfg.maxHoldersPerKey,
+		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
+		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL, EventsMax: cfg.eventsMax,
+		EventsResumeMax: cfg.eventsResumeMax,
+	}
+	if len(topo.masters) > 0 {
+		r, err := lock.NewRedlock(topo.masters, opts)
+		if err != nil {
+			return nil, usageError("--redlock: %v", err)
+		}
+		return r, nil
+	}
+	return lock.New(topo.client, opts), nil
+}
+
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := parseServe(args, getenv, stderr)
 	if err != nil {
@@ -339,20 +359,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer closeStore()
 
-	opts := lock.Options{
-		HistoryMax: cfg.historyMax, Retention: cfg.historyRetention, MaxWait: cfg.maxWait,
-		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey, MaxHoldersPerKey: cfg.maxHoldersPerKey,
-		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
-		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL, EventsMax: cfg.eventsMax,
-		EventsResumeMax: cfg.eventsResumeMax,
-	}
-	var engine lock.Service
-	if len(topo.masters) > 0 {
-		if engine, err = lock.NewRedlock(topo.masters, opts); err != nil {
-			return usageError("--redlock: %v", err)
-		}
-	} else {
-		engine = lock.New(topo.client, opts)
+	engine, err := newEngine(cfg, topo)
+	if err != nil {
+		return err
 	}
 	// One limit on unknown keys per client address, shared by the API and
 	// the dashboard's sign-in: alternating between them buys no guesses.
