@@ -118,3 +118,28 @@ func BenchmarkReplicaAcks(b *testing.B) {
 		})
 	}
 }
+
+// A lockd with replica acks that still talks to a master a failover has
+// made a replica: an acquire of a held key writes nothing and runs there,
+// but its WAIT is refused. That is 503 (ErrUnavailable), as a write's
+// READONLY is, never an internal error (TestElectionsUnderFaults on
+// Sentinel met it as a 500).
+func TestReplicaAcksOnADemotedMaster(t *testing.T) {
+	master := redistest.StartWith(t, nil, []string{"--repl-diskless-sync-delay", "0"})
+	replica := startReplica(t, master)
+	e := newEngine(t, master.Client(t))
+	mustAcquire(t, e, lock.Lock("demoted:k"), lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+	on := lock.New(tunedClient(t, replica), lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Second})
+	t.Cleanup(func() { _ = on.Close() })
+	waitFor(t, func() bool { return lock.LeaseToken(context.Background(), replica.Client(t), "demoted:k") != "" })
+	for _, want := range []string{"x", "shared"} {
+		req := lock.AcquireRequest{Owner: "b", TTL: time.Second}
+		if want == "shared" {
+			req.Mode = lock.Shared
+		}
+		_, err := on.Acquire(context.Background(), lock.Lock("demoted:k"), req)
+		if !errors.Is(err, lock.ErrUnavailable) {
+			t.Fatalf("acquire (%s) of a held key on a replica with acks: %v, want ErrUnavailable", want, err)
+		}
+	}
+}

@@ -652,7 +652,9 @@ func unavailable(err error) bool {
 				return true
 			}
 		}
-		return false
+		// WAIT (replica acks) on a master a failover has just made a
+		// replica, after a script that wrote nothing: as READONLY.
+		return strings.HasPrefix(msg, "ERR WAIT cannot be used with replica")
 	}
 	var nerr net.Error
 	return errors.As(err, &nerr) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||

@@ -23,6 +23,9 @@ func TestUnavailableReplies(t *testing.T) {
 		{"READONLY You can't write against a read only replica.", true},
 		{"LOADING Redis is loading the dataset in memory", true},
 		{"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", true},
+		// Replica acks on a master that a failover has just made a
+		// replica: a script that wrote nothing ran, its WAIT did not.
+		{"ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.", true},
 		{"NOSCRIPT No matching script. Please use EVAL.", false},
 		{"ERR user_script:1: Script attempted to access nonexistent global variable", false},
 		{"WRONGTYPE Operation against a key holding the wrong kind of value", false},
