@@ -35,8 +35,8 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type
 
-from ._http import backoff
-from .errors import LeaseLost, LockdError, SessionLost, Unreachable
+from ._keepalive import keep_alive
+from .errors import LeaseLost, LockdError, SessionLost
 
 if TYPE_CHECKING:
     from .client import Client
@@ -311,38 +311,11 @@ class Lease:
         self._stop.set()
 
     def _renew_loop(self) -> None:
-        """_renew_loop renews every ttl/3; failures other than loss are retried until the expiry."""
-        interval = max(self.ttl / 3, 0.001)
-        delay = interval
-        attempt = 0
-        last: Optional[LockdError] = None  # the last failure that said more than "no answer"
-        while not self._stop.wait(delay):
-            expires = self._expiry()
-            sent = time.monotonic()
-            try:
-                self.renew()
-            except LeaseLost:
-                return
-            except LockdError as err:
-                if self._stop.is_set():
-                    return
-                if not isinstance(err, Unreachable) or last is None:
-                    last = err
-                left = expires - time.monotonic()
-                if left <= 0:
-                    self._lose(LeaseLost(f"{self.key}: could not renew before the lease expired: {last}"))
-                    return
-                # Retry sooner than ttl/3, and never sleep through the
-                # expiry: at most half of what is left, so that the last
-                # tries come just before it.
-                delay = min(backoff(attempt, max(self.ttl / 30, 0.01), interval, err.retry_after), max(left / 2, 0.001))
-                attempt += 1
-                log.info("%r: renew failed (%s); retrying in %.3f s", self, err, delay)
-                continue
-            attempt = 0
-            last = None
-            # Measured from when the renew was sent, as the expiry is.
-            delay = max(interval - (time.monotonic() - sent), 0.0)
+        """_renew_loop renews every ttl/3 until released or lost (_keepalive)."""
+        def lose(last: Optional[LockdError]) -> None:
+            self._lose(LeaseLost(f"{self.key}: could not renew before the lease expired: {last}"))
+
+        keep_alive(self, self._stop, self.ttl, self._expiry, self.renew, LeaseLost, lose)
 
 
 def _without_token(answer: Dict[str, Any], before: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
