@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,15 +43,25 @@ func askHealthz(c net.Conn, d time.Duration) bool {
 // closed it: a read finds the end of the stream rather than waiting. Every
 // connection gets the same deadline, so this takes 200 ms in all.
 func closedByServer(conns ...net.Conn) []bool {
+	// All at once, each with the whole 200 ms: read one after another, an
+	// open connection would use up the deadline, and a read past its
+	// deadline times out without looking at the connection, so a closed
+	// one after it would pass for open.
 	deadline := time.Now().Add(200 * time.Millisecond)
 	closed := make([]bool, len(conns))
+	var wg sync.WaitGroup
 	for i, c := range conns {
-		_ = c.SetReadDeadline(deadline)
-		_, err := c.Read(make([]byte, 1))
-		var ne net.Error
-		closed[i] = err != nil && !(errors.As(err, &ne) && ne.Timeout())
-		_ = c.SetReadDeadline(time.Time{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetReadDeadline(deadline)
+			_, err := c.Read(make([]byte, 1))
+			var ne net.Error
+			closed[i] = err != nil && !(errors.As(err, &ne) && ne.Timeout())
+			_ = c.SetReadDeadline(time.Time{})
+		}()
 	}
+	wg.Wait()
 	return closed
 }
 
