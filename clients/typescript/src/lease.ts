@@ -25,8 +25,9 @@
 // Ending the session releases it (it is not lost); releasing the lease
 // still releases its grant at once.
 
-import { LeaseLost, LockdError, SessionLost, Unreachable } from "./errors.js";
-import { backoff, now, unref, type Logger } from "./http.js";
+import { LeaseLost, SessionLost } from "./errors.js";
+import { now, type Logger } from "./http.js";
+import { Renewer } from "./renewer.js";
 import type { Session } from "./session.js";
 import type { GrantMode, LeaseInfo, LeadershipInfo, ReleaseResult, ResignResult, Value } from "./types.js";
 
@@ -99,10 +100,8 @@ export class Lease {
   #expires: number;
   #renewals = 0;
   #released = false;
-  #timer: ReturnType<typeof setTimeout> | undefined;
+  readonly #renewer: Renewer;
   // The renewer's state between its turns.
-  #attempt = 0;
-  #last: LockdError | undefined;
 
   /** @internal Leases come from Client.acquire, semaphores and campaign. */
   constructor(ops: LeaseOps, kind: LeaseKind, grant: Grant, sentAt: number, init: LeaseInit = {}) {
@@ -131,8 +130,23 @@ export class Lease {
     this.session = init.session;
     // The server set its expiry when the request arrived, after sentAt.
     this.#expires = sentAt + this.ttlMs;
+    this.#renewer = new Renewer({
+      ttlMs: this.ttlMs,
+      expiresAt: () => this.#expires,
+      renew: () => this.renew(),
+      stopped: () => this.#released || this.lost,
+      gone: (err) => err instanceof LeaseLost,
+      what: this.key,
+      lose: (last) => this.#lose(new LeaseLost(`${this.key}: could not renew before the lease expired: ${last.message}`)),
+      retrying: (e, attempt, delayMs) =>
+        this.#ops.logger?.info?.(`${this}: renew failed (${e.message}); retrying in ${Math.round(delayMs)} ms`, {
+          key: this.key,
+          attempt,
+          delayMs,
+        }),
+    });
     if (init.autoRenew !== false && init.session === undefined) {
-      this.#schedule(this.#interval());
+      this.#renewer.start();
     }
   }
 
@@ -278,7 +292,7 @@ export class Lease {
     // From here the renewer records nothing, not even a 404 from a renew
     // that races this release.
     this.#released = true;
-    this.#stop();
+    this.#renewer.stop();
     this.check();
     try {
       return await this.#ops.release(this.kind, this.key, this.#token);
@@ -293,7 +307,7 @@ export class Lease {
   /** abandon stops the renewer without releasing: the lease lasts until its TTL runs out. */
   abandon(): void {
     this.#released = true;
-    this.#stop();
+    this.#renewer.stop();
   }
 
   toString(): string {
@@ -352,76 +366,7 @@ export class Lease {
   /** @internal _sessionEnded records that the session's end released the grant: the lease is released, not lost. */
   _sessionEnded(): void {
     this.#released = true;
-    this.#stop();
-  }
-
-  #interval(): number {
-    return Math.max(this.ttlMs / 3, 1);
-  }
-
-  #schedule(delay: number): void {
-    if (this.#released || this.lost) {
-      return;
-    }
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      void this.#turn();
-    }, delay);
-    unref(this.#timer);
-  }
-
-  #stop(): void {
-    if (this.#timer !== undefined) {
-      clearTimeout(this.#timer);
-      this.#timer = undefined;
-    }
-  }
-
-  /** #turn is one renewal by the renewer; failures other than loss are retried until the expiry. */
-  async #turn(): Promise<void> {
-    if (this.#released || this.lost) {
-      return;
-    }
-    const expires = this.#expires;
-    const sent = now();
-    const interval = this.#interval();
-    try {
-      await this.renew();
-    } catch (err) {
-      if (err instanceof LeaseLost || this.#released || this.lost) {
-        return;
-      }
-      const e =
-        err instanceof LockdError ? err : new Unreachable(`renew ${this.key}: ${String(err)}`, { cause: err });
-      if (!(e instanceof Unreachable) || this.#last === undefined) {
-        // The last failure that said more than "no answer".
-        this.#last = e;
-      }
-      const left = expires - now();
-      if (left <= 0) {
-        this.#lose(new LeaseLost(`${this.key}: could not renew before the lease expired: ${this.#last.message}`));
-        return;
-      }
-      // Retry sooner than ttl/3, and never sleep through the expiry: at
-      // most half of what is left, so that the last tries come just
-      // before it.
-      const delay = Math.min(
-        backoff(this.#attempt, Math.max(this.ttlMs / 30, 10), interval, e.retryAfterMs),
-        Math.max(left / 2, 1),
-      );
-      this.#attempt++;
-      this.#ops.logger?.info?.(`${this}: renew failed (${e.message}); retrying in ${Math.round(delay)} ms`, {
-        key: this.key,
-        attempt: this.#attempt,
-        delayMs: delay,
-      });
-      this.#schedule(delay);
-      return;
-    }
-    this.#attempt = 0;
-    this.#last = undefined;
-    // Measured from when the renew was sent, as the expiry is.
-    this.#schedule(Math.max(interval - (now() - sent), 0));
+    this.#renewer.stop();
   }
 
   /** #lose records why the lease was lost, once, and tells everyone. */
@@ -430,7 +375,7 @@ export class Lease {
       return;
     }
     this.#error = err;
-    this.#stop();
+    this.#renewer.stop();
     this.#ops.logger?.warn?.(`${this}: lease lost: ${err.message}`, { key: this.key, fence: this.fence });
     this.#lost.abort(err);
     if (this.#onLost !== undefined) {

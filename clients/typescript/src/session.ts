@@ -23,8 +23,9 @@
 // end the session. Only `session.id` shows it: not toString, JSON.stringify,
 // util.inspect, a message or a log line.
 
-import { LeaseLost, LockdError, SessionLost, Unreachable } from "./errors.js";
-import { backoff, now, unref, type Logger } from "./http.js";
+import { LeaseLost, SessionLost } from "./errors.js";
+import { now, type Logger } from "./http.js";
+import { Renewer } from "./renewer.js";
 import type { Lease } from "./lease.js";
 import type { CreatedSession, SessionInfo } from "./types.js";
 
@@ -75,10 +76,8 @@ export class Session {
   // The leases in the session, each with when it joined (monotonic): a
   // renewal sent before a lease joined may not list its grant.
   #leases: { lease: Lease; joined: number }[] = [];
-  #timer: ReturnType<typeof setTimeout> | undefined;
+  readonly #renewer: Renewer;
   // The renewer's state between its turns.
-  #attempt = 0;
-  #last: LockdError | undefined;
 
   /** @internal Sessions come from Client.session. */
   constructor(ops: SessionOps, answer: CreatedSession, sentAt: number, init: SessionInit = {}) {
@@ -90,8 +89,23 @@ export class Session {
     this.signal = this.#lost.signal;
     // The server set its expiry when the request arrived, after sentAt.
     this.#expires = sentAt + this.ttlMs;
+    this.#renewer = new Renewer({
+      ttlMs: this.ttlMs,
+      expiresAt: () => this.#expires,
+      renew: () => this.renew(),
+      stopped: () => this.#ended || this.lost,
+      gone: (err) => err instanceof SessionLost,
+      what: "the session",
+      lose: (last) => this.#lose(new SessionLost(`could not renew the session before it expired: ${last.message}`)),
+      retrying: (e, attempt, delayMs) =>
+        this.#ops.logger?.info?.(`${this}: renew failed (${e.message}); retrying in ${Math.round(delayMs)} ms`, {
+          owner: this.owner,
+          attempt,
+          delayMs,
+        }),
+    });
     if (init.autoRenew !== false) {
-      this.#schedule(this.#interval());
+      this.#renewer.start();
     }
   }
 
@@ -207,7 +221,7 @@ export class Session {
     // From here the renewer records nothing, not even a 404 from a renew
     // that races this end.
     this.#ended = true;
-    this.#stop();
+    this.#renewer.stop();
     this.check();
     let answer: SessionInfo;
     try {
@@ -282,80 +296,13 @@ export class Session {
     }
   }
 
-  #interval(): number {
-    return Math.max(this.ttlMs / 3, 1);
-  }
-
-  #schedule(delay: number): void {
-    if (this.#ended || this.lost) {
-      return;
-    }
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      void this.#turn();
-    }, delay);
-    unref(this.#timer);
-  }
-
-  #stop(): void {
-    if (this.#timer !== undefined) {
-      clearTimeout(this.#timer);
-      this.#timer = undefined;
-    }
-  }
-
-  /** #turn is one renewal by the renewer; failures other than loss are retried until the expiry. */
-  async #turn(): Promise<void> {
-    if (this.#ended || this.lost) {
-      return;
-    }
-    const expires = this.#expires;
-    const sent = now();
-    const interval = this.#interval();
-    try {
-      await this.renew();
-    } catch (err) {
-      if (err instanceof SessionLost || this.#ended || this.lost) {
-        return;
-      }
-      const e = err instanceof LockdError ? err : new Unreachable(`renew the session: ${String(err)}`, { cause: err });
-      if (!(e instanceof Unreachable) || this.#last === undefined) {
-        // The last failure that said more than "no answer".
-        this.#last = e;
-      }
-      const left = expires - now();
-      if (left <= 0) {
-        this.#lose(new SessionLost(`could not renew the session before it expired: ${this.#last.message}`));
-        return;
-      }
-      // As a lease's renewer: sooner than ttl/3, and never sleeping
-      // through the expiry.
-      const delay = Math.min(
-        backoff(this.#attempt, Math.max(this.ttlMs / 30, 10), interval, e.retryAfterMs),
-        Math.max(left / 2, 1),
-      );
-      this.#attempt++;
-      this.#ops.logger?.info?.(`${this}: renew failed (${e.message}); retrying in ${Math.round(delay)} ms`, {
-        owner: this.owner,
-        attempt: this.#attempt,
-        delayMs: delay,
-      });
-      this.#schedule(delay);
-      return;
-    }
-    this.#attempt = 0;
-    this.#last = undefined;
-    // Measured from when the renew was sent, as the expiry is.
-    this.#schedule(Math.max(interval - (now() - sent), 0));
-  }
-
   /** #lose records why the session was lost, once, and loses every lease in it. */
   #lose(err: SessionLost, afterEnd = false): void {
     if (this.#error !== undefined || (this.#ended && !afterEnd)) {
       return;
     }
     this.#error = err;
-    this.#stop();
+    this.#renewer.stop();
     const leases = this.#leases;
     this.#leases = [];
     // Its leases first: whoever sees the session lost sees them lost.
