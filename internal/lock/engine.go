@@ -314,6 +314,13 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 	}
 	seen := e.hub.Watch(key)
 	lease, err := e.n.try(ctx, key, req, token, want, en)
+	if err != nil && !waitable(err) {
+		// The try may have queued the caller before it failed (its
+		// answer cut short when the caller left): take it off again,
+		// or it counts as live, ahead of those after it, until its
+		// deadline.
+		e.leave(key, en.id, time.Now().Add(en.wait+entrySlack))
+	}
 	if err == nil || !waitable(err) {
 		return lease, err
 	}

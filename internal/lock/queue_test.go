@@ -706,3 +706,52 @@ func TestLeaveRetriedUntilRedisAnswers(t *testing.T) {
 		t.Fatalf("%d of the 3 failed leave calls were not made: the test proves nothing", left+1)
 	}
 }
+
+// cutShort answers the first acquire only once its caller has given up:
+// the script ran, and queued the caller, but the caller never heard.
+type cutShort struct{ used atomic.Bool }
+
+func (h *cutShort) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cutShort) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); cmd.Name() == "fcall" && len(args) > 1 && strings.HasSuffix(fmt.Sprint(args[1]), "_acquire") &&
+			ctx.Value(cutKey{}) != nil && h.used.CompareAndSwap(false, true) {
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return err
+	}
+}
+
+func (h *cutShort) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+type cutKey struct{}
+
+// A waiter that leaves while its first try is under way, the try having
+// queued it, is taken off the queue again.
+func TestWaiterLeavingDuringItsFirstTry(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := tunedClient(t, srv)
+	rdb.AddHook(&cutShort{})
+	e := lock.New(rdb, lock.Options{})
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := context.Background()
+	mustAcquire(t, e, lock.Lock("lf:k"), lock.AcquireRequest{TTL: time.Minute})
+	wctx, cancel := context.WithCancel(context.WithValue(ctx, cutKey{}, true))
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(wctx, lock.Lock("lf:k"), lock.AcquireRequest{Owner: "w", TTL: time.Second, Wait: 30 * time.Second})
+		done <- err
+	}()
+	waitFor(t, func() bool { st, err := e.State(ctx, lock.Lock("lf:k")); return err == nil && st.Waiters == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter's answer: %v", err)
+	}
+	waitFor(t, func() bool { st, err := e.State(ctx, lock.Lock("lf:k")); return err == nil && st.Waiters == 0 })
+}
