@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,7 +121,15 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 // after another, on the Redis at $LOCKD_BENCH_REDIS (skipped without it):
 // scripts/redis-instructions runs it against a redis-server under
 // callgrind, which counts Redis's instructions per cycle the same
-// whatever else the machine is doing.
+// whatever else the machine is doing. With $LOCKD_BENCH_CALLGRIND (the
+// redis-server's pid) it turns callgrind's counting on for the cycles
+// alone, after the engine's start and a warm-up (loading the functions,
+// the first epoch read, each key's history), and dumps the count; then it
+// counts an idle stretch as long as the cycles took, with the engine
+// still running, and dumps that too: what Redis does every second
+// whatever the load (its cron, the engine's epoch refresh and sweeps),
+// which under callgrind's 50-fold slowdown would otherwise weigh on each
+// cycle 50 times what it does at full speed.
 func BenchmarkCyclesOnRedis(b *testing.B) {
 	addr := os.Getenv("LOCKD_BENCH_REDIS")
 	if addr == "" {
@@ -134,7 +143,7 @@ func BenchmarkCyclesOnRedis(b *testing.B) {
 	e := lock.New(rdb, lock.Options{CallTimeout: time.Minute})
 	b.Cleanup(func() { _ = e.Close(); _ = rdb.Close() })
 	ctx := context.Background()
-	for i := range b.N {
+	cycle := func(i int) {
 		key := "cost:cg:" + strconv.Itoa(i%32)
 		l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "b", TTL: time.Minute})
 		if err != nil {
@@ -143,6 +152,36 @@ func BenchmarkCyclesOnRedis(b *testing.B) {
 		if _, err := e.Release(ctx, lock.Lock(key), l.Token, "b"); err != nil {
 			b.Fatal(err)
 		}
+	}
+	pid := os.Getenv("LOCKD_BENCH_CALLGRIND")
+	if pid == "" {
+		for i := range b.N {
+			cycle(i)
+		}
+		return
+	}
+	for i := range 64 {
+		cycle(i)
+	}
+	callgrind(b, "-i", "on", pid)
+	start := time.Now()
+	for i := range b.N {
+		cycle(i)
+	}
+	took := time.Since(start)
+	callgrind(b, "-i", "off", pid)
+	callgrind(b, "-d", "cycles", pid)
+	callgrind(b, "-i", "on", pid)
+	time.Sleep(took)
+	callgrind(b, "-i", "off", pid)
+	callgrind(b, "-d", "idle", pid)
+}
+
+// callgrind runs callgrind_control with args.
+func callgrind(b *testing.B, args ...string) {
+	b.Helper()
+	if out, err := exec.Command("callgrind_control", args...).CombinedOutput(); err != nil {
+		b.Fatalf("callgrind_control %v: %v: %s", args, err, out)
 	}
 }
 
