@@ -46,6 +46,10 @@ type scriptConfig struct {
 	historyMax, eventsMax, renewalsMax, maxHolders int
 	retention, aliveMS, queueTTL                   int64
 	quarantineOff, redlock                         bool
+	// publish is the command that wakes waiters: SPUBLISH on a Cluster,
+	// where a script may only publish on a channel of its own slot and
+	// only a sharded subscription on that slot's master hears it.
+	publish string
 }
 
 func scriptConfigOf(o Options) scriptConfig {
@@ -59,19 +63,22 @@ func scriptConfigOf(o Options) scriptConfig {
 
 func (c scriptConfig) lua() string {
 	return fmt.Sprintf("local cfg = {history_max = %d, events_max = %d, renewals_max = %d, max_holders = %d, "+
-		"retention = %d, alive_ms = %d, queue_ttl = %d, quarantine_off = %t, redlock = %t}\n",
-		c.historyMax, c.eventsMax, c.renewalsMax, c.maxHolders, c.retention, c.aliveMS, c.queueTTL, c.quarantineOff, c.redlock)
+		"retention = %d, alive_ms = %d, queue_ttl = %d, quarantine_off = %t, redlock = %t, publish = '%s'}\n",
+		c.historyMax, c.eventsMax, c.renewalsMax, c.maxHolders, c.retention, c.aliveMS, c.queueTTL, c.quarantineOff, c.redlock,
+		c.publish)
 }
 
 // loadScripts reads the scripts, and the library of functions that runs
 // them where the server has Redis Functions. sharded makes them publish
-// wake-ups with SPUBLISH: on a Cluster a script may only publish on a
-// channel of its own slot, and only a sharded subscription on that slot's
-// master hears it.
+// wake-ups with SPUBLISH (scriptConfig.publish) and the sweep cross slots.
 func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
+	cfg.publish = "PUBLISH"
+	if sharded {
+		cfg.publish = "SPUBLISH"
+	}
 	lib := cfg.lua() + mustRead("lib")
 	s := func(name string) *redis.Script {
-		return redis.NewScript(publishes(lib+"\n"+mustRead(name), sharded))
+		return redis.NewScript(lib + "\n" + mustRead(name))
 	}
 	sc := scripts{
 		acquire:      s("acquire"),
@@ -87,7 +94,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		epoch:        s("epoch"),
 		sweep:        sweepScript(lib, sharded),
 	}
-	return sc, functionLibrary(lib, sharded, []libFunction{
+	return sc, functionLibrary(lib, []libFunction{
 		{"acquire", sc.acquire, ""},
 		{"renew", sc.renew, ""},
 		// Giving a lease back frees memory: it runs with maxmemory reached
@@ -101,13 +108,6 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		{"fence", sc.fence, ""},
 		{"session", sc.session, ""},
 	})
-}
-
-func publishes(src string, sharded bool) string {
-	if sharded {
-		return strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")
-	}
-	return src
 }
 
 // libFunction is one script of the function library, and its flags.
@@ -124,7 +124,7 @@ type libFunction struct {
 // state a script sets, starts empty on every call. The library's name
 // carries a hash of its code, so a lockd of another version loads its own
 // beside it.
-func functionLibrary(lib string, sharded bool, fns []libFunction) *store.Functions {
+func functionLibrary(lib string, fns []libFunction) *store.Functions {
 	var body strings.Builder
 	body.WriteString(lib)
 	for _, f := range fns {
@@ -133,7 +133,7 @@ func functionLibrary(lib string, sharded bool, fns []libFunction) *store.Functio
 	}
 	sum := sha1.Sum([]byte(body.String()))
 	id := "lockd_" + hex.EncodeToString(sum[:6])
-	code := "#!lua name=" + id + "\n" + publishes(strings.ReplaceAll(body.String(), "'NAME_", "'"+id+"_"), sharded)
+	code := "#!lua name=" + id + "\n" + strings.ReplaceAll(body.String(), "'NAME_", "'"+id+"_")
 	names := make(map[*redis.Script]string, len(fns))
 	for _, f := range fns {
 		names[f.sc] = id + "_" + f.name
@@ -159,7 +159,7 @@ func mustRead(name string) string {
 func sweepScript(lib string, sharded bool) *redis.Script {
 	src := lib + "\n" + mustRead("sweep")
 	if sharded {
-		src = "#!lua flags=allow-cross-slot-keys\n" + publishes(src, true)
+		src = "#!lua flags=allow-cross-slot-keys\n" + src
 	}
 	return redis.NewScript(src)
 }

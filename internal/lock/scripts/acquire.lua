@@ -218,7 +218,7 @@ if cur and not cur.multi then
       redis.call('PEXPIREAT', hist, cur.keep)
     end
     if cur.w == '1' then
-      redis.call('PUBLISH', channel, 'renewed:' .. ttl)
+      redis.call(cfg.publish, channel, 'renewed:' .. ttl)
     end
     return {'reentered', cur.owner, cur.token, cur.fence, count, ttl, cur.acquired, ttl, now_ms, '', 'x', 0}
   end
@@ -405,7 +405,7 @@ if want ~= 'x' then
   -- Wake the next waiter too if it may share the key or take a permit.
   local nx = first_live(q, now_ms)
   if nx and ((want == 's' and nx.mode == 's') or (want == 'p' and used < limit)) then
-    redis.call('PUBLISH', channel, 'released')
+    redis.call(cfg.publish, channel, 'released')
   end
 end
 forget(q)

@@ -58,7 +58,7 @@ if cur and cur.multi then
     end
     return {'not_found'}
   end
-  redis.call('PUBLISH', channel, 'released')
+  redis.call(cfg.publish, channel, 'released')
   local more = 0
   if want == '' and left > 0 then
     more = 1
@@ -78,5 +78,5 @@ redis.call('ZREM', sched, ev.key)
 -- d: the lease's lock-delay holds the key off from now (lib.lua, delayed).
 record(hist, cap, 'force_released', now_ms, cur.owner, cur.fence, cur.ttl, cur.count, actor, reason, nil, '1', cur.keep,
   cur.d)
-redis.call('PUBLISH', channel, 'released')
+redis.call(cfg.publish, channel, 'released')
 return {'ok', cur.owner, cur.fence, cur.acquired}

@@ -14,6 +14,6 @@ local function held_x()
   return t == 'string' or (t == 'hash' and redis.call('HEXISTS', KEYS[3], 'token') == 1)
 end
 if gone == 1 and redis.call('EXISTS', KEYS[1]) == 1 and not held_x() then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.call(cfg.publish, ARGV[2], 'released')
 end
 return gone

@@ -60,7 +60,7 @@ if cur and cur.multi then
   local left = settle(lease, holders, sched, ev.key, now_ms)
   record(hist, cap, 'released', now_ms, h.o, h.f, h.t, 0, actor, '', nil, '1', '')
   if (left == 0 or cur.multi == 'permit') and redis.call('EXISTS', KEYS[6]) == 1 then
-    redis.call('PUBLISH', channel, 'released')
+    redis.call(cfg.publish, channel, 'released')
   end
   return {'ok', 0, h.a}
 end
@@ -97,7 +97,7 @@ redis.call('ZREM', sched, ev.key)
 if cur.w ~= '1' then
   -- Nobody queued while it was held (acquire.lua, waiting).
   if cfg.redlock then
-    redis.call('PUBLISH', channel, 'released')
+    redis.call(cfg.publish, channel, 'released')
   end
   return {'ok', 0, cur.acquired}
 end
@@ -118,6 +118,6 @@ if nx and nx.r == ARGV[4] and nx.m == 'x' then
   -- may undo it.
   return {'ok', 0, cur.acquired, nx.id, nx.o, nx.t, fence, ttl, now_ms}
 end
-redis.call('PUBLISH', channel, 'released')
+redis.call(cfg.publish, channel, 'released')
 forget(q)
 return {'ok', 0, cur.acquired}

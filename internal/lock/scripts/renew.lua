@@ -93,6 +93,6 @@ if set or n == 1 then
   redis.call('PEXPIREAT', renewals, keep)
 end
 if cur.w == '1' then
-  redis.call('PUBLISH', channel, 'renewed:' .. ttl)
+  redis.call(cfg.publish, channel, 'renewed:' .. ttl)
 end
 return {'ok', cur.owner, cur.token, cur.fence, tonumber(cur.count), ttl, cur.acquired, ttl, now_ms}

@@ -100,7 +100,7 @@ local function sweep_bucket(b)
           more = 1
         end
         if gone[1] then
-          redis.call('PUBLISH', key_of(key, 'wake'), 'expired')
+          redis.call(cfg.publish, key_of(key, 'wake'), 'expired')
         end
         for _, h in ipairs(gone) do
           lapses[#lapses + 1] = key
@@ -115,7 +115,7 @@ local function sweep_bucket(b)
         redis.call('ZREM', sched, key)
         if r then
           -- Waiters wake now rather than at their PTTL timer.
-          redis.call('PUBLISH', key_of(key, 'wake'), 'expired')
+          redis.call(cfg.publish, key_of(key, 'wake'), 'expired')
           lapses[#lapses + 1] = key
           lapses[#lapses + 1] = r[1]
           lapses[#lapses + 1] = r[2]
