@@ -525,8 +525,11 @@ func TestHistoryIsCapped(t *testing.T) {
 		}
 	}
 	n, _ := rdb.LLen(ctx, lock.HistoryKey("cap:k")).Result()
-	if n < 20 || n > 20+16 {
-		t.Fatalf("history length %d, want 20 to 36 (its cap, and at most 16 more before a trim)", n)
+	if n < 20 || n > 20+64 {
+		t.Fatalf("history length %d, want 20 to 84 (its cap, and at most 64 more before a trim)", n)
+	}
+	if evs, err := e.History(ctx, lock.Lock("cap:k"), 1000); err != nil || len(evs) != 20 {
+		t.Fatalf("history read with a limit of 1000: %d events, %v; want the cap, 20", len(evs), err)
 	}
 	ttl, _ := rdb.PTTL(ctx, lock.HistoryKey("cap:k")).Result()
 	// The history outlives the lease's end (10 s here) by the retention,

@@ -142,7 +142,7 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, w
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
 	}
-	r, err := decodeAcquire(v)
+	r, err := decodeAcquire(v, c)
 	if err != nil {
 		return Lease{}, err
 	}

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -11,6 +12,12 @@ import (
 // script. The engine's settings (caps, retention, liveness) are in the
 // scripts' text (lib.lua's cfg, scriptConfig), not arguments; the replica
 // id comes from node.arg; the rest is the request's.
+//
+// A call's arguments come in two parts: those every call sends, then
+// those a call may leave empty, which it leaves off the end (trimmed):
+// each argument costs Redis some 800 instructions, and most calls leave
+// most of the second part empty. A script reads an argument past the end
+// as "" (or 0).
 
 // acquireCall is acquire.lua's call.
 type acquireCall struct {
@@ -40,11 +47,33 @@ type acquireCall struct {
 }
 
 func (c acquireCall) run(n *node) ([]string, []any) {
+	keys, argv := c.args(n)
+	return keys, trimmed(argv)
+}
+
+// args is the whole call, nothing trimmed.
+func (c acquireCall) args(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
+	limit, deadline := "", ""
+	if c.limit != 0 {
+		limit = strconv.Itoa(c.limit)
+	}
+	if c.waiter != "" {
+		deadline = strconv.FormatInt(c.deadline, 10)
+	}
 	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
-		[]any{c.token, c.owner, c.ttlMS, c.reentry, c.idem, c.actor, k.wake, c.intent,
-			c.seen, c.liveMS, c.newEpoch, c.minMS,
-			c.mode, c.limit, c.waiter, n.arg.replica, c.deadline, c.place, c.named, c.delay, c.value, c.session, c.trace}
+		[]any{c.token, c.owner, c.ttlMS, c.actor, k.wake, c.intent, c.mode, c.seen, n.arg.replica,
+			strconv.FormatInt(c.liveMS, 10) + " " + strconv.FormatInt(c.minMS, 10) + " " + c.newEpoch,
+			c.trace, c.named, c.reentry, c.idem, limit, c.waiter, deadline, c.place, c.delay, c.value, c.session}
+}
+
+// trimmed is argv without the empty strings at its end.
+func trimmed(argv []any) []any {
+	n := len(argv)
+	for n > 0 && argv[n-1] == "" {
+		n--
+	}
+	return argv[:n]
 }
 
 // renewCall is renew.lua's call.
@@ -62,13 +91,19 @@ type renewCall struct {
 }
 
 func (c renewCall) run(n *node) ([]string, []any) {
+	keys, argv := c.args(n)
+	return keys, trimmed(argv)
+}
+
+// args is the whole call, nothing trimmed.
+func (c renewCall) args(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	session := ""
 	if c.bySession {
 		session = "1"
 	}
 	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		[]any{c.token, c.ttl, c.actor, k.wake, c.value, session, c.trace}
+		[]any{c.token, c.ttl, c.actor, k.wake, c.trace, c.value, session}
 }
 
 // releaseCall is release.lua's call.
@@ -83,13 +118,19 @@ type releaseCall struct {
 }
 
 func (c releaseCall) run(n *node) ([]string, []any) {
+	keys, argv := c.args(n)
+	return keys, trimmed(argv)
+}
+
+// args is the whole call, nothing trimmed.
+func (c releaseCall) args(n *node) ([]string, []any) {
 	k, sh := c.keys, c.shared
 	var handTo any = ""
 	if c.handOff {
 		handTo = n.arg.replica
 	}
 	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
-		[]any{c.token, c.actor, k.wake, handTo, c.unclaimed, c.trace}
+		[]any{c.token, c.actor, k.wake, handTo, c.trace, c.unclaimed}
 }
 
 // forceReleaseCall is force_release.lua's call.
@@ -182,13 +223,20 @@ type acquireReply struct {
 	held    Mode          // mode: the lease's mode
 }
 
-func decodeAcquire(v any) (acquireReply, error) {
+func decodeAcquire(v any, c acquireCall) (acquireReply, error) {
 	r, err := newReply(v)
 	if err != nil {
 		return acquireReply{}, err
 	}
 	out := acquireReply{status: r.str(0)}
 	switch out.status {
+	case "new":
+		// A fresh exclusive grant of what c asked, as Redis wrote it: the
+		// script sends only what c does not know.
+		ttl, now := time.Duration(c.ttlMS)*time.Millisecond, r.time(2)
+		out.status = "granted"
+		out.grant = grantReply{status: "granted", owner: c.owner, token: c.token, fence: r.int(1), count: 1, ttl: ttl,
+			acquiredAt: now, left: ttl, now: now, epoch: r.str(3), mode: Exclusive}
 	case "granted", "reentered", "idempotent":
 		out.grant = readGrant(r)
 		out.grant.epoch, out.grant.mode, out.grant.limit = r.str(9), modeOf(r.str(10)), int(r.int(11))

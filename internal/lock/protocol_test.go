@@ -16,9 +16,9 @@ func TestScriptHeaders(t *testing.T) {
 	k := keysOf("k")
 	sh := &sharedKeys{}
 	calls := map[string]func() ([]string, []any){
-		"acquire":       func() ([]string, []any) { return acquireCall{keys: k, shared: sh}.run(n) },
-		"renew":         func() ([]string, []any) { return renewCall{keys: k, shared: sh}.run(n) },
-		"release":       func() ([]string, []any) { return releaseCall{keys: k, shared: sh}.run(n) },
+		"acquire":       func() ([]string, []any) { return acquireCall{keys: k, shared: sh}.args(n) },
+		"renew":         func() ([]string, []any) { return renewCall{keys: k, shared: sh}.args(n) },
+		"release":       func() ([]string, []any) { return releaseCall{keys: k, shared: sh}.args(n) },
 		"force_release": func() ([]string, []any) { return forceReleaseCall{keys: k, shared: sh}.run(n) },
 		"history":       func() ([]string, []any) { return historyCall{keys: k, shared: sh}.run(n) },
 	}
@@ -63,27 +63,32 @@ func highest(src, what string) int {
 func TestReplyShapes(t *testing.T) {
 	at := time.UnixMilli(1_700_000_000_000).UTC()
 	ms := strconv.FormatInt(at.UnixMilli(), 10)
-	grant, err := decodeAcquire([]any{"granted", "o", "tok", "17", int64(2), int64(3000), ms, int64(2500), ms, "ep", "p", int64(4)})
+	grant, err := decodeAcquire([]any{"granted", "o", "tok", "17", int64(2), int64(3000), ms, int64(2500), ms, "ep", "p", int64(4)}, acquireCall{})
 	if err != nil || grant.grant != (grantReply{status: "granted", owner: "o", token: "tok", fence: 17, count: 2, ttl: 3 * time.Second,
 		acquiredAt: at, left: 2500 * time.Millisecond, now: at, epoch: "ep", mode: Permit, limit: 4}) {
 		t.Errorf("granted: %+v, %v", grant, err)
 	}
-	queued, err := decodeAcquire([]any{"queued", "next", int64(1200), "ep", "99", int64(3), ms})
+	fresh, err := decodeAcquire([]any{"new", "18", ms, "ep"}, acquireCall{owner: "o", token: "tok", ttlMS: 3000})
+	if err != nil || fresh.status != "granted" || fresh.grant != (grantReply{status: "granted", owner: "o", token: "tok", fence: 18,
+		count: 1, ttl: 3 * time.Second, acquiredAt: at, left: 3 * time.Second, now: at, epoch: "ep", mode: Exclusive}) {
+		t.Errorf("new: %+v, %v", fresh, err)
+	}
+	queued, err := decodeAcquire([]any{"queued", "next", int64(1200), "ep", "99", int64(3), ms}, acquireCall{})
 	if err != nil || queued.owner != "next" || queued.retry != 1200*time.Millisecond || queued.epoch != "ep" ||
 		queued.place != "99" || queued.waiters != 3 || !queued.since.Equal(at) {
 		t.Errorf("queued: %+v, %v", queued, err)
 	}
-	held, err := decodeAcquire([]any{"held", "h", int64(500), "", ""})
+	held, err := decodeAcquire([]any{"held", "h", int64(500), "", ""}, acquireCall{})
 	if err != nil || held.owner != "h" || held.retry != 500*time.Millisecond || held.waiters != 0 {
 		t.Errorf("held: %+v, %v", held, err)
 	}
-	if r, err := decodeAcquire([]any{"recovering", "ep", int64(800)}); err != nil || r.epoch != "ep" || r.left != 800*time.Millisecond {
+	if r, err := decodeAcquire([]any{"recovering", "ep", int64(800)}, acquireCall{}); err != nil || r.epoch != "ep" || r.left != 800*time.Millisecond {
 		t.Errorf("recovering: %+v, %v", r, err)
 	}
-	if r, err := decodeAcquire([]any{"full", int64(10000)}); err != nil || r.holders != 10000 {
+	if r, err := decodeAcquire([]any{"full", int64(10000)}, acquireCall{}); err != nil || r.holders != 10000 {
 		t.Errorf("full: %+v, %v", r, err)
 	}
-	if r, err := decodeAcquire([]any{"mode", "s"}); err != nil || r.held != Shared {
+	if r, err := decodeAcquire([]any{"mode", "s"}, acquireCall{}); err != nil || r.held != Shared {
 		t.Errorf("mode: %+v, %v", r, err)
 	}
 	renewed, err := decodeRenew([]any{"ok", "o", "tok", "17", int64(1), int64(3000), ms, int64(3000), ms, "permit", int64(5)})

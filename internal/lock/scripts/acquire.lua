@@ -6,35 +6,37 @@
 -- KEYS[7] the queue's entries    KEYS[8] holders (shared or permits)
 -- KEYS[9] the bucket's replica liveness set
 -- ARGV[1] new token         ARGV[2] owner          ARGV[3] ttl_ms
--- ARGV[4] re-entry token or ""                     ARGV[5] idempotency tag or ""
--- ARGV[6] actor             ARGV[7] wake channel
--- ARGV[8] "grant", or "peek" to leave a free key alone (Redlock: others
+-- ARGV[4] actor             ARGV[5] wake channel
+-- ARGV[6] "grant", or "peek" to leave a free key alone (Redlock: others
 --         queue in process)
--- ARGV[9] the epoch id this lockd saw last in KEYS[4], or ""
--- ARGV[10] live_ms: how long what this lockd knows of in the bucket (its
---          last read of the bucket's expiries, its grants since) could
---          still be live
--- ARGV[11] a new epoch id, used if the marker must be made
--- ARGV[12] min_ms: the shortest quarantine after a loss (lib.lua)
--- ARGV[13] want: "x" exclusive, "s" shared, "p" a semaphore's permit
--- ARGV[14] the semaphore's limit (want "p")
--- ARGV[15] the waiter's queue id, or "" for a request that does not wait
--- ARGV[16] this lockd's replica id
+-- ARGV[7] want: "x" exclusive, "s" shared, "p" a semaphore's permit
+-- ARGV[8] the epoch id this lockd saw last in KEYS[4], or ""
+-- ARGV[9] this lockd's replica id
+-- ARGV[10] "live_ms min_ms new_id", read only when the marker is not the
+--          one this lockd saw (lib.lua, check_epoch): live_ms, how long
+--          what this lockd knows of in the bucket (its last read of the
+--          bucket's expiries, its grants since) could still be live;
+--          min_ms, the shortest quarantine after a loss; new_id, the id of
+--          a marker made anew
+-- and, each "" when left off the end (protocol.go):
+-- ARGV[11] the request's trace id, or "": the history events it causes
+--          keep it (lib.lua, ev)
+-- ARGV[12] "1" when the caller named its mode (or a limit): a re-entry or
+--          replay must then match the lease's mode and limit
+-- ARGV[13] re-entry token or ""   ARGV[14] idempotency tag or ""
+-- ARGV[15] the semaphore's limit (want "p")
+-- ARGV[16] the waiter's queue id, or "" for a request that does not wait
 -- ARGV[17] the waiter's deadline, ms from now   ARGV[18] its place in the
 --          queue from an earlier try, or ""
--- ARGV[19] "1" when the caller named its mode (or a limit): a re-entry or
---          replay must then match the lease's mode and limit
--- ARGV[20] the lock-delay in ms ("" for none; exclusive holds only): after
+-- ARGV[19] the lock-delay in ms ("" for none; exclusive holds only): after
 --          this lease ends by expiry or force-release, nobody is granted
 --          the key for that long (lib.lua, delayed)
--- ARGV[21] the grant's value (JSON), or "": none on a new grant, the
+-- ARGV[20] the grant's value (JSON), or "": none on a new grant, the
 --          value kept on a re-entry
--- ARGV[22] the handle of the session the grant is bound to, or "": its
+-- ARGV[21] the handle of the session the grant is bound to, or "": its
 --          lapse is then recorded as released by the session (lib.lua,
 --          record_lapse), and only the session's renewals move its expiry
 --          (renew.lua); ARGV[3] is then the session's time left
--- ARGV[23] the request's trace id, or "": the history events it causes
---          keep it (lib.lua, ev)
 -- The engine's settings come from cfg (lib.lua): the history's and event
 -- stream's caps, the retention, the waiters' liveness and the queue's
 -- TTL, the most holders of a key, whether the restart quarantine is off
@@ -51,6 +53,9 @@
 -- an earlier try of the same waiter was granted but its answer was lost.
 --
 -- Reply, one of:
+--   {"new", fence, now_ms, epoch_id}
+--      a fresh exclusive grant of what the call asked, as it asked it
+--      (protocol.go fills in the rest)
 --   {"granted"|"reentered"|"idempotent", owner, token, fence, count, ttl_ms,
 --    acquired_at_ms, pttl_ms, now_ms, epoch_id or "", mode, limit}
 --      mode ("x", "s" or "p") and limit are the lease's, as Redis holds
@@ -77,16 +82,47 @@
 -- Fresh grants, held and queued answers carry the epoch id, for the
 -- caller's cache.
 local lease, hist, holders = KEYS[1], KEYS[2], KEYS[8]
-local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local reentry, idem, actor = ARGV[4], ARGV[5], ARGV[6]
-local cap, retention, channel, mode = cfg.history_max, cfg.retention, ARGV[7], ARGV[8]
-local want, limit, wid = ARGV[13], tonumber(ARGV[14]) or 0, ARGV[15]
-local named = ARGV[19] == '1'
+local token, owner, ttl, actor = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local cap, retention, channel, mode = cfg.history_max, cfg.retention, ARGV[5], ARGV[6]
+local want, seen, rid = ARGV[7], ARGV[8], ARGV[9]
+local trace, named, reentry, idem = ARGV[11] or '', ARGV[12] == '1', ARGV[13] or '', ARGV[14] or ''
+local limit, wid, deadline, place0 = tonumber(ARGV[15]) or 0, ARGV[16] or '', ARGV[17], ARGV[18] or ''
+local delay, value, session = ARGV[19] or '', ARGV[20] or '', ARGV[21] or ''
 local sched = KEYS[5]
-ev = {stream = KEYS[6], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = ARGV[23]}
-local q = {queue = KEYS[3], info = KEYS[7], replicas = KEYS[9], alive = {}, dead = {}}
+ev = {stream = KEYS[6], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = trace}
 
 local now_ms, now_us = clock()
+
+-- The common case first: an exclusive request for a key whose newest
+-- event ended its last lease (no exp) with no waiter flagged (w), so that
+-- nobody holds it (shared holders and permits flag every event w, and a
+-- key of the layout before has no history list). The grant reads the
+-- lease and writes it in one command (grant_x's SET NX GET); were the key
+-- held after all, nothing is written, and the general path below reads
+-- everything again. epoch and untl are the marker's (check_epoch), once
+-- read.
+local last, epoch, untl = nil, nil, nil
+if want == 'x' and reentry == '' and mode ~= 'peek' then
+  last = last_event(hist)
+  if last and last.exp == '' and last.w ~= '1' then
+    epoch, untl = check_epoch(KEYS[4], seen, ARGV[10], now_ms)
+    if (untl <= now_ms or cfg.quarantine_off) and delayed(last, now_ms) == 0 then
+      local counter = cfg.redlock and sibling(lease, 'fence') or nil
+      local fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter,
+        '', '', delay, value, session, true)
+      if fence then
+        if wid ~= '' then
+          redis.call('ZREM', KEYS[3], wid)
+          redis.call('HDEL', KEYS[7], wid)
+        end
+        return {'new', fence, now_ms, epoch}
+      end
+    end
+  end
+  last = nil
+end
+
+local q = {queue = KEYS[3], info = KEYS[7], replicas = KEYS[9], alive = {}, dead = {}}
 
 -- queued puts the caller on the queue (once) and keeps its lockd live;
 -- it returns the caller's place, or "" for a request that does not wait.
@@ -96,19 +132,19 @@ local function queued()
   end
   local place = redis.call('ZSCORE', q.queue, wid)
   if not place then
-    place = ARGV[18]
+    place = place0
     if place == '' then
       -- Arrival order: Redis's clock, kept strictly increasing.
       local last = redis.call('ZRANGE', q.queue, -1, -1, 'WITHSCORES')
       place = int(math.max(now_us, (tonumber(last[2]) or 0) + 1))
     end
     redis.call('ZADD', q.queue, place, wid)
-    redis.call('HSET', q.info, wid, cjson.encode({r = ARGV[16], d = int(now_ms + tonumber(ARGV[17])), m = want,
-      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = ARGV[20], v = ARGV[21], sn = ARGV[22], tr = ARGV[23]}))
+    redis.call('HSET', q.info, wid, cjson.encode({r = rid, d = int(now_ms + tonumber(deadline)), m = want,
+      s = int(now_ms), o = owner, t = token, l = ARGV[3], i = idem, a = actor, ld = delay, v = value, sn = session, tr = trace}))
     redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
     redis.call('PEXPIRE', q.info, cfg.queue_ttl)
   end
-  redis.call('ZADD', q.replicas, now_ms + cfg.alive_ms, ARGV[16])
+  redis.call('ZADD', q.replicas, now_ms + cfg.alive_ms, rid)
   return place
 end
 
@@ -120,7 +156,7 @@ end
 
 -- The lease at KEYS[1] (lib.lua, read_lease), and the history's newest
 -- event once read (last_event).
-local cur, last = read_lease(lease, now_ms), nil
+local cur = read_lease(lease, now_ms)
 
 -- waiting says, on a free key or an exclusive one, that waiters may be
 -- queued from now on: releases, renewals and the next grant look at the
@@ -205,8 +241,8 @@ if cur and not cur.multi then
     end
     local count = tonumber(cur.count) + 1
     cur.count, cur.ttl, cur.renewed, cur.exp = int(count), ARGV[3], int(now_ms), int(now_ms + ttl)
-    if ARGV[21] ~= '' then
-      cur.v = ARGV[21]
+    if value ~= '' then
+      cur.v = value
     end
     local set
     cur.keep, set = keep_for(cur.keep, now_ms + ttl + retention, retention)
@@ -260,8 +296,8 @@ if multi then
       return {'limit'}
     end
     h.c, h.t, h.r, h.e = int(tonumber(h.c) + 1), ARGV[3], int(now_ms), int(now_ms + ttl)
-    if ARGV[21] ~= '' then
-      h.v = ARGV[21]
+    if value ~= '' then
+      h.v = value
     end
     redis.call('HSET', lease, 'h:' .. reentry, cjson.encode(h))
     redis.call('ZADD', holders, h.e, reentry)
@@ -326,7 +362,9 @@ if mode == 'peek' then
   return {'free'}
 end
 
-local epoch, untl = check_epoch(KEYS[4], ARGV[9], ARGV[10], ARGV[12], ARGV[11], now_ms)
+if not epoch then
+  epoch, untl = check_epoch(KEYS[4], seen, ARGV[10], now_ms)
+end
 if untl > now_ms and not cfg.quarantine_off then
   if queued() ~= '' then
     waiting()
@@ -372,15 +410,15 @@ if want == 'x' then
     end
   end
   fence = grant_x(lease, hist, cap, retention, sched, owner, token, ttl, idem, actor, now_ms, now_us, last, counter, w, '',
-    ARGV[20], ARGV[21], ARGV[22])
+    delay, value, session)
 else
   if not multi then
     -- fx: every holder of this lease is in the fence index (f:<fence>).
     redis.call('HSET', lease, 'mode', want == 's' and 'shared' or 'permit', 'limit', limit, 'fx', '1')
   end
   fence = next_fence(last, counter, now_us)
-  local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0', v = ARGV[21],
-    e = int(now_ms + ttl), i = idem, it = ARGV[3], l = '', s = ARGV[22]}
+  local h = {o = owner, f = fence, c = '1', t = ARGV[3], a = int(now_ms), r = int(now_ms), n = '0', v = value,
+    e = int(now_ms + ttl), i = idem, it = ARGV[3], l = '', s = session}
   -- last: the newest holder, which a state describes (state.lua).
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h), 'last', token, 'f:' .. fence, token)
   if idem ~= '' then

@@ -15,7 +15,7 @@
 local now = clock()
 local id, untl = '', 0
 if ARGV[1] ~= '' or redis.call('EXISTS', KEYS[1]) == 1 then
-  id, untl = check_epoch(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], now)
+  id, untl = check_epoch(KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4], now)
   -- lockd of the layout before stay out while this one runs (lib.lua).
   redis.call('HSET', KEYS[1], 'until', old_fence(now, tonumber(ARGV[3])), 'layout', layout)
 end

@@ -21,4 +21,9 @@ elseif type(raw) == 'table' and redis.call('HEXISTS', lease, 'mode') == 1 then
   prune(lease, KEYS[6], hist, cap, now_ms)
   settle(lease, KEYS[6], sched, ev.key, now_ms)
 end
+-- A list may run past its cap until its next trim (lib.lua, push).
+local most = KEYS[5] == hist and cap or cfg.renewals_max
+if limit > most then
+  limit = most
+end
 return redis.call('LRANGE', KEYS[5], -limit, -1)

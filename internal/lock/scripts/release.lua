@@ -6,11 +6,12 @@
 -- KEYS[5] holders (shared or permits)    KEYS[6] wait queue
 -- KEYS[7] the queue's entries   KEYS[8] the bucket's replica liveness set
 -- ARGV[1] token        ARGV[2] actor   ARGV[3] wake channel
+-- and, each "" when left off the end (protocol.go):
 -- ARGV[4] this lockd's replica id, or "" to hand the key to nobody
--- ARGV[5] "unclaimed": release only a key handed to a waiter (below) that
---         the waiter did not claim with a try of its own, else ""
--- ARGV[6] the request's trace id, or "" (lib.lua, ev); a hand-off's grant
+-- ARGV[5] the request's trace id, or "" (lib.lua, ev); a hand-off's grant
 --         keeps the waiter's
+-- ARGV[6] "unclaimed": release only a key handed to a waiter (below) that
+--         the waiter did not claim with a try of its own, else ""
 -- From cfg (lib.lua): the caps, the retention, and redlock: a Redlock
 -- master wakes waiters on every release, queued in Redis or not
 -- (Redlock's wait in their process).
@@ -18,10 +19,11 @@
 -- Reply: {"ok", count_left, acquired_at_ms}
 --      | {"ok", 0, acquired_at_ms, waiter id, owner, token, fence, ttl_ms, now_ms}
 --        when the key went to the next waiter, of this lockd
---      | {"claimed"} (ARGV[5]) | {"not_found"} | {"lost"}
+--      | {"claimed"} (ARGV[6]) | {"not_found"} | {"lost"}
 local lease, hist, sched, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local token, actor, cap, channel = ARGV[1], ARGV[2], cfg.history_max, ARGV[3]
-ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = cfg.retention, trace = ARGV[6]}
+local hand_to, unclaimed = ARGV[4] or '', ARGV[6] or ''
+ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = cfg.retention, trace = ARGV[5] or ''}
 
 local now_ms, now_us = clock()
 -- The common case in one command: an exclusive lease, released by its
@@ -33,12 +35,6 @@ if type(raw) == 'string' then
 elseif raw then
   cur = read_lease(lease, now_ms)
 end
-local function put_back()
-  if type(raw) == 'string' then
-    redis.call('SET', lease, raw, 'PX', str(tonumber(cur.exp) - now_ms))
-  end
-end
-
 if cur and cur.multi then
   -- One of several holders.
   local h, status = holder_of(lease, holders, hist, cap, sched, ev.key, token, now_ms)
@@ -68,14 +64,14 @@ if not cur then
   return {'not_found'}
 end
 if cur.token ~= token then
-  put_back()
+  put_back(lease, raw, cur, now_ms)
   return {'lost'}
 end
-if ARGV[5] == 'unclaimed' and cur.handed == '' then
+if unclaimed == 'unclaimed' and cur.handed == '' then
   -- Giving back a key handed to a waiter that seemed gone: the waiter
   -- claimed it with a try of its own meanwhile (acquire.lua), so it is
   -- the waiter's.
-  put_back()
+  put_back(lease, raw, cur, now_ms)
   return {'claimed'}
 end
 
@@ -104,8 +100,8 @@ end
 -- Hand the key to the next waiter at once if it waits in this lockd (its
 -- replica id is ARGV[4]): the lockd answers it without another call.
 local q = {queue = KEYS[6], info = KEYS[7], replicas = KEYS[8], alive = {}, dead = {}}
-local nx = ARGV[4] ~= '' and first_live(q, now_ms)
-if nx and nx.r == ARGV[4] and nx.m == 'x' then
+local nx = hand_to ~= '' and first_live(q, now_ms)
+if nx and nx.r == hand_to and nx.m == 'x' then
   local ttl = tonumber(nx.l)
   redis.call('ZREM', q.queue, nx.id)
   redis.call('HDEL', q.info, nx.id)
@@ -114,7 +110,7 @@ if nx and nx.r == ARGV[4] and nx.m == 'x' then
   -- The newest event is this release, with the released lease's fence.
   local fence = grant_x(lease, hist, cap, cfg.retention, sched, nx.o, nx.t, ttl, nx.i, nx.a, now_ms, now_us,
     {fence = cur.fence, keep = cur.keep}, nil, '1', '1', nx.ld or '', nx.v or '', nx.sn or '')
-  -- handed: until the waiter's own try claims it, a give-back (ARGV[5])
+  -- handed: until the waiter's own try claims it, a give-back (ARGV[6])
   -- may undo it.
   return {'ok', 0, cur.acquired, nx.id, nx.o, nx.t, fence, ttl, now_ms}
 end

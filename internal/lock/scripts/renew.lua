@@ -5,12 +5,13 @@
 -- KEYS[6] holders (shared or permits)    KEYS[7] the bucket's event stream
 -- ARGV[1] token        ARGV[2] ttl_ms or "" (keep the lease's own)
 -- ARGV[3] actor        ARGV[4] wake channel
--- ARGV[5] a new value for the grant (JSON), or "" to keep its own; an
+-- and, each "" when left off the end (protocol.go):
+-- ARGV[5] the request's trace id, or "" (lib.lua, ev)
+-- ARGV[6] a new value for the grant (JSON), or "" to keep its own; an
 --         exclusive lease's new value is recorded as a "proclaimed" event
--- ARGV[6] "1" when the grant's session renews it (session.go): a grant
+-- ARGV[7] "1" when the grant's session renews it (session.go): a grant
 --         bound to a session lives as long as the session, so any other
 --         renewal keeps its expiry and changes only its value
--- ARGV[7] the request's trace id, or "" (lib.lua, ev)
 -- From cfg (lib.lua): the renewals' and history's caps, the retention,
 -- the event stream's cap.
 --
@@ -24,25 +25,26 @@
 --         [mode, limit] (shared holders or permits)} | {"not_found"} | {"lost"}
 local lease, renewals, queue, sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, actor, cap, retention, channel = ARGV[1], ARGV[3], cfg.renewals_max, cfg.retention, ARGV[4]
+local trace, value, by_session = ARGV[5] or '', ARGV[6] or '', ARGV[7] or ''
 
 local now_ms = clock()
 local cur = read_lease(lease, now_ms)
 if cur and cur.multi then
   -- One of several holders.
   local holders = KEYS[6]
-  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = ARGV[7]}
+  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = trace}
   local h, status = holder_of(lease, holders, KEYS[5], cfg.history_max, sched, ev.key, token, now_ms)
   if not h then
     return {status}
   end
   local ttl = tonumber(ARGV[2]) or tonumber(h.t)
   local left = tonumber(h.e) - now_ms
-  if (h.s or '') ~= '' and ARGV[6] ~= '1' then
+  if (h.s or '') ~= '' and by_session ~= '1' then
     ttl = left
   end
   h.t, h.r, h.e, h.l, h.n = int(ttl), int(now_ms), int(now_ms + ttl), int(left), int(tonumber(h.n) + 1)
-  if ARGV[5] ~= '' then
-    h.v = ARGV[5]
+  if value ~= '' then
+    h.v = value
   end
   redis.call('HSET', lease, 'h:' .. token, cjson.encode(h))
   redis.call('ZADD', holders, h.e, token)
@@ -61,15 +63,15 @@ if cur.token ~= token then
 end
 local ttl = tonumber(ARGV[2]) or tonumber(cur.ttl)
 local left = int(tonumber(cur.exp) - now_ms)
-if cur.s ~= '' and ARGV[6] ~= '1' then
+if cur.s ~= '' and by_session ~= '1' then
   ttl = tonumber(left)
 end
 local ttl_s, now_s = int(ttl), int(now_ms)
 
 cur.ttl, cur.renewed, cur.left, cur.exp = ttl_s, now_s, left, int(now_ms + ttl)
 cur.renewals = int(tonumber(cur.renewals) + 1)
-if ARGV[5] ~= '' then
-  cur.v = ARGV[5]
+if value ~= '' then
+  cur.v = value
 end
 -- The history and the renewals outlive the lease's end by the retention,
 -- however long it is renewed.
@@ -77,10 +79,10 @@ local keep, set = keep_for(cur.keep, now_ms + ttl + retention, retention)
 cur.keep = keep
 save_lease(lease, cur, ttl_s)
 schedule(sched, lock_of(lease), now_ms + ttl)
-if ARGV[5] ~= '' then
+if value ~= '' then
   -- A new value is news to readers (an election's proclaim): an event in
   -- the history and the stream, with the lease's expiry as a grant's.
-  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = ARGV[7]}
+  ev = {stream = KEYS[7], cap = cfg.events_max, key = lock_of(lease), retention = retention, trace = trace}
   record(KEYS[5], cfg.history_max, 'proclaimed', now_s, cur.owner, cur.fence, ttl_s, cur.count, actor, '', cur.exp,
     cur.w, keep, cur.d, cur.s)
 end
