@@ -289,14 +289,26 @@ func TestRedlockLapsesCountedOnce(t *testing.T) {
 	first := lapse("all-up")
 	waitFor(t, func() bool { return all(first) })
 	paused := lapse("paused")
+	// A key master 0 granted (on a busy machine it may have answered too
+	// late and granted none, or given its grant back).
+	onFirst := ""
+	for _, k := range paused {
+		if n, err := servers[0].Client(t).LLen(context.Background(), lock.HistoryKey(k)).Result(); err == nil && n == 1 {
+			onFirst = k
+		}
+	}
 	servers[0].Pause()
 	waitFor(t, func() bool { return all(paused) })
 	servers[0].Resume()
 	// Master 0 now records the lapses it missed; none is counted again.
-	waitFor(t, func() bool {
-		n, err := servers[0].Client(t).LLen(context.Background(), lock.HistoryKey(paused[len(paused)-1])).Result()
-		return err == nil && n == 2
-	})
+	if onFirst == "" {
+		t.Log("master 0 granted none of the paused keys in time")
+	} else {
+		waitFor(t, func() bool {
+			n, err := servers[0].Client(t).LLen(context.Background(), lock.HistoryKey(onFirst)).Result()
+			return err == nil && n == 2
+		})
+	}
 	time.Sleep(time.Second)
 	mu.Lock()
 	defer mu.Unlock()
