@@ -99,8 +99,8 @@ local now_ms, now_us = clock()
 -- key of the layout before has no history list). The grant reads the
 -- lease and writes it in one command (grant_x's SET NX GET); were the key
 -- held after all, nothing is written, and the general path below reads
--- everything again. epoch and untl are the marker's (check_epoch), once
--- read.
+-- the lease. epoch and untl are the marker's (check_epoch), once
+-- read; last the newest event (false: none), once read, until a write.
 local last, epoch, untl = nil, nil, nil
 if want == 'x' and reentry == '' and mode ~= 'peek' then
   last = last_event(hist)
@@ -119,7 +119,8 @@ if want == 'x' and reentry == '' and mode ~= 'peek' then
       end
     end
   end
-  last = nil
+  -- Nothing was written: last stays what was read (false: no history).
+  last = last or false
 end
 
 local q = {queue = KEYS[3], info = KEYS[7], replicas = KEYS[9], alive = {}, dead = {}}
@@ -169,7 +170,9 @@ local function waiting()
       save_lease(lease, cur, tonumber(cur.exp) - now_ms)
     end
   elseif not cur then
-    last = last or last_event(hist)
+    if last == nil then
+      last = last_event(hist) or false
+    end
     if last and last.w ~= '1' then
       redis.call('LSET', hist, -1, pack(last.type, last.at, last.owner, last.fence, last.ttl_ms, last.count,
         last.actor, last.reason, last.exp, last.left, '1', last.keep, last.d, last.s, last.t))
@@ -271,6 +274,7 @@ end
 local multi, used = cur and cur.multi, 0
 if multi then
   prune(lease, holders, hist, cap, now_ms)
+  last = nil -- prune may have recorded lapses
   used = live_holders(holders, now_ms)
   if used == 0 then
     redis.call('DEL', lease, holders)
@@ -348,7 +352,9 @@ end
 -- says so, or says that its lease lapsed.
 local walked = multi ~= nil
 if not multi then
-  last = last_event(hist)
+  if last == nil then
+    last = last_event(hist) or false
+  end
   walked = not last or last.w == '1' or last.exp ~= ''
 end
 if walked then
@@ -372,7 +378,9 @@ if untl > now_ms and not cfg.quarantine_off then
   return {'recovering', epoch, int(untl - now_ms)}
 end
 
-last = last or last_event(hist)
+if last == nil then
+  last = last_event(hist) or false
+end
 if not multi and record_lapse(hist, cap, sched, ev.key, last) then
   last = last_event(hist) -- the lapse just recorded
 end
