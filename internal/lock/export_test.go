@@ -21,6 +21,9 @@ func (e *Engine) ForceRelease(ctx context.Context, res Resource, actor, reason s
 // master's sweeper lease (sweep.lua).
 func (r *Redlock) SweeperID(i int) string { return r.nodes[i].id }
 
+// WakeChannel is the pub/sub channel on which a lock's waiters are woken.
+func WakeChannel(key string) string { return keysOf(key).wake }
+
 // HistoryKey is the Redis key of a lock's history list.
 func HistoryKey(key string) string { return keysOf(key).hist }
 

@@ -183,6 +183,16 @@ func TestDeadReplicaLeavesQueue(t *testing.T) {
 		st, err := e.State(ctx, lock.Lock("dead:k"))
 		return err == nil && len(st.Queue) == 1 && st.Queue[0].Owner == "doomed"
 	})
+	// The helper tries once more when Redis confirms its subscription to
+	// the key's wake-ups (wait.Hub): were that try sent before the kill and
+	// run after the release, the dead waiter would be granted the key, as
+	// the first in the queue. Under load it came that late; let it come
+	// before the kill.
+	waitFor(t, func() bool {
+		n, err := srv.Client(t).PubSubNumSub(ctx, lock.WakeChannel("dead:k")).Result()
+		return err == nil && n[lock.WakeChannel("dead:k")] == 1
+	})
+	time.Sleep(200 * time.Millisecond)
 	done := queueUp(t, e, lock.Lock("dead:k"), lock.AcquireRequest{Owner: "behind", TTL: time.Minute, Wait: 30 * time.Second}, 2)
 
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
