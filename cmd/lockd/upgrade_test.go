@@ -22,20 +22,26 @@ const previousLayout = "a60724b724373da9638e6c1d7bdb0ff69228f343"
 // history.
 func buildPrevious(t *testing.T) string {
 	t.Helper()
+	return buildRelease(t, previousLayout)
+}
+
+// buildRelease builds lockd as of commit from this repository's history.
+func buildRelease(t *testing.T, commit string) string {
+	t.Helper()
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
 		t.Fatalf("git: %v (the upgrade test builds the previous release from the repository's history)", err)
 	}
 	dir := t.TempDir()
-	archive := exec.Command("sh", "-c", fmt.Sprintf("git -C %q archive %s | tar -x -C %q", strings.TrimSpace(string(root)), previousLayout, dir))
+	archive := exec.Command("sh", "-c", fmt.Sprintf("git -C %q archive %s | tar -x -C %q", strings.TrimSpace(string(root)), commit, dir))
 	if out, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", previousLayout, err, out)
+		t.Fatalf("git archive %s: %v\n%s", commit, err, out)
 	}
 	bin := filepath.Join(dir, "lockd-previous")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/lockd")
 	build.Dir = dir
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build of %s: %v\n%s", previousLayout, err, out)
+		t.Fatalf("go build of %s: %v\n%s", commit, err, out)
 	}
 	return bin
 }
