@@ -143,3 +143,46 @@ func TestReplicaAcksOnADemotedMaster(t *testing.T) {
 		}
 	}
 }
+
+// A master made a replica (a failover) while the acquire's WAIT blocks:
+// Redis cuts the WAIT short with UNBLOCKED. The grant it may have written
+// has no acknowledgement: the answer is ErrUnavailable (503), as for too
+// few acks, never the raw error (a 500; TestElectionsUnderFaults met it on
+// Sentinel).
+func TestReplicaAcksCutByDemotion(t *testing.T) {
+	master := redistest.StartWith(t, nil, []string{"--repl-diskless-sync-delay", "0"})
+	replica := startReplica(t, master)
+	other := redistest.Start(t)
+	e := lock.New(tunedClient(t, master), lock.Options{ReplicaAcks: 1, ReplicaAckTimeout: 10 * time.Second})
+	t.Cleanup(func() { _ = e.Close() })
+	// The script loaded (its first run answers NOSCRIPT and runs again).
+	l := mustAcquire(t, e, lock.Lock("cut:warm"), lock.AcquireRequest{Owner: "o", TTL: time.Minute})
+	if _, err := e.Release(context.Background(), lock.Lock("cut:warm"), l.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// The replica stops acknowledging: the next WAIT blocks.
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(context.Background(), lock.Lock("cut:k"), lock.AcquireRequest{Owner: "o", TTL: time.Minute})
+		done <- err
+	}()
+	mc := master.Client(t)
+	waitFor(t, func() bool {
+		info, err := mc.Info(context.Background(), "clients").Result()
+		return err == nil && !strings.Contains(info, "blocked_clients:0")
+	})
+	host, port, _ := strings.Cut(other.Addr, ":")
+	if err := mc.SlaveOf(context.Background(), host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrUnavailable) || strings.Contains(err.Error(), "UNBLOCKED") {
+			t.Fatalf("acquire whose WAIT a demotion cut short: %v, want ErrUnavailable for too few acks", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the acquire did not return after the demotion")
+	}
+}

@@ -136,6 +136,14 @@ func runAcked(ctx context.Context, c redis.Cmdable, asking bool, sc *redis.Scrip
 		if err := script.Err(); err != nil {
 			return nil, 0, err
 		}
+		if werr := wait.Err(); werr != nil && redis.HasErrorPrefix(werr, "UNBLOCKED") {
+			// The master became a replica while WAIT blocked (a failover):
+			// the script ran and may have written, and no replica is known
+			// to have it. Its reply, with no acknowledgement, lets the
+			// caller give a grant back; the error alone lost the reply and
+			// answered 500.
+			return script.Val(), 0, nil
+		}
 		if err != nil {
 			return nil, 0, err
 		}
