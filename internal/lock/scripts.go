@@ -62,7 +62,9 @@ func scriptConfigOf(o Options) scriptConfig {
 }
 
 func (c scriptConfig) lua() string {
-	return fmt.Sprintf("local cfg = {history_max = %d, events_max = %d, renewals_max = %d, max_holders = %d, "+
+	// events_max is text: it only ever goes to XADD, and Redis 7.0 prints
+	// a Lua number passed to redis.call with %.17g.
+	return fmt.Sprintf("local cfg = {history_max = %d, events_max = '%d', renewals_max = %d, max_holders = %d, "+
 		"retention = %d, alive_ms = %d, queue_ttl = %d, quarantine_off = %t, redlock = %t, publish = '%s'}\n",
 		c.historyMax, c.eventsMax, c.renewalsMax, c.maxHolders, c.retention, c.aliveMS, c.queueTTL, c.quarantineOff, c.redlock,
 		c.publish)

@@ -169,7 +169,7 @@ end
 
 -- last_event is the newest event of a history, or nil.
 local function last_event(hist)
-  return unpack_event(redis.call('LINDEX', hist, -1))
+  return unpack_event(redis.call('LINDEX', hist, '-1'))
 end
 
 -- keep_slack: a history's TTL is set this much past what it needs (the
