@@ -174,7 +174,7 @@ func TestReplicaAcksCutByDemotion(t *testing.T) {
 		return err == nil && !strings.Contains(info, "blocked_clients:0")
 	})
 	host, port, _ := strings.Cut(other.Addr, ":")
-	if err := mc.SlaveOf(context.Background(), host, port).Err(); err != nil {
+	if err := mc.ReplicaOf(context.Background(), host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {
