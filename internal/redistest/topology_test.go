@@ -156,12 +156,19 @@ func TestSentinel(t *testing.T) {
 		must(err)
 		t.Logf("kill -9 master: replica promoted in %v; old master back as replica, ready in %v",
 			took.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+		// KillMaster saw the replica promoted. Under load the Sentinels may
+		// then fail over once more, back to the restarted node (they marked
+		// the new master down when it missed a second of pings): one master
+		// and one replica either way.
 		now, err := s.MasterAddr(ctx)
 		must(err)
 		replica, err := s.ReplicaAddr(ctx)
 		must(err)
-		if now == old || replica != old {
+		if now == replica || (now != old && replica != old) {
 			t.Fatalf("after kill master %s, replica %s; before, master %s", now, replica, old)
+		}
+		if now == old {
+			t.Logf("the Sentinels failed over again, back to the restarted %s", old)
 		}
 		if v, err := c.Get(ctx, "before-kill").Result(); err != nil || v != "v" {
 			t.Fatalf("key after kill: %q, %v", v, err)
