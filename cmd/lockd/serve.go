@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -580,9 +581,17 @@ func newLogger(cfg serveConfig, stdout io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(cfg.logLevel)
 	var w io.Writer = stdout
 	if cfg.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339}
+		// Colour codes only for a person at a terminal: in a file or a
+		// pipe they are noise that grep and log shippers keep.
+		w = zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339, NoColor: !isTerminal(stdout)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// isTerminal says whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
 // envDefaults reads LOCKD_<FLAG> defaults and remembers the first bad one.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -430,5 +431,17 @@ func TestServeAnyCorrectClient(t *testing.T) {
 				t.Fatalf("%d %s, want %d with %s", res.StatusCode, b, tc.status, tc.want)
 			}
 		})
+	}
+}
+
+// TestConsoleLogHasNoColourOffATerminal: --log-format console into a file
+// or a pipe writes plain text, with no ANSI colour codes for grep and log
+// shippers to keep (newcomer #22).
+func TestConsoleLogHasNoColourOffATerminal(t *testing.T) {
+	var out bytes.Buffer
+	log := newLogger(serveConfig{logFormat: "console", logLevel: "info"}, &out)
+	log.Warn().Str("key", "deploy:prod").Msg("plain")
+	if !strings.Contains(out.String(), "plain") || strings.Contains(out.String(), "\x1b[") {
+		t.Fatalf("console log off a terminal: %q", out.String())
 	}
 }
