@@ -187,3 +187,35 @@ func TestServeSignInSharesUnknownKeyLimit(t *testing.T) {
 		t.Fatalf("sign-in with a valid key while the address is limited: %d", status)
 	}
 }
+
+// TestDashboardRoutesLogTheirKind: the access log names the kind of a
+// dashboard page's key as the API's routes do, never "unknown kind"
+// (newcomer #21).
+func TestDashboardRoutesLogTheirKind(t *testing.T) {
+	inst := startServe(t, nil)
+	for _, c := range []struct{ path, route, key, kind string }{
+		{"/ui/locks/pay:1", "/ui/locks/{key}", "pay:1", "lock"},
+		{"/ui/semaphores/render", "/ui/semaphores/{key}", "render", "semaphore"},
+		{"/ui/fragments/semaphores/render", "/ui/fragments/semaphores/{key}", "render", "semaphore"},
+		{"/ui/elections/billing", "/ui/elections/{key}", "billing", "election"},
+	} {
+		res, err := http.Get(inst.url + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		// The line is written once the answer has gone out.
+		want := `"key":"` + c.key + `","kind":"` + c.kind + `"`
+		lockdtest.Eventually(t, func() bool {
+			for _, line := range strings.Split(inst.out.String(), "\n") {
+				if strings.Contains(line, `"route":"`+c.route+`"`) && strings.Contains(line, want) {
+					return true
+				}
+			}
+			return false
+		}, 5*time.Second, c.path+": an access log line with "+want)
+	}
+	if strings.Contains(inst.out.String(), "unknown kind") {
+		t.Fatalf("the log says unknown kind:\n%s", inst.out)
+	}
+}

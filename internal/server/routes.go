@@ -24,6 +24,9 @@ import (
 // Dashboard adds the web pages to the router.
 type Dashboard interface {
 	Routes(r chi.Router)
+	// KindOf is the kind of resource that a page's {key} names, for the
+	// access log and the request's span.
+	KindOf(r *http.Request) lock.Kind
 }
 
 // Handler is lockd's whole HTTP surface: middleware, operations endpoints,
@@ -64,6 +67,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 	})
 	if dashboard != nil {
 		dashboard.Routes(r)
+		s.pageKind = dashboard.KindOf
 	}
 
 	strict := api.NewStrictHandlerWithOptions(s, nil, api.StrictHTTPServerOptions{
@@ -116,7 +120,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		d := time.Since(start)
 		route, method, status := routePattern(r), methodLabel(r.Method), ww.Status()
 		s.metrics.request(route, method, status, d)
-		endSpan(span, r, method, route, status)
+		endSpan(span, s.resourceOf(r), method, route, status)
 		// The handler may have added the owner to the request's logger.
 		log := zerolog.Ctx(r.Context())
 		ev := log.Info()
@@ -126,14 +130,27 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if !ev.Enabled() {
 			return
 		}
-		if res := resourceParam(r); res.Name != "" {
-			ev = ev.Str("key", res.Name).Stringer("kind", res.Kind)
+		if res := s.resourceOf(r); res.Name != "" {
+			ev = ev.Str("key", res.Name)
+			if res.Kind != 0 {
+				ev = ev.Stringer("kind", res.Kind)
+			}
 		}
 		// The method and route come from fixed sets, as in the metrics:
 		// an 8 KB made-up method is not worth a log line of its size.
 		ev.Str("method", method).Str("route", route).Int("status", status).
 			Int("size", ww.BytesWritten()).Dur("duration", d).Msg("request")
 	})
+}
+
+// resourceOf is the resource r's {key} names: an operation of the API
+// says its kind, a dashboard page's section says it.
+func (s *Server) resourceOf(r *http.Request) lock.Resource {
+	res := resourceParam(r)
+	if res.Name != "" && res.Kind == 0 && s.pageKind != nil {
+		res.Kind = s.pageKind(r)
+	}
+	return res
 }
 
 // recoverer turns a panic into a logged 500 problem, never a stack trace

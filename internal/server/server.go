@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,6 +122,8 @@ type Server struct {
 
 	// contention are the per-prefix wait, hold and acquire series.
 	contention *contention
+	// pageKind is the dashboard's Dashboard.KindOf (nil without one).
+	pageKind func(*http.Request) lock.Kind
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)

@@ -20,7 +20,7 @@ func (s *Server) startSpan(r *http.Request) (context.Context, trace.Span) {
 
 // endSpan names r's span after its route pattern (never the path, which
 // holds the key), records the status and the key, and ends it.
-func endSpan(span trace.Span, r *http.Request, method, route string, status int) {
+func endSpan(span trace.Span, res lock.Resource, method, route string, status int) {
 	if !span.IsRecording() {
 		return
 	}
@@ -28,8 +28,7 @@ func endSpan(span trace.Span, r *http.Request, method, route string, status int)
 		route = ""
 	}
 	var kind string
-	res := resourceParam(r)
-	if res.Name != "" {
+	if res.Name != "" && res.Kind != 0 {
 		kind = res.Kind.String()
 	}
 	tracing.EndRequest(span, method, route, status, res.Name, kind)

@@ -99,3 +99,7 @@ func (k section) eventsURL(prefix string) string {
 	}
 	return eventsPath + "?" + q.Encode()
 }
+
+// KindOf is the kind of resource a dashboard page's {key} names: the kind
+// of the section the page is in.
+func (d *Dashboard) KindOf(r *http.Request) lock.Kind { return sectionOf(r).kind }
