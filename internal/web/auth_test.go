@@ -588,9 +588,10 @@ func TestAuth_AdminForceReleasesAsItsName(t *testing.T) {
 		t.Errorf("admin post with a wrong token: %d", p.status)
 	}
 	p := e.post("/ui/locks/deploy:prod/force-release", url.Values{"csrf": {token}, "fence": {fence}, "reason": {"stuck"}}, nil)
-	if p.status != http.StatusOK {
-		t.Fatalf("force-release: %d\n%s", p.status, p.body)
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/locks/deploy:prod" {
+		t.Fatalf("force-release: %d to %q\n%s", p.status, p.header.Get("Location"), p.body)
 	}
+	p = e.get(p.header.Get("Location"))
 	if _, held := e.held(lock.Lock("deploy:prod")); held {
 		t.Fatal("still held")
 	}
@@ -714,7 +715,7 @@ func TestAuth_Semaphores(t *testing.T) {
 	e.client.Jar, _ = cookiejar.New(nil)
 	e.mustLogin(opsKey)
 	_, form := e.confirmTarget("/ui/semaphores/deploy:pool/force-release?fence=" + itoa(dep.Fence))
-	b := e.post("/ui/semaphores/deploy:pool/force-release", form, nil)
+	b := e.follow(e.post("/ui/semaphores/deploy:pool/force-release", form, nil))
 	if b.status != http.StatusOK || text(b.doc.Find(`[data-testid="event"]`).First().Find(`[data-testid="event-actor"]`)) != "ops" {
 		t.Errorf("admin force-release: %d\n%s", b.status, b.body)
 	}

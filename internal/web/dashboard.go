@@ -255,7 +255,9 @@ func (d *Dashboard) listView(w http.ResponseWriter, r *http.Request, k section) 
 
 func (d *Dashboard) detail(k section) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		notice := takeFlash(w, r)
 		if v, ok := d.detailView(w, r, k); ok {
+			v.Notice = notice
 			d.render(w, r, http.StatusOK, detailPage(v))
 		}
 	}
@@ -395,16 +397,13 @@ func (d *Dashboard) forceRelease(k section) http.HandlerFunc {
 		}
 		broken, err := d.engine.ForceReleaseFence(r.Context(), res, t.Fence, d.identify(r).Actor, reason)
 		var outcome *notice
-		status := http.StatusOK
-		// Two outcomes are news about the key, shown on its page with what
-		// happened; their status comes from problem.Of like every error's.
+		// Two failures are news about the key, shown on its page with what
+		// happened, as a success is.
 		switch {
 		case errors.Is(err, lock.ErrNotFound):
 			outcome = notHeldNotice(k, name)
-			status = problem.Of(err, res).Status
 		case errors.Is(err, lock.ErrLeaseLost):
 			outcome = changedHandsNotice(k, name, t.Fence)
-			status = problem.Of(err, res).Status
 		case err != nil:
 			d.fail(w, r, err)
 			return
@@ -413,12 +412,10 @@ func (d *Dashboard) forceRelease(k section) http.HandlerFunc {
 		default:
 			outcome = brokenNotice(k, name, broken)
 		}
-		v, ok := d.detailView(w, r, k)
-		if !ok {
-			return
-		}
-		v.Notice = outcome
-		d.render(w, r, status, detailPage(v))
+		// To the key's page, with the outcome on top: a reload there shows
+		// the key again rather than resending the form.
+		setFlash(w, r, outcome)
+		http.Redirect(w, r, k.detailURL(name), http.StatusSeeOther)
 	}
 }
 

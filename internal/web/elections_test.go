@@ -348,7 +348,7 @@ func TestElections_ForceRelease(t *testing.T) {
 	// The same form again: its term has ended and host-b leads; nothing
 	// is broken.
 	again := e.post(path, form, nil)
-	if again.status != http.StatusConflict || !strings.Contains(text(again.doc.Find(`[data-testid="notice"]`)), "The leadership changed hands; nothing was broken.") {
+	if again.status != http.StatusOK || !strings.Contains(text(again.doc.Find(`[data-testid="notice"]`)), "The leadership changed hands; nothing was broken.") {
 		t.Errorf("stale form: %d %q", again.status, text(again.doc.Find(`[data-testid="notice"]`)))
 	}
 	if st, held := e.held(lock.Election("el:stuck")); !held || st.Fence != succ.Fence {
@@ -471,7 +471,7 @@ func TestAuth_Elections(t *testing.T) {
 	e.client.Jar, _ = cookiejar.New(nil)
 	e.mustLogin(opsKey)
 	_, form := e.confirmTarget("/ui/elections/deploy:leader/force-release")
-	b := e.post("/ui/elections/deploy:leader/force-release", form, nil)
+	b := e.follow(e.post("/ui/elections/deploy:leader/force-release", form, nil))
 	if b.status != http.StatusOK {
 		t.Fatalf("admin force-release: %d\n%s", b.status, b.body)
 	}

@@ -69,7 +69,7 @@ func TestForceRelease_ConfirmThenBreak(t *testing.T) {
 
 	// Posting again finds nothing to break and says so.
 	p = e.post("/ui/locks/fr:stuck/force-release", url.Values{"csrf": {token}, "fence": {fence}}, nil)
-	if p.status != http.StatusNotFound || !strings.Contains(text(p.doc.Find(`[data-testid="notice"]`)), "not held") {
+	if p.status != http.StatusOK || !strings.Contains(text(p.doc.Find(`[data-testid="notice"]`)), "not held") {
 		t.Errorf("second post: status %d, notice %q", p.status, text(p.doc.Find(`[data-testid="notice"]`)))
 	}
 }
@@ -181,8 +181,8 @@ func TestForceRelease_StaleFenceBreaksNothing(t *testing.T) {
 	second := e.acquire("fr:moved", "worker-2", 30*time.Second)
 
 	p := e.post("/ui/locks/fr:moved/force-release", url.Values{"csrf": {token}, "fence": {fence}, "reason": {"stuck"}}, nil)
-	if p.status != http.StatusConflict {
-		t.Errorf("status %d, want 409", p.status)
+	if p.status != http.StatusOK {
+		t.Errorf("status %d, want 200 (the key's page, after the redirect)", p.status)
 	}
 	if g := text(p.doc.Find(`[data-testid="notice"]`)); !strings.Contains(g, "The lock changed hands; nothing was broken.") {
 		t.Errorf("notice %q", g)
@@ -259,5 +259,30 @@ func TestForceRelease_ReasonValidatedLikeTheAPI(t *testing.T) {
 				t.Fatalf("history %+v, %v; want the reason %q", evs, err, tc.reason)
 			}
 		})
+	}
+}
+
+// TestForceRelease_RedirectsToTheKeysPage: the force-release POST answers
+// 303 to the key's page (post/redirect/get), which shows the outcome once;
+// a reload shows the key without it and resends nothing (newcomer #20).
+func TestForceRelease_RedirectsToTheKeysPage(t *testing.T) {
+	e := newEnv(t)
+	e.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	e.acquire("fr:prg", "worker-9", 30*time.Second)
+	token, fence := e.confirmForm("fr:prg")
+	p := e.post("/ui/locks/fr:prg/force-release", url.Values{"csrf": {token}, "fence": {fence}, "reason": {"stuck"}}, nil)
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/locks/fr:prg" {
+		t.Fatalf("POST: %d to %q, want 303 to the key's page", p.status, p.header.Get("Location"))
+	}
+	if _, held := e.held(lock.Lock("fr:prg")); held {
+		t.Fatal("still held after force-release")
+	}
+	landed := e.get(p.header.Get("Location"))
+	if g := text(landed.doc.Find(`[data-testid="notice"]`)); landed.status != http.StatusOK || !strings.Contains(g, "worker-9") {
+		t.Fatalf("the key's page after the redirect: %d, notice %q", landed.status, g)
+	}
+	reload := e.get(p.header.Get("Location"))
+	if n := reload.doc.Find(`[data-testid="notice"]`).Length(); reload.status != http.StatusOK || n != 0 {
+		t.Fatalf("reload: %d with %d notices, want the page without the outcome", reload.status, n)
 	}
 }

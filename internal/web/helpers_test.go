@@ -80,6 +80,16 @@ func (e *env) get(path string) page {
 	return e.read(resp)
 }
 
+// follow opens the page that p redirects to (a client that does not
+// follow redirects by itself), or returns p.
+func (e *env) follow(p page) page {
+	e.t.Helper()
+	if p.status != http.StatusSeeOther {
+		return p
+	}
+	return e.get(p.header.Get("Location"))
+}
+
 func (e *env) post(path string, form url.Values, header http.Header) page {
 	e.t.Helper()
 	req, err := http.NewRequest(http.MethodPost, e.ts.URL+path, strings.NewReader(form.Encode()))
