@@ -136,10 +136,15 @@ func TestHolders_ExclusiveIsOneRow(t *testing.T) {
 	if len(rows) != 1 || row == nil {
 		t.Fatalf("holders %v, want one row with fence %d", keysOf(rows), l.Fence)
 	}
-	for id, want := range map[string]string{"holder-owner": "worker-1", "holder-mode": "exclusive", "holder-fence": itoa(l.Fence), "holder-count": "1"} {
+	for id, want := range map[string]string{"holder-owner": "worker-1", "holder-mode": "exclusive", "holder-fence": itoa(l.Fence)} {
 		if g := text(row.Find(`[data-testid="` + id + `"]`)); g != want {
 			t.Errorf("%s = %q, want %q", id, g, want)
 		}
+	}
+	// A count of 1 on every row says nothing: the column appears once a
+	// holder re-enters (newcomer #19).
+	if n := p.doc.Find(`[data-testid="holder-count"]`).Length(); n != 0 {
+		t.Errorf("a Count column (%d cells) with nobody re-entered", n)
 	}
 	if g := text(row.Find(`[data-testid="holder-left"] time`)); !strings.HasSuffix(g, " s left") {
 		t.Errorf("holder TTL %q", g)
@@ -288,5 +293,37 @@ func TestForceRelease_TargetValidation(t *testing.T) {
 	p := e.get(base + "?fence=" + itoa(l.Fence+1000))
 	if p.status != http.StatusOK || p.doc.Find(`[data-testid="gone"]`).Length() != 1 || p.doc.Find("form.confirm").Length() != 0 {
 		t.Errorf("unknown fence: %d\n%s", p.status, p.body)
+	}
+}
+
+// TestHolders_CountColumnOnlyForReentries: permits that were never
+// re-entered show no Count column (it said 1 on every row); a re-entered
+// permit brings it back, with its count.
+func TestHolders_CountColumnOnlyForReentries(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sem := lock.Semaphore("hold:pool")
+	var first lock.Lease
+	for i, owner := range []string{"render-1", "render-2"} {
+		l, err := e.engine.Acquire(ctx, sem, lock.AcquireRequest{Owner: owner, TTL: 30 * time.Second, Limit: 3, Actor: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = l
+		}
+	}
+	p := e.get("/ui/semaphores/hold:pool")
+	if p.doc.Find(`[data-testid="holder"]`).Length() != 2 || p.doc.Find(`[data-testid="holder-count"]`).Length() != 0 ||
+		strings.Contains(text(p.doc.Find(`[data-testid="holders"] thead`)), "Count") {
+		t.Fatalf("permits never re-entered: want 2 rows and no Count column\n%s", outer(p.doc.Find(`[data-testid="holders"]`)))
+	}
+	if _, err := e.engine.Acquire(ctx, sem, lock.AcquireRequest{Token: first.Token, TTL: 30 * time.Second, Limit: 3, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	p = e.get("/ui/semaphores/hold:pool")
+	row := holderRows(p.doc)[itoa(first.Fence)]
+	if row == nil || text(row.Find(`[data-testid="holder-count"]`)) != "2" || p.doc.Find(`[data-testid="holder-count"]`).Length() != 2 {
+		t.Fatalf("after a re-entry: want a Count column, 2 for the re-entered permit\n%s", outer(p.doc.Find(`[data-testid="holders"]`)))
 	}
 }

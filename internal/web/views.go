@@ -171,6 +171,10 @@ type notice struct {
 type detailView struct {
 	// HasValues says some holder has a value: the holders table shows them.
 	HasValues bool
+	// HasCounts says some holder re-entered (count above 1): only then
+	// does the holders table have a Count column, which would otherwise
+	// say 1 on every row.
+	HasCounts bool
 	Key       string // the lock key, the semaphore or election name
 	Noun      string // "lock", "semaphore" or "election"
 	ListURL   string
@@ -580,6 +584,7 @@ func newKindDetailView(k section, name string, st lock.State, held bool, events 
 		v.Holders = newHolderRows(k, name, st, def)
 		v.HolderTotal = max(st.HoldersTotal, len(v.Holders))
 		v.HasValues = slices.ContainsFunc(v.Holders, func(h holderRow) bool { return h.Value != "" })
+		v.HasCounts = slices.ContainsFunc(v.Holders, func(h holderRow) bool { return h.Count > 1 })
 		v.Single = k.kind == lock.KindLock && len(v.Holders) == 1
 	}
 	if k.elect() {
