@@ -81,7 +81,7 @@ func TestRedlockMutualExclusionWithAPausedMaster(t *testing.T) {
 	inside := make([]sync.Mutex, len(keys))
 	var mu sync.Mutex
 	fences := map[string][]int64{}
-	var violations, grants int
+	var violations, grants, unconfirmed int
 	var wg sync.WaitGroup
 	for g := range 12 {
 		wg.Add(1)
@@ -114,7 +114,15 @@ func TestRedlockMutualExclusionWithAPausedMaster(t *testing.T) {
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
 				inside[k].Unlock()
-				if _, err := r.Release(context.Background(), lock.Lock(keys[k]), l.Token, "t"); err != nil {
+				// A release that no majority confirmed in time is answered
+				// unavailable, truthfully, and the lease then ends at its TTL:
+				// under load the two live masters may both miss the call
+				// timeout. That is allowed; only a wrong answer is not.
+				if _, err := r.Release(context.Background(), lock.Lock(keys[k]), l.Token, "t"); errors.Is(err, lock.ErrUnavailable) {
+					mu.Lock()
+					unconfirmed++
+					mu.Unlock()
+				} else if err != nil {
 					t.Errorf("release: %v", err)
 					return
 				}
@@ -132,7 +140,7 @@ func TestRedlockMutualExclusionWithAPausedMaster(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d grants with one of three masters paused", grants)
+	t.Logf("%d grants with one of three masters paused; %d releases unconfirmed in time (those leases ended at their TTL)", grants, unconfirmed)
 }
 
 // With a majority of masters down nothing is granted, and the answer comes
