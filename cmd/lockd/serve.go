@@ -345,7 +345,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfo())
 
 	tracer, err := startTracing(ctx, cfg, log)
 	if err != nil {
