@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -63,7 +64,8 @@ Server:
   lockd healthcheck [--url U]   exit 0 when the server's /healthz answers 200 (for containers)
   lockd --version               print the version, commit and Go version
 
-Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVER, LOCKD_API_KEY):
+Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVER,
+LOCKD_API_KEY; these and --json may also come before the command: lockd --server URL ls):
   lockd run     [--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] KEY -- COMMAND [ARGS...]
                                 hold KEY while COMMAND runs; exit with its status
   lockd run     --semaphore NAME --limit N [flags] -- COMMAND [ARGS...]
@@ -102,7 +104,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, usage)
 		return &exitError{code: exitUsage}
 	}
-	cmd, rest := args[1], args[2:]
+	global, args, err := leadingFlags(args[1:])
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return usageError("a command must follow %s", strings.Join(global, " "))
+	}
+	cmd, rest := args[0], args[1:]
+	if len(global) > 0 {
+		if _, ok := clientCommands[cmd]; !ok {
+			return usageError("%s is a client flag: it goes with a client command (lockd %s history KEY), not %q", global[0], strings.Join(global, " "), cmd)
+		}
+		rest = withFlags(cmd, rest, global)
+	}
 	switch cmd {
 	case "serve":
 		return serve(ctx, rest, getenv, stdout, stderr)
@@ -120,6 +136,48 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fmt.Fprintln(stderr, usage)
 	return usageError("unknown command %q", cmd)
+}
+
+// globalFlags are the client flags that may come before the command, as
+// with etcdctl --endpoints=… lock (lockd --server URL history KEY); true
+// when the flag takes a value. The command is handed them, and its own
+// flag set checks them as if written after it.
+var globalFlags = map[string]bool{"server": true, "api-key": true, "json": false}
+
+// leadingFlags splits the global flags written before the command from
+// the command and what follows it.
+func leadingFlags(args []string) (global, rest []string, err error) {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && len(args[0]) > 1 {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		takesValue, ok := globalFlags[name]
+		if !ok {
+			// -h, --help and --version are commands of their own.
+			if len(global) == 0 {
+				return nil, args, nil
+			}
+			return nil, nil, usageError("unknown flag %s before the command: only --server, --api-key and --json may come first", args[0])
+		}
+		n := 1
+		if takesValue && !hasValue {
+			if len(args) < 2 {
+				return nil, nil, usageError("%s wants a value", args[0])
+			}
+			n = 2
+		}
+		global, args = append(global, args[:n]...), args[n:]
+	}
+	return global, args, nil
+}
+
+// withFlags puts the global flags where cmd's own flags go: after the
+// subcommand of sem and session (lockd sem acquire …), else first.
+func withFlags(cmd string, rest, global []string) []string {
+	out := make([]string, 0, len(rest)+len(global))
+	if (cmd == "sem" || cmd == "session") && len(rest) > 0 {
+		out = append(out, rest[0])
+		rest = rest[1:]
+	}
+	return append(append(out, global...), rest...)
 }
 
 // clientCommand is a subcommand that talks to a lockd server.
