@@ -452,7 +452,8 @@ type AcquireRequest struct {
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
-	// `session_not_found` when the session ended or lapsed. Not with
+	// `session_not_found` when the session ended or lapsed, or another
+	// API key made it. Not with
 	// `/hold`, which keeps its own lease.
 	Session *SessionRef `json:"session,omitempty"`
 
@@ -486,7 +487,8 @@ type CampaignRequest struct {
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
-	// `session_not_found` when the session ended or lapsed. Not with
+	// `session_not_found` when the session ended or lapsed, or another
+	// API key made it. Not with
 	// `/hold`, which keeps its own lease.
 	Session *SessionRef `json:"session,omitempty"`
 
@@ -1020,7 +1022,8 @@ type SemaphoreAcquireRequest struct {
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
-	// `session_not_found` when the session ended or lapsed. Not with
+	// `session_not_found` when the session ended or lapsed, or another
+	// API key made it. Not with
 	// `/hold`, which keeps its own lease.
 	Session *SessionRef `json:"session,omitempty"`
 
@@ -1081,7 +1084,8 @@ type SessionHoldEvent struct {
 
 // SessionRef The id of a live session (`POST /v1/sessions`): the grant lives as
 // long as the session, and `ttl_ms` must be left out. 404
-// `session_not_found` when the session ended or lapsed. Not with
+// `session_not_found` when the session ended or lapsed, or another
+// API key made it. Not with
 // `/hold`, which keeps its own lease.
 type SessionRef = string
 
@@ -2474,7 +2478,9 @@ type ClientInterface interface {
 	// their waiters are served; let it lapse and they end with it
 	// (recorded as released by `session`, reason `session expired`, after
 	// which a grant's lock-delay applies). The answer's `session` is a
-	// secret like a lease token: whoever has it can end the session.
+	// secret like a lease token: whoever has it can end the session. With
+	// API keys, a session belongs to the key that made it: to any other
+	// key its id answers 404 `session_not_found`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2492,7 +2498,9 @@ type ClientInterface interface {
 	// their waiters are served; let it lapse and they end with it
 	// (recorded as released by `session`, reason `session expired`, after
 	// which a grant's lock-delay applies). The answer's `session` is a
-	// secret like a lease token: whoever has it can end the session.
+	// secret like a lease token: whoever has it can end the session. With
+	// API keys, a session belongs to the key that made it: to any other
+	// key its id answers 404 `session_not_found`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2514,7 +2522,8 @@ type ClientInterface interface {
 	// For the session's owner, who has its id: its expiry and the
 	// resources it holds grants of. A grant its holder released, or that
 	// was force-released, may stay listed until the session's next
-	// renewal. 404 `session_not_found` once the session ended or lapsed.
+	// renewal. 404 `session_not_found` once the session ended or lapsed,
+	// or when another API key made it.
 	//
 	// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
 	GetSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3664,7 +3673,9 @@ func (c *Client) RenewSemaphore(ctx context.Context, key SemaphoreKey, body Rene
 // their waiters are served; let it lapse and they end with it
 // (recorded as released by `session`, reason `session expired`, after
 // which a grant's lock-delay applies). The answer's `session` is a
-// secret like a lease token: whoever has it can end the session.
+// secret like a lease token: whoever has it can end the session. With
+// API keys, a session belongs to the key that made it: to any other
+// key its id answers 404 `session_not_found`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3692,7 +3703,9 @@ func (c *Client) CreateSessionWithBody(ctx context.Context, contentType string, 
 // their waiters are served; let it lapse and they end with it
 // (recorded as released by `session`, reason `session expired`, after
 // which a grant's lock-delay applies). The answer's `session` is a
-// secret like a lease token: whoever has it can end the session.
+// secret like a lease token: whoever has it can end the session. With
+// API keys, a session belongs to the key that made it: to any other
+// key its id answers 404 `session_not_found`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3734,7 +3747,8 @@ func (c *Client) EndSession(ctx context.Context, id SessionID, reqEditors ...Req
 // For the session's owner, who has its id: its expiry and the
 // resources it holds grants of. A grant its holder released, or that
 // was force-released, may stay listed until the session's next
-// renewal. 404 `session_not_found` once the session ended or lapsed.
+// renewal. 404 `session_not_found` once the session ended or lapsed,
+// or when another API key made it.
 //
 // Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
 func (c *Client) GetSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6281,7 +6295,9 @@ type ClientWithResponsesInterface interface {
 	// their waiters are served; let it lapse and they end with it
 	// (recorded as released by `session`, reason `session expired`, after
 	// which a grant's lock-delay applies). The answer's `session` is a
-	// secret like a lease token: whoever has it can end the session.
+	// secret like a lease token: whoever has it can end the session. With
+	// API keys, a session belongs to the key that made it: to any other
+	// key its id answers 404 `session_not_found`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6299,7 +6315,9 @@ type ClientWithResponsesInterface interface {
 	// their waiters are served; let it lapse and they end with it
 	// (recorded as released by `session`, reason `session expired`, after
 	// which a grant's lock-delay applies). The answer's `session` is a
-	// secret like a lease token: whoever has it can end the session.
+	// secret like a lease token: whoever has it can end the session. With
+	// API keys, a session belongs to the key that made it: to any other
+	// key its id answers 404 `session_not_found`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6323,7 +6341,8 @@ type ClientWithResponsesInterface interface {
 	// For the session's owner, who has its id: its expiry and the
 	// resources it holds grants of. A grant its holder released, or that
 	// was force-released, may stay listed until the session's next
-	// renewal. 404 `session_not_found` once the session ended or lapsed.
+	// renewal. 404 `session_not_found` once the session ended or lapsed,
+	// or when another API key made it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11230,7 +11249,9 @@ func (c *ClientWithResponses) RenewSemaphoreWithResponse(ctx context.Context, ke
 // their waiters are served; let it lapse and they end with it
 // (recorded as released by `session`, reason `session expired`, after
 // which a grant's lock-delay applies). The answer's `session` is a
-// secret like a lease token: whoever has it can end the session.
+// secret like a lease token: whoever has it can end the session. With
+// API keys, a session belongs to the key that made it: to any other
+// key its id answers 404 `session_not_found`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11254,7 +11275,9 @@ func (c *ClientWithResponses) CreateSessionWithBodyWithResponse(ctx context.Cont
 // their waiters are served; let it lapse and they end with it
 // (recorded as released by `session`, reason `session expired`, after
 // which a grant's lock-delay applies). The answer's `session` is a
-// secret like a lease token: whoever has it can end the session.
+// secret like a lease token: whoever has it can end the session. With
+// API keys, a session belongs to the key that made it: to any other
+// key its id answers 404 `session_not_found`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11290,7 +11313,8 @@ func (c *ClientWithResponses) EndSessionWithResponse(ctx context.Context, id Ses
 // For the session's owner, who has its id: its expiry and the
 // resources it holds grants of. A grant its holder released, or that
 // was force-released, may stay listed until the session's next
-// renewal. 404 `session_not_found` once the session ended or lapsed.
+// renewal. 404 `session_not_found` once the session ended or lapsed,
+// or when another API key made it.
 //
 // Returns a wrapper object for the known response body format(s).
 //
