@@ -117,6 +117,61 @@ func routeKey(r *http.Request) (string, bool) {
 	return "", false
 }
 
+// checkQuery answers 400 naming the parameter when the query string does
+// not parse: a bad percent escape or a ';' separator. r.URL.Query(), which
+// the generated code and the dashboard bind from, drops such a pair
+// without a word, so "?prefix=%zz" would list everything and "?cursor=%%"
+// restart from the first page. It runs before routing, on the API and the
+// dashboard alike; the probes, /metrics and /openapi.yaml (the contract's
+// paths outside /v1/) read no query, and a liveness probe must answer
+// whatever its URL carries.
+func checkQuery(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if op, ok := api.OperationFor(http.MethodGet, r.URL.Path); ok && !strings.HasPrefix(op.Path, "/v1/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err := queryError(r.URL.RawQuery); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// queryError is the first pair of the raw query that url.ParseQuery would
+// refuse, as a 400 naming its parameter (as sent, when the name itself does
+// not decode).
+func queryError(raw string) error {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		name, value, _ := strings.Cut(pair, "=")
+		field, err := url.QueryUnescape(name)
+		if err != nil {
+			field = name
+		}
+		if len(field) > 64 {
+			field = field[:64] + "…"
+		}
+		field = strings.ToValidUTF8(field, "?")
+		if err != nil {
+			return invalid(field, "the query parameter %q has a bad percent escape in its name", field)
+		}
+		if strings.Contains(pair, ";") {
+			return invalid(field, "the query parameter %s contains ';': separate parameters with '&', and escape a ';' in a value as %%3B", field)
+		}
+		if _, err := url.QueryUnescape(value); err != nil {
+			return invalid(field, "the query parameter %s has a bad percent escape: write %% as %%25", field)
+		}
+	}
+	return nil
+}
+
 // checkBody validates a POST's body before the generated code binds it:
 // its size, media type and shape. It reads the body and puts back what the
 // generated code is to bind (for JSON null, {}); it decides nothing else.
