@@ -470,7 +470,9 @@ type AcquireRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 
 	// WaitMs How long to wait for a held lock. Default 0 (try once); at most --max-wait (default 60 s).
@@ -502,7 +504,9 @@ type CampaignRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 
 	// WaitMs How long to wait in line. Default 0 (try once); at most --max-wait.
@@ -534,7 +538,9 @@ type ElectionChange struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -564,7 +570,9 @@ type ElectionState struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -679,7 +687,9 @@ type Holder struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -707,7 +717,9 @@ type Leadership struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -861,7 +873,9 @@ type LockState struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 
 	// Waiters Requests now waiting on the key, across every lockd replica (the
@@ -925,7 +939,9 @@ type ProclaimRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value Value `json:"value"`
 }
 
@@ -1000,7 +1016,9 @@ type RenewRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -1040,7 +1058,9 @@ type SemaphoreAcquireRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 
 	// WaitMs How long to wait for a free permit. Default 0 (try once); at most --max-wait (default 60 s).
@@ -1149,7 +1169,9 @@ type StreamResetMessageEvent string
 // dashboard, so never put a secret in it. On acquire it is the new
 // grant's (a re-entry with one replaces it); on renew it replaces the
 // grant's value. Absent: none on a new grant, unchanged otherwise
-// (null is refused: leave the field out).
+// (null is refused: leave the field out). A number beyond a float64's
+// range (which decoders read as Infinity) and a `\u` escape of half a
+// surrogate pair are refused (400, field `value`).
 type Value = json.RawMessage
 
 // Cursor defines model for Cursor.

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
@@ -472,7 +475,75 @@ func checkValue(v *api.Value) (string, error) {
 	if d := jsonDepth(b.Bytes()); d > maxValueDepth {
 		return "", invalid("value", "value must nest at most %d levels deep, got %d", maxValueDepth, d)
 	}
+	if err := portableJSON(b.Bytes()); err != nil {
+		return "", invalid("value", "value %v", err)
+	}
 	return b.String(), nil
+}
+
+// portableJSON refuses, in valid JSON, what common decoders cannot read
+// back: a number beyond a float64's range (1e999, a 400-digit integer),
+// which JavaScript and Python read as Infinity, and a \u escape of half a
+// surrogate pair, which is no character (JavaScript keeps a broken
+// string, Python one it cannot encode, Go a U+FFFD). A number below a
+// float64's smallest reads as 0 everywhere, and a long one loses digits
+// the same way everywhere: both are accepted.
+func portableJSON(b []byte) error {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			end, err := stringEnd(b, i+1)
+			if err != nil {
+				return err
+			}
+			i = end
+		case c == '-' || '0' <= c && c <= '9':
+			end := i + 1
+			for end < len(b) && strings.IndexByte("0123456789+-.eE", b[end]) >= 0 {
+				end++
+			}
+			if _, err := strconv.ParseFloat(string(b[i:end]), 64); err != nil {
+				return errors.New("must not hold a number beyond a float64's ±1.8e308, which JSON decoders read as Infinity (send a larger one as a string)")
+			}
+			i = end - 1
+		}
+	}
+	return nil
+}
+
+// stringEnd is the index of the quote that closes the JSON string starting
+// at b[i], or an error for a \u escape of an unpaired surrogate.
+func stringEnd(b []byte, i int) (int, error) {
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			return i, nil
+		case '\\':
+			if b[i+1] != 'u' {
+				i++
+				continue
+			}
+			r := hexRune(b[i+2 : i+6])
+			i += 5
+			switch {
+			case utf16.IsSurrogate(r) && r < 0xdc00 && i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u':
+				if lo := hexRune(b[i+3 : i+7]); 0xdc00 <= lo && lo <= 0xdfff {
+					i += 6
+					continue
+				}
+				fallthrough
+			case utf16.IsSurrogate(r):
+				return 0, fmt.Errorf("must not hold \\u%04x, half of a UTF-16 surrogate pair: it is no character", r)
+			}
+		}
+	}
+	return len(b), nil
+}
+
+// hexRune is the code unit of a \u escape's four hex digits.
+func hexRune(h []byte) rune {
+	n, _ := strconv.ParseUint(string(h), 16, 32)
+	return rune(n)
 }
 
 // jsonDepth is the deepest nesting of objects and arrays in valid JSON.

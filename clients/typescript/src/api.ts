@@ -1122,7 +1122,9 @@ export interface components {
          *     dashboard, so never put a secret in it. On acquire it is the new
          *     grant's (a re-entry with one replaces it); on renew it replaces the
          *     grant's value. Absent: none on a new grant, unchanged otherwise
-         *     (null is refused: leave the field out).
+         *     (null is refused: leave the field out). A number beyond a float64's
+         *     range (which decoders read as Infinity) and a `\u` escape of half a
+         *     surrogate pair are refused (400, field `value`).
          */
         Value: unknown;
         /**
