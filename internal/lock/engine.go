@@ -234,6 +234,8 @@ type AcquireRequest struct {
 	// Session binds the grant to the session with this id (session.go):
 	// its TTL is the session's, and TTL is ignored.
 	Session string
+	// SessionScope is the scope Session was made in (CreateSession).
+	SessionScope string
 
 	sessionHandle string // the session's handle, once looked up
 }

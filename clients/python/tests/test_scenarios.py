@@ -44,6 +44,20 @@ class Scenarios(unittest.TestCase):
         events = c.history(key)["events"]
         self.assertEqual([(e["type"], e["fence"]) for e in events[:2]], [("released", fence), ("acquired", fence)])
 
+    @scenario("value-round-trip")
+    def test_value_round_trip(self, spec: Dict[str, Any]) -> None:
+        c = harness.client()
+        key = harness.unique("values")
+        for value in spec["values"]:
+            with c.lock(key, ttl=10, value=value):
+                got = c.state(key)["value"]
+                self.assertEqual((got, type(got)), (value, type(value)))
+        with self.assertRaises(lockd.InvalidRequest) as refused:
+            c.acquire(key, ttl=10, value="\ud800")
+        self.assertEqual(refused.exception.field, "value")
+        with self.assertRaises(lockd.NotFound):
+            c.state(key)
+
     @scenario("lost-after-force-release")
     def test_lost_after_force_release(self, spec: Dict[str, Any]) -> None:
         c = harness.client()

@@ -41,6 +41,24 @@ scenario("lease-lifecycle", async (_t, spec) => {
   );
 });
 
+scenario("value-round-trip", async (_t, spec) => {
+  const c = h.client();
+  const key = h.unique("values");
+  const values = spec["values"];
+  assert.ok(Array.isArray(values), "scenarios.json: value-round-trip has no list values");
+  for (const value of values as unknown[]) {
+    await c.withLock(key, { ttlMs: 10000, value }, async () => {
+      assert.deepEqual((await c.state(key)).value, value);
+    });
+  }
+  await assert.rejects(c.acquire(key, { ttlMs: 10000, value: "\ud800" }), (err: unknown) => {
+    assert.ok(err instanceof lockd.InvalidRequest, String(err));
+    assert.equal(err.field, "value");
+    return true;
+  });
+  await assert.rejects(c.state(key), lockd.NotFound);
+});
+
 scenario("lost-after-force-release", async (_t, spec) => {
   const c = h.client();
   const admin = h.client();
