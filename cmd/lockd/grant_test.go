@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,78 @@ func TestGrantAfterWaitLongerThanTTL(t *testing.T) {
 			}
 			if strings.Contains(errb.String(), "lost") {
 				t.Errorf("stderr speaks of a loss:\n%s", &errb)
+			}
+		})
+	}
+}
+
+// lockd release (and sem release) of a lease that is already released or
+// has expired exits 3 and says so, not "lease lost … stop the protected
+// work", which is for a holder that renews (issue 35, newcomer #17).
+func TestReleaseOfAGoneLease(t *testing.T) {
+	ls := startCLIServer(t)
+	env := map[string]string{"LOCKD_SERVER": ls.url}
+	tests := []struct {
+		name    string
+		noun    []string // "sem" or nothing
+		acquire []string
+		gone    func(t *testing.T, key, token string) // makes the lease gone
+	}{
+		{
+			name:    "released twice",
+			acquire: []string{"acquire", "--ttl", "10s"},
+			gone: func(t *testing.T, key, token string) {
+				if code, _, stderr := cli(t, env, "release", "--token", token, key); code != exitOK {
+					t.Fatalf("first release: exit %d: %s", code, stderr)
+				}
+			},
+		},
+		{
+			name:    "released, then held by another",
+			acquire: []string{"acquire", "--ttl", "10s"},
+			gone: func(t *testing.T, key, token string) {
+				if code, _, stderr := cli(t, env, "release", "--token", token, key); code != exitOK {
+					t.Fatalf("first release: exit %d: %s", code, stderr)
+				}
+				if code, _, stderr := cli(t, env, "acquire", "--ttl", "10s", key); code != exitOK {
+					t.Fatalf("the other's acquire: exit %d: %s", code, stderr)
+				}
+			},
+		},
+		{
+			name:    "expired",
+			acquire: []string{"acquire", "--ttl", "200ms"},
+			gone: func(t *testing.T, key, _ string) {
+				lockdtest.Eventually(t, func() bool {
+					_, err := ls.c.State(context.Background(), key)
+					return errors.Is(err, client.ErrNotFound)
+				}, 5*time.Second, "the lease expires")
+			},
+		},
+		{
+			name:    "a permit released twice",
+			noun:    []string{"sem"},
+			acquire: []string{"sem", "acquire", "--limit", "2", "--ttl", "10s"},
+			gone: func(t *testing.T, key, token string) {
+				if code, _, stderr := cli(t, env, "sem", "release", "--token", token, key); code != exitOK {
+					t.Fatalf("first release: exit %d: %s", code, stderr)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "release-gone:" + strings.NewReplacer(" ", "-", ",", "").Replace(tt.name)
+			code, out, stderr := cli(t, env, append(tt.acquire, key)...)
+			if code != exitOK {
+				t.Fatalf("acquire: exit %d: %s", code, stderr)
+			}
+			token := strings.TrimSpace(out)
+			tt.gone(t, key, token)
+			code, _, stderr = cli(t, env, append(append(tt.noun, "release", "--token", token), key)...)
+			if code != exitLeaseLost || !strings.Contains(stderr, "nothing to release: the lease was already released or has expired") ||
+				strings.Contains(stderr, "protected work") {
+				t.Errorf("release: exit %d, stderr %q; want %d and already released or expired", code, stderr, exitLeaseLost)
 			}
 		})
 	}
