@@ -3,6 +3,10 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -52,6 +56,23 @@ func readScenario(t *testing.T, id string, v any) {
 	t.Fatalf("scenarios.json has no scenario %q", id)
 }
 
+// slowProxy serves target's API, each request 25 ms late (as
+// LOCKD_SLOW_URL does for the other clients), until the test ends.
+func slowProxy(t *testing.T, target string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(25 * time.Millisecond)
+		p.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // A lease granted after a wait longer than its TTL lasts its TTL from the
 // grant and renews, for a lock, a semaphore's permit and a leadership
 // (issue 35, newcomer #1: the client counted the TTL from when it sent the
@@ -62,17 +83,20 @@ func TestGrantAfterWaitKeepsLease(t *testing.T) {
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 	ld := startLockd(t)
 	c := newClient(t, ld.URL)
+	slow := newClient(t, slowProxy(t, ld.URL)) // the waiter's, as over a network
 	ctx := context.Background()
 
 	kinds := []struct {
 		name    string
-		acquire func(key string, opts client.AcquireOptions) (*client.Lease, error)
+		acquire func(c *client.Client, key string, opts client.AcquireOptions) (*client.Lease, error)
 		waiting func(key string) (int, error) // how many wait for key
 		holder  func(key string) (int64, error)
 	}{
 		{
-			name:    "lock",
-			acquire: func(key string, o client.AcquireOptions) (*client.Lease, error) { return c.Acquire(ctx, key, o) },
+			name: "lock",
+			acquire: func(c *client.Client, key string, o client.AcquireOptions) (*client.Lease, error) {
+				return c.Acquire(ctx, key, o)
+			},
 			waiting: func(key string) (int, error) {
 				st, err := c.State(ctx, key)
 				return st.Waiters, err
@@ -84,7 +108,7 @@ func TestGrantAfterWaitKeepsLease(t *testing.T) {
 		},
 		{
 			name: "permit",
-			acquire: func(key string, o client.AcquireOptions) (*client.Lease, error) {
+			acquire: func(c *client.Client, key string, o client.AcquireOptions) (*client.Lease, error) {
 				return c.Semaphore(key, 1).Acquire(ctx, o)
 			},
 			waiting: func(key string) (int, error) {
@@ -97,8 +121,10 @@ func TestGrantAfterWaitKeepsLease(t *testing.T) {
 			},
 		},
 		{
-			name:    "leadership",
-			acquire: func(key string, o client.AcquireOptions) (*client.Lease, error) { return c.Campaign(ctx, key, o) },
+			name: "leadership",
+			acquire: func(c *client.Client, key string, o client.AcquireOptions) (*client.Lease, error) {
+				return c.Campaign(ctx, key, o)
+			},
 			waiting: func(key string) (int, error) {
 				st, err := c.Leader(ctx, key)
 				return len(st.Candidates), err
@@ -116,7 +142,7 @@ func TestGrantAfterWaitKeepsLease(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			key := uniqueKey(t)
-			holder, err := k.acquire(key, client.AcquireOptions{Owner: "holder", TTL: ms(spec.HolderTTLMs)})
+			holder, err := k.acquire(c, key, client.AcquireOptions{Owner: "holder", TTL: ms(spec.HolderTTLMs)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +154,7 @@ func TestGrantAfterWaitKeepsLease(t *testing.T) {
 			got := make(chan result, 1)
 			go func() {
 				start := time.Now()
-				l, err := k.acquire(key, client.AcquireOptions{Owner: "waiter", TTL: ms(spec.TTLMs), Wait: ms(spec.WaitMs)})
+				l, err := k.acquire(slow, key, client.AcquireOptions{Owner: "waiter", TTL: ms(spec.TTLMs), Wait: ms(spec.WaitMs)})
 				got <- result{l, err, time.Since(start)}
 			}()
 			lockdtest.Eventually(t, func() bool { n, err := k.waiting(key); return err == nil && n == 1 }, 5*time.Second, "the waiter queues")

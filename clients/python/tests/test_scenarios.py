@@ -327,6 +327,7 @@ class Scenarios(unittest.TestCase):
     @scenario("grant-after-wait")
     def test_grant_after_wait(self, spec: Dict[str, Any]) -> None:
         c = harness.client()
+        slow = harness.client(harness.slow_url())
         key = harness.unique("grant-after-wait")
         ttl = spec["ttl_ms"] / 1000
         holder = c.acquire(key, ttl=spec["holder_ttl_ms"] / 1000, owner="py-holder")
@@ -335,7 +336,7 @@ class Scenarios(unittest.TestCase):
         def wait() -> None:
             start = time.monotonic()
             try:
-                lease = c.acquire(key, ttl=ttl, wait=spec["wait_ms"] / 1000, owner="py-waiter")
+                lease = slow.acquire(key, ttl=ttl, wait=spec["wait_ms"] / 1000, owner="py-waiter")
                 got.append((lease, time.monotonic() - start))
             except BaseException as err:  # reported by the test's thread
                 got.append(err)

@@ -351,7 +351,8 @@ scenario("grant-after-wait", async (_t, spec) => {
   const ttl = figure(spec, "ttl_ms");
   const holder = await c.acquire(key, { ttlMs: figure(spec, "holder_ttl_ms"), owner: "ts-holder" });
   const start = performance.now();
-  const waiting = c.acquire(key, { ttlMs: ttl, waitMs: figure(spec, "wait_ms"), owner: "ts-waiter" });
+  const slow = h.client(h.slowUrl());
+  const waiting = slow.acquire(key, { ttlMs: ttl, waitMs: figure(spec, "wait_ms"), owner: "ts-waiter" });
   await h.eventually(async () => (await waiters(c, key)) === 1, "the waiter queues");
   await h.delay(figure(spec, "hold_ms")); // the wait to outlast: longer than the waiter's TTL
   await holder.release();
