@@ -75,7 +75,7 @@ func slowProxy(t *testing.T, target string) string {
 
 // A lease granted after a wait longer than its TTL lasts its TTL from the
 // grant and renews, for a lock, a semaphore's permit and a leadership
-// (issue 35, newcomer #1: the client counted the TTL from when it sent the
+// (issue 35: the client counted the TTL from when it sent the
 // acquire, and lost the lease at once).
 func TestGrantAfterWaitKeepsLease(t *testing.T) {
 	var spec grantAfterWait

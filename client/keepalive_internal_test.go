@@ -10,7 +10,7 @@ import (
 
 // grantExpiry counts the TTL from when the acquire was sent while that is
 // sure to leave the first renewal time, and otherwise from the answer, with
-// a renewal at once (issue 35, newcomer #1).
+// a renewal at once (issue 35).
 func TestGrantExpiry(t *testing.T) {
 	sent := time.Now()
 	const ttl = 3 * time.Second

@@ -148,7 +148,7 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // third of the TTL: the first renewal, a third of the TTL after arrived,
 // still has a third before it. A later answer most likely waited, and
 // sent+ttl may already be past although the lease has its whole TTL
-// (newcomer #1 of issue 35: `lockd run --ttl 2s --wait 10s` lost every
+// (issue 35: `lockd run --ttl 2s --wait 10s` lost every
 // lease granted after more than 2 s of waiting). Then the expiry is
 // arrived+ttl, later than the server's by at most the time the answer took
 // from the grant to us (a one-way trip), and the lease is renewed at once:

@@ -13,7 +13,7 @@ import (
 
 // lockd run and lockd elect behind a holder that keeps the key longer than
 // their TTL: granted after the wait, COMMAND runs to its end under a lease
-// that lasts its TTL from the grant, and exits 0 (issue 35, newcomer #1:
+// that lasts its TTL from the grant, and exits 0 (issue 35:
 // COMMAND was stopped the moment it got the lock, exit 3, "server
 // unavailable").
 func TestGrantAfterWaitLongerThanTTL(t *testing.T) {
@@ -88,7 +88,7 @@ func TestGrantAfterWaitLongerThanTTL(t *testing.T) {
 
 // lockd release (and sem release) of a lease that is already released or
 // has expired exits 3 and says so, not "lease lost … stop the protected
-// work", which is for a holder that renews (issue 35, newcomer #17).
+// work", which is for a holder that renews (issue 35).
 func TestReleaseOfAGoneLease(t *testing.T) {
 	ls := startCLIServer(t)
 	env := map[string]string{"LOCKD_SERVER": ls.url}

@@ -35,7 +35,7 @@ func TestCLISession(t *testing.T) {
 		t.Fatalf("acquire in the session with an owner: %d %s", code, errOut)
 	}
 	// A grant in a session is the session owner's unless it names another
-	// (issue 35, newcomer #16: it was the caller's address).
+	// (issue 35: it was the caller's address).
 	for key, want := range map[string]string{"cli:sess:a": "nightly", "cli:sess:own": "step-2"} {
 		if st, err := ls.c.State(context.Background(), key); err != nil || st.Owner != want {
 			t.Errorf("%s: owner %q (%v), want %q", key, st.Owner, err, want)
@@ -56,7 +56,7 @@ func TestCLISession(t *testing.T) {
 		t.Fatalf("end: %d %q", code, out)
 	}
 	// "ended at" the moment it ended, not its expiry, 5 s ahead
-	// (issue 35, newcomer #16).
+	// (issue 35).
 	m := regexp.MustCompile(`ended at (\d\d:\d\d:\d\d\.\d{3})`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("end printed %q, want ended at HH:MM:SS.mmm", out)

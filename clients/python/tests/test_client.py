@@ -312,7 +312,7 @@ class Retries(unittest.TestCase):
 
 
 class KeepAlive(unittest.TestCase):
-    """The renewal loop's deadline after a grant, without a server (issue 35, newcomer #1)."""
+    """The renewal loop's deadline after a grant, without a server (issue 35)."""
 
     def test_grant_expiry(self) -> None:
         from lockd._keepalive import grant_expiry
