@@ -447,7 +447,7 @@ type AcquireRequest struct {
 	// with any number of other shared holders.
 	Mode *LockMode `json:"mode,omitempty"`
 
-	// Owner Holder's label, shown on the dashboard. Default the caller's API-key name or address.
+	// Owner Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
@@ -481,7 +481,7 @@ type AcquireRequest struct {
 
 // CampaignRequest defines model for CampaignRequest.
 type CampaignRequest struct {
-	// Candidate Who campaigns, shown as the leader. Default the caller's API-key name or address.
+	// Candidate Who campaigns, shown as the leader. Default the session's owner for a campaign in a session, else the caller's API-key name or address.
 	Candidate *string `json:"candidate,omitempty"`
 
 	// LockDelayMs As on a lock's acquire; default the server's --lock-delay.
@@ -1035,7 +1035,7 @@ type SemaphoreAcquireRequest struct {
 	// `limit_mismatch`.
 	Limit int `json:"limit"`
 
-	// Owner Holder's label, shown on the dashboard. Default the caller's API-key name or address.
+	// Owner Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
@@ -2534,7 +2534,8 @@ type ClientInterface interface {
 	// Every grant of the session is released at once (all its re-entry
 	// levels), recorded as released by `session`, and its waiters are
 	// served. No lock-delay applies: ending is the holder's own choice.
-	// The answer lists what was released.
+	// The answer lists what was released; its `expires_at` is the moment
+	// the session ended.
 	//
 	// Corresponds with DELETE /v1/sessions/{id} (the `EndSession` operationId).
 	EndSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3749,7 +3750,8 @@ func (c *Client) CreateSession(ctx context.Context, body CreateSessionJSONReques
 // Every grant of the session is released at once (all its re-entry
 // levels), recorded as released by `session`, and its waiters are
 // served. No lock-delay applies: ending is the holder's own choice.
-// The answer lists what was released.
+// The answer lists what was released; its `expires_at` is the moment
+// the session ended.
 //
 // Corresponds with DELETE /v1/sessions/{id} (the `EndSession` operationId).
 func (c *Client) EndSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6351,7 +6353,8 @@ type ClientWithResponsesInterface interface {
 	// Every grant of the session is released at once (all its re-entry
 	// levels), recorded as released by `session`, and its waiters are
 	// served. No lock-delay applies: ending is the holder's own choice.
-	// The answer lists what was released.
+	// The answer lists what was released; its `expires_at` is the moment
+	// the session ended.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11317,7 +11320,8 @@ func (c *ClientWithResponses) CreateSessionWithResponse(ctx context.Context, bod
 // Every grant of the session is released at once (all its re-entry
 // levels), recorded as released by `session`, and its waiters are
 // served. No lock-delay applies: ending is the holder's own choice.
-// The answer lists what was released.
+// The answer lists what was released; its `expires_at` is the moment
+// the session ended.
 //
 // Returns a wrapper object for the known response body format(s).
 //

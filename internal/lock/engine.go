@@ -232,7 +232,8 @@ type AcquireRequest struct {
 	// replaces it.
 	Value string
 	// Session binds the grant to the session with this id (session.go):
-	// its TTL is the session's, and TTL is ignored.
+	// its TTL is the session's, and TTL is ignored. An empty Owner is the
+	// session's owner.
 	Session string
 	// SessionScope is the scope Session was made in (CreateSession).
 	SessionScope string

@@ -257,7 +257,9 @@ func (e *Engine) EndSession(ctx context.Context, scope, id string) (Session, err
 	if err != nil {
 		return Session{}, fmt.Errorf("lock: release the session's grants: %w", err)
 	}
-	return r.session(true), nil
+	s := r.session(true)
+	s.ExpiresAt = r.now // it ended: it lived until now, not until its expiry
+	return s, nil
 }
 
 // releaseAll releases every re-entry level of a grant, as its session.
@@ -283,6 +285,10 @@ func (e *Engine) acquireInSession(ctx context.Context, res Resource, req Acquire
 		return Lease{}, err
 	}
 	req.TTL, req.sessionHandle = r.expiresAt.Sub(r.now), h
+	if req.Owner == "" {
+		// A grant in a session is the session owner's unless it says.
+		req.Owner = r.owner
+	}
 	if req.TTL <= 0 {
 		return Lease{}, ErrSessionNotFound
 	}

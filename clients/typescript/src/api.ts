@@ -699,7 +699,8 @@ export interface paths {
          * @description Every grant of the session is released at once (all its re-entry
          *     levels), recorded as released by `session`, and its waiters are
          *     served. No lock-delay applies: ending is the holder's own choice.
-         *     The answer lists what was released.
+         *     The answer lists what was released; its `expires_at` is the moment
+         *     the session ended.
          */
         delete: operations["endSession"];
         options?: never;
@@ -954,7 +955,7 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         AcquireRequest: {
-            /** @description Holder's label, shown on the dashboard. Default the caller's API-key name or address. */
+            /** @description Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address. */
             owner?: string;
             /**
              * Format: int64
@@ -989,7 +990,7 @@ export interface components {
              *     `limit_mismatch`.
              */
             limit: number;
-            /** @description Holder's label, shown on the dashboard. Default the caller's API-key name or address. */
+            /** @description Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address. */
             owner?: string;
             /**
              * Format: int64
@@ -1007,7 +1008,7 @@ export interface components {
             session?: components["schemas"]["SessionRef"];
         };
         CampaignRequest: {
-            /** @description Who campaigns, shown as the leader. Default the caller's API-key name or address. */
+            /** @description Who campaigns, shown as the leader. Default the session's owner for a campaign in a session, else the caller's API-key name or address. */
             candidate?: string;
             value?: components["schemas"]["Value"];
             /**

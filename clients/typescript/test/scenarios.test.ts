@@ -363,6 +363,32 @@ scenario("session-grants", async (_t, spec) => {
   assert.deepEqual([newest.type, newest.actor, newest.reason], ["released", "session", "session expired"]);
 });
 
+scenario("grant-after-wait", async (_t, spec) => {
+  const c = h.client();
+  const key = h.unique("grant-after-wait");
+  const ttl = figure(spec, "ttl_ms");
+  const holder = await c.acquire(key, { ttlMs: figure(spec, "holder_ttl_ms"), owner: "ts-holder" });
+  const start = performance.now();
+  const slow = h.client(h.slowUrl());
+  const waiting = slow.acquire(key, { ttlMs: ttl, waitMs: figure(spec, "wait_ms"), owner: "ts-waiter" });
+  await h.eventually(async () => (await waiters(c, key)) === 1, "the waiter queues");
+  await h.delay(figure(spec, "hold_ms")); // the wait to outlast: longer than the waiter's TTL
+  await holder.release();
+  const lease = await h.within(waiting, figure(spec, "wait_ms"), "the waiter's grant");
+  const waited = performance.now() - start;
+  try {
+    assert.ok(waited > ttl, `granted after ${waited.toFixed(0)} ms, not longer than the TTL: the test proves nothing`);
+    await h.delay(figure(spec, "keep_ms"));
+    assert.equal(lease.lost, false, `lost after a grant that waited ${waited.toFixed(0)} ms: ${String(lease.error)}`);
+    assert.ok(lease.renewals >= figure(spec, "min_renewals"), `${lease.renewals} renewals`);
+    assert.equal((await c.state(key)).fence, lease.fence);
+  } catch (err) {
+    lease.abandon();
+    throw err;
+  }
+  await lease.release();
+});
+
 test("every scenario of clients/scenarios.json has a test", () => {
   const missing = [...h.SCENARIOS.keys()].filter((id) => !h.COVERED.has(id));
   assert.deepEqual(missing, [], "scenarios of clients/scenarios.json without a TypeScript test");
