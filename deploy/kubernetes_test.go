@@ -587,9 +587,12 @@ func containerPort(c *corev1.Container, name string) int32 {
 	return 0
 }
 
-// checkAuth: --auth-file is a file of a Secret volume, and lockd accepts
+// checkAuth: --auth-file is a file of a Secret volume, and lockd parses
 // the Secret's content (lockd refuses to listen beyond loopback without
-// keys); LOCKD_SESSION_SECRET is long enough for lockd to start.
+// keys); LOCKD_SESSION_SECRET is long enough for lockd to start. Every key
+// and the session secret the Secret ships are examples that lockd refuses
+// (N21): the Secret must be replaced before the pods start, and nobody
+// gets a working admin key by applying it as is.
 func checkAuth(t *testing.T, m *manifests, d *appsv1.Deployment, c *corev1.Container, flags map[string]string) {
 	t.Helper()
 	path := flags["auth-file"]
@@ -600,8 +603,11 @@ func checkAuth(t *testing.T, m *manifests, d *appsv1.Deployment, c *corev1.Conta
 	if !ok {
 		t.Fatalf("--auth-file=%s is not a file of a Secret volume mounted in the container", path)
 	}
-	if keys, err := auth.Parse([]byte(content)); err != nil || !keys.Enabled() {
-		t.Errorf("lockd refuses the auth file in the Secret, or it holds no key: %v", err)
+	keys, err := auth.Parse([]byte(content))
+	if err != nil || !keys.Enabled() {
+		t.Errorf("lockd cannot read the auth file in the Secret, or it holds no key: %v", err)
+	} else if ex := auth.ExampleKeys([]byte(content)); len(ex) != keys.Len() {
+		t.Errorf("the Secret's auth file has %d keys, of which lockd refuses only %v as examples: a shipped key would work", keys.Len(), ex)
 	}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
@@ -614,6 +620,9 @@ func checkAuth(t *testing.T, m *manifests, d *appsv1.Deployment, c *corev1.Conta
 		}
 		if e.Name == "LOCKD_SESSION_SECRET" && len(v) < web.MinSecretLen {
 			t.Errorf("LOCKD_SESSION_SECRET is %d bytes; lockd needs at least %d", len(v), web.MinSecretLen)
+		}
+		if e.Name == "LOCKD_SESSION_SECRET" && !auth.IsExample(v) {
+			t.Errorf("the Secret's session secret is not one lockd refuses as an example: a shipped secret would work")
 		}
 	}
 }
