@@ -77,6 +77,8 @@ Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVE
   lockd ls      [--prefix P] [--json]
   lockd history [--limit N] [--json] KEY
   lockd force-release [--fence N] [--reason TEXT] KEY
+  lockd quarantine end --reason TEXT
+                                end the restart quarantine after Redis lost its data (admin)
   lockd sem acquire|renew|release|status|list|history|force-release ...
                                 the same for semaphores (lockd sem -h)
   lockd elect   [--owner NAME] [--ttl 30s] [--wait 0] [--value JSON] NAME -- COMMAND [ARGS...]
@@ -139,4 +141,5 @@ var clientCommands = map[string]clientCommand{
 	"elect":         electCmd,
 	"leader":        leaderCmd,
 	"session":       sessionCmd,
+	"quarantine":    quarantineCmd,
 }
