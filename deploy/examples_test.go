@@ -41,12 +41,13 @@ func exampleFiles(t *testing.T) []string {
 // The shown secrets: an API key (a plain key has at least 16
 // characters, so a Secret's key name such as session-secret is none), a
 // key's SHA-256, a session secret (at least web.MinSecretLen bytes), a
-// key in a curl example. "…" and shell variables are placeholders, not
+// Redis password, a key in a curl example. "…" and shell variables are placeholders, not
 // secrets.
 var (
 	shownKey     = regexp.MustCompile(`\bkey:\s*"?([^"\s,}#]{16,})`)
 	shownHash    = regexp.MustCompile(`\bsha256:\s*"?([0-9a-fA-F]{64})\b`)
 	shownSession = regexp.MustCompile(`(?:session-secret|LOCKD_SESSION_SECRET)["']?\s*[:=]\s*["']?([^"'\s$(]{` + strconv.Itoa(web.MinSecretLen) + `,})`)
+	shownRedis   = regexp.MustCompile(`(?:redis-password|LOCKD_REDIS_PASSWORD|LOCKD_SENTINEL_PASSWORD|requirepass)["']?(?:[ \t]*[:=][ \t]*|[ \t]+)["']?([^"'\s$(]{8,})`)
 	shownBearer  = regexp.MustCompile(`Bearer\s+([^\s'"$\\]{16,})`)
 )
 
@@ -62,7 +63,7 @@ func TestExampleCredentialsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := string(b)
-		for _, re := range []*regexp.Regexp{shownKey, shownSession, shownBearer} {
+		for _, re := range []*regexp.Regexp{shownKey, shownSession, shownRedis, shownBearer} {
 			for _, m := range re.FindAllStringSubmatch(text, -1) {
 				found[m[1]] = true
 				if !auth.IsExample(m[1]) {
@@ -79,7 +80,7 @@ func TestExampleCredentialsRefused(t *testing.T) {
 		}
 	}
 	// The scan reads what the shipped files show (else the patterns broke).
-	for _, s := range []string{"change-me-writer-key", "change-me-admin-key!", "change-me-change-me-change-me-change-me", "s3cret-plaintext"} {
+	for _, s := range []string{"change-me-writer-key", "change-me-admin-key!", "change-me-change-me-change-me-change-me", "s3cret-plaintext", "change-me-redis-password-change-me"} {
 		if !found[s] {
 			t.Errorf("the scan did not find %.9s… in the shipped files", s)
 		}

@@ -22,8 +22,8 @@ keys:
 `
 
 // k8sSecret is what deploy/kubernetes/lockd-secret.yaml gives lockd: its
-// auth file and its session secret.
-func k8sSecret(t *testing.T) (authYAML, sessionSecret string) {
+// auth file, its session secret and the Redis password.
+func k8sSecret(t *testing.T) (authYAML, sessionSecret, redisPassword string) {
 	t.Helper()
 	b, err := os.ReadFile("../../deploy/kubernetes/lockd-secret.yaml")
 	if err != nil {
@@ -35,19 +35,20 @@ func k8sSecret(t *testing.T) (authYAML, sessionSecret string) {
 	if err := yaml.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
-	if s.StringData["auth.yaml"] == "" || s.StringData["session-secret"] == "" {
-		t.Fatalf("lockd-secret.yaml has no auth.yaml or session-secret: %v", s.StringData)
+	if s.StringData["auth.yaml"] == "" || s.StringData["session-secret"] == "" || s.StringData["redis-password"] == "" {
+		t.Fatalf("lockd-secret.yaml has no auth.yaml, session-secret or redis-password: %v", s.StringData)
 	}
-	return s.StringData["auth.yaml"], s.StringData["session-secret"]
+	return s.StringData["auth.yaml"], s.StringData["session-secret"], s.StringData["redis-password"]
 }
 
 // N21: lockd refuses to start with the credentials its own files ship
 // (deploy/auth.yaml, which docker-compose mounts; the Kubernetes Secret's
-// auth file and session secret; a key that starts with change-me), naming
+// auth file, session secret and Redis password; a key that starts with
+// change-me), naming
 // the key or the variable and never the secret. --allow-example-credentials
 // starts it anyway, with a warning.
 func TestServeRefusesExampleCredentials(t *testing.T) {
-	k8sAuth, k8sSession := k8sSecret(t)
+	k8sAuth, k8sSession, k8sRedis := k8sSecret(t)
 	tests := []struct {
 		name    string
 		args    []string
@@ -61,6 +62,8 @@ func TestServeRefusesExampleCredentials(t *testing.T) {
 			[]string{`"writer"`, `"ops"`, `"dashboard-viewer"`}, []string{"change-me-admin-key!"}},
 		{"the Kubernetes Secret's session secret", nil, map[string]string{"LOCKD_AUTH_YAML": realAuthYAML, "LOCKD_SESSION_SECRET": k8sSession},
 			[]string{"LOCKD_SESSION_SECRET"}, []string{k8sSession}},
+		{"the Kubernetes Secret's Redis password", nil, map[string]string{"LOCKD_AUTH_YAML": realAuthYAML, "LOCKD_REDIS_PASSWORD": k8sRedis},
+			[]string{"LOCKD_REDIS_PASSWORD"}, []string{k8sRedis}},
 		{"a key starting with change-me", nil, map[string]string{"LOCKD_AUTH_YAML": "keys:\n  - {name: mine, key: change-me-please-0123, scopes: [read]}\n"},
 			[]string{`"mine"`}, []string{"change-me-please-0123"}},
 		{"the hash of an example key", nil, map[string]string{"LOCKD_AUTH_YAML": "keys:\n  - {name: hashed, sha256: " +

@@ -84,6 +84,7 @@ type serveConfig struct {
 	allowExamples bool
 	exampleKeys   []string // the API keys' names
 	exampleSecret bool     // LOCKD_SESSION_SECRET
+	exampleRedis  []string // LOCKD_REDIS_PASSWORD, LOCKD_SENTINEL_PASSWORD
 }
 
 // parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
@@ -96,7 +97,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL: redis://[user:pass@]host:6379/0 (rediss:// for TLS), redis-sentinel://host:26379[,host:port…]/MASTER[/DB], redis-cluster://host:7000[,host:port…]; empty: the embedded in-process store")
 	fs.StringVar(&c.authFile, "auth-file", env.str("auth-file", ""), "YAML file of API keys (see README); LOCKD_AUTH_YAML may hold the same YAML instead")
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
-	fs.BoolVar(&c.allowExamples, "allow-example-credentials", env.bool("allow-example-credentials", false), "start even though an API key or LOCKD_SESSION_SECRET is one that lockd's repository shows (deploy/, docs/) or starts with change-me, which lockd otherwise refuses; it warns on every start. For a demo on a trusted machine only")
+	fs.BoolVar(&c.allowExamples, "allow-example-credentials", env.bool("allow-example-credentials", false), "start even though an API key, LOCKD_SESSION_SECRET or a Redis password is one that lockd's repository shows (deploy/, docs/) or starts with change-me, which lockd otherwise refuses; it warns on every start. For a demo on a trusted machine only")
 	fs.BoolVar(&c.strictPrefixes, "strict-prefixes", env.bool("strict-prefixes", false), "refuse to start when an API key's prefix does not end in a separator (: / . - _ @), which would also cover longer names (a:1 covers a:10)")
 	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", env.str("tls-key", ""), "PEM private key of --tls-cert")
@@ -160,6 +161,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	c.keys, c.exampleKeys = keys, examples
 	c.exampleSecret = auth.IsExample(getenv("LOCKD_SESSION_SECRET"))
+	for _, v := range []string{"LOCKD_REDIS_PASSWORD", "LOCKD_SENTINEL_PASSWORD"} {
+		if auth.IsExample(getenv(v)) {
+			c.exampleRedis = append(c.exampleRedis, v)
+		}
+	}
 	if c.webhooks, err = loadWebhooks(c.webhooksFile); err != nil {
 		return c, err
 	}
@@ -223,6 +229,7 @@ func (c serveConfig) exampleCredentials() string {
 	if c.exampleSecret {
 		what = append(what, "LOCKD_SESSION_SECRET")
 	}
+	what = append(what, c.exampleRedis...)
 	return strings.Join(what, "; ")
 }
 
