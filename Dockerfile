@@ -1,14 +1,18 @@
 # lockd: a small static image that runs as non-root.
 #   docker build -t lockd .
 #   docker run -p 8080:8080 -e LOCKD_REDIS=redis://redis:6379/0 -e LOCKD_AUTH_YAML="$(cat auth.yaml)" lockd
-# The binary is built exactly as `make build` builds it in CI.
+# The binary is built exactly as `make build` builds it in CI. The build
+# sees no .git (.dockerignore): `make image` passes the version and commit
+# as VERSION and COMMIT and tags the image lockd:<version>.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/lockd ./cmd/lockd
+ARG VERSION=
+ARG COMMIT=
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/lockd ./cmd/lockd
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/lockd /lockd

@@ -576,6 +576,12 @@ type ElectionState struct {
 	Value *Value `json:"value,omitempty"`
 }
 
+// EndQuarantineRequest defines model for EndQuarantineRequest.
+type EndQuarantineRequest struct {
+	// Reason Why the quarantine ends early; logged with the actor.
+	Reason string `json:"reason"`
+}
+
 // Event defines model for Event.
 type Event struct {
 	// Actor Who did it (API-key name or caller address).
@@ -943,6 +949,15 @@ type ProclaimRequest struct {
 	// range (which decoders read as Infinity) and a `\u` escape of half a
 	// surrogate pair are refused (400, field `value`).
 	Value Value `json:"value"`
+}
+
+// QuarantineEnded defines model for QuarantineEnded.
+type QuarantineEnded struct {
+	// Ended A quarantine was on, and is over.
+	Ended bool `json:"ended"`
+
+	// RemainingMs How long the quarantine still had (0 when none was on).
+	RemainingMs int64 `json:"remaining_ms"`
 }
 
 // Queued One request waiting for a key (never a token).
@@ -1353,6 +1368,9 @@ type GetSemaphoreHistoryParams struct {
 	// Type Only events of this type; `renewed` reads the renewals.
 	Type *HistoryType `form:"type,omitempty" json:"type,omitempty"`
 }
+
+// EndQuarantineJSONRequestBody defines body for EndQuarantine for application/json ContentType.
+type EndQuarantineJSONRequestBody = EndQuarantineRequest
 
 // CampaignJSONRequestBody defines body for Campaign for application/json ContentType.
 type CampaignJSONRequestBody = CampaignRequest
@@ -1869,9 +1887,11 @@ type ClientInterface interface {
 	// Readyz lockd can grant.
 	//
 	// Answers 200 when every Redis master takes a write within 2 s (so not
-	// read-only, out of memory or loading) and no restart quarantine is on;
-	// else 503 with `Retry-After` (`backend_recovering` during the
-	// quarantine): a readiness probe. Never needs an API key. The topology
+	// read-only, out of memory or loading) and no restart quarantine holds
+	// this server's grants back; else 503 with `Retry-After`
+	// (`backend_recovering` during the quarantine): a readiness probe. A
+	// server started with `--restart-quarantine=false` grants during a
+	// quarantine, and is ready then. Never needs an API key. The topology
 	// and each node's address, role and reachability are added for a
 	// caller with a valid API key (any scope) when auth is on, and with
 	// auth off for a caller that names the server by a Host it answers to;
@@ -1879,6 +1899,48 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EndQuarantineWithBody End the restart quarantine now (admin).
+	//
+	// After Redis lost its data, lockd grants nothing until every lease it
+	// may have forgotten has expired: 503 `backend_recovering`, and
+	// `/readyz` 503 (the restart quarantine). This ends it at once, for
+	// every lockd on the same Redis: the server that answers grants and
+	// is ready at once, the others within their next refresh (a second).
+	// The forgotten leases may still be live: end it only when their
+	// holders have stopped, or when overlapping them is acceptable.
+	//
+	// Needs the admin scope and a key that is not limited to prefixes
+	// (the quarantine holds back every key): else 403. `reason` is
+	// required; the server logs a warning with the actor (the API key's
+	// name) and the reason. Answers how long the quarantine still had
+	// (`ended` false and `remaining_ms` 0 when none was on).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/admin/quarantine/end (the `EndQuarantine` operationId).
+	EndQuarantineWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EndQuarantine End the restart quarantine now (admin).
+	//
+	// After Redis lost its data, lockd grants nothing until every lease it
+	// may have forgotten has expired: 503 `backend_recovering`, and
+	// `/readyz` 503 (the restart quarantine). This ends it at once, for
+	// every lockd on the same Redis: the server that answers grants and
+	// is ready at once, the others within their next refresh (a second).
+	// The forgotten leases may still be live: end it only when their
+	// holders have stopped, or when overlapping them is acceptable.
+	//
+	// Needs the admin scope and a key that is not limited to prefixes
+	// (the quarantine holds back every key): else 403. `reason` is
+	// required; the server logs a warning with the actor (the API key's
+	// name) and the reason. Answers how long the quarantine still had
+	// (`ended` false and `remaining_ms` 0 when none was on).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/admin/quarantine/end (the `EndQuarantine` operationId).
+	EndQuarantine(ctx context.Context, body EndQuarantineJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListElections List elections with a leader, paged.
 	//
@@ -2625,9 +2687,11 @@ func (c *Client) Livez(ctx context.Context, reqEditors ...RequestEditorFn) (*htt
 // Readyz lockd can grant.
 //
 // Answers 200 when every Redis master takes a write within 2 s (so not
-// read-only, out of memory or loading) and no restart quarantine is on;
-// else 503 with `Retry-After` (`backend_recovering` during the
-// quarantine): a readiness probe. Never needs an API key. The topology
+// read-only, out of memory or loading) and no restart quarantine holds
+// this server's grants back; else 503 with `Retry-After`
+// (`backend_recovering` during the quarantine): a readiness probe. A
+// server started with `--restart-quarantine=false` grants during a
+// quarantine, and is ready then. Never needs an API key. The topology
 // and each node's address, role and reachability are added for a
 // caller with a valid API key (any scope) when auth is on, and with
 // auth off for a caller that names the server by a Host it answers to;
@@ -2636,6 +2700,68 @@ func (c *Client) Livez(ctx context.Context, reqEditors ...RequestEditorFn) (*htt
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EndQuarantineWithBody End the restart quarantine now (admin).
+//
+// After Redis lost its data, lockd grants nothing until every lease it
+// may have forgotten has expired: 503 `backend_recovering`, and
+// `/readyz` 503 (the restart quarantine). This ends it at once, for
+// every lockd on the same Redis: the server that answers grants and
+// is ready at once, the others within their next refresh (a second).
+// The forgotten leases may still be live: end it only when their
+// holders have stopped, or when overlapping them is acceptable.
+//
+// Needs the admin scope and a key that is not limited to prefixes
+// (the quarantine holds back every key): else 403. `reason` is
+// required; the server logs a warning with the actor (the API key's
+// name) and the reason. Answers how long the quarantine still had
+// (`ended` false and `remaining_ms` 0 when none was on).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/admin/quarantine/end (the `EndQuarantine` operationId).
+func (c *Client) EndQuarantineWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEndQuarantineRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EndQuarantine End the restart quarantine now (admin).
+//
+// After Redis lost its data, lockd grants nothing until every lease it
+// may have forgotten has expired: 503 `backend_recovering`, and
+// `/readyz` 503 (the restart quarantine). This ends it at once, for
+// every lockd on the same Redis: the server that answers grants and
+// is ready at once, the others within their next refresh (a second).
+// The forgotten leases may still be live: end it only when their
+// holders have stopped, or when overlapping them is acceptable.
+//
+// Needs the admin scope and a key that is not limited to prefixes
+// (the quarantine holds back every key): else 403. `reason` is
+// required; the server logs a warning with the actor (the API key's
+// name) and the reason. Answers how long the quarantine still had
+// (`ended` false and `remaining_ms` 0 when none was on).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/admin/quarantine/end (the `EndQuarantine` operationId).
+func (c *Client) EndQuarantine(ctx context.Context, body EndQuarantineJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEndQuarantineRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3925,6 +4051,46 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewEndQuarantineRequest calls the generic EndQuarantine builder with application/json body
+func NewEndQuarantineRequest(server string, body EndQuarantineJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewEndQuarantineRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewEndQuarantineRequestWithBody constructs an http.Request for the EndQuarantine method, with any body, and a specified content type
+func NewEndQuarantineRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/admin/quarantine/end")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -5664,9 +5830,11 @@ type ClientWithResponsesInterface interface {
 	// ReadyzWithResponse lockd can grant.
 	//
 	// Answers 200 when every Redis master takes a write within 2 s (so not
-	// read-only, out of memory or loading) and no restart quarantine is on;
-	// else 503 with `Retry-After` (`backend_recovering` during the
-	// quarantine): a readiness probe. Never needs an API key. The topology
+	// read-only, out of memory or loading) and no restart quarantine holds
+	// this server's grants back; else 503 with `Retry-After`
+	// (`backend_recovering` during the quarantine): a readiness probe. A
+	// server started with `--restart-quarantine=false` grants during a
+	// quarantine, and is ready then. Never needs an API key. The topology
 	// and each node's address, role and reachability are added for a
 	// caller with a valid API key (any scope) when auth is on, and with
 	// auth off for a caller that names the server by a Host it answers to;
@@ -5676,6 +5844,48 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
+
+	// EndQuarantineWithBodyWithResponse End the restart quarantine now (admin).
+	//
+	// After Redis lost its data, lockd grants nothing until every lease it
+	// may have forgotten has expired: 503 `backend_recovering`, and
+	// `/readyz` 503 (the restart quarantine). This ends it at once, for
+	// every lockd on the same Redis: the server that answers grants and
+	// is ready at once, the others within their next refresh (a second).
+	// The forgotten leases may still be live: end it only when their
+	// holders have stopped, or when overlapping them is acceptable.
+	//
+	// Needs the admin scope and a key that is not limited to prefixes
+	// (the quarantine holds back every key): else 403. `reason` is
+	// required; the server logs a warning with the actor (the API key's
+	// name) and the reason. Answers how long the quarantine still had
+	// (`ended` false and `remaining_ms` 0 when none was on).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/admin/quarantine/end (the `EndQuarantine` operationId).
+	EndQuarantineWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EndQuarantineResponse, error)
+
+	// EndQuarantineWithResponse End the restart quarantine now (admin).
+	//
+	// After Redis lost its data, lockd grants nothing until every lease it
+	// may have forgotten has expired: 503 `backend_recovering`, and
+	// `/readyz` 503 (the restart quarantine). This ends it at once, for
+	// every lockd on the same Redis: the server that answers grants and
+	// is ready at once, the others within their next refresh (a second).
+	// The forgotten leases may still be live: end it only when their
+	// holders have stopped, or when overlapping them is acceptable.
+	//
+	// Needs the admin scope and a key that is not limited to prefixes
+	// (the quarantine holds back every key): else 403. `reason` is
+	// required; the server logs a warning with the actor (the API key's
+	// name) and the reason. Answers how long the quarantine still had
+	// (`ended` false and `remaining_ms` 0 when none was on).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/admin/quarantine/end (the `EndQuarantine` operationId).
+	EndQuarantineWithResponse(ctx context.Context, body EndQuarantineJSONRequestBody, reqEditors ...RequestEditorFn) (*EndQuarantineResponse, error)
 
 	// ListElectionsWithResponse List elections with a leader, paged.
 	//
@@ -6543,6 +6753,117 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// EndQuarantineResponse401Headers the declared response headers of an HTTP 401 response for EndQuarantine
+type EndQuarantineResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// EndQuarantineResponse429Headers the declared response headers of an HTTP 429 response for EndQuarantine
+type EndQuarantineResponse429Headers struct {
+	RetryAfter int
+}
+
+// EndQuarantineResponse503Headers the declared response headers of an HTTP 503 response for EndQuarantine
+type EndQuarantineResponse503Headers struct {
+	RetryAfter int
+}
+
+type EndQuarantineResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *QuarantineEnded
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *EndQuarantineResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *EndQuarantineResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *EndQuarantineResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r EndQuarantineResponse) GetJSON200() *QuarantineEnded {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r EndQuarantineResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r EndQuarantineResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r EndQuarantineResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r EndQuarantineResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r EndQuarantineResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r EndQuarantineResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r EndQuarantineResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r EndQuarantineResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r EndQuarantineResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r EndQuarantineResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r EndQuarantineResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10355,9 +10676,11 @@ func (c *ClientWithResponses) LivezWithResponse(ctx context.Context, reqEditors 
 // ReadyzWithResponse lockd can grant.
 //
 // Answers 200 when every Redis master takes a write within 2 s (so not
-// read-only, out of memory or loading) and no restart quarantine is on;
-// else 503 with `Retry-After` (`backend_recovering` during the
-// quarantine): a readiness probe. Never needs an API key. The topology
+// read-only, out of memory or loading) and no restart quarantine holds
+// this server's grants back; else 503 with `Retry-After`
+// (`backend_recovering` during the quarantine): a readiness probe. A
+// server started with `--restart-quarantine=false` grants during a
+// quarantine, and is ready then. Never needs an API key. The topology
 // and each node's address, role and reachability are added for a
 // caller with a valid API key (any scope) when auth is on, and with
 // auth off for a caller that names the server by a Host it answers to;
@@ -10372,6 +10695,60 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseReadyzResponse(rsp)
+}
+
+// EndQuarantineWithBodyWithResponse End the restart quarantine now (admin).
+//
+// After Redis lost its data, lockd grants nothing until every lease it
+// may have forgotten has expired: 503 `backend_recovering`, and
+// `/readyz` 503 (the restart quarantine). This ends it at once, for
+// every lockd on the same Redis: the server that answers grants and
+// is ready at once, the others within their next refresh (a second).
+// The forgotten leases may still be live: end it only when their
+// holders have stopped, or when overlapping them is acceptable.
+//
+// Needs the admin scope and a key that is not limited to prefixes
+// (the quarantine holds back every key): else 403. `reason` is
+// required; the server logs a warning with the actor (the API key's
+// name) and the reason. Answers how long the quarantine still had
+// (`ended` false and `remaining_ms` 0 when none was on).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/admin/quarantine/end (the `EndQuarantine` operationId).
+func (c *ClientWithResponses) EndQuarantineWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EndQuarantineResponse, error) {
+	rsp, err := c.EndQuarantineWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEndQuarantineResponse(rsp)
+}
+
+// EndQuarantineWithResponse End the restart quarantine now (admin).
+//
+// After Redis lost its data, lockd grants nothing until every lease it
+// may have forgotten has expired: 503 `backend_recovering`, and
+// `/readyz` 503 (the restart quarantine). This ends it at once, for
+// every lockd on the same Redis: the server that answers grants and
+// is ready at once, the others within their next refresh (a second).
+// The forgotten leases may still be live: end it only when their
+// holders have stopped, or when overlapping them is acceptable.
+//
+// Needs the admin scope and a key that is not limited to prefixes
+// (the quarantine holds back every key): else 403. `reason` is
+// required; the server logs a warning with the actor (the API key's
+// name) and the reason. Answers how long the quarantine still had
+// (`ended` false and `remaining_ms` 0 when none was on).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/admin/quarantine/end (the `EndQuarantine` operationId).
+func (c *ClientWithResponses) EndQuarantineWithResponse(ctx context.Context, body EndQuarantineJSONRequestBody, reqEditors ...RequestEditorFn) (*EndQuarantineResponse, error) {
+	rsp, err := c.EndQuarantine(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEndQuarantineResponse(rsp)
 }
 
 // ListElectionsWithResponse List elections with a leader, paged.
@@ -11493,6 +11870,114 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseEndQuarantineResponse parses an HTTP response from a EndQuarantineWithResponse call
+func ParseEndQuarantineResponse(rsp *http.Response) (*EndQuarantineResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &EndQuarantineResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest QuarantineEnded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers EndQuarantineResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers EndQuarantineResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers EndQuarantineResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -15234,6 +15719,9 @@ type ServerInterface interface {
 	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(w http.ResponseWriter, r *http.Request)
+	// EndQuarantine End the restart quarantine now (admin).
+	// (POST /v1/admin/quarantine/end)
+	EndQuarantine(w http.ResponseWriter, r *http.Request)
 	// ListElections List elections with a leader, paged.
 	// (GET /v1/elections)
 	ListElections(w http.ResponseWriter, r *http.Request, params ListElectionsParams)
@@ -15354,6 +15842,12 @@ func (_ Unimplemented) Livez(w http.ResponseWriter, r *http.Request) {
 // Readyz lockd can grant.
 // (GET /readyz)
 func (_ Unimplemented) Readyz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// EndQuarantine End the restart quarantine now (admin).
+// (POST /v1/admin/quarantine/end)
+func (_ Unimplemented) EndQuarantine(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -15597,6 +16091,20 @@ func (siw *ServerInterfaceWrapper) Readyz(w http.ResponseWriter, r *http.Request
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Readyz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// EndQuarantine operation middleware
+func (siw *ServerInterfaceWrapper) EndQuarantine(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.EndQuarantine(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -16959,6 +17467,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/readyz", wrapper.Readyz)
 	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/admin/quarantine/end", wrapper.EndQuarantine)
+	})
 
 	return r
 }
@@ -17090,6 +17601,143 @@ type Readyz503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response Readyz503ApplicationProblemPlusJSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EndQuarantineRequestObject struct {
+	Body *EndQuarantineJSONRequestBody
+}
+
+type EndQuarantineResponseObject interface {
+	VisitEndQuarantineResponse(w http.ResponseWriter) error
+}
+
+type EndQuarantine200JSONResponse QuarantineEnded
+
+func (response EndQuarantine200JSONResponse) VisitEndQuarantineResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EndQuarantine400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response EndQuarantine400ApplicationProblemPlusJSONResponse) VisitEndQuarantineResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EndQuarantine401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response EndQuarantine401ApplicationProblemPlusJSONResponse) VisitEndQuarantineResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EndQuarantine403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response EndQuarantine403ApplicationProblemPlusJSONResponse) VisitEndQuarantineResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EndQuarantine413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response EndQuarantine413ApplicationProblemPlusJSONResponse) VisitEndQuarantineResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EndQuarantine415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response EndQuarantine415ApplicationProblemPlusJSONResponse) VisitEndQuarantineResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EndQuarantine429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response EndQuarantine429ApplicationProblemPlusJSONResponse) VisitEndQuarantineResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EndQuarantine503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response EndQuarantine503ApplicationProblemPlusJSONResponse) VisitEndQuarantineResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -21979,6 +22627,9 @@ type StrictServerInterface interface {
 	// Readyz lockd can grant.
 	// (GET /readyz)
 	Readyz(ctx context.Context, request ReadyzRequestObject) (ReadyzResponseObject, error)
+	// EndQuarantine End the restart quarantine now (admin).
+	// (POST /v1/admin/quarantine/end)
+	EndQuarantine(ctx context.Context, request EndQuarantineRequestObject) (EndQuarantineResponseObject, error)
 	// ListElections List elections with a leader, paged.
 	// (GET /v1/elections)
 	ListElections(ctx context.Context, request ListElectionsRequestObject) (ListElectionsResponseObject, error)
@@ -22184,6 +22835,37 @@ func (sh *strictHandler) Readyz(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ReadyzResponseObject); ok {
 		if err := validResponse.VisitReadyzResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// EndQuarantine operation middleware
+func (sh *strictHandler) EndQuarantine(w http.ResponseWriter, r *http.Request) {
+	var request EndQuarantineRequestObject
+
+	var body EndQuarantineJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.EndQuarantine(ctx, request.(EndQuarantineRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "EndQuarantine")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(EndQuarantineResponseObject); ok {
+		if err := validResponse.VisitEndQuarantineResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -17,6 +17,8 @@ func NewRequestBody(operationID string) any {
 		return new(CampaignHoldJSONRequestBody)
 	case "createSession":
 		return new(CreateSessionJSONRequestBody)
+	case "endQuarantine":
+		return new(EndQuarantineJSONRequestBody)
 	case "forceReleaseElection":
 		return new(ForceReleaseElectionJSONRequestBody)
 	case "forceReleaseLock":

@@ -53,6 +53,7 @@ func TestOperations(t *testing.T) {
 		"getMetrics":           {Method: "GET", Path: "/metrics", Scope: "read"},
 		"getOpenAPI":           {Method: "GET", Path: "/openapi.yaml", Scope: "none"},
 		"streamEvents":         {Method: "GET", Path: "/v1/events", Scope: "read"},
+		"endQuarantine":        {Method: "POST", Path: "/v1/admin/quarantine/end", Scope: "admin", Body: true},
 	}
 	ops := api.Operations()
 	if len(ops) != len(want) {

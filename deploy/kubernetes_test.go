@@ -340,6 +340,25 @@ func checkNetworkPolicies(t *testing.T, m *manifests) {
 				}
 			}
 		}
+		// Egress to pods of these manifests (a peer without a namespace
+		// selector) goes to ports they have.
+		for _, rule := range np.Spec.Egress {
+			for _, peer := range rule.To {
+				if peer.PodSelector == nil || peer.NamespaceSelector != nil {
+					continue
+				}
+				peers := m.selecting(selector(t, peer.PodSelector))
+				if len(peers) != 1 {
+					t.Errorf("NetworkPolicy %s: an egress peer selects the pods of %v, want one workload", np.Name, names(peers))
+					continue
+				}
+				for _, p := range rule.Ports {
+					if p.Port == nil || !hasPort(peers[0].pod, *p.Port) {
+						t.Errorf("NetworkPolicy %s: egress port %v is not one of %s's", np.Name, p.Port, peers[0].name)
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -435,6 +454,9 @@ func TestKubernetesLockd(t *testing.T) {
 	checkProbes(t, d, c, port, flags)
 	checkAuth(t, m, d, c, flags)
 	checkRedis(t, m, flags["redis"])
+	checkRedisPassword(t, m, c, flags["redis"])
+	checkImageTag(t, m, c, df.tag)
+	checkEgress(t, m, d, flags["redis"])
 	if !df.numericUser && cmpOr(ptrOf(c.SecurityContext).RunAsUser, ptrOf(d.Spec.Template.Spec.SecurityContext).RunAsUser) == nil {
 		t.Errorf("the image's USER %q is a name: without runAsUser the kubelet cannot check runAsNonRoot and refuses to start the pod", df.user)
 	}
@@ -587,9 +609,12 @@ func containerPort(c *corev1.Container, name string) int32 {
 	return 0
 }
 
-// checkAuth: --auth-file is a file of a Secret volume, and lockd accepts
+// checkAuth: --auth-file is a file of a Secret volume, and lockd parses
 // the Secret's content (lockd refuses to listen beyond loopback without
-// keys); LOCKD_SESSION_SECRET is long enough for lockd to start.
+// keys); LOCKD_SESSION_SECRET is long enough for lockd to start. Every key
+// and the session secret the Secret ships are examples that lockd refuses
+// (N21): the Secret must be replaced before the pods start, and nobody
+// gets a working admin key by applying it as is.
 func checkAuth(t *testing.T, m *manifests, d *appsv1.Deployment, c *corev1.Container, flags map[string]string) {
 	t.Helper()
 	path := flags["auth-file"]
@@ -600,8 +625,11 @@ func checkAuth(t *testing.T, m *manifests, d *appsv1.Deployment, c *corev1.Conta
 	if !ok {
 		t.Fatalf("--auth-file=%s is not a file of a Secret volume mounted in the container", path)
 	}
-	if keys, err := auth.Parse([]byte(content)); err != nil || !keys.Enabled() {
-		t.Errorf("lockd refuses the auth file in the Secret, or it holds no key: %v", err)
+	keys, err := auth.Parse([]byte(content))
+	if err != nil || !keys.Enabled() {
+		t.Errorf("lockd cannot read the auth file in the Secret, or it holds no key: %v", err)
+	} else if ex := auth.ExampleKeys([]byte(content)); len(ex) != keys.Len() {
+		t.Errorf("the Secret's auth file has %d keys, of which lockd refuses only %v as examples: a shipped key would work", keys.Len(), ex)
 	}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
@@ -614,6 +642,9 @@ func checkAuth(t *testing.T, m *manifests, d *appsv1.Deployment, c *corev1.Conta
 		}
 		if e.Name == "LOCKD_SESSION_SECRET" && len(v) < web.MinSecretLen {
 			t.Errorf("LOCKD_SESSION_SECRET is %d bytes; lockd needs at least %d", len(v), web.MinSecretLen)
+		}
+		if e.Name == "LOCKD_SESSION_SECRET" && !auth.IsExample(v) {
+			t.Errorf("the Secret's session secret is not one lockd refuses as an example: a shipped secret would work")
 		}
 	}
 }
@@ -680,6 +711,113 @@ func checkRedis(t *testing.T, m *manifests, redisURL string) {
 		return
 	}
 	t.Errorf("--redis=%s names no pod of a StatefulSet here (<statefulset>-<n>.<service>)", redisURL)
+}
+
+// checkRedisPassword (N29): the Redis here requires a password
+// (--requirepass from its environment, which a Secret's key fills), lockd
+// sends that same Secret key as LOCKD_REDIS_PASSWORD and not in the --redis
+// URL (kubectl describe shows arguments), and the Redis probe's redis-cli
+// has it too (REDISCLI_AUTH). The shipped password is an example that
+// lockd refuses, as the API keys are.
+func checkRedisPassword(t *testing.T, m *manifests, c *corev1.Container, redisURL string) {
+	t.Helper()
+	if u, err := url.Parse(redisURL); err == nil && u.User != nil {
+		if _, set := u.User.Password(); set {
+			t.Errorf("--redis carries a password: pass it as LOCKD_REDIS_PASSWORD from the Secret")
+		}
+	}
+	ref := secretRef(c, "LOCKD_REDIS_PASSWORD")
+	if ref == nil {
+		t.Fatal("the lockd container has no LOCKD_REDIS_PASSWORD from a Secret")
+	}
+	v, ok := secretValue(m, ref.Name, ref.Key)
+	if !ok {
+		t.Fatalf("LOCKD_REDIS_PASSWORD: Secret %s has no key %s", ref.Name, ref.Key)
+	}
+	if !auth.IsExample(v) {
+		t.Errorf("the Secret's Redis password is not one lockd refuses as an example: a shipped password would work")
+	}
+	u, _ := url.Parse(redisURL)
+	pod, _, _ := strings.Cut(u.Hostname(), ".")
+	for _, st := range m.statefulSets {
+		if !strings.HasPrefix(pod, st.Name+"-") {
+			continue
+		}
+		rc := &st.Spec.Template.Spec.Containers[0]
+		argv := slices.Concat(rc.Command, rc.Args)
+		i := slices.Index(argv, "--requirepass")
+		if i < 0 || i+1 >= len(argv) {
+			t.Fatalf("StatefulSet %s: redis-server has no --requirepass: %q", st.Name, argv)
+		}
+		name, ok := strings.CutPrefix(argv[i+1], "$(")
+		name, ok2 := strings.CutSuffix(name, ")")
+		if !ok || !ok2 {
+			t.Fatalf("StatefulSet %s: --requirepass %q, want $(VAR) from the container's environment (a literal would show in kubectl describe)", st.Name, argv[i+1])
+		}
+		for _, env := range []string{name, "REDISCLI_AUTH"} {
+			if r := secretRef(rc, env); r == nil || *r != *ref {
+				t.Errorf("StatefulSet %s: %s is not the Secret key lockd sends (%s/%s)", st.Name, env, ref.Name, ref.Key)
+			}
+		}
+		return
+	}
+	t.Errorf("--redis=%s names no StatefulSet here", redisURL)
+}
+
+// checkEgress: where a NetworkPolicy limits lockd's egress, a rule lets it
+// reach the Redis that --redis names, on its port.
+func checkEgress(t *testing.T, m *manifests, d *appsv1.Deployment, redisURL string) {
+	t.Helper()
+	u, _ := url.Parse(redisURL)
+	port, _ := strconv.Atoi(u.Port())
+	pod, _, _ := strings.Cut(u.Hostname(), ".")
+	limited, allowed := false, false
+	for _, np := range m.netpols {
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) ||
+			!selector(t, &np.Spec.PodSelector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			continue
+		}
+		limited = true
+		for _, rule := range np.Spec.Egress {
+			toRedis := false
+			for _, peer := range rule.To {
+				for _, w := range m.selecting(selector(t, peer.PodSelector)) {
+					toRedis = toRedis || (peer.NamespaceSelector == nil && strings.HasPrefix(pod, strings.TrimPrefix(w.name, "StatefulSet/")+"-"))
+				}
+			}
+			for _, p := range rule.Ports {
+				allowed = allowed || (toRedis && p.Port != nil && p.Port.IntVal == int32(port))
+			}
+		}
+	}
+	if limited && !allowed {
+		t.Errorf("a NetworkPolicy limits lockd's egress, and none lets it reach --redis=%s", redisURL)
+	}
+}
+
+// secretRef is where c's variable name comes from, if from a Secret.
+func secretRef(c *corev1.Container, name string) *corev1.SecretKeySelector {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && !isTrue(e.ValueFrom.SecretKeyRef.Optional) {
+			return e.ValueFrom.SecretKeyRef
+		}
+	}
+	return nil
+}
+
+// checkImageTag (N29): lockd's image is a version, in the container and in
+// the kustomization, never latest (nor no tag, which means latest): every
+// node runs the same build, and a rollout changes the image.
+func checkImageTag(t *testing.T, m *manifests, c *corev1.Container, name string) {
+	t.Helper()
+	if _, tag, _ := strings.Cut(c.Image, ":"); tag == "" || tag == "latest" {
+		t.Errorf("the lockd container's image %q has no version tag", c.Image)
+	}
+	for _, i := range m.kust.Images {
+		if i.Name == name && i.Digest == "" && (i.NewTag == "" || i.NewTag == "latest") {
+			t.Errorf("kustomization.yaml sets %s's tag to %q: name a version", name, i.NewTag)
+		}
+	}
 }
 
 // dockerfile is what the test reads from ../Dockerfile: the final stage's

@@ -79,6 +79,8 @@ LOCKD_API_KEY; these and --json may also come before the command: lockd --server
   lockd ls      [--prefix P] [--json]
   lockd history [--limit N] [--json] KEY
   lockd force-release [--fence N] [--reason TEXT] KEY
+  lockd quarantine end --reason TEXT
+                                end the restart quarantine after Redis lost its data (admin)
   lockd sem acquire|renew|release|status|list|history|force-release ...
                                 the same for semaphores (lockd sem -h)
   lockd elect   [--owner NAME] [--ttl 30s] [--wait 0] [--value JSON] NAME -- COMMAND [ARGS...]
@@ -197,4 +199,5 @@ var clientCommands = map[string]clientCommand{
 	"elect":         electCmd,
 	"leader":        leaderCmd,
 	"session":       sessionCmd,
+	"quarantine":    quarantineCmd,
 }

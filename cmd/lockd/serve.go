@@ -79,6 +79,13 @@ type serveConfig struct {
 
 	// otlpEndpoint is where spans are exported (OTLP/HTTP); empty: none.
 	otlpEndpoint string
+
+	// allowExamples starts lockd with exampleKeys and exampleSecret,
+	// the secrets lockd's own files show, which it otherwise refuses.
+	allowExamples bool
+	exampleKeys   []string // the API keys' names
+	exampleSecret bool     // LOCKD_SESSION_SECRET
+	exampleRedis  []string // LOCKD_REDIS_PASSWORD, LOCKD_SENTINEL_PASSWORD
 }
 
 // parseServe reads flags; each flag's default comes from LOCKD_<FLAG>.
@@ -91,6 +98,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL: redis://[user:pass@]host:6379/0 (rediss:// for TLS), redis-sentinel://host:26379[,host:port…]/MASTER[/DB], redis-cluster://host:7000[,host:port…]; empty: the embedded in-process store")
 	fs.StringVar(&c.authFile, "auth-file", env.str("auth-file", ""), "YAML file of API keys (see README); LOCKD_AUTH_YAML may hold the same YAML instead")
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
+	fs.BoolVar(&c.allowExamples, "allow-example-credentials", env.bool("allow-example-credentials", false), "start even though an API key, LOCKD_SESSION_SECRET or a Redis password is one that lockd's repository shows (deploy/, docs/) or starts with change-me, which lockd otherwise refuses; it warns on every start. For a demo on a trusted machine only")
 	fs.BoolVar(&c.strictPrefixes, "strict-prefixes", env.bool("strict-prefixes", false), "refuse to start when an API key's prefix does not end in a separator (: / . - _ @), which would also cover longer names (a:1 covers a:10)")
 	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", env.str("tls-key", ""), "PEM private key of --tls-cert")
@@ -148,11 +156,17 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		user: getenv("LOCKD_REDIS_USERNAME"), password: getenv("LOCKD_REDIS_PASSWORD"),
 		sentinelUser: getenv("LOCKD_SENTINEL_USERNAME"), sentinelPassword: getenv("LOCKD_SENTINEL_PASSWORD"),
 	}
-	keys, err := loadKeys(c.authFile, c.authYAML)
+	keys, examples, err := loadKeys(c.authFile, c.authYAML)
 	if err != nil {
 		return c, err
 	}
-	c.keys = keys
+	c.keys, c.exampleKeys = keys, examples
+	c.exampleSecret = auth.IsExample(getenv("LOCKD_SESSION_SECRET"))
+	for _, v := range []string{"LOCKD_REDIS_PASSWORD", "LOCKD_SENTINEL_PASSWORD"} {
+		if auth.IsExample(getenv(v)) {
+			c.exampleRedis = append(c.exampleRedis, v)
+		}
+	}
 	if c.webhooks, err = loadWebhooks(c.webhooksFile); err != nil {
 		return c, err
 	}
@@ -176,28 +190,48 @@ func loadWebhooks(path string) ([]webhook.Hook, error) {
 }
 
 // loadKeys reads the API keys from --auth-file or LOCKD_AUTH_YAML; neither
-// means auth is off.
-func loadKeys(path, inline string) (*auth.Keyring, error) {
+// means auth is off. examples names the keys that are examples anyone can
+// read (auth.ExampleKeys).
+func loadKeys(path, inline string) (keys *auth.Keyring, examples []string, err error) {
 	var data []byte
 	switch {
 	case path != "" && inline != "":
-		return nil, usageError("give --auth-file or LOCKD_AUTH_YAML, not both")
+		return nil, nil, usageError("give --auth-file or LOCKD_AUTH_YAML, not both")
 	case path != "":
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, usageError("--auth-file: %v", err)
+			return nil, nil, usageError("--auth-file: %v", err)
 		}
 		data = b
 	case inline != "":
 		data = []byte(inline)
 	default:
-		return nil, nil
+		return nil, nil, nil
 	}
-	keys, err := auth.Parse(data)
+	keys, err = auth.Parse(data)
 	if err != nil {
-		return nil, usageError("%v", err)
+		return nil, nil, usageError("%v", err)
 	}
-	return keys, nil
+	return keys, auth.ExampleKeys(data), nil
+}
+
+// exampleCredentials says which of the configured secrets are examples
+// that anyone can read, by the keys' names and the variable's, never by
+// the secrets themselves; "" when none is.
+func (c serveConfig) exampleCredentials() string {
+	var what []string
+	if n := len(c.exampleKeys); n > 0 {
+		names := make([]string, n)
+		for i, k := range c.exampleKeys {
+			names[i] = strconv.Quote(k)
+		}
+		what = append(what, "API keys "+strings.Join(names, ", "))
+	}
+	if c.exampleSecret {
+		what = append(what, "LOCKD_SESSION_SECRET")
+	}
+	what = append(what, c.exampleRedis...)
+	return strings.Join(what, "; ")
 }
 
 func (c serveConfig) validate() error {
@@ -266,6 +300,12 @@ func (c serveConfig) validate() error {
 	if open := c.keys.PrefixesWithoutSeparator(); c.strictPrefixes && len(open) > 0 {
 		return usageError("--strict-prefixes: API key %s's prefix %q does not end in a separator (%s), so it also covers longer names; end it with one",
 			open[0].Key, open[0].Prefix, auth.Separators)
+	}
+	if ex := c.exampleCredentials(); ex != "" && !c.allowExamples {
+		return usageError("refusing to start with example credentials (%s): lockd's repository shows them (deploy/, docs/) "+
+			"or they start with %q, so anyone can use them. Generate each secret with `openssl rand -hex 32` (store an API key "+
+			"as its hash if you like: printf %%s \"$KEY\" | sha256sum, under sha256:); --allow-example-credentials starts anyway, "+
+			"for a demo on a trusted machine", ex, auth.ExamplePrefix)
 	}
 	host, _, err := net.SplitHostPort(c.listen)
 	if err != nil {
@@ -338,6 +378,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	log := newLogger(cfg, stdout)
+	if ex := cfg.exampleCredentials(); ex != "" {
+		log.Warn().Msg("INSECURE: started with example credentials (" + ex + ", --allow-example-credentials): lockd's repository " +
+			"shows them, so anyone can use them; generate real ones with `openssl rand -hex 32`")
+	}
 	for _, p := range cfg.keys.PrefixesWithoutSeparator() {
 		log.Warn().Str("api_key", p.Key).Str("prefix", p.Prefix).
 			Msg("this API key's prefix does not end in a separator (: / . - _ @), so it also covers longer names " +

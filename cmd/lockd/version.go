@@ -6,10 +6,17 @@ import (
 	"runtime/debug"
 )
 
-// versionString says which lockd this is, from the build information the
-// Go toolchain records: the module version (a release tag with `go install
-// …@v1.2.3`, a pseudo-version or "(devel)" from a checkout) and, when the
-// build saw the Git checkout, the commit.
+// version and commit are stamped by `make build` and the Dockerfile
+// (-ldflags "-X main.version=… -X main.commit=…", from git describe and
+// git rev-parse): a -trimpath build from a checkout otherwise records only
+// "(devel)", and an image build, which sees no .git, no commit at all.
+// Empty, the Go toolchain's build information says what it can.
+var version, commit string
+
+// versionString says which lockd this is: the stamped version and commit,
+// else the build information the Go toolchain records: the module version
+// (a release tag with `go install …@v1.2.3`, a pseudo-version or "(devel)"
+// from a checkout) and, when the build saw the Git checkout, the commit.
 func versionString() string {
 	v, rev := buildVersion()
 	out := "lockd " + v
@@ -30,9 +37,23 @@ func serviceVersion() string {
 	return v
 }
 
-// buildVersion is the module version and the short commit (with "+dirty"
-// for a modified checkout; "" when the build saw no Git checkout).
-func buildVersion() (version, revision string) {
+// buildVersion is the version and the short commit (with "+dirty" for a
+// modified checkout; "" when the build saw no Git checkout): the stamped
+// ones when given, else the module's from the build information.
+func buildVersion() (string, string) {
+	v, rev := moduleVersion()
+	if version != "" {
+		v = version
+	}
+	if commit != "" {
+		rev = commit
+	}
+	return v, rev
+}
+
+// moduleVersion is the module version and the short commit that the Go
+// toolchain recorded.
+func moduleVersion() (version, revision string) {
 	v, rev, dirty := "(devel)", "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {

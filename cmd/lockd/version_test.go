@@ -21,3 +21,17 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// newcomer #9: the version and commit that `make build` and the Dockerfile
+// stamp (-X main.version, -X main.commit) are what --version prints and
+// what the spans carry as service.version.
+func TestVersionStamped(t *testing.T) {
+	defer func(v, c string) { version, commit = v, c }(version, commit)
+	version, commit = "v1.4.2-3-gabcdef1-dirty", "abcdef123456"
+	if got := versionString(); !strings.HasPrefix(got, "lockd v1.4.2-3-gabcdef1-dirty commit abcdef123456 "+runtime.Version()) {
+		t.Errorf("versionString() = %q", got)
+	}
+	if got := serviceVersion(); got != "v1.4.2-3-gabcdef1-dirty+abcdef123456" {
+		t.Errorf("serviceVersion() = %q", got)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/lock/store"
 )
 
 // epochs is what this process knows of the buckets' epoch markers
@@ -27,7 +29,10 @@ type epochs struct {
 
 	mu      sync.Mutex
 	markers map[string]*epochSeen
-	until   time.Time // the latest quarantine end this process was told of
+	// until is the latest quarantine end this process was told of: by a
+	// reply, or by the last refresh, which replaces it (EndQuarantine
+	// brings it forward in Redis, for every lockd).
+	until time.Time
 }
 
 type epochSeen struct {
@@ -201,6 +206,9 @@ func (n *node) refreshEpochs(ctx context.Context) {
 	n.epochs.mu.Lock()
 	calls := make([]call, 0, len(n.epochs.markers))
 	now := time.Now()
+	// A reply's quarantine noted while the refresh runs may be newer than
+	// what it reads: then the refresh only extends.
+	before := n.epochs.until
 	for m, s := range n.epochs.markers {
 		if n.st.Sharded() && s.idle(now) {
 			delete(n.epochs.markers, m)
@@ -243,6 +251,8 @@ func (n *node) refreshEpochs(ctx context.Context) {
 	now = time.Now()
 	n.epochs.mu.Lock()
 	defer n.epochs.mu.Unlock()
+	var until time.Time // the latest quarantine end read
+	read := 0
 	for i := range calls {
 		c := &calls[i]
 		v, err := c.cmd.Result()
@@ -260,14 +270,83 @@ func (n *node) refreshEpochs(ctx context.Context) {
 			restore(c)
 			continue
 		}
+		read++
 		if id != "" {
 			c.s.id = id
 		}
 		c.s.read = now.Add(live)
-		if left > 0 {
-			if u := now.Add(left); u.After(n.epochs.until) {
-				n.epochs.until = u
-			}
+		if u := now.Add(left); left > 0 && u.After(until) {
+			until = u
 		}
 	}
+	// What Redis holds is the quarantine: it only ever extends there,
+	// unless an operator ended it (EndQuarantine), which this process
+	// follows here. With a marker unread, or a reply's newer news, it only
+	// extends.
+	if read == len(calls) && n.epochs.until.Equal(before) {
+		n.epochs.until = until
+	} else if until.After(n.epochs.until) {
+		n.epochs.until = until
+	}
+}
+
+// quarantineEnd ends a bucket's restart quarantine
+// (scripts/quarantine_end.lua).
+var quarantineEnd = redis.NewScript(mustRead("quarantine_end"))
+
+// EndQuarantine ends the restart quarantine now, for every lockd on this
+// Redis: each follows within one Options.EpochRefresh (this one at once),
+// grants again and is ready. It returns how long the quarantine still had
+// (0: none was on). The leases Redis forgot may still be live: an
+// operator ends it knowing that their holders have stopped, or that
+// overlapping them is acceptable. A lockd that had not yet noticed the
+// loss of data (it notices within one refresh) still adds what it knows.
+func (e *Engine) EndQuarantine(ctx context.Context) (time.Duration, error) {
+	return e.n.endQuarantine(ctx)
+}
+
+// endQuarantine runs quarantine_end.lua on every marker of the node: the
+// one of a single server or Sentinel, or every Cluster slot's (a marker of
+// a slot this process never used may hold a quarantine another lockd
+// started), in one pipeline.
+func (n *node) endQuarantine(ctx context.Context) (time.Duration, error) {
+	var markers []string
+	if n.st.Sharded() {
+		for _, tag := range store.SlotTags() {
+			markers = append(markers, newShared(tag).epoch)
+		}
+	} else {
+		markers = []string{n.shared[0].epoch}
+	}
+	cmds := make([]*redis.Cmd, len(markers))
+	run := func() error {
+		return n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, m := range markers {
+				cmds[i] = quarantineEnd.EvalSha(ctx, p, []string{m})
+			}
+			return nil
+		})
+	}
+	err := run()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := n.st.Load(ctx, quarantineEnd); err != nil {
+			return 0, wrap("end quarantine", err)
+		}
+		err = run()
+	}
+	if err != nil {
+		return 0, wrap("end quarantine", err)
+	}
+	var left time.Duration
+	for _, c := range cmds {
+		ms, err := c.Int64()
+		if err != nil {
+			return 0, wrap("end quarantine", err)
+		}
+		left = max(left, time.Duration(ms)*time.Millisecond)
+	}
+	n.epochs.mu.Lock()
+	n.epochs.until = time.Time{}
+	n.epochs.mu.Unlock()
+	return left, nil
 }

@@ -228,7 +228,11 @@ type feed struct {
 }
 
 // subBuffer is how many events a subscriber may lag behind the tail before
-// it is dropped (ErrTooSlow).
+// it is dropped (ErrTooSlow). Its channel holds pointers to events that
+// every subscriber shares: a channel of Change values (152 bytes each)
+// would take 152 KiB per subscriber at subscribe time, 180 MiB for the
+// default caps of event streams and live dashboard pages, most of a pod's
+// memory limit before a single event.
 const subBuffer = 1024
 
 func newFeed(n *node) *feed {
@@ -251,12 +255,12 @@ func (f *feed) close() {
 // Subscription reads the event stream from a point on; see Subscribe.
 type Subscription struct {
 	f       *feed
-	c       chan Change
-	last    string   // the last ID handed out
-	backlog []Change // read from the stream, not yet handed out
-	catchUp bool     // the stream may hold events after last not yet read
-	window  int      // how many more events the catch-up may read
-	reset   string   // when set, the Reason of a Reset to hand out next
+	c       chan *Change // shared with every other subscriber: never written
+	last    string       // the last ID handed out
+	backlog []Change     // read from the stream, not yet handed out
+	catchUp bool         // the stream may hold events after last not yet read
+	window  int          // how many more events the catch-up may read
+	reset   string       // when set, the Reason of a Reset to hand out next
 	dropped bool
 }
 
@@ -293,7 +297,7 @@ func (e *Engine) Subscribe(ctx context.Context, after string) (*Subscription, er
 		f.wg.Add(1)
 		go f.tail()
 	}
-	s := &Subscription{f: f, c: make(chan Change, subBuffer), last: after, catchUp: after != "", window: e.n.opts.EventsResumeMax}
+	s := &Subscription{f: f, c: make(chan *Change, subBuffer), last: after, catchUp: after != "", window: e.n.opts.EventsResumeMax}
 	switch {
 	case after == "":
 		s.last = now
@@ -348,7 +352,7 @@ func (s *Subscription) Next(ctx context.Context) (Change, error) {
 				continue // already read from the stream while catching up
 			}
 			s.last = c.ID
-			return c, nil
+			return *c, nil
 		case <-ctx.Done():
 			return Change{}, ctx.Err()
 		}
@@ -404,7 +408,8 @@ func (f *feed) tail() {
 		f.mu.Lock()
 		for _, st := range res {
 			for _, m := range st.Messages {
-				c := changeOf(m)
+				c := new(Change)
+				*c = changeOf(m)
 				f.last = m.ID
 				for s := range f.subs {
 					select {

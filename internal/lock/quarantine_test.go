@@ -416,3 +416,122 @@ func TestRestartQuarantineCoversSessions(t *testing.T) {
 		t.Fatal("a grant in a session was not held off by the quarantine")
 	}
 }
+
+// recoveringAfterLoss holds a long lease through a, loses Redis's data
+// (lose) and waits until b is refused with the quarantine: it lasts about
+// as long as the lease, an hour.
+func recoveringAfterLoss(t *testing.T, a, b *lock.Engine, keys [3]string, lose func()) {
+	t.Helper()
+	ctx := context.Background()
+	mustAcquire(t, b, lock.Lock(keys[0]), lock.AcquireRequest{TTL: 100 * time.Millisecond}) // b knows the marker
+	mustAcquire(t, a, lock.Lock(keys[1]), lock.AcquireRequest{TTL: time.Hour})
+	time.Sleep(300 * time.Millisecond) // both read the marker
+	lose()
+	retry(t, "an acquire after the loss", func() (lock.Lease, error) {
+		l, err := b.Acquire(ctx, lock.Lock(keys[2]), lock.AcquireRequest{TTL: time.Second})
+		var rec *lock.RecoveringError
+		switch {
+		case errors.As(err, &rec):
+			if rec.Remaining < 50*time.Minute {
+				t.Fatalf("a quarantine of %v after the loss of a 1 h lease", rec.Remaining)
+			}
+			return l, nil
+		case err == nil:
+			t.Fatalf("granted during the quarantine")
+		}
+		return l, err
+	})
+}
+
+// N23: an operator ends a quarantine early (EndQuarantine): every lockd on
+// the Redis grants again and is ready, the one that ended it at once, the
+// others within a refresh, and a lockd that notices the loss only now
+// starts no new quarantine.
+func TestEndQuarantine(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := lock.Options{EpochRefresh: 100 * time.Millisecond}
+	a, b := lock.New(srv.Client(t), opts), lock.New(srv.Client(t), opts)
+	t.Cleanup(func() { _, _ = a.Close(), b.Close() })
+	ctx := context.Background()
+	recoveringAfterLoss(t, a, b, [3]string{"qe:warm", "qe:long", "qe:k"}, srv.Restart)
+	waitFor(t, func() bool {
+		return errors.Is(a.Ready(ctx), lock.ErrRecovering) && errors.Is(b.Ready(ctx), lock.ErrRecovering)
+	})
+
+	left, err := a.EndQuarantine(ctx)
+	if err != nil || left < 50*time.Minute {
+		t.Fatalf("EndQuarantine: %v left, %v; want about an hour", left, err)
+	}
+	if err := a.Ready(ctx); err != nil {
+		t.Fatalf("Ready just after EndQuarantine: %v", err)
+	}
+	mustAcquire(t, a, lock.Lock("qe:a"), lock.AcquireRequest{})
+	mustAcquire(t, b, lock.Lock("qe:b"), lock.AcquireRequest{})
+	waitFor(t, func() bool { return b.Ready(ctx) == nil && b.Recovering() == 0 })
+
+	// A new lockd finds no quarantine; ending none says so.
+	c := newEngine(t, srv.Client(t))
+	if err := c.Ready(ctx); err != nil {
+		t.Fatalf("Ready of a new lockd after the end: %v", err)
+	}
+	if left, err := c.EndQuarantine(ctx); err != nil || left != 0 {
+		t.Fatalf("EndQuarantine with none on: %v, %v", left, err)
+	}
+}
+
+// N23: a lockd with the quarantine off grants during a quarantine that
+// another started, and says it is ready: readiness follows what it does.
+func TestRestartQuarantineOffIsReady(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := lock.Options{EpochRefresh: 100 * time.Millisecond}
+	a, b := lock.New(srv.Client(t), opts), lock.New(srv.Client(t), opts)
+	t.Cleanup(func() { _, _ = a.Close(), b.Close() })
+	ctx := context.Background()
+	recoveringAfterLoss(t, a, b, [3]string{"qr:warm", "qr:long", "qr:k"}, srv.Restart)
+
+	off := lock.New(srv.Client(t), lock.Options{NoQuarantine: true, EpochRefresh: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = off.Close() })
+	mustAcquire(t, off, lock.Lock("qr:off"), lock.AcquireRequest{})
+	time.Sleep(300 * time.Millisecond) // it has read the marker's quarantine
+	if err := off.Ready(ctx); err != nil {
+		t.Fatalf("Ready with the quarantine off, during another's quarantine: %v", err)
+	}
+	if err := b.Ready(ctx); !errors.Is(err, lock.ErrRecovering) {
+		t.Fatalf("Ready of a lockd with the quarantine on: %v", err)
+	}
+}
+
+// clusterEndQuarantine: on a Cluster, EndQuarantine ends the quarantine of
+// every slot, also those the lockd that ends it never used.
+func clusterEndQuarantine(t *testing.T, c *redistest.Cluster) {
+	ctx := context.Background()
+	opts := lock.Options{EpochRefresh: 100 * time.Millisecond}
+	a, b := clusterEngine(t, c, opts), clusterEngine(t, c, opts)
+	// Keys of one slot (lock keys have no hash tag of their own).
+	var keys [3]string
+	bySlot := map[int][]string{}
+	for i := 0; keys[2] == ""; i++ {
+		k := fmt.Sprint("ceq:", i)
+		slot := redistest.KeySlot("{" + k + "}")
+		if bySlot[slot] = append(bySlot[slot], k); len(bySlot[slot]) == 3 {
+			copy(keys[:], bySlot[slot])
+		}
+	}
+	master, err := c.MasterForSlot(ctx, redistest.KeySlot("{"+keys[0]+"}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recoveringAfterLoss(t, a, b, keys, func() {
+		if err := c.NodeClient(master).FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	fresh := clusterEngine(t, c, opts) // knows no slot's marker
+	if left, err := fresh.EndQuarantine(ctx); err != nil || left < 50*time.Minute {
+		t.Fatalf("EndQuarantine: %v left, %v; want about an hour", left, err)
+	}
+	retry(t, "an acquire after the end", func() (lock.Lease, error) {
+		return b.Acquire(ctx, lock.Lock(keys[2]), lock.AcquireRequest{TTL: time.Second})
+	})
+	waitFor(t, func() bool { return b.Ready(ctx) == nil })
+}

@@ -839,6 +839,23 @@ func (r *Redlock) Recovering() time.Duration {
 	return d
 }
 
+// EndQuarantine ends the restart quarantine on every master
+// (Engine.EndQuarantine) and returns the longest it ended. A master it
+// cannot reach keeps its quarantine: the error says so, after every other
+// master's ended.
+func (r *Redlock) EndQuarantine(ctx context.Context) (time.Duration, error) {
+	var left time.Duration
+	var errs []error
+	for _, n := range r.nodes {
+		d, err := n.endQuarantine(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		left = max(left, d)
+	}
+	return left, errors.Join(errs...)
+}
+
 // fanOut is one subscription over several masters' subscriptions, which
 // all tell the same listener.
 type fanOut []store.Subscription

@@ -541,3 +541,21 @@ func TestRedlockLateGrantGivenBack(t *testing.T) {
 	}
 	t.Logf("the late grant was given back %v after the answer (TTL 10 s)", took.Round(time.Millisecond))
 }
+
+// N23: EndQuarantine ends the quarantine of a master restarted empty while
+// a long lease lived on it.
+func TestRedlockEndQuarantine(t *testing.T) {
+	servers := threeMasters(t)
+	r := redlockOn(t, servers, lock.Options{EpochRefresh: 100 * time.Millisecond})
+	ctx := context.Background()
+	onEveryMaster(t, r, servers, "rl:q", lock.AcquireRequest{Owner: "long", TTL: time.Hour})
+	servers[0].Restart()
+	waitFor(t, func() bool { return r.Recovering() > 50*time.Minute })
+	left, err := r.EndQuarantine(ctx)
+	if err != nil || left < 50*time.Minute {
+		t.Fatalf("EndQuarantine: %v left, %v; want about an hour", left, err)
+	}
+	if d := r.Recovering(); d != 0 {
+		t.Fatalf("Recovering %v after EndQuarantine", d)
+	}
+}

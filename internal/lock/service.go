@@ -48,6 +48,9 @@ type Service interface {
 	Ready(ctx context.Context) error
 	// Recovering is how long the restart quarantine still lasts (0: none).
 	Recovering() time.Duration
+	// EndQuarantine ends the restart quarantine for every lockd on the
+	// same Redis, and says how long it still had (0: none was on).
+	EndQuarantine(ctx context.Context) (time.Duration, error)
 	// Topology reports the topology and every node's role and
 	// reachability.
 	Topology(ctx context.Context) Topology

@@ -357,6 +357,7 @@ func TestOnCluster(t *testing.T) {
 		}
 	})
 	t.Run("quarantine of a flushed master's slots", func(t *testing.T) { clusterQuarantine(t, c) })
+	t.Run("the end of a quarantine", func(t *testing.T) { clusterEndQuarantine(t, c) })
 }
 
 // loadResult counts what contended clients saw.

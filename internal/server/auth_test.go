@@ -118,6 +118,7 @@ func TestAuthMatrix(t *testing.T) {
 		{"POST", "/v1/semaphores/order:9/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, forbidden}},
 		{"POST", "/v1/semaphores/deploy:x/acquire", `{"limit":2}`, [6]int{unauth, unauth, forbidden, ok, ok, ok}},
 		{"GET", "/v1/semaphores/deploy:prod", "", [6]int{unauth, unauth, ok, ok, ok, ok}},
+		{"POST", "/v1/admin/quarantine/end", `{"reason":"test"}`, [6]int{unauth, unauth, forbidden, forbidden, ok, forbidden}},
 		{"POST", "/v1/semaphores/deploy:y/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, ok}},
 		{"GET", "/livez", "", [6]int{ok, ok, ok, ok, ok, ok}},
 		{"GET", "/healthz", "", [6]int{ok, ok, ok, ok, ok, ok}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -442,4 +443,31 @@ func (s *Server) history(ctx context.Context, k lock.Kind, name string, limitPar
 // logOwner adds the lease owner to the request's access log line.
 func logOwner(ctx context.Context, owner string) {
 	zerolog.Ctx(ctx).UpdateContext(func(c zerolog.Context) zerolog.Context { return c.Str("owner", owner) })
+}
+
+// EndQuarantine ends the restart quarantine for every lockd on the Redis
+// (lock.Service.EndQuarantine), for an admin key that may touch every key:
+// the quarantine holds back all of them, so a key limited to prefixes may
+// not lift it for the others. The end is logged as a warning with the
+// actor and the reason: it is not an event of one key, so neither a key's
+// history nor the event stream (whose events each name a key) holds it.
+func (s *Server) EndQuarantine(ctx context.Context, r api.EndQuarantineRequestObject) (api.EndQuarantineResponseObject, error) {
+	c := callerOf(ctx)
+	if c.key != nil && len(c.key.Prefixes) > 0 {
+		return nil, problem.Errorf(problem.ErrForbidden, "API key %s is limited to the prefixes %s; the quarantine holds back every key, so only a key without prefixes may end it",
+			c.name, strings.Join(c.key.Prefixes, ", "))
+	}
+	if r.Body == nil || r.Body.Reason == "" {
+		return nil, invalid("reason", "reason is required: say why the quarantine ends early (it is logged)")
+	}
+	if err := checkText("reason", r.Body.Reason, lock.MaxReason); err != nil {
+		return nil, err
+	}
+	left, err := s.engine.EndQuarantine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	zerolog.Ctx(ctx).Warn().Str("actor", c.name).Str("reason", r.Body.Reason).Int64("remaining_ms", left.Milliseconds()).
+		Msg("restart quarantine ended early by an operator: keys are granted again, although leases Redis forgot may still be live")
+	return api.EndQuarantine200JSONResponse{Ended: left > 0, RemainingMs: left.Milliseconds()}, nil
 }

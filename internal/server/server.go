@@ -31,6 +31,9 @@ type Engine interface {
 	Ready(ctx context.Context) error
 	// Topology reports the Redis nodes and their roles (/readyz).
 	Topology(ctx context.Context) lock.Topology
+	// EndQuarantine ends the restart quarantine for every lockd on the
+	// same Redis (POST /v1/admin/quarantine/end).
+	EndQuarantine(ctx context.Context) (time.Duration, error)
 	Waiters() int
 	// MissedAcks counts writes that missed their replica acks; an engine
 	// without replica acks answers lock.ErrUnsupported, and the metric is

@@ -889,9 +889,11 @@ export interface paths {
         /**
          * lockd can grant.
          * @description Answers 200 when every Redis master takes a write within 2 s (so not
-         *     read-only, out of memory or loading) and no restart quarantine is on;
-         *     else 503 with `Retry-After` (`backend_recovering` during the
-         *     quarantine): a readiness probe. Never needs an API key. The topology
+         *     read-only, out of memory or loading) and no restart quarantine holds
+         *     this server's grants back; else 503 with `Retry-After`
+         *     (`backend_recovering` during the quarantine): a readiness probe. A
+         *     server started with `--restart-quarantine=false` grants during a
+         *     quarantine, and is ready then. Never needs an API key. The topology
          *     and each node's address, role and reachability are added for a
          *     caller with a valid API key (any scope) when auth is on, and with
          *     auth off for a caller that names the server by a Host it answers to;
@@ -900,6 +902,38 @@ export interface paths {
         get: operations["readyz"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/quarantine/end": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End the restart quarantine now (admin).
+         * @description After Redis lost its data, lockd grants nothing until every lease it
+         *     may have forgotten has expired: 503 `backend_recovering`, and
+         *     `/readyz` 503 (the restart quarantine). This ends it at once, for
+         *     every lockd on the same Redis: the server that answers grants and
+         *     is ready at once, the others within their next refresh (a second).
+         *     The forgotten leases may still be live: end it only when their
+         *     holders have stopped, or when overlapping them is acceptable.
+         *
+         *     Needs the admin scope and a key that is not limited to prefixes
+         *     (the quarantine holds back every key): else 403. `reason` is
+         *     required; the server logs a warning with the actor (the API key's
+         *     name) and the reason. Answers how long the quarantine still had
+         *     (`ended` false and `remaining_ms` 0 when none was on).
+         */
+        post: operations["endQuarantine"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1176,6 +1210,19 @@ export interface components {
         };
         ReleaseRequest: {
             token: string;
+        };
+        EndQuarantineRequest: {
+            /** @description Why the quarantine ends early; logged with the actor. */
+            reason: string;
+        };
+        QuarantineEnded: {
+            /** @description A quarantine was on, and is over. */
+            ended: boolean;
+            /**
+             * Format: int64
+             * @description How long the quarantine still had (0 when none was on).
+             */
+            remaining_ms: number;
         };
         ForceReleaseRequest: {
             reason?: string;
@@ -3057,6 +3104,43 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    endQuarantine: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EndQuarantineRequest"];
+            };
+        };
+        responses: {
+            /** @description The quarantine is over. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "ended": true,
+                     *       "remaining_ms": 86391002
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QuarantineEnded"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
         };
     };
