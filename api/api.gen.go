@@ -447,12 +447,13 @@ type AcquireRequest struct {
 	// with any number of other shared holders.
 	Mode *LockMode `json:"mode,omitempty"`
 
-	// Owner Holder's label, shown on the dashboard. Default the caller's API-key name or address.
+	// Owner Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
-	// `session_not_found` when the session ended or lapsed. Not with
+	// `session_not_found` when the session ended or lapsed, or another
+	// API key made it. Not with
 	// `/hold`, which keeps its own lease.
 	Session *SessionRef `json:"session,omitempty"`
 
@@ -469,7 +470,9 @@ type AcquireRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 
 	// WaitMs How long to wait for a held lock. Default 0 (try once); at most --max-wait (default 60 s).
@@ -478,7 +481,7 @@ type AcquireRequest struct {
 
 // CampaignRequest defines model for CampaignRequest.
 type CampaignRequest struct {
-	// Candidate Who campaigns, shown as the leader. Default the caller's API-key name or address.
+	// Candidate Who campaigns, shown as the leader. Default the session's owner for a campaign in a session, else the caller's API-key name or address.
 	Candidate *string `json:"candidate,omitempty"`
 
 	// LockDelayMs As on a lock's acquire; default the server's --lock-delay.
@@ -486,7 +489,8 @@ type CampaignRequest struct {
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
-	// `session_not_found` when the session ended or lapsed. Not with
+	// `session_not_found` when the session ended or lapsed, or another
+	// API key made it. Not with
 	// `/hold`, which keeps its own lease.
 	Session *SessionRef `json:"session,omitempty"`
 
@@ -500,7 +504,9 @@ type CampaignRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 
 	// WaitMs How long to wait in line. Default 0 (try once); at most --max-wait.
@@ -532,7 +538,9 @@ type ElectionChange struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -562,7 +570,9 @@ type ElectionState struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -677,7 +687,9 @@ type Holder struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -705,7 +717,9 @@ type Leadership struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -859,7 +873,9 @@ type LockState struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 
 	// Waiters Requests now waiting on the key, across every lockd replica (the
@@ -923,7 +939,9 @@ type ProclaimRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value Value `json:"value"`
 }
 
@@ -998,7 +1016,9 @@ type RenewRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 }
 
@@ -1015,12 +1035,13 @@ type SemaphoreAcquireRequest struct {
 	// `limit_mismatch`.
 	Limit int `json:"limit"`
 
-	// Owner Holder's label, shown on the dashboard. Default the caller's API-key name or address.
+	// Owner Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
-	// `session_not_found` when the session ended or lapsed. Not with
+	// `session_not_found` when the session ended or lapsed, or another
+	// API key made it. Not with
 	// `/hold`, which keeps its own lease.
 	Session *SessionRef `json:"session,omitempty"`
 
@@ -1037,7 +1058,9 @@ type SemaphoreAcquireRequest struct {
 	// dashboard, so never put a secret in it. On acquire it is the new
 	// grant's (a re-entry with one replaces it); on renew it replaces the
 	// grant's value. Absent: none on a new grant, unchanged otherwise
-	// (null is refused: leave the field out).
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
 
 	// WaitMs How long to wait for a free permit. Default 0 (try once); at most --max-wait (default 60 s).
@@ -1081,7 +1104,8 @@ type SessionHoldEvent struct {
 
 // SessionRef The id of a live session (`POST /v1/sessions`): the grant lives as
 // long as the session, and `ttl_ms` must be left out. 404
-// `session_not_found` when the session ended or lapsed. Not with
+// `session_not_found` when the session ended or lapsed, or another
+// API key made it. Not with
 // `/hold`, which keeps its own lease.
 type SessionRef = string
 
@@ -1145,7 +1169,9 @@ type StreamResetMessageEvent string
 // dashboard, so never put a secret in it. On acquire it is the new
 // grant's (a re-entry with one replaces it); on renew it replaces the
 // grant's value. Absent: none on a new grant, unchanged otherwise
-// (null is refused: leave the field out).
+// (null is refused: leave the field out). A number beyond a float64's
+// range (which decoders read as Infinity) and a `\u` escape of half a
+// surrogate pair are refused (400, field `value`).
 type Value = json.RawMessage
 
 // Cursor defines model for Cursor.
@@ -2474,7 +2500,9 @@ type ClientInterface interface {
 	// their waiters are served; let it lapse and they end with it
 	// (recorded as released by `session`, reason `session expired`, after
 	// which a grant's lock-delay applies). The answer's `session` is a
-	// secret like a lease token: whoever has it can end the session.
+	// secret like a lease token: whoever has it can end the session. With
+	// API keys, a session belongs to the key that made it: to any other
+	// key its id answers 404 `session_not_found`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2492,7 +2520,9 @@ type ClientInterface interface {
 	// their waiters are served; let it lapse and they end with it
 	// (recorded as released by `session`, reason `session expired`, after
 	// which a grant's lock-delay applies). The answer's `session` is a
-	// secret like a lease token: whoever has it can end the session.
+	// secret like a lease token: whoever has it can end the session. With
+	// API keys, a session belongs to the key that made it: to any other
+	// key its id answers 404 `session_not_found`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2504,7 +2534,8 @@ type ClientInterface interface {
 	// Every grant of the session is released at once (all its re-entry
 	// levels), recorded as released by `session`, and its waiters are
 	// served. No lock-delay applies: ending is the holder's own choice.
-	// The answer lists what was released.
+	// The answer lists what was released; its `expires_at` is the moment
+	// the session ended.
 	//
 	// Corresponds with DELETE /v1/sessions/{id} (the `EndSession` operationId).
 	EndSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2514,7 +2545,8 @@ type ClientInterface interface {
 	// For the session's owner, who has its id: its expiry and the
 	// resources it holds grants of. A grant its holder released, or that
 	// was force-released, may stay listed until the session's next
-	// renewal. 404 `session_not_found` once the session ended or lapsed.
+	// renewal. 404 `session_not_found` once the session ended or lapsed,
+	// or when another API key made it.
 	//
 	// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
 	GetSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3664,7 +3696,9 @@ func (c *Client) RenewSemaphore(ctx context.Context, key SemaphoreKey, body Rene
 // their waiters are served; let it lapse and they end with it
 // (recorded as released by `session`, reason `session expired`, after
 // which a grant's lock-delay applies). The answer's `session` is a
-// secret like a lease token: whoever has it can end the session.
+// secret like a lease token: whoever has it can end the session. With
+// API keys, a session belongs to the key that made it: to any other
+// key its id answers 404 `session_not_found`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3692,7 +3726,9 @@ func (c *Client) CreateSessionWithBody(ctx context.Context, contentType string, 
 // their waiters are served; let it lapse and they end with it
 // (recorded as released by `session`, reason `session expired`, after
 // which a grant's lock-delay applies). The answer's `session` is a
-// secret like a lease token: whoever has it can end the session.
+// secret like a lease token: whoever has it can end the session. With
+// API keys, a session belongs to the key that made it: to any other
+// key its id answers 404 `session_not_found`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3714,7 +3750,8 @@ func (c *Client) CreateSession(ctx context.Context, body CreateSessionJSONReques
 // Every grant of the session is released at once (all its re-entry
 // levels), recorded as released by `session`, and its waiters are
 // served. No lock-delay applies: ending is the holder's own choice.
-// The answer lists what was released.
+// The answer lists what was released; its `expires_at` is the moment
+// the session ended.
 //
 // Corresponds with DELETE /v1/sessions/{id} (the `EndSession` operationId).
 func (c *Client) EndSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3734,7 +3771,8 @@ func (c *Client) EndSession(ctx context.Context, id SessionID, reqEditors ...Req
 // For the session's owner, who has its id: its expiry and the
 // resources it holds grants of. A grant its holder released, or that
 // was force-released, may stay listed until the session's next
-// renewal. 404 `session_not_found` once the session ended or lapsed.
+// renewal. 404 `session_not_found` once the session ended or lapsed,
+// or when another API key made it.
 //
 // Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
 func (c *Client) GetSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6281,7 +6319,9 @@ type ClientWithResponsesInterface interface {
 	// their waiters are served; let it lapse and they end with it
 	// (recorded as released by `session`, reason `session expired`, after
 	// which a grant's lock-delay applies). The answer's `session` is a
-	// secret like a lease token: whoever has it can end the session.
+	// secret like a lease token: whoever has it can end the session. With
+	// API keys, a session belongs to the key that made it: to any other
+	// key its id answers 404 `session_not_found`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6299,7 +6339,9 @@ type ClientWithResponsesInterface interface {
 	// their waiters are served; let it lapse and they end with it
 	// (recorded as released by `session`, reason `session expired`, after
 	// which a grant's lock-delay applies). The answer's `session` is a
-	// secret like a lease token: whoever has it can end the session.
+	// secret like a lease token: whoever has it can end the session. With
+	// API keys, a session belongs to the key that made it: to any other
+	// key its id answers 404 `session_not_found`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6311,7 +6353,8 @@ type ClientWithResponsesInterface interface {
 	// Every grant of the session is released at once (all its re-entry
 	// levels), recorded as released by `session`, and its waiters are
 	// served. No lock-delay applies: ending is the holder's own choice.
-	// The answer lists what was released.
+	// The answer lists what was released; its `expires_at` is the moment
+	// the session ended.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6323,7 +6366,8 @@ type ClientWithResponsesInterface interface {
 	// For the session's owner, who has its id: its expiry and the
 	// resources it holds grants of. A grant its holder released, or that
 	// was force-released, may stay listed until the session's next
-	// renewal. 404 `session_not_found` once the session ended or lapsed.
+	// renewal. 404 `session_not_found` once the session ended or lapsed,
+	// or when another API key made it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11230,7 +11274,9 @@ func (c *ClientWithResponses) RenewSemaphoreWithResponse(ctx context.Context, ke
 // their waiters are served; let it lapse and they end with it
 // (recorded as released by `session`, reason `session expired`, after
 // which a grant's lock-delay applies). The answer's `session` is a
-// secret like a lease token: whoever has it can end the session.
+// secret like a lease token: whoever has it can end the session. With
+// API keys, a session belongs to the key that made it: to any other
+// key its id answers 404 `session_not_found`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11254,7 +11300,9 @@ func (c *ClientWithResponses) CreateSessionWithBodyWithResponse(ctx context.Cont
 // their waiters are served; let it lapse and they end with it
 // (recorded as released by `session`, reason `session expired`, after
 // which a grant's lock-delay applies). The answer's `session` is a
-// secret like a lease token: whoever has it can end the session.
+// secret like a lease token: whoever has it can end the session. With
+// API keys, a session belongs to the key that made it: to any other
+// key its id answers 404 `session_not_found`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11272,7 +11320,8 @@ func (c *ClientWithResponses) CreateSessionWithResponse(ctx context.Context, bod
 // Every grant of the session is released at once (all its re-entry
 // levels), recorded as released by `session`, and its waiters are
 // served. No lock-delay applies: ending is the holder's own choice.
-// The answer lists what was released.
+// The answer lists what was released; its `expires_at` is the moment
+// the session ended.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11290,7 +11339,8 @@ func (c *ClientWithResponses) EndSessionWithResponse(ctx context.Context, id Ses
 // For the session's owner, who has its id: its expiry and the
 // resources it holds grants of. A grant its holder released, or that
 // was force-released, may stay listed until the session's next
-// renewal. 404 `session_not_found` once the session ended or lapsed.
+// renewal. 404 `session_not_found` once the session ended or lapsed,
+// or when another API key made it.
 //
 // Returns a wrapper object for the known response body format(s).
 //

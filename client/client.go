@@ -171,7 +171,8 @@ func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send 
 	if opts.IdempotencyKey == "" {
 		opts.IdempotencyKey = crand.Text()
 	}
-	waitUntil := time.Now().Add(opts.Wait)
+	first := time.Now() // an answer that replays an earlier attempt's grant: no earlier than this
+	waitUntil := first.Add(opts.Wait)
 	giveUp := waitUntil.Add(c.retryFor)
 	for attempt := 0; ; attempt++ {
 		p := acquireParams{idem: &opts.IdempotencyKey}
@@ -199,13 +200,18 @@ func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send 
 		} else {
 			l, err = decode[api.Lease](ctx, resp, err)
 		}
+		arrived := time.Now()
+		if err == nil && l.Replayed != nil && *l.Replayed {
+			// Granted to an earlier attempt whose answer was lost.
+			sent = first
+		}
 		if err == nil && opts.Session != nil {
-			ls := newLease(c, k, l, sent, false)
+			ls := newLease(c, k, l, sent, arrived, false)
 			ls.inSession(opts.Session)
 			return ls, nil
 		}
 		if err == nil {
-			return newLease(c, k, l, sent, !opts.NoAutoRenew && opts.SessionID == ""), nil
+			return newLease(c, k, l, sent, arrived, !opts.NoAutoRenew && opts.SessionID == ""), nil
 		}
 		if !errors.Is(err, ErrUnavailable) {
 			return nil, err

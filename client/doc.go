@@ -42,5 +42,11 @@
 //
 // The client measures expiry from when it sent the last successful renew,
 // which is never later than the server's own expiry, so it declares a lease
-// lost no later than the server drops it, give or take clock rate drift.
+// lost no later than the server drops it, give or take clock rate drift. A
+// grant counts from when its acquire was sent, unless the answer took more
+// than a third of the TTL (it waited in the queue): the server started the
+// TTL at the grant, somewhere in that time, so the client counts from the
+// answer and renews at once; until that renewal answers, its expiry may be
+// later than the server's by the time the answer took from the grant to
+// the client.
 package client

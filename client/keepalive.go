@@ -11,11 +11,14 @@ import (
 type keeper struct {
 	stop   <-chan struct{} // closed by Release or End
 	ttl    time.Duration
-	expiry func() time.Time // by our clock; never later than the server's
-	renew  func(context.Context) error
-	gone   func(error) bool // the answer says it no longer exists
-	lose   func(error)
-	what   string // "lease" or "session", for the loss's message
+	expiry func() time.Time // by our clock (grantExpiry)
+	// renewNow: renew at once rather than a third of the TTL from now
+	// (a grant whose timing is unsure).
+	renewNow bool
+	renew    func(context.Context) error
+	gone     func(error) bool // the answer says it no longer exists
+	lose     func(error)
+	what     string // "lease" or "session", for the loss's message
 }
 
 // keepAlive renews k every ttl/3 until k.stop is closed or a renewal says
@@ -35,10 +38,15 @@ func keepAlive(k keeper) {
 	}()
 
 	interval := max(k.ttl/3, time.Millisecond)
-	timer := time.NewTimer(interval)
+	first := interval
+	if k.renewNow {
+		first = 0
+	}
+	timer := time.NewTimer(first)
 	defer timer.Stop()
 	attempt := 0
-	var lastErr error // the last failure that said more than "timed out"
+	var lastErr error // since the last success: the last failure that said more than "timed out"
+	var failed error  // since the last success: the last failure
 	for {
 		select {
 		case <-k.stop:
@@ -46,13 +54,27 @@ func keepAlive(k keeper) {
 		case <-timer.C:
 		}
 		expires := k.expiry()
+		if late := time.Since(expires); late >= 0 {
+			// The server may have let it go already: it is not ours.
+			switch {
+			case lastErr != nil:
+				k.lose(fmt.Errorf("could not renew before the %s expired: %w", k.what, lastErr))
+			case failed != nil:
+				k.lose(fmt.Errorf("could not renew before the %s expired: %w", k.what, failed))
+			default:
+				// Not one renewal failed: this process did not run in
+				// time (paused, or starved of CPU).
+				k.lose(fmt.Errorf("its TTL ran out, by this client's clock, %v before a renewal could be sent: this process did not run in time (paused, or starved of CPU)", late.Round(time.Millisecond)))
+			}
+			return
+		}
 		rctx, rcancel := context.WithDeadline(ctx, expires)
 		sent := time.Now()
 		err := k.renew(rctx)
 		rcancel()
 		switch {
 		case err == nil:
-			attempt = 0
+			attempt, lastErr, failed = 0, nil, nil
 			// Measured from when the renewal was sent, like the expiry.
 			timer.Reset(max(interval-time.Since(sent), 0))
 			continue
@@ -60,11 +82,13 @@ func keepAlive(k keeper) {
 			return
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			// Our own deadline (the expiry): the server did not answer in time.
-			err = fmt.Errorf("%w: no answer before the %s expired", ErrUnavailable, k.what)
+			// Our own deadline (the expiry): a renewal was sent and the
+			// server did not answer it in time.
+			err = fmt.Errorf("%w: a renewal sent %v before the %s expired was not answered in time", ErrUnavailable, expires.Sub(sent).Round(time.Millisecond), k.what)
 		} else {
 			lastErr = err
 		}
+		failed = err
 		left := time.Until(expires)
 		if left <= 0 {
 			if lastErr == nil {

@@ -30,7 +30,8 @@ type Lease struct {
 
 	mu       sync.Mutex
 	info     api.Lease
-	expires  time.Time // by our clock; never later than the server's expiry
+	expires  time.Time // by our clock; see grantExpiry
+	renewNow bool      // the grant's timing is unsure: the watchdog renews at once
 	err      error     // why the lease was lost
 	released bool
 	renewals int
@@ -38,17 +39,20 @@ type Lease struct {
 	replayed bool // set once, by newLease
 }
 
-func newLease(c *Client, k kind, l api.Lease, sent time.Time, watchdog bool) *Lease {
+// newLease is the lease of the grant l, asked for at sent (the time the
+// grant cannot be earlier than) and answered at arrived.
+func newLease(c *Client, k kind, l api.Lease, sent, arrived time.Time, watchdog bool) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
+	ttl := time.Duration(l.TtlMs) * time.Millisecond
+	expires, renewNow := grantExpiry(sent, arrived, ttl)
 	ls := &Lease{
 		c: c, kind: k, key: l.Key, token: l.Token, fence: l.Fence,
-		ttl: time.Duration(l.TtlMs) * time.Millisecond,
+		ttl: ttl,
 		ctx: ctx, cancel: cancel,
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		info:     l,
 		replayed: l.Replayed != nil && *l.Replayed,
-		// The server set its expiry when the request arrived, after sent.
-		expires: sent.Add(time.Duration(l.TtlMs) * time.Millisecond),
+		expires:  expires, renewNow: renewNow,
 	}
 	if watchdog {
 		go ls.watch()
@@ -133,6 +137,30 @@ func (l *Lease) Err() error {
 // released (cause ErrReleased). Run the protected work under it.
 func (l *Lease) Context() context.Context { return l.ctx }
 
+// grantExpiry is the expiry, by our clock, of a lease or session granted
+// with ttl by a request sent at sent whose answer arrived at arrived, and
+// whether to renew it at once.
+//
+// The server starts the TTL at the grant, which came after sent and before
+// arrived: after the request reached the server, or, for a request that
+// waited in the queue, when its turn came. sent+ttl is never later than the
+// server's expiry, and it is the expiry when the answer came within a
+// third of the TTL: the first renewal, a third of the TTL after arrived,
+// still has a third before it. A later answer most likely waited, and
+// sent+ttl may already be past although the lease has its whole TTL
+// (issue 35: `lockd run --ttl 2s --wait 10s` lost every
+// lease granted after more than 2 s of waiting). Then the expiry is
+// arrived+ttl, later than the server's by at most the time the answer took
+// from the grant to us (a one-way trip), and the lease is renewed at once:
+// that renewal's answer sets an exact expiry (its send time plus the TTL)
+// within a round trip, or says that the lease is gone.
+func grantExpiry(sent, arrived time.Time, ttl time.Duration) (expires time.Time, renewNow bool) {
+	if arrived.Sub(sent) <= ttl/3 {
+		return sent.Add(ttl), false
+	}
+	return arrived.Add(ttl), true
+}
+
 // Renew extends the lease by its TTL now. The watchdog calls it; call it
 // yourself with NoAutoRenew. An answer that the lease is gone marks it lost.
 func (l *Lease) Renew(ctx context.Context) error {
@@ -150,7 +178,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.info = nl
+	// A renewal does not wait: the server renewed once it arrived.
 	l.expires = sent.Add(l.ttl)
+	l.renewNow = false
 	l.renewals++
 	l.mu.Unlock()
 	return nil
@@ -223,8 +253,11 @@ func (l *Lease) expiry() time.Time {
 // watch renews every ttl/3 until Release or loss (keepAlive).
 func (l *Lease) watch() {
 	defer close(l.done)
+	l.mu.Lock()
+	now := l.renewNow
+	l.mu.Unlock()
 	keepAlive(keeper{
-		stop: l.stop, ttl: l.ttl, expiry: l.expiry, renew: l.Renew,
+		stop: l.stop, ttl: l.ttl, expiry: l.expiry, renew: l.Renew, renewNow: now,
 		gone: func(err error) bool { return errors.Is(err, ErrLeaseLost) },
 		lose: l.lose, what: "lease",
 	})

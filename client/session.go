@@ -41,11 +41,12 @@ type Session struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	mu      sync.Mutex
-	info    api.Session
-	expires time.Time // by our clock
-	err     error
-	ended   bool
+	mu       sync.Mutex
+	info     api.Session
+	expires  time.Time // by our clock; see grantExpiry
+	renewNow bool      // created by a slow answer: the keep-alive renews at once
+	err      error
+	ended    bool
 }
 
 // NewSession starts a session and its keep-alive.
@@ -55,12 +56,16 @@ func (c *Client) NewSession(ctx context.Context, opts SessionOptions) (*Session,
 	if err != nil {
 		return nil, err
 	}
+	ttl := time.Duration(info.TtlMs) * time.Millisecond
+	// A creation does not wait, but its answer may be slow: the same rule
+	// as a lease's grant.
+	expires, renewNow := grantExpiry(sent, time.Now(), ttl)
 	sctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{
-		c: c, id: *info.Session, ttl: time.Duration(info.TtlMs) * time.Millisecond,
+		c: c, id: *info.Session, ttl: ttl,
 		ctx: sctx, cancel: cancel,
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
-		info: info, expires: sent.Add(time.Duration(info.TtlMs) * time.Millisecond),
+		info: info, expires: expires, renewNow: renewNow,
 	}
 	go s.watch()
 	return s, nil
@@ -137,7 +142,7 @@ func (s *Session) Renew(ctx context.Context) error {
 		return s.lostIf(err)
 	}
 	s.mu.Lock()
-	s.info, s.expires = info, sent.Add(s.ttl)
+	s.info, s.expires, s.renewNow = info, sent.Add(s.ttl), false
 	s.mu.Unlock()
 	return nil
 }
@@ -192,8 +197,11 @@ func (s *Session) lose(cause error) {
 // watch renews every ttl/3 until End or loss (keepAlive).
 func (s *Session) watch() {
 	defer close(s.done)
+	s.mu.Lock()
+	now := s.renewNow
+	s.mu.Unlock()
 	keepAlive(keeper{
-		stop: s.stop, ttl: s.ttl, expiry: s.expiry, renew: s.Renew,
+		stop: s.stop, ttl: s.ttl, expiry: s.expiry, renew: s.Renew, renewNow: now,
 		gone: func(err error) bool { return errors.Is(err, ErrSessionNotFound) },
 		lose: s.lose, what: "session",
 	})

@@ -12,6 +12,8 @@
 //     request and answer against api/openapi.yaml, and whose Redis timeouts
 //     (500 ms) are shorter than a pause of Redis, so it answers 503 during
 //     one;
+//   - LOCKD_SLOW_URL: the same in-process lockd behind a proxy that passes
+//     each request on 25 ms late, as a network would;
 //   - LOCKD_URL_2: `lockd serve`, built from this tree, a second process on
 //     the same Redis (FIFO across replicas);
 //   - LOCKD_AUTH_URL: an in-process lockd with API keys, LOCKD_TEST_WRITE_KEY

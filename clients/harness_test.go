@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,6 +82,7 @@ func startHarness(t *testing.T) *harness {
 	t.Cleanup(ctl.Close)
 	h.env = []string{
 		"LOCKD_URL=" + one.URL,
+		"LOCKD_SLOW_URL=" + slowProxy(t, one.URL),
 		"LOCKD_URL_2=" + two,
 		"LOCKD_AUTH_URL=" + authed.URL,
 		"LOCKD_TEST_WRITE_KEY=" + writeKey,
@@ -87,6 +90,28 @@ func startHarness(t *testing.T) *harness {
 		"LOCKD_CONTROL_URL=" + ctl.URL,
 	}
 	return h
+}
+
+// slowBy is how late LOCKD_SLOW_URL passes each request on: a network's
+// latency, more than a client that gives a request a millisecond waits.
+const slowBy = 25 * time.Millisecond
+
+// slowProxy serves target's API, each request slowBy late, until the test
+// ends, and returns its URL.
+func slowProxy(t *testing.T, target string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := httputil.NewSingleHostReverseProxy(u)
+	p.FlushInterval = -1 // streams (hold, observe) as they come
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(slowBy)
+		p.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // startBinary runs `lockd serve` on rs until the test ends and returns its

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -206,6 +207,11 @@ func release(ctx context.Context, n noun, args []string, getenv func(string) str
 		return err
 	}
 	r, err := n.ops(c, pos[0]).release(ctx, *token)
+	if errors.Is(err, client.ErrLeaseLost) {
+		// The server's words are for a holder that renews ("stop the
+		// protected work"); a release has nothing left to do.
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s %s: nothing to release: the lease was already released or has expired, or the token is not its token", n.name("release"), pos[0])}
+	}
 	if err != nil {
 		return failed(err)
 	}

@@ -68,7 +68,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{"acquire held after wait", env, []string{"acquire", "--wait", "200ms", "cli:held"}, exitHeld, "held by holder"},
 		{"renew stranger token", env, []string{"renew", "--token", stranger, "cli:held"}, exitLeaseLost, "lease lost"},
 		{"renew free key", env, []string{"renew", "--token", stranger, "cli:nobody"}, exitLeaseLost, "no live lease"},
-		{"release stranger token", env, []string{"release", "--token", stranger, "cli:held"}, exitLeaseLost, "lease lost"},
+		{"release stranger token", env, []string{"release", "--token", stranger, "cli:held"}, exitLeaseLost, "nothing to release"},
 		{"renew token from env", map[string]string{"LOCKD_SERVER": ls.url, "LOCKD_TOKEN": held.Token()}, []string{"renew", "cli:held"}, exitOK, ""},
 		{"status held", env, []string{"status", "cli:held"}, exitOK, ""},
 		{"status free", env, []string{"status", "cli:nobody"}, exitLeaseLost, "no live lease"},

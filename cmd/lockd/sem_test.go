@@ -48,7 +48,7 @@ func TestCLISharedAndSemaphoreExitCodes(t *testing.T) {
 		{"renew stranger token", env, []string{"sem", "renew", "--token", stranger, "cli:pool"}, exitLeaseLost, "lease lost"},
 		{"renew a free semaphore", env, []string{"sem", "renew", "--token", stranger, "cli:nothing"}, exitLeaseLost, "404 not_found"},
 		{"renew without token", env, []string{"sem", "renew", "cli:pool"}, exitUsage, "sem renew needs --token"},
-		{"release stranger token", env, []string{"sem", "release", "--token", stranger, "cli:pool"}, exitLeaseLost, "lease lost"},
+		{"release stranger token", env, []string{"sem", "release", "--token", stranger, "cli:pool"}, exitLeaseLost, "nothing to release"},
 		{"status held", env, []string{"sem", "status", "cli:pool"}, exitOK, ""},
 		{"status free", env, []string{"sem", "status", "cli:nothing"}, exitLeaseLost, "no live permit"},
 		{"status of the lock of the same name", env, []string{"status", "cli:pool"}, exitLeaseLost, "no live lease"},

@@ -104,7 +104,8 @@ func sessionOp(ctx context.Context, sub string, args []string, getenv func(strin
 	if cf.json {
 		return printJSON(stdout, s)
 	}
-	verb := map[string]string{"renew": "renewed; expires", "show": "expires", "end": "ended; it expired"}[sub]
+	// An ended session's expires_at is when it ended.
+	verb := map[string]string{"renew": "renewed; expires", "show": "expires", "end": "ended at"}[sub]
 	fmt.Fprintf(stdout, "session of %s, ttl %s, %s %s\n", s.Owner, ms(s.TtlMs), verb, clock(s.ExpiresAt))
 	for _, h := range s.Holds {
 		action := "holds"

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd/lockd/client"
 )
@@ -29,14 +31,44 @@ func TestCLISession(t *testing.T) {
 	if code, _, errOut := cli(t, env, "sem", "acquire", "--limit", "2", "--session", id, "cli:sess:pool"); code != exitOK {
 		t.Fatalf("sem acquire in the session: %d %s", code, errOut)
 	}
+	if code, _, errOut := cli(t, env, "acquire", "--session", id, "--owner", "step-2", "cli:sess:own"); code != exitOK {
+		t.Fatalf("acquire in the session with an owner: %d %s", code, errOut)
+	}
+	// A grant in a session is the session owner's unless it names another
+	// (issue 35: it was the caller's address).
+	for key, want := range map[string]string{"cli:sess:a": "nightly", "cli:sess:own": "step-2"} {
+		if st, err := ls.c.State(context.Background(), key); err != nil || st.Owner != want {
+			t.Errorf("%s: owner %q (%v), want %q", key, st.Owner, err, want)
+		}
+	}
+	if st, err := ls.c.Semaphore("cli:sess:pool", 2).State(context.Background()); err != nil || st.Owner != "nightly" {
+		t.Errorf("the permit's owner %q (%v), want the session's, nightly", st.Owner, err)
+	}
 	if code, out, errOut := cli(t, env, "session", "renew", id); code != exitOK || !strings.Contains(out, "holds lock cli:sess:a") {
 		t.Fatalf("renew: %d %q %q", code, out, errOut)
 	}
 	if code, out, _ := cli(t, env, "session", "show", id); code != exitOK || !strings.Contains(out, "holds semaphore cli:sess:pool") {
 		t.Fatalf("show: %d %q", code, out)
 	}
-	if code, out, _ := cli(t, env, "session", "end", id); code != exitOK || !strings.Contains(out, "released lock cli:sess:a") {
+	before := time.Now()
+	code, out, _ = cli(t, env, "session", "end", id)
+	if code != exitOK || !strings.Contains(out, "released lock cli:sess:a") {
 		t.Fatalf("end: %d %q", code, out)
+	}
+	// "ended at" the moment it ended, not its expiry, 5 s ahead
+	// (issue 35).
+	m := regexp.MustCompile(`ended at (\d\d:\d\d:\d\d\.\d{3})`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("end printed %q, want ended at HH:MM:SS.mmm", out)
+	}
+	ended, err := time.ParseInLocation("15:04:05.000", m[1], time.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Times of day: the difference, around the clock.
+	lag := (ended.Sub(time.Date(0, 1, 1, before.Hour(), before.Minute(), before.Second(), before.Nanosecond(), time.Local)) + 36*time.Hour) % (24 * time.Hour)
+	if lag -= 12 * time.Hour; lag < -time.Second || lag > 2*time.Second {
+		t.Errorf("end printed %q: %v from when it was asked, want the moment it ended", out, lag)
 	}
 	if _, err := ls.c.State(context.Background(), "cli:sess:a"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("the lock after the end: %v", err)

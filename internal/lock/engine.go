@@ -232,8 +232,11 @@ type AcquireRequest struct {
 	// replaces it.
 	Value string
 	// Session binds the grant to the session with this id (session.go):
-	// its TTL is the session's, and TTL is ignored.
+	// its TTL is the session's, and TTL is ignored. An empty Owner is the
+	// session's owner.
 	Session string
+	// SessionScope is the scope Session was made in (CreateSession).
+	SessionScope string
 
 	sessionHandle string // the session's handle, once looked up
 }

@@ -378,7 +378,7 @@ func TestRestartQuarantineCoversSessions(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEngine(t, srv.Client(t))
 	ctx := context.Background()
-	s, err := e.CreateSession(ctx, "old", time.Second)
+	s, err := e.CreateSession(ctx, "", "old", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,10 +386,10 @@ func TestRestartQuarantineCoversSessions(t *testing.T) {
 	srv.Restart()
 
 	waitFor(t, func() bool {
-		_, err := e.RenewSession(ctx, s.ID, "old")
+		_, err := e.RenewSession(ctx, "", s.ID, "old")
 		return errors.Is(err, lock.ErrSessionNotFound)
 	})
-	fresh, err := e.CreateSession(ctx, "new", 5*time.Second)
+	fresh, err := e.CreateSession(ctx, "", "new", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,12 +59,13 @@ type Service interface {
 	// OnLapse sets the function told of every lapse this process
 	// records (for metrics). It must not block.
 	OnLapse(f LapseFunc)
-	// CreateSession starts a session (session.go); GetSession,
-	// RenewSession and EndSession read, renew and end one by its id.
-	CreateSession(ctx context.Context, owner string, ttl time.Duration) (Session, error)
-	GetSession(ctx context.Context, id string) (Session, error)
-	RenewSession(ctx context.Context, id, actor string) (Session, error)
-	EndSession(ctx context.Context, id string) (Session, error)
+	// CreateSession starts a session in scope (session.go); GetSession,
+	// RenewSession and EndSession read, renew and end one by its scope
+	// and id. A session is found only in the scope that made it.
+	CreateSession(ctx context.Context, scope, owner string, ttl time.Duration) (Session, error)
+	GetSession(ctx context.Context, scope, id string) (Session, error)
+	RenewSession(ctx context.Context, scope, id, actor string) (Session, error)
+	EndSession(ctx context.Context, scope, id string) (Session, error)
 	// Close wakes every waiting caller with ErrClosed and stops the
 	// engine's work; it does not close the Redis clients.
 	Close() error

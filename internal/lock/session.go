@@ -21,8 +21,11 @@ import (
 // releases would.
 //
 // A session is a record of its own in Redis (session.lua), named by its
-// handle, a hash of its secret id, so that neither the id nor anything
-// that leads to it is in a key name, a grant or an event. On a Cluster
+// handle, a hash of its secret id and its scope, so that neither the id
+// nor anything that leads to it is in a key name, a grant or an event.
+// The scope is the API key that made the session ("" with auth off): the
+// same id in another scope names no session, so another tenant that
+// learns an id finds nothing to read, renew, end or acquire in. On a Cluster
 // the session and its grants are in different slots: a grant is taken
 // first and then attached to the session's list, and a session's renewal
 // renews each grant after its own record. The grants' expiries follow the
@@ -83,10 +86,17 @@ func ValidSessionID(id string) bool {
 	return true
 }
 
-// sessionHandle names a session's keys: a hash of its id, so that the keys
-// do not carry the secret.
-func sessionHandle(id string) string {
-	sum := sha256.Sum256([]byte("lockd session\x00" + id))
+// sessionHandle names a session's keys: a hash of its scope and id, so
+// that the keys do not carry the secret. The empty scope hashes as before
+// scopes existed, so that live sessions of a server without API keys
+// survive an upgrade; a scoped input is longer than any unscoped one (an
+// id has 32 characters and no NUL), so the two never meet.
+func sessionHandle(scope, id string) string {
+	in := "lockd session\x00" + id
+	if scope != "" {
+		in = "lockd session\x00" + scope + "\x00" + id
+	}
+	sum := sha256.Sum256([]byte(in))
 	return hex.EncodeToString(sum[:16])
 }
 
@@ -167,8 +177,9 @@ func (s sessionReply) session(holds bool) Session {
 	return out
 }
 
-// CreateSession starts a session of owner that lives ttl unless renewed.
-func (e *Engine) CreateSession(ctx context.Context, owner string, ttl time.Duration) (Session, error) {
+// CreateSession starts a session of owner in scope that lives ttl unless
+// renewed. Only the same scope finds it again.
+func (e *Engine) CreateSession(ctx context.Context, scope, owner string, ttl time.Duration) (Session, error) {
 	if ttl < MinSessionTTL || ttl > MaxSessionTTL {
 		return Session{}, fmt.Errorf("lock: session ttl %v is outside %v…%v", ttl, MinSessionTTL, MaxSessionTTL)
 	}
@@ -177,7 +188,7 @@ func (e *Engine) CreateSession(ctx context.Context, owner string, ttl time.Durat
 		if err != nil {
 			return Session{}, err
 		}
-		v, err := e.n.session(ctx, sessionCall{handle: sessionHandle(id), op: "create", a: packable(owner),
+		v, err := e.n.session(ctx, sessionCall{handle: sessionHandle(scope, id), op: "create", a: packable(owner),
 			b: strconv.FormatInt(ttl.Milliseconds(), 10)}, false)
 		if errors.Is(err, errSessionExists) {
 			continue // 2^-128 odds: take another id
@@ -194,9 +205,9 @@ func newSessionID() (string, error) {
 	return newToken()
 }
 
-// GetSession reads a session and what it holds.
-func (e *Engine) GetSession(ctx context.Context, id string) (Session, error) {
-	r, err := e.n.session(ctx, sessionCall{handle: sessionHandle(id), op: "get"}, false)
+// GetSession reads a session of scope and what it holds.
+func (e *Engine) GetSession(ctx context.Context, scope, id string) (Session, error) {
+	r, err := e.n.session(ctx, sessionCall{handle: sessionHandle(scope, id), op: "get"}, false)
 	if err != nil {
 		return Session{}, err
 	}
@@ -207,8 +218,8 @@ func (e *Engine) GetSession(ctx context.Context, id string) (Session, error) {
 // its grants' with it. A grant that ended on its own (released by its
 // holder, force-released) leaves the session's list. A grant that could
 // not be renewed is an error: it lapses at the session's previous expiry.
-func (e *Engine) RenewSession(ctx context.Context, id, actor string) (Session, error) {
-	h := sessionHandle(id)
+func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Session, error) {
+	h := sessionHandle(scope, id)
 	r, err := e.n.session(ctx, sessionCall{handle: h, op: "renew"}, true)
 	if err != nil {
 		return Session{}, err
@@ -232,8 +243,8 @@ func (e *Engine) RenewSession(ctx context.Context, id, actor string) (Session, e
 
 // EndSession ends the session and releases every grant it holds, each
 // recorded as released by "session"; their waiters are woken.
-func (e *Engine) EndSession(ctx context.Context, id string) (Session, error) {
-	r, err := e.n.session(ctx, sessionCall{handle: sessionHandle(id), op: "end"}, true)
+func (e *Engine) EndSession(ctx context.Context, scope, id string) (Session, error) {
+	r, err := e.n.session(ctx, sessionCall{handle: sessionHandle(scope, id), op: "end"}, true)
 	if err != nil {
 		return Session{}, err
 	}
@@ -246,7 +257,9 @@ func (e *Engine) EndSession(ctx context.Context, id string) (Session, error) {
 	if err != nil {
 		return Session{}, fmt.Errorf("lock: release the session's grants: %w", err)
 	}
-	return r.session(true), nil
+	s := r.session(true)
+	s.ExpiresAt = r.now // it ended: it lived until now, not until its expiry
+	return s, nil
 }
 
 // releaseAll releases every re-entry level of a grant, as its session.
@@ -266,12 +279,16 @@ func (e *Engine) releaseAll(ctx context.Context, res Resource, token string) err
 // acquireInSession is Acquire for a grant bound to a session: its TTL is
 // the session's time left, and once granted it is on the session's list.
 func (e *Engine) acquireInSession(ctx context.Context, res Resource, req AcquireRequest, token, want string) (Lease, error) {
-	h := sessionHandle(req.Session)
+	h := sessionHandle(req.SessionScope, req.Session)
 	r, err := e.n.session(ctx, sessionCall{handle: h, op: "check"}, false)
 	if err != nil {
 		return Lease{}, err
 	}
 	req.TTL, req.sessionHandle = r.expiresAt.Sub(r.now), h
+	if req.Owner == "" {
+		// A grant in a session is the session owner's unless it says.
+		req.Owner = r.owner
+	}
 	if req.TTL <= 0 {
 		return Lease{}, ErrSessionNotFound
 	}
@@ -328,21 +345,21 @@ func eachGrant(grants []sessionGrant, f func(sessionGrant) error) error {
 // Redlock has no sessions: see ErrNoSessions.
 
 // CreateSession answers ErrNoSessions.
-func (r *Redlock) CreateSession(context.Context, string, time.Duration) (Session, error) {
+func (r *Redlock) CreateSession(context.Context, string, string, time.Duration) (Session, error) {
 	return Session{}, ErrNoSessions
 }
 
 // GetSession answers ErrNoSessions.
-func (r *Redlock) GetSession(context.Context, string) (Session, error) {
+func (r *Redlock) GetSession(context.Context, string, string) (Session, error) {
 	return Session{}, ErrNoSessions
 }
 
 // RenewSession answers ErrNoSessions.
-func (r *Redlock) RenewSession(context.Context, string, string) (Session, error) {
+func (r *Redlock) RenewSession(context.Context, string, string, string) (Session, error) {
 	return Session{}, ErrNoSessions
 }
 
 // EndSession answers ErrNoSessions.
-func (r *Redlock) EndSession(context.Context, string) (Session, error) {
+func (r *Redlock) EndSession(context.Context, string, string) (Session, error) {
 	return Session{}, ErrNoSessions
 }

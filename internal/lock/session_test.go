@@ -34,7 +34,7 @@ func TestSessionGrantsLiveAndDieWithIt(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			e := newEngine(t, b.open(t))
 			ctx := context.Background()
-			s, err := e.CreateSession(ctx, "worker-1", 3*time.Second)
+			s, err := e.CreateSession(ctx, "", "worker-1", 3*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func TestSessionGrantsLiveAndDieWithIt(t *testing.T) {
 			for _, l := range []lock.Lease{x, permit, permit2, leader} {
 				near(t, "a grant's expiry and the session's", l.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
 			}
-			got, err := e.GetSession(ctx, s.ID)
+			got, err := e.GetSession(ctx, "", s.ID)
 			if err != nil || len(got.Holds) != 4 || got.Owner != "worker-1" {
 				t.Fatalf("get: %+v, %v", got, err)
 			}
@@ -67,7 +67,7 @@ func TestSessionGrantsLiveAndDieWithIt(t *testing.T) {
 
 			// The session's renewal moves every grant.
 			time.Sleep(200 * time.Millisecond)
-			s2, err := e.RenewSession(ctx, s.ID, "worker-1")
+			s2, err := e.RenewSession(ctx, "", s.ID, "worker-1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +96,7 @@ func TestSessionGrantsLiveAndDieWithIt(t *testing.T) {
 				served <- err
 			}()
 			waitFor(t, func() bool { st, _ := e.State(ctx, lock.Lock("sess:a")); return len(st.Queue) == 1 })
-			if _, err := e.EndSession(ctx, s.ID); err != nil {
+			if _, err := e.EndSession(ctx, "", s.ID); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -120,14 +120,53 @@ func TestSessionGrantsLiveAndDieWithIt(t *testing.T) {
 			if _, err := e.State(ctx, lock.Election("sess:leader")); !errors.Is(err, lock.ErrNotFound) {
 				t.Fatalf("leader after the session's end: %v", err)
 			}
-			if _, err := e.GetSession(ctx, s.ID); !errors.Is(err, lock.ErrSessionNotFound) {
+			if _, err := e.GetSession(ctx, "", s.ID); !errors.Is(err, lock.ErrSessionNotFound) {
 				t.Fatalf("get after the end: %v", err)
 			}
 			if _, err := e.Acquire(ctx, lock.Lock("sess:b"), in); !errors.Is(err, lock.ErrSessionNotFound) {
 				t.Fatalf("acquire in an ended session: %v", err)
 			}
-			if _, err := e.RenewSession(ctx, s.ID, "w"); !errors.Is(err, lock.ErrSessionNotFound) {
+			if _, err := e.RenewSession(ctx, "", s.ID, "w"); !errors.Is(err, lock.ErrSessionNotFound) {
 				t.Fatalf("renew of an ended session: %v", err)
+			}
+		})
+	}
+}
+
+// A session is found only in the scope that made it: in any other scope,
+// the unscoped one included, its id names no session, and nothing the
+// other scope does changes it.
+func TestSessionScope(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEngine(t, b.open(t))
+			ctx := context.Background()
+			s, err := e.CreateSession(ctx, "tenant-a", "worker", 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAcquire(t, e, lock.Lock("a:1"), lock.AcquireRequest{Session: s.ID, SessionScope: "tenant-a"})
+			for _, scope := range []string{"tenant-b", ""} {
+				if _, err := e.GetSession(ctx, scope, s.ID); !errors.Is(err, lock.ErrSessionNotFound) {
+					t.Errorf("get from scope %q: %v", scope, err)
+				}
+				if _, err := e.RenewSession(ctx, scope, s.ID, "b"); !errors.Is(err, lock.ErrSessionNotFound) {
+					t.Errorf("renew from scope %q: %v", scope, err)
+				}
+				if _, err := e.EndSession(ctx, scope, s.ID); !errors.Is(err, lock.ErrSessionNotFound) {
+					t.Errorf("end from scope %q: %v", scope, err)
+				}
+				in := lock.AcquireRequest{Owner: "b", TTL: time.Second, Session: s.ID, SessionScope: scope}
+				if _, err := e.Acquire(ctx, lock.Lock("b:1"), in); !errors.Is(err, lock.ErrSessionNotFound) {
+					t.Errorf("acquire from scope %q: %v", scope, err)
+				}
+			}
+			got, err := e.GetSession(ctx, "tenant-a", s.ID)
+			if err != nil || len(got.Holds) != 1 || got.Holds[0] != lock.Lock("a:1") || !got.ExpiresAt.Equal(s.ExpiresAt) {
+				t.Fatalf("the session after the other scopes' calls: %+v, %v", got, err)
+			}
+			if _, err := e.State(ctx, lock.Lock("b:1")); !errors.Is(err, lock.ErrNotFound) {
+				t.Fatalf("b:1 after an acquire in another scope's session: %v", err)
 			}
 		})
 	}
@@ -141,7 +180,7 @@ func TestSessionLapse(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			e := newEngine(t, b.open(t))
 			ctx := context.Background()
-			s, err := e.CreateSession(ctx, "crashes", 400*time.Millisecond)
+			s, err := e.CreateSession(ctx, "", "crashes", 400*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,7 +208,7 @@ func TestSessionLapse(t *testing.T) {
 			if _, err := e.Acquire(ctx, lock.Lock("lapse:d"), lock.AcquireRequest{Owner: "next", TTL: time.Minute}); !errors.Is(err, lock.ErrLockDelay) {
 				t.Fatalf("acquire after a lapse with a lock-delay: %v", err)
 			}
-			if _, err := e.GetSession(ctx, s.ID); !errors.Is(err, lock.ErrSessionNotFound) {
+			if _, err := e.GetSession(ctx, "", s.ID); !errors.Is(err, lock.ErrSessionNotFound) {
 				t.Fatalf("get after the lapse: %v", err)
 			}
 		})
@@ -184,7 +223,7 @@ func TestSessionWaiterAndReleasedGrant(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			e := newEngine(t, b.open(t))
 			ctx := context.Background()
-			s, err := e.CreateSession(ctx, "w", 2*time.Second)
+			s, err := e.CreateSession(ctx, "", "w", 2*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +238,7 @@ func TestSessionWaiterAndReleasedGrant(t *testing.T) {
 			}()
 			waitFor(t, func() bool { st, _ := e.State(ctx, lock.Lock("sw:a")); return len(st.Queue) == 1 })
 			time.Sleep(600 * time.Millisecond)
-			s2, err := e.RenewSession(ctx, s.ID, "w")
+			s2, err := e.RenewSession(ctx, "", s.ID, "w")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -212,11 +251,11 @@ func TestSessionWaiterAndReleasedGrant(t *testing.T) {
 			if _, err := e.Release(ctx, lock.Lock("sw:a"), l.Token, "w"); err != nil {
 				t.Fatal(err)
 			}
-			s3, err := e.RenewSession(ctx, s.ID, "w")
+			s3, err := e.RenewSession(ctx, "", s.ID, "w")
 			if err != nil || len(s3.Holds) != 1 {
 				t.Fatalf("renew lists %+v, %v (the list as it was)", s3.Holds, err)
 			}
-			if s4, err := e.GetSession(ctx, s.ID); err != nil || len(s4.Holds) != 0 {
+			if s4, err := e.GetSession(ctx, "", s.ID); err != nil || len(s4.Holds) != 0 {
 				t.Fatalf("after the renewal the session holds %+v, %v", s4.Holds, err)
 			}
 		})
@@ -231,7 +270,7 @@ func TestSessionWaiterAndReleasedGrant(t *testing.T) {
 func runSessions(t *testing.T, a, b *lock.Engine) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := a.CreateSession(ctx, "topo", 2*time.Second)
+	s, err := a.CreateSession(ctx, "", "topo", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +283,7 @@ func runSessions(t *testing.T, a, b *lock.Engine) {
 	// off the session's expiry; on a Cluster the renewal moves the grants
 	// slot by slot, one call each, which under load took 114 ms.
 	time.Sleep(600 * time.Millisecond)
-	s2, err := b.RenewSession(ctx, s.ID, "topo")
+	s2, err := b.RenewSession(ctx, "", s.ID, "topo")
 	if err != nil || len(s2.Holds) != len(keys) {
 		t.Fatalf("renew: %+v, %v", s2, err)
 	}
@@ -266,7 +305,7 @@ func runSessions(t *testing.T, a, b *lock.Engine) {
 		served <- err
 	}()
 	waitFor(t, func() bool { st, _ := a.State(ctx, lock.Lock(keys[0])); return len(st.Queue) == 1 })
-	if _, err := b.EndSession(ctx, s.ID); err != nil {
+	if _, err := b.EndSession(ctx, "", s.ID); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -283,7 +322,7 @@ func runSessions(t *testing.T, a, b *lock.Engine) {
 		}
 	}
 
-	short, err := b.CreateSession(ctx, "lapses", 300*time.Millisecond)
+	short, err := b.CreateSession(ctx, "", "lapses", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

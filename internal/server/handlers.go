@@ -119,7 +119,10 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 		if body.ttlMs != nil {
 			return req, invalid("ttl_ms", "ttl_ms and session exclude each other: a grant in a session lives as long as the session")
 		}
-		req.Session = *body.session
+		req.Session, req.SessionScope = *body.session, sessionScope(c)
+		if body.owner == nil {
+			req.Owner = "" // the session's owner: the engine reads it with the session
+		}
 	}
 	if req.Wait, err = msRange("wait_ms", body.waitMs, 0, 0, s.cfg.MaxWait); err != nil {
 		return req, err

@@ -39,6 +39,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		s.checkHost,
 		crossOrigin(),
 		s.identify,
+		checkQuery,
 		// HEAD is served wherever GET is (the probes, /metrics, the
 		// dashboard's pages): load balancers and uptime checkers use it.
 		middleware.GetHead,

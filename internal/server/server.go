@@ -38,10 +38,11 @@ type Engine interface {
 	MissedAcks() (int64, error)
 	// OnLapse sets the function told of every lapse (the lapse metrics).
 	OnLapse(f lock.LapseFunc)
-	CreateSession(ctx context.Context, owner string, ttl time.Duration) (lock.Session, error)
-	GetSession(ctx context.Context, id string) (lock.Session, error)
-	RenewSession(ctx context.Context, id, actor string) (lock.Session, error)
-	EndSession(ctx context.Context, id string) (lock.Session, error)
+	// The session operations take the session's scope: sessionScope.
+	CreateSession(ctx context.Context, scope, owner string, ttl time.Duration) (lock.Session, error)
+	GetSession(ctx context.Context, scope, id string) (lock.Session, error)
+	RenewSession(ctx context.Context, scope, id, actor string) (lock.Session, error)
+	EndSession(ctx context.Context, scope, id string) (lock.Session, error)
 }
 
 // lock.Service offers everything the server needs.

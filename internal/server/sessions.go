@@ -13,7 +13,21 @@ import (
 
 // Sessions (lock/session.go): one keep-alive for many grants. A session's
 // id is a secret like a token, so every session operation needs the
-// write scope, and the id is never logged or shown.
+// write scope, and the id is never logged or shown. A session belongs to
+// the API key that made it (sessionScope): to any other key its id names
+// no session.
+
+// sessionScope is the scope of the caller's sessions: its API key's name,
+// or "" with auth off. By name, not by the key's hash, so that a key
+// whose secret is replaced under the same name keeps its sessions; a key
+// renamed in the auth file no longer finds the sessions it made, which
+// lapse at their TTL with their grants.
+func sessionScope(c caller) string {
+	if c.key == nil {
+		return ""
+	}
+	return c.key.Name
+}
 
 // sessionOf is a session on the wire; the id only when it was just made.
 func sessionOf(s lock.Session) api.Session {
@@ -56,7 +70,7 @@ func (s *Server) CreateSession(ctx context.Context, r api.CreateSessionRequestOb
 		return nil, err
 	}
 	logOwner(ctx, owner)
-	sess, err := s.engine.CreateSession(ctx, owner, ttl)
+	sess, err := s.engine.CreateSession(ctx, sessionScope(c), owner, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +82,7 @@ func (s *Server) GetSession(ctx context.Context, r api.GetSessionRequestObject) 
 	if err := checkSessionID("id", r.Id); err != nil {
 		return nil, err
 	}
-	sess, err := s.engine.GetSession(ctx, r.Id)
+	sess, err := s.engine.GetSession(ctx, sessionScope(callerOf(ctx)), r.Id)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +94,8 @@ func (s *Server) RenewSession(ctx context.Context, r api.RenewSessionRequestObje
 	if err := checkSessionID("id", r.Id); err != nil {
 		return nil, err
 	}
-	sess, err := s.engine.RenewSession(ctx, r.Id, callerOf(ctx).name)
+	c := callerOf(ctx)
+	sess, err := s.engine.RenewSession(ctx, sessionScope(c), r.Id, c.name)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +124,7 @@ func (s *Server) endSession(ctx context.Context, id string) (lock.Session, error
 	if err := checkSessionID("id", id); err != nil {
 		return lock.Session{}, err
 	}
-	return s.engine.EndSession(ctx, id)
+	return s.engine.EndSession(ctx, sessionScope(callerOf(ctx)), id)
 }
 
 // HoldSession keeps a session alive while the connection stays open, and
@@ -128,21 +143,22 @@ func (s *Server) HoldSession(ctx context.Context, r api.HoldSessionRequestObject
 		releaseQuota()
 		return nil, problem.Errorf(problem.ErrTooManyHolds, "this server already keeps %d hold streams open", cap(s.holds))
 	}
-	actor := callerOf(ctx).name
-	sess, err := s.engine.RenewSession(ctx, r.Id, actor)
+	c := callerOf(ctx)
+	scope := sessionScope(c)
+	sess, err := s.engine.RenewSession(ctx, scope, r.Id, c.name)
 	if err != nil {
 		<-s.holds
 		releaseQuota()
 		return nil, err
 	}
-	return &sessionHold{s: s, ctx: ctx, id: r.Id, sess: sess, actor: actor, releaseQuota: releaseQuota}, nil
+	return &sessionHold{s: s, ctx: ctx, scope: scope, id: r.Id, sess: sess, actor: c.name, releaseQuota: releaseQuota}, nil
 }
 
 // sessionHold writes a session hold's events.
 type sessionHold struct {
 	s            *Server
 	ctx          context.Context
-	id           string
+	scope, id    string
 	sess         lock.Session
 	actor        string
 	releaseQuota func()
@@ -162,7 +178,7 @@ func (h *sessionHold) VisitHoldSessionResponse(w http.ResponseWriter) error {
 	end := func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 5*time.Second)
 		defer cancel()
-		_, _ = h.s.engine.EndSession(ctx, h.id)
+		_, _ = h.s.engine.EndSession(ctx, h.scope, h.id)
 	}
 	sendLost := func(err error) {
 		p, _, _ := toAPI(err, lock.Resource{})
@@ -188,7 +204,7 @@ func (h *sessionHold) VisitHoldSessionResponse(w http.ResponseWriter) error {
 			return nil
 		case <-tick.C:
 			rctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
-			next, rerr := h.s.engine.RenewSession(rctx, h.id, h.actor)
+			next, rerr := h.s.engine.RenewSession(rctx, h.scope, h.id, h.actor)
 			cancel()
 			switch {
 			case rerr == nil:

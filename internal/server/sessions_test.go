@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -10,8 +11,11 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lockdtest"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/server"
 )
 
 func (f *fixture) createSession(t *testing.T, ttlMs int64) api.Session {
@@ -222,5 +226,114 @@ func TestSessionIDStaysSecret(t *testing.T) {
 		if strings.Contains(text, id) || strings.Contains(text, id[:16]) {
 			t.Fatalf("the session id appears in answer %d:\n%s", i, text)
 		}
+	}
+}
+
+const tenantsYAML = `
+keys:
+  - name: tenant-a
+    key: "tenant-a-key-0123456789"
+    scopes: [write]
+    prefixes: ["a:"]
+  - name: tenant-b
+    key: "tenant-b-key-0123456789"
+    scopes: [write]
+    prefixes: ["b:"]
+  - name: everyone
+    key: "everyone-key-0123456789"
+    scopes: [admin]
+`
+
+// A session belongs to the API key that made it (N20): to another key,
+// even an admin key, its id names no session. Every session operation,
+// and every "session" on an acquire, a shared hold, a permit or a
+// campaign, answers 404 session_not_found and changes nothing: the
+// session is not renewed, ended or given grants, and what it holds stays
+// held and unlisted to others.
+func TestSessionBelongsToItsAPIKey(t *testing.T) {
+	keys, err := auth.Parse([]byte(tenantsYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) { c.Keys = keys })
+	const ta, tb, admin = "tenant-a-key-0123456789", "tenant-b-key-0123456789", "everyone-key-0123456789"
+	status, body, _ := call(t, "POST", f.url+"/v1/sessions", ta, `{"ttl_ms":60000}`)
+	var created api.Session
+	if err := json.Unmarshal([]byte(body), &created); status != 201 || err != nil || created.Session == nil {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	id := *created.Session
+	inSession := `{"session":"` + id + `"}`
+	for _, c := range []struct{ path, body string }{
+		{"/v1/locks/a:s1/acquire", inSession},
+		{"/v1/locks/a:shared/acquire", `{"session":"` + id + `","mode":"shared"}`},
+		{"/v1/semaphores/a:sem/acquire", `{"session":"` + id + `","limit":2}`},
+		{"/v1/elections/a:sel/campaign", inSession},
+	} {
+		if status, body, _ := call(t, "POST", f.url+c.path, ta, c.body); status != 200 {
+			t.Fatalf("tenant-a %s: %d %s", c.path, status, body)
+		}
+	}
+	ownHolds := func() api.Session {
+		t.Helper()
+		status, body, _ := call(t, "GET", f.url+"/v1/sessions/"+id, ta, "")
+		var s api.Session
+		if err := json.Unmarshal([]byte(body), &s); status != 200 || err != nil {
+			t.Fatalf("tenant-a GET: %d %s", status, body)
+		}
+		return s
+	}
+	before := ownHolds()
+
+	for _, key := range []struct{ name, key string }{{"tenant-b", tb}, {"admin", admin}} {
+		for _, c := range []struct{ name, method, path, body string }{
+			{"get", "GET", "/v1/sessions/" + id, ""},
+			{"renew", "POST", "/v1/sessions/" + id + "/renew", ""},
+			{"hold", "POST", "/v1/sessions/" + id + "/hold", ""},
+			{"acquire", "POST", "/v1/locks/b:s2/acquire", inSession},
+			{"shared hold", "POST", "/v1/locks/b:shared/acquire", `{"session":"` + id + `","mode":"shared"}`},
+			{"permit", "POST", "/v1/semaphores/b:sem/acquire", `{"session":"` + id + `","limit":2}`},
+			{"campaign", "POST", "/v1/elections/b:sel/campaign", inSession},
+			{"end", "POST", "/v1/sessions/" + id + "/end", ""},
+			{"delete", "DELETE", "/v1/sessions/" + id, ""},
+		} {
+			status, body, _ := call(t, c.method, f.url+c.path, key.key, c.body)
+			var p api.Problem
+			_ = json.Unmarshal([]byte(body), &p)
+			if status != http.StatusNotFound || p.Code != api.ProblemCodeSessionNotFound || strings.Contains(body, "a:") {
+				t.Errorf("%s %s of tenant-a's session: %d %s", key.name, c.name, status, body)
+			}
+		}
+	}
+
+	after := ownHolds()
+	if !after.ExpiresAt.Equal(before.ExpiresAt) || len(after.Holds) != 4 || len(before.Holds) != 4 {
+		t.Fatalf("tenant-a's session before the other keys' calls: %+v\nafter: %+v", before, after)
+	}
+	for _, h := range after.Holds {
+		if !strings.HasPrefix(h.Key, "a:") {
+			t.Errorf("tenant-a's session holds %s", h.Key)
+		}
+	}
+	ctx := context.Background()
+	for _, res := range []lock.Resource{lock.Lock("a:s1"), lock.Lock("a:shared"), lock.Semaphore("a:sem"), lock.Election("a:sel")} {
+		if _, err := f.engine.State(ctx, res); err != nil {
+			t.Errorf("%s after the other keys' calls: %v", res, err)
+		}
+	}
+	for _, res := range []lock.Resource{lock.Lock("b:s2"), lock.Lock("b:shared"), lock.Semaphore("b:sem"), lock.Election("b:sel")} {
+		if _, err := f.engine.State(ctx, res); !errors.Is(err, lock.ErrNotFound) {
+			t.Errorf("%s was granted in tenant-a's session: %v", res, err)
+		}
+	}
+	// Its own key still renews and ends it.
+	if status, body, _ := call(t, "POST", f.url+"/v1/sessions/"+id+"/renew", ta, ""); status != 200 {
+		t.Fatalf("tenant-a renew: %d %s", status, body)
+	}
+	if status, body, _ := call(t, "DELETE", f.url+"/v1/sessions/"+id, ta, ""); status != 200 {
+		t.Fatalf("tenant-a end: %d %s", status, body)
+	}
+	if _, err := f.engine.State(ctx, lock.Lock("a:s1")); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("a:s1 after tenant-a ended its session: %v", err)
 	}
 }

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
@@ -115,6 +118,61 @@ func routeKey(r *http.Request) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// checkQuery answers 400 naming the parameter when the query string does
+// not parse: a bad percent escape or a ';' separator. r.URL.Query(), which
+// the generated code and the dashboard bind from, drops such a pair
+// without a word, so "?prefix=%zz" would list everything and "?cursor=%%"
+// restart from the first page. It runs before routing, on the API and the
+// dashboard alike; the probes, /metrics and /openapi.yaml (the contract's
+// paths outside /v1/) read no query, and a liveness probe must answer
+// whatever its URL carries.
+func checkQuery(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if op, ok := api.OperationFor(http.MethodGet, r.URL.Path); ok && !strings.HasPrefix(op.Path, "/v1/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err := queryError(r.URL.RawQuery); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// queryError is the first pair of the raw query that url.ParseQuery would
+// refuse, as a 400 naming its parameter (as sent, when the name itself does
+// not decode).
+func queryError(raw string) error {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		name, value, _ := strings.Cut(pair, "=")
+		field, err := url.QueryUnescape(name)
+		if err != nil {
+			field = name
+		}
+		if len(field) > 64 {
+			field = field[:64] + "…"
+		}
+		field = strings.ToValidUTF8(field, "?")
+		if err != nil {
+			return invalid(field, "the query parameter %q has a bad percent escape in its name", field)
+		}
+		if strings.Contains(pair, ";") {
+			return invalid(field, "the query parameter %s contains ';': separate parameters with '&', and escape a ';' in a value as %%3B", field)
+		}
+		if _, err := url.QueryUnescape(value); err != nil {
+			return invalid(field, "the query parameter %s has a bad percent escape: write %% as %%25", field)
+		}
+	}
+	return nil
 }
 
 // checkBody validates a POST's body before the generated code binds it:
@@ -417,7 +475,75 @@ func checkValue(v *api.Value) (string, error) {
 	if d := jsonDepth(b.Bytes()); d > maxValueDepth {
 		return "", invalid("value", "value must nest at most %d levels deep, got %d", maxValueDepth, d)
 	}
+	if err := portableJSON(b.Bytes()); err != nil {
+		return "", invalid("value", "value %v", err)
+	}
 	return b.String(), nil
+}
+
+// portableJSON refuses, in valid JSON, what common decoders cannot read
+// back: a number beyond a float64's range (1e999, a 400-digit integer),
+// which JavaScript and Python read as Infinity, and a \u escape of half a
+// surrogate pair, which is no character (JavaScript keeps a broken
+// string, Python one it cannot encode, Go a U+FFFD). A number below a
+// float64's smallest reads as 0 everywhere, and a long one loses digits
+// the same way everywhere: both are accepted.
+func portableJSON(b []byte) error {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			end, err := stringEnd(b, i+1)
+			if err != nil {
+				return err
+			}
+			i = end
+		case c == '-' || '0' <= c && c <= '9':
+			end := i + 1
+			for end < len(b) && strings.IndexByte("0123456789+-.eE", b[end]) >= 0 {
+				end++
+			}
+			if _, err := strconv.ParseFloat(string(b[i:end]), 64); err != nil {
+				return errors.New("must not hold a number beyond a float64's ±1.8e308, which JSON decoders read as Infinity (send a larger one as a string)")
+			}
+			i = end - 1
+		}
+	}
+	return nil
+}
+
+// stringEnd is the index of the quote that closes the JSON string starting
+// at b[i], or an error for a \u escape of an unpaired surrogate.
+func stringEnd(b []byte, i int) (int, error) {
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			return i, nil
+		case '\\':
+			if b[i+1] != 'u' {
+				i++
+				continue
+			}
+			r := hexRune(b[i+2 : i+6])
+			i += 5
+			switch {
+			case utf16.IsSurrogate(r) && r < 0xdc00 && i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u':
+				if lo := hexRune(b[i+3 : i+7]); 0xdc00 <= lo && lo <= 0xdfff {
+					i += 6
+					continue
+				}
+				fallthrough
+			case utf16.IsSurrogate(r):
+				return 0, fmt.Errorf("must not hold \\u%04x, half of a UTF-16 surrogate pair: it is no character", r)
+			}
+		}
+	}
+	return len(b), nil
+}
+
+// hexRune is the code unit of a \u escape's four hex digits.
+func hexRune(h []byte) rune {
+	n, _ := strconv.ParseUint(string(h), 16, 32)
+	return rune(n)
 }
 
 // jsonDepth is the deepest nesting of objects and arrays in valid JSON.

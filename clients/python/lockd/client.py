@@ -362,9 +362,10 @@ class Client:
             return self._t.request("POST", "/v1/sessions", body, timeout=self.timeout)
 
         answer = self._retrying("POST /v1/sessions", time.monotonic() + self.retry_for, attempt)
+        arrived = time.monotonic()
         if not isinstance(answer.get("session"), str):
             raise Unavailable("POST /v1/sessions: the answer has no session id; not lockd's")
-        return Session(self, answer, sent, auto_renew=auto_renew, on_lost=on_lost)
+        return Session(self, answer, sent, auto_renew=auto_renew, on_lost=on_lost, arrived=arrived)
 
     # The work, once for every kind.
 
@@ -393,7 +394,8 @@ class Client:
             in_session.check()
         path = _KINDS[kind].path + "/" + _quote(key) + "/" + _KINDS[kind].acquire
         headers = {"Idempotency-Key": idempotency_key or secrets.token_urlsafe(18)}
-        wait_until = time.monotonic() + max(0.0, wait)
+        first = time.monotonic()  # an answer that replays an earlier attempt's grant: no earlier than this
+        wait_until = first + max(0.0, wait)
         sent = 0.0
 
         def attempt() -> Dict[str, Any]:
@@ -411,8 +413,18 @@ class Client:
             if in_session is not None:
                 in_session._lose(err)
             raise
+        arrived = time.monotonic()
+        if answer.get("replayed"):
+            sent = first  # granted to an earlier attempt whose answer was lost
         lease = Lease(
-            self, kind, answer, sent, auto_renew=auto_renew and session is None, on_lost=on_lost, session=in_session
+            self,
+            kind,
+            answer,
+            sent,
+            auto_renew=auto_renew and session is None,
+            on_lost=on_lost,
+            session=in_session,
+            arrived=arrived,
         )
         if in_session is not None:
             in_session._attach(lease)

@@ -6,7 +6,8 @@ that fails for any other reason (503, no answer) is retried with jittered
 backoff until the lease's expiry as measured by this process's monotonic
 clock, from when the last successful renew was sent; then it is lost. That
 clock never runs ahead of the server's expiry, so the client gives up no
-later than the server drops the lease.
+later than the server drops the lease. A grant that waited in the queue
+counts from its answer and is renewed at once (_keepalive.grant_expiry).
 
 Loss sets ``lease.lost`` (a threading.Event), records ``lease.error`` (a
 LeaseLost) and calls ``on_lost`` once. The protected work should check
@@ -35,7 +36,7 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type
 
-from ._keepalive import keep_alive
+from ._keepalive import grant_expiry, keep_alive, ran_out
 from .errors import LeaseLost, LockdError, SessionLost
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ class Lease:
         auto_renew: bool = True,
         on_lost: Optional[OnLost] = None,
         session: Optional["Session"] = None,
+        arrived: Optional[float] = None,
     ) -> None:
         self._client = client
         self.session = session
@@ -100,8 +102,8 @@ class Lease:
         self._on_lost = on_lost
         self._lock = threading.Lock()
         self._info = _without_token(answer)
-        # The server set its expiry when the request arrived, after sent.
-        self._expires = sent + self.ttl
+        # The grant came after sent and before arrived (grant_expiry).
+        self._expires, self._renew_now = grant_expiry(sent, sent if arrived is None else arrived, self.ttl)
         self._renewals = 0
         self._released = False
         self._stop = threading.Event()
@@ -312,10 +314,13 @@ class Lease:
 
     def _renew_loop(self) -> None:
         """_renew_loop renews every ttl/3 until released or lost (_keepalive)."""
-        def lose(last: Optional[LockdError]) -> None:
+        def lose(last: Optional[LockdError], late: Optional[float]) -> None:
+            if late is not None:
+                self._lose(LeaseLost(f"{self.key}: {ran_out(late)}"))
+                return
             self._lose(LeaseLost(f"{self.key}: could not renew before the lease expired: {last}"))
 
-        keep_alive(self, self._stop, self.ttl, self._expiry, self.renew, LeaseLost, lose)
+        keep_alive(self, self._stop, self.ttl, self._expiry, self.renew, LeaseLost, lose, self._renew_now)
 
 
 def _without_token(answer: Dict[str, Any], before: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

@@ -29,7 +29,7 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type
 
-from ._keepalive import keep_alive
+from ._keepalive import grant_expiry, keep_alive, ran_out
 from .errors import LeaseLost, LockdError, SessionLost
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class Session:
         sent: float,
         auto_renew: bool = True,
         on_lost: Optional[OnSessionLost] = None,
+        arrived: Optional[float] = None,
     ) -> None:
         self._client = client
         self.__id: str = answer["session"]
@@ -73,8 +74,9 @@ class Session:
         self._on_lost = on_lost
         self._lock = threading.Lock()
         self._info = _without_id(answer)
-        # The server set its expiry when the request arrived, after sent.
-        self._expires = sent + self.ttl
+        # A creation does not wait, but its answer may be slow: the same
+        # rule as a lease's grant (grant_expiry).
+        self._expires, self._renew_now = grant_expiry(sent, sent if arrived is None else arrived, self.ttl)
         self._renewals = 0
         self._ended = False
         self._closed = False  # ended, and its leases told so
@@ -274,10 +276,13 @@ class Session:
 
     def _renew_loop(self) -> None:
         """_renew_loop renews every ttl/3 until released or lost (_keepalive)."""
-        def lose(last: Optional[LockdError]) -> None:
+        def lose(last: Optional[LockdError], late: Optional[float]) -> None:
+            if late is not None:
+                self._lose(SessionLost(f"the session: {ran_out(late)}"))
+                return
             self._lose(SessionLost(f"could not renew the session before it expired: {last}"))
 
-        keep_alive(self, self._stop, self.ttl, self._expiry, self.renew, SessionLost, lose)
+        keep_alive(self, self._stop, self.ttl, self._expiry, self.renew, SessionLost, lose, self._renew_now)
 
 
 def _without_id(answer: Dict[str, Any]) -> Dict[str, Any]:

@@ -50,6 +50,11 @@ def url() -> str:
     return env("LOCKD_URL")
 
 
+def slow_url() -> str:
+    """slow_url is the in-process lockd behind a proxy that passes each request on 25 ms late, as a network would."""
+    return env("LOCKD_SLOW_URL")
+
+
 def url2() -> str:
     """url2 is the second lockd process (lockd serve) on the same Redis."""
     return env("LOCKD_URL_2")

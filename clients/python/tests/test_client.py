@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import unittest
-from typing import List
+from typing import List, Optional, Tuple
 
 import harness
 from harness import lockd
@@ -309,6 +309,51 @@ class Retries(unittest.TestCase):
         with self.assertRaises(lockd.Unavailable), self.assertLogs("lockd", level="WARNING"):
             c.state("py:unreachable")
         self.assertLess(time.monotonic() - began, 0.5 + 0.2)
+
+
+class KeepAlive(unittest.TestCase):
+    """The renewal loop's deadline after a grant, without a server (issue 35)."""
+
+    def test_grant_expiry(self) -> None:
+        from lockd._keepalive import grant_expiry
+
+        # Answered within ttl/3: from the send. Later (it waited): from the
+        # answer, renewed at once.
+        cases = [
+            (0.002, (103.0, False)),
+            (1.0, (103.0, False)),
+            (1.1, (104.1, True)),
+            (4.0, (107.0, True)),
+        ]
+        for took, want in cases:
+            with self.subTest(took=took):
+                expires, renew_now = grant_expiry(100.0, 100.0 + took, 3.0)
+                self.assertAlmostEqual(expires, want[0])
+                self.assertEqual(renew_now, want[1])
+
+    def test_ran_out_before_a_renewal_is_not_blamed_on_the_server(self) -> None:
+        from lockd._keepalive import keep_alive, ran_out
+
+        lost: List[Tuple[Optional[lockd.LockdError], Optional[float]]] = []
+        renewed: List[bool] = []
+        expired = time.monotonic() - 1
+        keep_alive(
+            self,
+            threading.Event(),
+            3.0,
+            lambda: expired,
+            lambda: renewed.append(True),
+            lockd.LeaseLost,
+            lambda last, late: lost.append((last, late)),
+            renew_now=True,
+        )
+        self.assertEqual(renewed, [], "a renewal was sent past the expiry")
+        self.assertEqual(len(lost), 1)
+        last, late = lost[0]
+        self.assertIsNone(last)
+        assert late is not None
+        self.assertGreaterEqual(late, 1.0)
+        self.assertIn("before a renewal could be sent: this process did not run in time", ran_out(late))
 
 
 class _Collect(logging.Handler):

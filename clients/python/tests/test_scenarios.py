@@ -44,6 +44,20 @@ class Scenarios(unittest.TestCase):
         events = c.history(key)["events"]
         self.assertEqual([(e["type"], e["fence"]) for e in events[:2]], [("released", fence), ("acquired", fence)])
 
+    @scenario("value-round-trip")
+    def test_value_round_trip(self, spec: Dict[str, Any]) -> None:
+        c = harness.client()
+        key = harness.unique("values")
+        for value in spec["values"]:
+            with c.lock(key, ttl=10, value=value):
+                got = c.state(key)["value"]
+                self.assertEqual((got, type(got)), (value, type(value)))
+        with self.assertRaises(lockd.InvalidRequest) as refused:
+            c.acquire(key, ttl=10, value="\ud800")
+        self.assertEqual(refused.exception.field, "value")
+        with self.assertRaises(lockd.NotFound):
+            c.state(key)
+
     @scenario("lost-after-force-release")
     def test_lost_after_force_release(self, spec: Dict[str, Any]) -> None:
         c = harness.client()
@@ -323,6 +337,40 @@ class Scenarios(unittest.TestCase):
         harness.eventually(lambda: _free(c, key), within=slack, what="the lock free after the lapse")
         newest = c.history(key, limit=1)["events"][0]
         self.assertEqual((newest["type"], newest["actor"], newest["reason"]), ("released", "session", "session expired"))
+
+    @scenario("grant-after-wait")
+    def test_grant_after_wait(self, spec: Dict[str, Any]) -> None:
+        c = harness.client()
+        slow = harness.client(harness.slow_url())
+        key = harness.unique("grant-after-wait")
+        ttl = spec["ttl_ms"] / 1000
+        holder = c.acquire(key, ttl=spec["holder_ttl_ms"] / 1000, owner="py-holder")
+        got: List[Any] = []
+
+        def wait() -> None:
+            start = time.monotonic()
+            try:
+                lease = slow.acquire(key, ttl=ttl, wait=spec["wait_ms"] / 1000, owner="py-waiter")
+                got.append((lease, time.monotonic() - start))
+            except BaseException as err:  # reported by the test's thread
+                got.append(err)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        harness.eventually(lambda: c.state(key)["waiters"] == 1, within=5, what="the waiter queues")
+        time.sleep(spec["hold_ms"] / 1000)  # the wait to outlast: longer than the waiter's TTL
+        holder.release()
+        waiter.join()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        lease, waited = got[0]
+        self.addCleanup(lease.abandon)  # stops its renewer if an assertion fails
+        self.assertGreater(waited, ttl, "granted before the TTL ran out: the test proves nothing")
+        lost = lease.lost.wait(spec["keep_ms"] / 1000)
+        self.assertFalse(lost, f"lost after a grant that waited {waited:.3f} s: {lease.error}")
+        self.assertGreaterEqual(lease.renewals, spec["min_renewals"])
+        self.assertEqual(c.state(key)["fence"], lease.fence)
+        lease.release()
 
     def test_every_scenario_has_a_test(self) -> None:
         # Import every test module, so that a scenario test in another file

@@ -665,7 +665,9 @@ export interface paths {
          *     their waiters are served; let it lapse and they end with it
          *     (recorded as released by `session`, reason `session expired`, after
          *     which a grant's lock-delay applies). The answer's `session` is a
-         *     secret like a lease token: whoever has it can end the session.
+         *     secret like a lease token: whoever has it can end the session. With
+         *     API keys, a session belongs to the key that made it: to any other
+         *     key its id answers 404 `session_not_found`.
          */
         post: operations["createSession"];
         delete?: never;
@@ -686,7 +688,8 @@ export interface paths {
          * @description For the session's owner, who has its id: its expiry and the
          *     resources it holds grants of. A grant its holder released, or that
          *     was force-released, may stay listed until the session's next
-         *     renewal. 404 `session_not_found` once the session ended or lapsed.
+         *     renewal. 404 `session_not_found` once the session ended or lapsed,
+         *     or when another API key made it.
          */
         get: operations["getSession"];
         put?: never;
@@ -696,7 +699,8 @@ export interface paths {
          * @description Every grant of the session is released at once (all its re-entry
          *     levels), recorded as released by `session`, and its waiters are
          *     served. No lock-delay applies: ending is the holder's own choice.
-         *     The answer lists what was released.
+         *     The answer lists what was released; its `expires_at` is the moment
+         *     the session ended.
          */
         delete: operations["endSession"];
         options?: never;
@@ -951,7 +955,7 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         AcquireRequest: {
-            /** @description Holder's label, shown on the dashboard. Default the caller's API-key name or address. */
+            /** @description Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address. */
             owner?: string;
             /**
              * Format: int64
@@ -986,7 +990,7 @@ export interface components {
              *     `limit_mismatch`.
              */
             limit: number;
-            /** @description Holder's label, shown on the dashboard. Default the caller's API-key name or address. */
+            /** @description Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address. */
             owner?: string;
             /**
              * Format: int64
@@ -1004,7 +1008,7 @@ export interface components {
             session?: components["schemas"]["SessionRef"];
         };
         CampaignRequest: {
-            /** @description Who campaigns, shown as the leader. Default the caller's API-key name or address. */
+            /** @description Who campaigns, shown as the leader. Default the session's owner for a campaign in a session, else the caller's API-key name or address. */
             candidate?: string;
             value?: components["schemas"]["Value"];
             /**
@@ -1119,7 +1123,9 @@ export interface components {
          *     dashboard, so never put a secret in it. On acquire it is the new
          *     grant's (a re-entry with one replaces it); on renew it replaces the
          *     grant's value. Absent: none on a new grant, unchanged otherwise
-         *     (null is refused: leave the field out).
+         *     (null is refused: leave the field out). A number beyond a float64's
+         *     range (which decoders read as Infinity) and a `\u` escape of half a
+         *     surrogate pair are refused (400, field `value`).
          */
         Value: unknown;
         /**
@@ -1419,7 +1425,8 @@ export interface components {
         /**
          * @description The id of a live session (`POST /v1/sessions`): the grant lives as
          *     long as the session, and `ttl_ms` must be left out. 404
-         *     `session_not_found` when the session ended or lapsed. Not with
+         *     `session_not_found` when the session ended or lapsed, or another
+         *     API key made it. Not with
          *     `/hold`, which keeps its own lease.
          */
         SessionRef: string;

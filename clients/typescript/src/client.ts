@@ -418,10 +418,11 @@ export class Client {
       sent = now();
       return this._request<CreatedSession>("POST", "/v1/sessions", body, opts.signal);
     });
+    const arrivedAt = now();
     if (typeof answer.session !== "string") {
       throw new Unreachable("POST /v1/sessions: the answer has no session id; not lockd's");
     }
-    return new Session(this.#sessionOps, answer, sent, { autoRenew: opts.autoRenew, onLost: opts.onLost });
+    return new Session(this.#sessionOps, answer, sent, { autoRenew: opts.autoRenew, onLost: opts.onLost, arrivedAt });
   }
 
   /**
@@ -476,7 +477,9 @@ export class Client {
     inSession?.check();
     const path = `${KINDS[kind].path}/${enc(key)}/${KINDS[kind].acquire}`;
     const headers = { "Idempotency-Key": opts.idempotencyKey ?? (await randomKey()) };
-    const waitUntil = now() + ms(waitMs, "waitMs");
+    // An answer that replays an earlier attempt's grant: no earlier than this.
+    const first = now();
+    const waitUntil = first + ms(waitMs, "waitMs");
     let sent = 0;
     let grant: Grant;
     try {
@@ -500,7 +503,12 @@ export class Client {
       }
       throw err;
     }
+    const arrivedAt = now();
+    if (grant.replayed === true) {
+      sent = first; // granted to an earlier attempt whose answer was lost
+    }
     const lease = new Lease(this.#ops, kind, grant, sent, {
+      arrivedAt,
       // A grant in a session, even one known by its id alone, is kept by
       // the session's renewals: it never renews itself.
       autoRenew: opts.session === undefined ? opts.autoRenew : false,

@@ -8,7 +8,8 @@
 // lease's expiry as measured by this process's monotonic clock, from when
 // the last successful renew was sent; then it is lost. That clock never
 // runs ahead of the server's expiry, so the client gives up no later than
-// the server drops the lease.
+// the server drops the lease. A grant that waited in the queue counts from
+// its answer and is renewed at once (grantExpiry in renewer.ts).
 //
 // Loss aborts `lease.signal` (its reason is the LeaseLost), records
 // `lease.error` and calls `onLost` once. The protected work should pass
@@ -27,7 +28,7 @@
 
 import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
-import { Renewer } from "./renewer.js";
+import { grantExpiry, ranOut, Renewer } from "./renewer.js";
 import type { Session } from "./session.js";
 import type { GrantMode, LeaseInfo, LeadershipInfo, ReleaseResult, ResignResult, Value } from "./types.js";
 
@@ -57,6 +58,8 @@ export interface LeaseInit {
   onLost?: OnLost | undefined;
   /** The Session that keeps it alive: the lease then has no renewer of its own. */
   session?: Session | undefined;
+  /** When the grant's answer arrived (now()); default sentAt (grantExpiry). */
+  arrivedAt?: number | undefined;
 }
 
 /**
@@ -128,8 +131,9 @@ export class Lease {
     this.#onLost = init.onLost;
     this.signal = this.#lost.signal;
     this.session = init.session;
-    // The server set its expiry when the request arrived, after sentAt.
-    this.#expires = sentAt + this.ttlMs;
+    // The grant came after sentAt and before the answer arrived (grantExpiry).
+    const { expiresAt, renewNow } = grantExpiry(sentAt, init.arrivedAt ?? sentAt, this.ttlMs);
+    this.#expires = expiresAt;
     this.#renewer = new Renewer({
       ttlMs: this.ttlMs,
       expiresAt: () => this.#expires,
@@ -137,7 +141,14 @@ export class Lease {
       stopped: () => this.#released || this.lost,
       gone: (err) => err instanceof LeaseLost,
       what: this.key,
-      lose: (last) => this.#lose(new LeaseLost(`${this.key}: could not renew before the lease expired: ${last.message}`)),
+      lose: (last, lateMs) =>
+        this.#lose(
+          new LeaseLost(
+            lateMs !== undefined || last === undefined
+              ? `${this.key}: ${ranOut(lateMs ?? 0)}`
+              : `${this.key}: could not renew before the lease expired: ${last.message}`,
+          ),
+        ),
       retrying: (e, attempt, delayMs) =>
         this.#ops.logger?.info?.(`${this}: renew failed (${e.message}); retrying in ${Math.round(delayMs)} ms`, {
           key: this.key,
@@ -146,7 +157,7 @@ export class Lease {
         }),
     });
     if (init.autoRenew !== false && init.session === undefined) {
-      this.#renewer.start();
+      this.#renewer.start(renewNow);
     }
   }
 

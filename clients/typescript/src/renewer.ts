@@ -15,10 +15,47 @@ export interface Renewed {
   gone(err: unknown): boolean;
   /** what names it in the error of a failure that is no LockdError. */
   what: string;
-  /** lose is given the last failure that said why, once renewals failed until the expiry. */
-  lose(last: LockdError): void;
+  /**
+   * lose is given the last failure that said why, once renewals failed
+   * until the expiry; or, when the expiry passed before a renewal could
+   * even be sent (this process did not run in time), undefined and how
+   * late it was, ms.
+   */
+  lose(last: LockdError | undefined, lateMs?: number): void;
   /** retrying is told of a failed renewal and when the next comes. */
   retrying(err: LockdError, attempt: number, delayMs: number): void;
+}
+
+/**
+ * grantExpiry is the expiry (by this process's clock, ms) of a lease or
+ * session granted with ttlMs by a request sent at sentAt and answered at
+ * arrivedAt, and whether to renew it at once.
+ *
+ * The server starts the TTL at the grant, which came after sentAt and
+ * before arrivedAt: when the request reached it, or, for a request that
+ * waited in the queue, when its turn came. sentAt + ttl is never later
+ * than the server's expiry, and it is the expiry when the answer came
+ * within a third of the TTL (the first renewal, ttl/3 after arrivedAt,
+ * still has a third before it). A later answer most likely waited, and
+ * sentAt + ttl may be past although the lease has its whole TTL: the
+ * expiry is then arrivedAt + ttl, later than the server's by at most the
+ * time the answer took from the grant to us, and the lease is renewed at
+ * once; that renewal's answer sets an exact expiry (its send time plus the
+ * TTL) or says that the lease is gone.
+ */
+export function grantExpiry(sentAt: number, arrivedAt: number, ttlMs: number): { expiresAt: number; renewNow: boolean } {
+  if (arrivedAt - sentAt <= ttlMs / 3) {
+    return { expiresAt: sentAt + ttlMs, renewNow: false };
+  }
+  return { expiresAt: arrivedAt + ttlMs, renewNow: true };
+}
+
+/**
+ * ranOut says why a lease or session whose expiry passed before a renewal
+ * could be sent is lost.
+ */
+export function ranOut(lateMs: number): string {
+  return `its TTL ran out, by this client's clock, ${Math.round(lateMs)} ms before a renewal could be sent: this process did not run in time (paused, or starved of CPU)`;
 }
 
 /**
@@ -37,9 +74,9 @@ export class Renewer {
     this.#r = r;
   }
 
-  /** start schedules the first renewal, ttl/3 from now. */
-  start(): void {
-    this.#schedule(this.#interval());
+  /** start schedules the first renewal, ttl/3 from now, or at once with renewNow (grantExpiry). */
+  start(renewNow = false): void {
+    this.#schedule(renewNow ? 0 : this.#interval());
   }
 
   /** stop cancels the next renewal. */
@@ -72,6 +109,12 @@ export class Renewer {
       return;
     }
     const expires = r.expiresAt();
+    const late = now() - expires;
+    if (late >= 0) {
+      // The server may have let it go already: it is not ours.
+      r.lose(this.#last, this.#last === undefined ? late : undefined);
+      return;
+    }
     const sent = now();
     const interval = this.#interval();
     try {

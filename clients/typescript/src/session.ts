@@ -25,7 +25,7 @@
 
 import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
-import { Renewer } from "./renewer.js";
+import { grantExpiry, ranOut, Renewer } from "./renewer.js";
 import type { Lease } from "./lease.js";
 import type { CreatedSession, SessionInfo } from "./types.js";
 
@@ -46,6 +46,8 @@ export interface SessionOps {
 export interface SessionInit {
   autoRenew?: boolean | undefined;
   onLost?: OnSessionLost | undefined;
+  /** When the creation's answer arrived (now()); default sentAt (grantExpiry). */
+  arrivedAt?: number | undefined;
 }
 
 /**
@@ -87,8 +89,10 @@ export class Session {
     this.owner = answer.owner;
     this.#onLost = init.onLost;
     this.signal = this.#lost.signal;
-    // The server set its expiry when the request arrived, after sentAt.
-    this.#expires = sentAt + this.ttlMs;
+    // A creation does not wait, but its answer may be slow: the same rule
+    // as a lease's grant (grantExpiry).
+    const { expiresAt, renewNow } = grantExpiry(sentAt, init.arrivedAt ?? sentAt, this.ttlMs);
+    this.#expires = expiresAt;
     this.#renewer = new Renewer({
       ttlMs: this.ttlMs,
       expiresAt: () => this.#expires,
@@ -96,7 +100,14 @@ export class Session {
       stopped: () => this.#ended || this.lost,
       gone: (err) => err instanceof SessionLost,
       what: "the session",
-      lose: (last) => this.#lose(new SessionLost(`could not renew the session before it expired: ${last.message}`)),
+      lose: (last, lateMs) =>
+        this.#lose(
+          new SessionLost(
+            lateMs !== undefined || last === undefined
+              ? `the session: ${ranOut(lateMs ?? 0)}`
+              : `could not renew the session before it expired: ${last.message}`,
+          ),
+        ),
       retrying: (e, attempt, delayMs) =>
         this.#ops.logger?.info?.(`${this}: renew failed (${e.message}); retrying in ${Math.round(delayMs)} ms`, {
           owner: this.owner,
@@ -105,7 +116,7 @@ export class Session {
         }),
     });
     if (init.autoRenew !== false) {
-      this.#renewer.start();
+      this.#renewer.start(renewNow);
     }
   }
 

@@ -35,6 +35,11 @@ export function url(): string {
   return env("LOCKD_URL");
 }
 
+/** slowUrl is the in-process lockd behind a proxy that passes each request on 25 ms late, as a network would. */
+export function slowUrl(): string {
+  return env("LOCKD_SLOW_URL");
+}
+
 /** url2 is the second lockd process (lockd serve) on the same Redis. */
 export function url2(): string {
   return env("LOCKD_URL_2");

@@ -41,6 +41,24 @@ scenario("lease-lifecycle", async (_t, spec) => {
   );
 });
 
+scenario("value-round-trip", async (_t, spec) => {
+  const c = h.client();
+  const key = h.unique("values");
+  const values = spec["values"];
+  assert.ok(Array.isArray(values), "scenarios.json: value-round-trip has no list values");
+  for (const value of values as unknown[]) {
+    await c.withLock(key, { ttlMs: 10000, value }, async () => {
+      assert.deepEqual((await c.state(key)).value, value);
+    });
+  }
+  await assert.rejects(c.acquire(key, { ttlMs: 10000, value: "\ud800" }), (err: unknown) => {
+    assert.ok(err instanceof lockd.InvalidRequest, String(err));
+    assert.equal(err.field, "value");
+    return true;
+  });
+  await assert.rejects(c.state(key), lockd.NotFound);
+});
+
 scenario("lost-after-force-release", async (_t, spec) => {
   const c = h.client();
   const admin = h.client();
@@ -343,6 +361,32 @@ scenario("session-grants", async (_t, spec) => {
   await h.eventually(() => free(c, lapsing), "the lock free after the lapse", slack);
   const newest = (await c.history(lapsing, { limit: 1 })).events[0]!;
   assert.deepEqual([newest.type, newest.actor, newest.reason], ["released", "session", "session expired"]);
+});
+
+scenario("grant-after-wait", async (_t, spec) => {
+  const c = h.client();
+  const key = h.unique("grant-after-wait");
+  const ttl = figure(spec, "ttl_ms");
+  const holder = await c.acquire(key, { ttlMs: figure(spec, "holder_ttl_ms"), owner: "ts-holder" });
+  const start = performance.now();
+  const slow = h.client(h.slowUrl());
+  const waiting = slow.acquire(key, { ttlMs: ttl, waitMs: figure(spec, "wait_ms"), owner: "ts-waiter" });
+  await h.eventually(async () => (await waiters(c, key)) === 1, "the waiter queues");
+  await h.delay(figure(spec, "hold_ms")); // the wait to outlast: longer than the waiter's TTL
+  await holder.release();
+  const lease = await h.within(waiting, figure(spec, "wait_ms"), "the waiter's grant");
+  const waited = performance.now() - start;
+  try {
+    assert.ok(waited > ttl, `granted after ${waited.toFixed(0)} ms, not longer than the TTL: the test proves nothing`);
+    await h.delay(figure(spec, "keep_ms"));
+    assert.equal(lease.lost, false, `lost after a grant that waited ${waited.toFixed(0)} ms: ${String(lease.error)}`);
+    assert.ok(lease.renewals >= figure(spec, "min_renewals"), `${lease.renewals} renewals`);
+    assert.equal((await c.state(key)).fence, lease.fence);
+  } catch (err) {
+    lease.abandon();
+    throw err;
+  }
+  await lease.release();
 });
 
 test("every scenario of clients/scenarios.json has a test", () => {

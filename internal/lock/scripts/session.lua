@@ -15,7 +15,8 @@
 --
 -- Reply: {"not_found"} when the session is gone (any op but create), else
 --   create: {"ok", exp_ms, now_ms}  ({"exists"} if the handle is taken)
---   check, attach, detach: {"ok", exp_ms, now_ms}
+--   check:  {"ok", exp_ms, now_ms, owner, ttl_ms, created_ms}
+--   attach, detach: {"ok", exp_ms, now_ms}
 --   renew:  {"ok", exp_ms, now_ms, owner, ttl_ms, created_ms, id, token, …}
 --   end:    {"ok", exp_ms, now_ms, owner, ttl_ms, created_ms, id, token, …}
 --           (the session and its list are deleted)
@@ -54,7 +55,7 @@ local function with_grants(tokens)
 end
 
 if op == 'check' then
-  return {'ok', exp, int(now_ms)}
+  return {'ok', exp, int(now_ms), s[1], s[2], s[3]}
 elseif op == 'attach' then
   redis.call('HSET', grants, ARGV[3], ARGV[2])
   redis.call('PEXPIREAT', grants, exp)
