@@ -46,11 +46,8 @@ func (cf *clientFlags) jsonFlag() {
 func (cf *clientFlags) parse(args []string, names ...string) ([]string, error) {
 	var pos []string
 	for {
-		if err := cf.fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, &exitError{code: exitOK}
-			}
-			return nil, &exitError{code: exitUsage}
+		if err := parseFlags(cf.fs, args); err != nil {
+			return nil, err
 		}
 		args = cf.fs.Args()
 		if len(args) == 0 {

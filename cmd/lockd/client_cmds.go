@@ -408,18 +408,24 @@ func holders(st api.LockState) []api.Holder {
 }
 
 // printState is the table of status: a row per holder, then the queue.
+// RENEWALS is there only for a key with one holder: the state counts the
+// renewals of one lease, the newest, so with several holders the column
+// would mean something on one row and nothing on the others.
 func printState(w io.Writer, st api.LockState) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tMODE\tOWNER\tFENCE\tCOUNT\tTTL\tREMAINING\tRENEWALS\tACQUIRED")
 	hs := holders(st)
+	one := len(hs) == 1 && st.Limit == nil
+	if one {
+		fmt.Fprintln(tw, "KEY\tMODE\tOWNER\tFENCE\tCOUNT\tTTL\tREMAINING\tRENEWALS\tACQUIRED")
+	} else {
+		fmt.Fprintln(tw, "KEY\tMODE\tOWNER\tFENCE\tCOUNT\tTTL\tREMAINING\tACQUIRED")
+	}
 	for _, h := range hs {
-		// The top-level renewals are the newest holder's.
-		renewals := "-"
-		if h.Fence == st.Fence {
-			renewals = strconv.FormatInt(st.Renewals, 10)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t", st.Key, orDash(string(h.Mode)), h.Owner, h.Fence, h.Count, ms(h.TtlMs), ms(h.RemainingMs))
+		if one {
+			fmt.Fprintf(tw, "%d\t", st.Renewals)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n",
-			st.Key, orDash(string(h.Mode)), h.Owner, h.Fence, h.Count, ms(h.TtlMs), ms(h.RemainingMs), renewals, clock(h.AcquiredAt))
+		fmt.Fprintf(tw, "%s\n", clock(h.AcquiredAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -447,8 +453,13 @@ func printLocks(w io.Writer, states []api.LockState) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tMODE\tHOLDERS\tOWNER\tFENCE\tCOUNT\tTTL\tREMAINING\tRENEWALS\tWAITERS\tACQUIRED")
 	for _, s := range states {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n",
-			s.Key, orDash(string(s.Mode)), len(holders(s)), s.Owner, s.Fence, s.Count, ms(s.TtlMs), ms(s.RemainingMs), s.Renewals, s.Waiters, clock(s.AcquiredAt))
+		// As in status: renewals of one lease, so "-" beside several holders.
+		renewals := "-"
+		if len(holders(s)) == 1 {
+			renewals = strconv.FormatInt(s.Renewals, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n",
+			s.Key, orDash(string(s.Mode)), len(holders(s)), s.Owner, s.Fence, s.Count, ms(s.TtlMs), ms(s.RemainingMs), renewals, s.Waiters, clock(s.AcquiredAt))
 	}
 	return tw.Flush()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -23,11 +22,8 @@ func electCmd(ctx context.Context, args []string, getenv func(string) string, st
 	cf.fs.StringVar(&o.value, "value", cf.env.str("value", ""), "the leader's value, JSON (e.g. where to reach it)")
 	cf.fs.DurationVar(&o.grace, "grace", cf.env.dur("grace", 10*time.Second), "after leadership is lost, how long COMMAND has between SIGTERM and SIGKILL")
 	cf.fs.DurationVar(&o.retry, "retry", cf.env.dur("retry", 30*time.Second), "how long to keep retrying while the server answers 503 or cannot be reached")
-	if err := cf.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return &exitError{code: exitOK}
-		}
-		return &exitError{code: exitUsage}
+	if err := parseFlags(cf.fs, args); err != nil {
+		return err
 	}
 	if cf.env.err != nil {
 		return usageError("%v", cf.env.err)

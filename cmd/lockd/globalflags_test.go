@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,34 @@ func TestEveryFlagIsDescribed(t *testing.T) {
 		if flags == 0 {
 			t.Errorf("lockd %s -h lists no flags:\n%s%s", strings.Join(c, " "), stdout, stderr)
 		}
+	}
+}
+
+// TestDurationFlagErrorsSayWhatADurationIs: a duration flag given a bare
+// number or words is refused in one line that says what a duration looks
+// like (newcomer #12: `invalid value "5" for flag -ttl: parse error`, then
+// every flag of the command); what a COMMAND after -- takes is its own.
+func TestDurationFlagErrorsSayWhatADurationIs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"acquire", "--ttl", "5", "k"}, `--ttl takes a duration like 30s, 2m or 1h30m; "5" has no unit (5s?)`},
+		{[]string{"acquire", "k", "--wait=soon"}, `--wait takes a duration like 30s, 2m or 1h30m; "soon" is not one`},
+		{[]string{"sem", "acquire", "--limit", "2", "--ttl", "1.5", "p"}, `"1.5" has no unit (1.5s?)`},
+		{[]string{"elect", "--ttl", "10", "e", "--", "true"}, `--ttl takes a duration`},
+		{[]string{"serve", "--max-wait", "60"}, `--max-wait takes a duration`},
+		{[]string{"acquire", "--nope", "k"}, `run 'lockd acquire -h' for its flags`},
+	} {
+		code, _, stderr := cli(t, nil, c.args...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "-server string") {
+			t.Errorf("lockd %s: exit %d\n%s\nwant exit 2 with %q and no list of flags", strings.Join(c.args, " "), code, stderr, c.want)
+		}
+	}
+	// The flags of a COMMAND after -- are its own.
+	fs := flag.NewFlagSet("lockd run", flag.ContinueOnError)
+	fs.Duration("ttl", time.Second, "")
+	if err := checkDurations(fs, []string{"--ttl", "2s", "k", "--", "sleep", "--ttl", "5"}); err != nil {
+		t.Errorf("a COMMAND's flag was checked as lockd's: %v", err)
 	}
 }

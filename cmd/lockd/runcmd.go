@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -114,11 +113,8 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	cf.fs.BoolVar(&o.shared, "shared", cf.env.bool("shared", false), "hold KEY together with other shared holders (a read lock); default exclusive")
 	semaphore := cf.fs.String("semaphore", cf.env.str("semaphore", ""), "hold a permit of this semaphore instead of a lock (then no KEY); needs --limit")
 	cf.fs.IntVar(&o.limit, "limit", cf.env.int("limit", 0), "with --semaphore: the most permits held at once, 1-10000 (every holder must use the same)")
-	if err := cf.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, &exitError{code: exitOK}
-		}
-		return o, &exitError{code: exitUsage}
+	if err := parseFlags(cf.fs, args); err != nil {
+		return o, err
 	}
 	if cf.env.err != nil {
 		return o, usageError("%v", cf.env.err)

@@ -133,11 +133,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", env.str("otlp-endpoint", ""), "OTLP/HTTP URL to export OpenTelemetry spans to (each request, its wait in the queue, its Redis calls), e.g. http://otel-collector:4318 (/v1/traces is added to a URL without a path); empty: no spans, trace ids are still logged")
 	allowedHosts := fs.String("allowed-hosts", env.str("allowed-hosts", ""), "comma-separated Host names served besides localhost, IP addresses (loopback ones only on a loopback listener) and the --listen name; "+
 		"given, every request's Host is checked (with auth off it always is)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return c, &exitError{code: exitOK}
-		}
-		return c, &exitError{code: exitUsage}
+	if err := parseFlags(fs, args); err != nil {
+		return c, err
 	}
 	if env.err != nil {
 		return c, usageError("%v", env.err)

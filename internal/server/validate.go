@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -373,9 +374,21 @@ func msRange(field string, v *int64, def, lo, hi time.Duration) (time.Duration, 
 	}
 	d := time.Duration(*v) * time.Millisecond
 	if *v < lo.Milliseconds() || *v > hi.Milliseconds() {
-		return 0, invalid(field, "%s must be between %d and %d, got %d", field, lo.Milliseconds(), hi.Milliseconds(), *v)
+		// The durations beside the numbers: a person who typed --ttl 100h
+		// reads "got 360000000 (100h0m0s)", not a count of milliseconds alone.
+		return 0, invalid(field, "%s must be between %d and %d (%s and %s), got %d (%s)", field,
+			lo.Milliseconds(), hi.Milliseconds(), msText(lo.Milliseconds()), msText(hi.Milliseconds()), *v, msText(*v))
 	}
 	return d, nil
+}
+
+// msText is n milliseconds as a duration, or as milliseconds where a
+// duration would overflow or mean nothing (below 0).
+func msText(n int64) string {
+	if n < 0 || n > math.MaxInt64/int64(time.Millisecond) {
+		return fmt.Sprintf("%d ms", n)
+	}
+	return (time.Duration(n) * time.Millisecond).String()
 }
 
 // checkOwner validates an owner label: 1–128 printable characters.

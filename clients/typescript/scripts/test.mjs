@@ -19,7 +19,10 @@ import { fileURLToPath } from "node:url";
 
 const pkg = join(dirname(fileURLToPath(import.meta.url)), "..");
 const repo = join(pkg, "..", "..");
-const tools = join(repo, "tools", "js", "node_modules");
+// The package's own devDependencies after `npm install` here, else the
+// same versions in tools/js (which ./scripts/install-deps installs).
+const own = join(pkg, "node_modules");
+const tools = existsSync(join(own, ".bin", "tsc")) ? own : join(repo, "tools", "js", "node_modules");
 
 if (!process.env.LOCKD_URL) {
   console.error("LOCKD_URL is not set: running the Go harness, which starts Redis and lockd and runs these tests");

@@ -1589,7 +1589,7 @@ export interface components {
                  *       "title": "Invalid request",
                  *       "status": 400,
                  *       "code": "invalid_request",
-                 *       "detail": "ttl_ms must be between 100 and 86400000, got 5",
+                 *       "detail": "ttl_ms must be between 100 and 86400000 (100ms and 24h0m0s), got 5 (5ms)",
                  *       "field": "ttl_ms"
                  *     }
                  */
