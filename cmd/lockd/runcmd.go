@@ -46,7 +46,7 @@ func runUnder(ctx context.Context, o runOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	h, err := o.acquire(ctx, c)
+	h, err := o.acquire(ctx, c, stderr)
 	if err != nil {
 		if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrQueued) || errors.Is(err, client.ErrNoPermits) {
 			return &exitError{code: exitHeld, msg: fmt.Sprintf("%v (waited %v)", err, o.wait)}
@@ -166,9 +166,45 @@ type runHold struct {
 	history func(ctx context.Context, key string, limit int) (api.History, error)
 }
 
-// acquire takes the lock, the semaphore's permit or the leadership.
-func (o runOptions) acquire(ctx context.Context, c *client.Client) (runHold, error) {
+// acquire takes the lock, the semaphore's permit or the leadership. A lock
+// or permit that is taken is tried once first, so that a person sees why
+// nothing happens yet: "lockd: waiting for KEY (held by X, 19s left)…" on
+// stderr, as consul lock says, and then the wait begins. (An election's
+// --wait 0 means as long as it takes: it has no try-once to start with.)
+func (o runOptions) acquire(ctx context.Context, c *client.Client, stderr io.Writer) (runHold, error) {
 	opts := client.AcquireOptions{Owner: o.owner, TTL: o.ttl, Wait: o.wait}
+	if !o.elect && o.wait > 0 {
+		once := opts
+		once.Wait = 0
+		h, err := o.take(ctx, c, once)
+		line := waitingLine(o.key, err)
+		if line == "" {
+			return h, err
+		}
+		fmt.Fprintln(stderr, line)
+	}
+	return o.take(ctx, c, opts)
+}
+
+// waitingLine says what a refused first try is waiting for, or "" when err
+// is no such refusal (a grant, or a failure of another kind).
+func waitingLine(key string, err error) string {
+	var held *client.HeldError
+	var queued *client.QueuedError
+	var full *client.NoPermitsError
+	switch {
+	case errors.As(err, &held):
+		return fmt.Sprintf("lockd: waiting for %s (held by %s, %v left)…", key, held.Holder, held.Remaining.Round(time.Second))
+	case errors.As(err, &queued):
+		return fmt.Sprintf("lockd: waiting for %s (free, but %d earlier waiter(s) first; next is %s)…", key, queued.Waiters, queued.Next)
+	case errors.As(err, &full):
+		return fmt.Sprintf("lockd: waiting for a permit of %s (all held; the first ends in %v, %s)…", key, full.Remaining.Round(time.Second), full.Holder)
+	}
+	return ""
+}
+
+// take asks for what o names with opts.
+func (o runOptions) take(ctx context.Context, c *client.Client, opts client.AcquireOptions) (runHold, error) {
 	if o.elect {
 		if o.value != "" {
 			opts.Value = json.RawMessage(o.value)
