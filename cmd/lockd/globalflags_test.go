@@ -33,6 +33,7 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 		{[]string{"-server", ls.url, "history", "gf:k"}, exitOK, "acquired"},
 		{[]string{"--server", ls.url, "sem", "status", "gf:pool"}, exitOK, "permit-1"},
 		{[]string{"--api-key", "k", "--server", ls.url, "ls"}, exitOK, "gf:k"},
+		{[]string{"--server", ls.url, "quarantine", "end"}, exitUsage, "--reason"},
 		{[]string{"--server", ls.url}, exitUsage, "a command must follow"},
 		{[]string{"--server"}, exitUsage, "--server wants a value"},
 		{[]string{"--server", ls.url, "--ttl", "5s", "status", "gf:k"}, exitUsage, "unknown flag --ttl before the command"},
@@ -57,9 +58,9 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 func TestEveryFlagIsDescribed(t *testing.T) {
 	commands := [][]string{{"serve"}, {"healthcheck"}, {"sem", "acquire"}, {"sem", "renew"}, {"sem", "release"},
 		{"sem", "status"}, {"sem", "list"}, {"sem", "history"}, {"sem", "force-release"},
-		{"session", "create"}, {"session", "renew"}, {"session", "show"}, {"session", "end"}}
+		{"session", "create"}, {"session", "renew"}, {"session", "show"}, {"session", "end"}, {"quarantine", "end"}}
 	for name := range clientCommands {
-		if name != "sem" && name != "session" {
+		if !withSubcommands[name] {
 			commands = append(commands, []string{name})
 		}
 	}

@@ -171,11 +171,15 @@ func leadingFlags(args []string) (global, rest []string, err error) {
 	return global, args, nil
 }
 
+// withSubcommands are the commands whose first argument is a subcommand
+// (lockd sem acquire …): their flags come after it.
+var withSubcommands = map[string]bool{"sem": true, "session": true, "quarantine": true}
+
 // withFlags puts the global flags where cmd's own flags go: after the
-// subcommand of sem and session (lockd sem acquire …), else first.
+// subcommand of a command that has them, else first.
 func withFlags(cmd string, rest, global []string) []string {
 	out := make([]string, 0, len(rest)+len(global))
-	if (cmd == "sem" || cmd == "session") && len(rest) > 0 {
+	if withSubcommands[cmd] && len(rest) > 0 {
 		out = append(out, rest[0])
 		rest = rest[1:]
 	}
