@@ -93,7 +93,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.strictPrefixes, "strict-prefixes", env.bool("strict-prefixes", false), "refuse to start when an API key's prefix does not end in a separator (: / . - _ @), which would also cover longer names (a:1 covers a:10)")
 	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", env.str("tls-key", ""), "PEM private key of --tls-cert")
-	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", true), "with API keys configured, /metrics needs a key with the read scope; false opens it to anyone (it shows the tenants' key prefixes and their activity)")
+	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", true), "with API keys configured, /metrics needs a key with the read scope and no prefixes; false opens it to anyone (it shows the tenants' key prefixes and their activity)")
 	fs.IntVar(&c.maxWaiters, "max-waiters", env.int("max-waiters", 10000), "most requests waiting at once in this process (beyond: 429)")
 	fs.IntVar(&c.maxWaitersPerKey, "max-waiters-per-key", env.int("max-waiters-per-key", 1000), "most requests waiting on one key in this process (beyond: 429)")
 	fs.IntVar(&c.maxHoldersPerKey, "max-holders-per-key", env.int("max-holders-per-key", lock.MaxLimit), "most live shared holders or permits of one key (beyond: 409 too_many_holders)")
