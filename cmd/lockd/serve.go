@@ -71,6 +71,7 @@ type serveConfig struct {
 	eventsResumeMax    int
 	maxEventStreams    int
 	keyMaxEvents       int
+	keyMaxEventReads   int
 	webhooksFile       string
 	webhooks           []webhook.Hook
 	metricsPrefixDepth int
@@ -118,6 +119,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&c.eventsResumeMax, "events-resume-max", env.int("events-resume-max", lock.DefaultEventsResumeMax), "most events a Last-Event-ID resume reads; from further back, the stream sends a reset")
 	fs.IntVar(&c.maxEventStreams, "max-event-streams", env.int("max-event-streams", 1000), "most GET /v1/events streams open at once (beyond: 429)")
 	fs.IntVar(&c.keyMaxEvents, "max-event-streams-per-api-key", env.int("max-event-streams-per-api-key", 0), "most event streams of one API key (auth file max_event_streams overrides); 0: a tenth of --max-event-streams")
+	fs.IntVar(&c.keyMaxEventReads, "max-event-reads-per-api-key", env.int("max-event-reads-per-api-key", server.DefaultEventReads), "most events of the event stream one API key's Last-Event-ID resumes may read a minute (auth file max_event_reads overrides); beyond, a resume gets 429")
 	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes, allow_private, concurrency); see docs/operations.md; not with --redlock, which has no event stream")
 	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
 	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
@@ -247,6 +249,8 @@ func (c serveConfig) validate() error {
 		return usageError("--events-max must be at least 100")
 	case c.eventsResumeMax < 1:
 		return usageError("--events-resume-max must be at least 1")
+	case c.keyMaxEventReads < 1:
+		return usageError("--max-event-reads-per-api-key must be at least 1")
 	case c.maxEventStreams < 1 || c.keyMaxEvents < 0:
 		return usageError("--max-event-streams must be at least 1, --max-event-streams-per-api-key not negative (0: a tenth of --max-event-streams)")
 	case c.metricsPrefixDepth < 1 || c.metricsMaxPrefixes < 1:
@@ -371,7 +375,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth, UnknownKeys: unknownKeys,
 		CheckHost: cfg.checkHost(), AllowedHosts: cfg.hostNames(), AllowIPHosts: cfg.ipHosts(),
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, server.DefaultShare(cfg.maxWaiters)),
-		MaxEventStreams: cfg.maxEventStreams, MaxEventStreamsPerAPIKey: cfg.keyMaxEvents,
+		MaxEventStreams: cfg.maxEventStreams, MaxEventStreamsPerAPIKey: cfg.keyMaxEvents, MaxEventReadsPerAPIKey: cfg.keyMaxEventReads,
 		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
 		Tracer:     tracer,
 	}, reg)

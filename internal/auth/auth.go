@@ -64,7 +64,10 @@ type Key struct {
 	// streams, waiting acquires and event streams; 0 means the server's
 	// default per key.
 	MaxHolds, MaxWaiters, MaxEventStreams int
-	hash                                  [sha256.Size]byte
+	// MaxEventReads caps the events of the event stream that the key's
+	// Last-Event-ID resumes read a minute; 0 means the server's default.
+	MaxEventReads int
+	hash          [sha256.Size]byte
 }
 
 // Can reports whether the key has scope s.
@@ -209,6 +212,8 @@ type file struct {
 		MaxHolds        int `yaml:"max_holds"`
 		MaxWaiters      int `yaml:"max_waiters"`
 		MaxEventStreams int `yaml:"max_event_streams"`
+		// MaxEventReads is per minute.
+		MaxEventReads int `yaml:"max_event_reads"`
 	} `yaml:"keys"`
 }
 
@@ -233,10 +238,11 @@ func Parse(data []byte) (*Keyring, error) {
 			return nil, fmt.Errorf("%s: the name is used twice", where)
 		}
 		names[e.Name] = true
-		if e.MaxHolds < 0 || e.MaxWaiters < 0 || e.MaxEventStreams < 0 {
-			return nil, fmt.Errorf("%s: max_holds, max_waiters and max_event_streams must not be negative (0: the server's default)", where)
+		if e.MaxHolds < 0 || e.MaxWaiters < 0 || e.MaxEventStreams < 0 || e.MaxEventReads < 0 {
+			return nil, fmt.Errorf("%s: max_holds, max_waiters, max_event_streams and max_event_reads must not be negative (0: the server's default)", where)
 		}
-		k := Key{Name: e.Name, Prefixes: e.Prefixes, MaxHolds: e.MaxHolds, MaxWaiters: e.MaxWaiters, MaxEventStreams: e.MaxEventStreams}
+		k := Key{Name: e.Name, Prefixes: e.Prefixes, MaxHolds: e.MaxHolds, MaxWaiters: e.MaxWaiters, MaxEventStreams: e.MaxEventStreams,
+			MaxEventReads: e.MaxEventReads}
 		switch {
 		case e.Key != "" && e.SHA256 != "":
 			return nil, fmt.Errorf("%s: give key or sha256, not both", where)

@@ -65,6 +65,11 @@ type Config struct {
 	MaxHoldsPerAPIKey        int
 	MaxWaitersPerAPIKey      int
 	MaxEventStreamsPerAPIKey int
+	// MaxEventReadsPerAPIKey is how many events of the event stream one
+	// API key's Last-Event-ID resumes may read a minute (auth on), unless
+	// its entry in the auth file says otherwise (max_event_reads); zero
+	// means DefaultEventReads.
+	MaxEventReadsPerAPIKey int
 	// HoldHeartbeat is the interval of the hold stream's comment lines;
 	// zero means 10 s (the contract asks for at least one every 15 s).
 	HoldHeartbeat time.Duration
@@ -114,6 +119,7 @@ type Server struct {
 	metrics *metrics
 	holds   chan struct{} // one slot per open hold stream
 	quotas  *quotas       // hold streams, waiters and event streams of each API key
+	reads   *readBudget   // events each API key's resumes may still read
 	// unknownKeys limits unknown API keys per client address.
 	unknownKeys *authlimit.Limiter
 	closing     chan struct{} // closed by Shutdown: ends hold streams
@@ -155,6 +161,9 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	if cfg.MaxEventStreamsPerAPIKey <= 0 {
 		cfg.MaxEventStreamsPerAPIKey = DefaultShare(cfg.MaxEventStreams)
 	}
+	if cfg.MaxEventReadsPerAPIKey <= 0 {
+		cfg.MaxEventReadsPerAPIKey = DefaultEventReads
+	}
 	if cfg.UnknownKeys == nil {
 		cfg.UnknownKeys = authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)
 	}
@@ -163,6 +172,7 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	s := &Server{
 		unknownKeys: cfg.UnknownKeys,
 		quotas:      newQuotas(),
+		reads:       newReadBudget(),
 		engine:      engine,
 		log:         log,
 		cfg:         cfg,
