@@ -38,6 +38,10 @@ type readBudget struct {
 type readBucket struct {
 	events float64 // may read this many now
 	at     time.Time
+	// owed is the reservation last refused: until the bucket holds that
+	// much, a resume is refused before it costs Redis anything (a client
+	// that retries before its Retry-After costs no XINFO).
+	owed int
 }
 
 func newReadBudget() *readBudget {
@@ -67,10 +71,25 @@ func (b *readBudget) reserve(name string, perMinute, n int) (took int, wait time
 	defer b.mu.Unlock()
 	k := b.level(name, perMinute)
 	if k.events < float64(n) {
+		k.owed = n
 		return 0, time.Duration((float64(n) - k.events) / float64(perMinute) * float64(time.Minute))
 	}
 	k.events -= float64(n)
+	k.owed = 0
 	return n, 0
+}
+
+// ready reports whether name's bucket holds what the last refused
+// reservation asked (at least 1 event), or how long until it does.
+func (b *readBudget) ready(name string, perMinute int) (time.Duration, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.level(name, perMinute)
+	need := float64(max(1, k.owed))
+	if k.events < need {
+		return time.Duration((need - k.events) / float64(perMinute) * float64(time.Minute)), false
+	}
+	return 0, true
 }
 
 // refund gives back n events of a reservation that were not read; a
@@ -96,18 +115,17 @@ func (s *Server) readBudgetOf(c caller) (int, bool) {
 }
 
 // checkResume answers 429 to a resume when the caller's budget is spent,
-// before the resume costs Redis anything.
+// or holds less than its last refused resume asked, before the resume
+// costs Redis anything.
 func (s *Server) checkResume(ctx context.Context) error {
 	c := callerOf(ctx)
 	perMinute, ok := s.readBudgetOf(c)
 	if !ok {
 		return nil
 	}
-	took, wait := s.reads.reserve(c.name, perMinute, 1)
-	if took == 0 {
-		return s.resumeRefused(c, perMinute, 1, wait)
+	if wait, ok := s.reads.ready(c.name, perMinute); !ok {
+		return s.resumeRefused(c, perMinute, 0, wait)
 	}
-	s.reads.refund(c.name, perMinute, took)
 	return nil
 }
 
@@ -130,9 +148,14 @@ func (s *Server) chargeResume(ctx context.Context, sub *lock.Subscription) error
 	return nil
 }
 
+// resumeRefused is the 429 of a resume that may read need events (0:
+// not known yet) beyond the caller's budget.
 func (s *Server) resumeRefused(c caller, perMinute, need int, wait time.Duration) error {
+	this := "its budget is spent"
+	if need > 0 {
+		this = fmt.Sprintf("this resume may read %d", min(need, perMinute))
+	}
 	return &problem.Error{Kind: problem.ErrQuota, RetryAfter: max(1, int(math.Ceil(wait.Seconds()))),
 		Detail: fmt.Sprintf("API key %s may read %d events of the event stream a minute when resuming (Last-Event-ID), "+
-			"and this resume may read %d; retry in %s, or resume from a later event", c.name, perMinute, min(need, perMinute),
-			max(time.Second, wait.Round(time.Second)))}
+			"and %s; retry in %s, or resume from a later event", c.name, perMinute, this, max(time.Second, wait.Round(time.Second)))}
 }
