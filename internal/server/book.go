@@ -51,6 +51,8 @@ type books struct {
 	now   func() time.Time
 	byKey map[string]*book
 	total usage
+	// pruned is when every book was last pruned (the totals' budget).
+	pruned time.Time
 }
 
 // usage is what a book (or all of them) counts: live and asked-for
@@ -66,6 +68,7 @@ func (u *usage) add(v usage) {
 // book is one API key's.
 type book struct {
 	used     usage
+	pruned   time.Time               // when expired entries were last dropped
 	leases   map[string]bookLease    // by lease token: grants outside a session
 	sessions map[string]*bookSession // by session id
 	// idem are the lease tokens of grants made with an Idempotency-Key,
@@ -131,9 +134,18 @@ func (b *books) change(k *book, d usage) {
 	b.total.add(d)
 }
 
+// pruneEvery is how often a full book (or the totals at their budget)
+// is pruned at most: a key refused at its quota, and asking again and
+// again, walks its book ten times a second, not at each request.
+const pruneEvery = 100 * time.Millisecond
+
 // prune drops what has expired from k; b.mu is held.
 func (b *books) prune(k *book) {
 	now := b.now()
+	if now.Sub(k.pruned) < pruneEvery {
+		return
+	}
+	k.pruned = now
 	for t, l := range k.leases {
 		if !l.expires.After(now) {
 			delete(k.leases, t)
@@ -167,8 +179,14 @@ func (b *books) dropSession(k *book, id string) {
 // would exceed. It prunes expired entries before refusing.
 func (b *books) room(name string, lim quotaLimits, want usage) error {
 	k := b.bookOf(name)
-	if over(k.used, want, lim.key) != "" || over(b.total, want, lim.all) != "" {
+	if over(k.used, want, lim.key) != "" {
 		b.prune(k)
+	}
+	if over(b.total, want, lim.all) != "" && b.now().Sub(b.pruned) >= pruneEvery {
+		b.pruned = b.now()
+		for _, o := range b.byKey {
+			b.prune(o)
+		}
 	}
 	if what := over(k.used, want, lim.key); what != "" {
 		return problem.Errorf(problem.ErrQuota, "API key %s keeps %s on this server, its quota; release some, or retry when they expire", name, what)

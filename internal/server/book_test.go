@@ -3,14 +3,17 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 )
@@ -19,6 +22,7 @@ const quotaAuth = `
 keys:
   - {name: tenant-a, key: ta-key-0123456789ab, scopes: [write], prefixes: ["a:"], max_grants: 5, max_value_bytes: 8100, max_sessions: 2, max_ttl: 10s}
   - {name: tenant-b, key: tb-key-0123456789ab, scopes: [write], prefixes: ["b:"]}
+  - {name: tenant-c, key: tc-key-0123456789ab, scopes: [write], prefixes: ["c:"], max_grants: 2}
 `
 
 // N22 of the third audit: what one API key keeps in the Redis all tenants
@@ -164,6 +168,28 @@ func TestTenantQuotas(t *testing.T) {
 		if status, p := post(t, a, "/v1/sessions", `{"ttl_ms":10000}`); status != 201 {
 			t.Fatalf("a session after one ended: %d %v", status, p)
 		}
+	})
+
+	t.Run("expiry frees the quota", func(t *testing.T) {
+		const c = "tc-key-0123456789ab"
+		for _, k := range []string{"c:1", "c:2"} {
+			if status, p := post(t, c, "/v1/locks/"+k+"/acquire", `{"ttl_ms":300}`); status != 200 {
+				t.Fatalf("acquire %s: %d %v", k, status, p)
+			}
+		}
+		if status, p := post(t, c, "/v1/locks/c:3/acquire", `{"ttl_ms":300}`); status != 429 {
+			t.Fatalf("a third grant: %d %v", status, p)
+		}
+		// Once the grants have expired (nobody released them), the
+		// book lets the key grant again.
+		lockdtest.Eventually(t, func() bool {
+			_, err := f.engine.State(ctx, lock.Lock("c:2"))
+			return errors.Is(err, lock.ErrNotFound)
+		}, 10*time.Second, "c:2 expired")
+		lockdtest.Eventually(t, func() bool {
+			status, _ := post(t, c, "/v1/locks/c:3/acquire", `{"ttl_ms":300}`)
+			return status == 200
+		}, 5*time.Second, "c:3 granted after the expiry")
 	})
 
 	t.Run("max_ttl", func(t *testing.T) {
