@@ -68,14 +68,20 @@ type serveConfig struct {
 	lockDelay        time.Duration
 
 	// Events, webhooks and contention metrics.
-	eventsMax          int
-	eventsResumeMax    int
-	maxEventStreams    int
-	keyMaxEvents       int
-	webhooksFile       string
-	webhooks           []webhook.Hook
-	metricsPrefixDepth int
-	metricsMaxPrefixes int
+	eventsMax        int
+	eventsResumeMax  int
+	maxEventStreams  int
+	keyMaxEvents     int
+	keyMaxEventReads int
+
+	// What API keys keep in Redis (server.Config.MaxGrants and the rest).
+	maxGrants, maxValueBytes, maxSessions          int
+	keyMaxGrants, keyMaxValueBytes, keyMaxSessions int
+	keyMaxTTL                                      time.Duration
+	webhooksFile                                   string
+	webhooks                                       []webhook.Hook
+	metricsPrefixDepth                             int
+	metricsMaxPrefixes                             int
 
 	// otlpEndpoint is where spans are exported (OTLP/HTTP); empty: none.
 	otlpEndpoint string
@@ -102,7 +108,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.strictPrefixes, "strict-prefixes", env.bool("strict-prefixes", false), "refuse to start when an API key's prefix does not end in a separator (: / . - _ @), which would also cover longer names (a:1 covers a:10)")
 	fs.StringVar(&c.tlsCert, "tls-cert", env.str("tls-cert", ""), "PEM certificate: serve HTTPS (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", env.str("tls-key", ""), "PEM private key of --tls-cert")
-	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", true), "with API keys configured, /metrics needs a key with the read scope; false opens it to anyone (it shows the tenants' key prefixes and their activity)")
+	fs.BoolVar(&c.metricsAuth, "metrics-auth", env.bool("metrics-auth", true), "with API keys configured, /metrics needs a key with the read scope and no prefixes; false opens it to anyone (it shows the tenants' key prefixes and their activity)")
 	fs.IntVar(&c.maxWaiters, "max-waiters", env.int("max-waiters", 10000), "most requests waiting at once in this process (beyond: 429)")
 	fs.IntVar(&c.maxWaitersPerKey, "max-waiters-per-key", env.int("max-waiters-per-key", 1000), "most requests waiting on one key in this process (beyond: 429)")
 	fs.IntVar(&c.maxHoldersPerKey, "max-holders-per-key", env.int("max-holders-per-key", lock.MaxLimit), "most live shared holders or permits of one key (beyond: 409 too_many_holders)")
@@ -127,6 +133,14 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&c.eventsResumeMax, "events-resume-max", env.int("events-resume-max", lock.DefaultEventsResumeMax), "most events a Last-Event-ID resume reads; from further back, the stream sends a reset")
 	fs.IntVar(&c.maxEventStreams, "max-event-streams", env.int("max-event-streams", 1000), "most GET /v1/events streams open at once (beyond: 429)")
 	fs.IntVar(&c.keyMaxEvents, "max-event-streams-per-api-key", env.int("max-event-streams-per-api-key", 0), "most event streams of one API key (auth file max_event_streams overrides); 0: a tenth of --max-event-streams")
+	fs.IntVar(&c.keyMaxEventReads, "max-event-reads-per-api-key", env.int("max-event-reads-per-api-key", server.DefaultEventReads), "most events of the event stream one API key's Last-Event-ID resumes may read a minute (auth file max_event_reads overrides); beyond, a resume gets 429")
+	fs.IntVar(&c.maxGrants, "max-grants", env.int("max-grants", server.DefaultMaxGrants), "most live grants (leases, shared holds, permits, leaderships) all API keys may keep through this process; each key's default quota is a tenth (beyond: 429)")
+	fs.IntVar(&c.keyMaxGrants, "max-grants-per-api-key", env.int("max-grants-per-api-key", 0), "most live grants of one API key through this process (auth file max_grants overrides); 0: a tenth of --max-grants")
+	fs.IntVar(&c.maxValueBytes, "max-value-bytes", env.int("max-value-bytes", server.DefaultMaxValueBytes), "most bytes of grant values all API keys may keep through this process; each key's default quota is a tenth (beyond: 429)")
+	fs.IntVar(&c.keyMaxValueBytes, "max-value-bytes-per-api-key", env.int("max-value-bytes-per-api-key", 0), "most bytes of values of one API key's live grants through this process (auth file max_value_bytes overrides); 0: a tenth of --max-value-bytes")
+	fs.IntVar(&c.maxSessions, "max-sessions", env.int("max-sessions", server.DefaultMaxSessions), "most live sessions all API keys may keep through this process; each key's default quota is a tenth (beyond: 429)")
+	fs.IntVar(&c.keyMaxSessions, "max-sessions-per-api-key", env.int("max-sessions-per-api-key", 0), "most live sessions of one API key through this process (auth file max_sessions overrides); 0: a tenth of --max-sessions")
+	fs.DurationVar(&c.keyMaxTTL, "max-ttl-per-api-key", env.dur("max-ttl-per-api-key", 0), "longest TTL (lease or session) an API key may ask for (auth file max_ttl overrides); 0: --max-ttl")
 	fs.StringVar(&c.webhooksFile, "webhooks-file", env.str("webhooks-file", ""), "YAML file of webhook endpoints (url, secret, events, prefixes, allow_private, concurrency); see docs/operations.md; not with --redlock, which has no event stream")
 	fs.IntVar(&c.metricsPrefixDepth, "metrics-prefix-depth", env.int("metrics-prefix-depth", 1), "key segments (split at ':') that label the contention metrics")
 	fs.IntVar(&c.metricsMaxPrefixes, "metrics-max-prefixes", env.int("metrics-max-prefixes", 100), "most distinct key-prefix labels; further prefixes count as other")
@@ -279,6 +293,12 @@ func (c serveConfig) validate() error {
 		return usageError("--events-max must be at least 100")
 	case c.eventsResumeMax < 1:
 		return usageError("--events-resume-max must be at least 1")
+	case c.maxGrants < 1 || c.maxValueBytes < 1 || c.maxSessions < 1:
+		return usageError("--max-grants, --max-value-bytes and --max-sessions must be at least 1")
+	case c.keyMaxGrants < 0 || c.keyMaxValueBytes < 0 || c.keyMaxSessions < 0 || c.keyMaxTTL < 0:
+		return usageError("--max-grants-per-api-key, --max-value-bytes-per-api-key, --max-sessions-per-api-key and --max-ttl-per-api-key must not be negative (0: the default)")
+	case c.keyMaxEventReads < 1:
+		return usageError("--max-event-reads-per-api-key must be at least 1")
 	case c.maxEventStreams < 1 || c.keyMaxEvents < 0:
 		return usageError("--max-event-streams must be at least 1, --max-event-streams-per-api-key not negative (0: a tenth of --max-event-streams)")
 	case c.metricsPrefixDepth < 1 || c.metricsMaxPrefixes < 1:
@@ -413,9 +433,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Keys: cfg.keys, MetricsAuth: cfg.metricsAuth, UnknownKeys: unknownKeys,
 		CheckHost: cfg.checkHost(), AllowedHosts: cfg.hostNames(), AllowIPHosts: cfg.ipHosts(),
 		MaxHoldsPerAPIKey: cfg.keyMaxHolds, MaxWaitersPerAPIKey: cmp.Or(cfg.keyMaxWaiters, server.DefaultShare(cfg.maxWaiters)),
-		MaxEventStreams: cfg.maxEventStreams, MaxEventStreamsPerAPIKey: cfg.keyMaxEvents,
-		Contention: server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
-		Tracer:     tracer,
+		MaxEventStreams: cfg.maxEventStreams, MaxEventStreamsPerAPIKey: cfg.keyMaxEvents, MaxEventReadsPerAPIKey: cfg.keyMaxEventReads,
+		MaxGrants: cfg.maxGrants, MaxValueBytes: cfg.maxValueBytes, MaxSessions: cfg.maxSessions,
+		MaxGrantsPerAPIKey: cfg.keyMaxGrants, MaxValueBytesPerAPIKey: cfg.keyMaxValueBytes, MaxSessionsPerAPIKey: cfg.keyMaxSessions,
+		MaxTTLPerAPIKey: cfg.keyMaxTTL,
+		Contention:      server.ContentionConfig{PrefixDepth: cfg.metricsPrefixDepth, MaxPrefixes: cfg.metricsMaxPrefixes},
+		Tracer:          tracer,
 	}, reg)
 	stopHooks, err := startWebhooks(cfg, engine, log, reg)
 	if err != nil {

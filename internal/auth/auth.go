@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -64,7 +65,15 @@ type Key struct {
 	// streams, waiting acquires and event streams; 0 means the server's
 	// default per key.
 	MaxHolds, MaxWaiters, MaxEventStreams int
-	hash                                  [sha256.Size]byte
+	// MaxGrants, MaxValueBytes and MaxSessions cap the live grants, the
+	// bytes of their values and the sessions the key keeps in Redis;
+	// MaxTTL the TTL it may ask for. 0 means the server's default.
+	MaxGrants, MaxValueBytes, MaxSessions int
+	MaxTTL                                time.Duration
+	// MaxEventReads caps the events of the event stream that the key's
+	// Last-Event-ID resumes read a minute; 0 means the server's default.
+	MaxEventReads int
+	hash          [sha256.Size]byte
 }
 
 // Can reports whether the key has scope s.
@@ -209,6 +218,13 @@ type file struct {
 		MaxHolds        int `yaml:"max_holds"`
 		MaxWaiters      int `yaml:"max_waiters"`
 		MaxEventStreams int `yaml:"max_event_streams"`
+		// MaxEventReads is per minute.
+		MaxEventReads int `yaml:"max_event_reads"`
+		MaxGrants     int `yaml:"max_grants"`
+		MaxValueBytes int `yaml:"max_value_bytes"`
+		MaxSessions   int `yaml:"max_sessions"`
+		// MaxTTL is a duration: 90s, 1h.
+		MaxTTL string `yaml:"max_ttl"`
 	} `yaml:"keys"`
 }
 
@@ -233,10 +249,18 @@ func Parse(data []byte) (*Keyring, error) {
 			return nil, fmt.Errorf("%s: the name is used twice", where)
 		}
 		names[e.Name] = true
-		if e.MaxHolds < 0 || e.MaxWaiters < 0 || e.MaxEventStreams < 0 {
-			return nil, fmt.Errorf("%s: max_holds, max_waiters and max_event_streams must not be negative (0: the server's default)", where)
+		if min(e.MaxHolds, e.MaxWaiters, e.MaxEventStreams, e.MaxEventReads, e.MaxGrants, e.MaxValueBytes, e.MaxSessions) < 0 {
+			return nil, fmt.Errorf("%s: max_holds, max_waiters, max_event_streams, max_event_reads, max_grants, max_value_bytes and max_sessions must not be negative (0: the server's default)", where)
 		}
-		k := Key{Name: e.Name, Prefixes: e.Prefixes, MaxHolds: e.MaxHolds, MaxWaiters: e.MaxWaiters, MaxEventStreams: e.MaxEventStreams}
+		k := Key{Name: e.Name, Prefixes: e.Prefixes, MaxHolds: e.MaxHolds, MaxWaiters: e.MaxWaiters, MaxEventStreams: e.MaxEventStreams,
+			MaxEventReads: e.MaxEventReads, MaxGrants: e.MaxGrants, MaxValueBytes: e.MaxValueBytes, MaxSessions: e.MaxSessions}
+		if e.MaxTTL != "" {
+			d, err := time.ParseDuration(e.MaxTTL)
+			if err != nil || d < 100*time.Millisecond {
+				return nil, fmt.Errorf("%s: max_ttl must be a duration of at least 100ms, such as 90s or 1h, got %q", where, e.MaxTTL)
+			}
+			k.MaxTTL = d
+		}
 		switch {
 		case e.Key != "" && e.SHA256 != "":
 			return nil, fmt.Errorf("%s: give key or sha256, not both", where)

@@ -72,6 +72,9 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate name", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n  - name: a\n    key: 0123456789abcdeg\n    scopes: [read]", "used twice"},
 		{"duplicate key", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n  - name: b\n    key: 0123456789abcdef\n    scopes: [read]", "same key"},
 		{"negative quota", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n    max_event_streams: -1", "must not be negative"},
+		{"negative grants", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n    max_grants: -1", "must not be negative"},
+		{"max_ttl in ms", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n    max_ttl: 3000", "max_ttl must be a duration"},
+		{"max_ttl too short", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n    max_ttl: 10ms", "at least 100ms"},
 		{"empty prefix", "keys:\n  - name: a\n    key: 0123456789abcdef\n    scopes: [read]\n    prefixes: [\"\"]", "empty prefix"},
 	}
 	for _, tc := range tests {

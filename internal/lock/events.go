@@ -262,7 +262,25 @@ type Subscription struct {
 	window  int          // how many more events the catch-up may read
 	reset   string       // when set, the Reason of a Reset to hand out next
 	dropped bool
+	read    int            // events the catch-up has read so far
+	caught  func(read int) // told once the catch-up is over (OnCatchUp)
 }
+
+// MaxRead is the most events the catch-up may still read from the stream:
+// 0 when there is none (no Last-Event-ID, or one the stream has trimmed).
+// A resume's reads are its cost in Redis, whatever the caller then keeps
+// of them.
+func (s *Subscription) MaxRead() int {
+	if !s.catchUp {
+		return 0
+	}
+	return s.window + 1
+}
+
+// OnCatchUp has f told, once the catch-up has made its last read, how many
+// events it read in all; never if it had none to make (MaxRead 0), or when
+// the subscription is closed first. Set it before the first Next.
+func (s *Subscription) OnCatchUp(f func(read int)) { s.caught = f }
 
 // Subscribe follows the event stream: the events after the one with ID
 // after (a Last-Event-ID), or with after "" those from now on. Close it
@@ -333,11 +351,15 @@ func (s *Subscription) Next(ctx context.Context) (Change, error) {
 			if err != nil {
 				return Change{}, err
 			}
+			s.read += len(got)
 			if len(got) > s.window {
 				got, s.reset = got[:s.window], ResetTooFar
 			}
 			s.window -= len(got)
 			s.backlog, s.catchUp = got, s.reset == "" && len(got) == n
+			if !s.catchUp && s.caught != nil {
+				s.caught(s.read)
+			}
 			continue
 		}
 		select {

@@ -217,6 +217,48 @@ func TestMetricsAuth(t *testing.T) {
 	}
 }
 
+// N25 of the third audit: /metrics labels every tenant's prefix, so a key
+// limited to prefixes (a tenant's, whatever its scope) gets 403; keys
+// without prefixes read it.
+func TestMetricsNeedAKeyWithoutPrefixes(t *testing.T) {
+	keys, err := auth.Parse([]byte(authYAML + `
+  - name: tenant-reader
+    key: "tenant-read-0123456789"
+    scopes: [read]
+    prefixes: ["deploy:"]
+  - name: tenant-writer
+    key: "tenant-write-0123456789"
+    scopes: [write]
+    prefixes: ["deploy:"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
+		c.Keys, c.MetricsAuth = keys, true
+	})
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{
+		{"read-key-0123456789", 200},
+		{"write-key-0123456789", 200},
+		{"admin-key-0123456789", 200},
+		{"tenant-read-0123456789", 403},
+		{"tenant-write-0123456789", 403},
+		{"prefix-key-0123456789", 403}, // an admin limited to deploy:
+		{"", 401},
+	} {
+		status, body, _ := call(t, "GET", f.url+"/metrics", tc.key, "")
+		if status != tc.want {
+			t.Errorf("/metrics with %q: %d, want %d: %.200s", tc.key, status, tc.want, body)
+		}
+		if tc.want == 403 && (strings.Contains(body, "lockd_") || !strings.Contains(body, "without prefixes")) {
+			t.Errorf("/metrics with %q: the 403 must say why and show no metric: %.300s", tc.key, body)
+		}
+	}
+}
+
 // An idempotent retry returns the lease only to the API key that got it.
 func TestIdempotencyKeyIsPerAPIKey(t *testing.T) {
 	f := authFixture(t, false)

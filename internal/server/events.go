@@ -38,8 +38,18 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 			return nil, lock.ErrBadEventID // 400, named by problem.Of
 		}
 	}
+	if after != "" {
+		if err := s.checkResume(ctx); err != nil {
+			return nil, err
+		}
+	}
 	sub, release, err := s.subscribe(ctx, after)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.chargeResume(ctx, sub); err != nil {
+		sub.Close()
+		release()
 		return nil, err
 	}
 	// The prefix (narrowed to the API key's one prefix under it) and the

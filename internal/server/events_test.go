@@ -499,3 +499,74 @@ func TestEventResumeBounded(t *testing.T) {
 		})
 	}
 }
+
+// N26 of the third audit: a key's resumes read at most its budget of
+// events a minute (max_event_reads here, 3,000); beyond, its next resume
+// is answered 429 with a Retry-After before it reads anything, while
+// another key (the default budget) resumes from the same event.
+func TestEventResumeBudgetPerAPIKey(t *testing.T) {
+	keys, err := auth.Parse([]byte(`
+keys:
+  - {name: tenant-a, key: ta-key-0123456789ab, scopes: [read], prefixes: ["a:"], max_event_reads: 3000}
+  - {name: tenant-b, key: tb-key-0123456789ab, scopes: [read], prefixes: ["b:"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) { c.Keys = keys }})
+	ctx := context.Background()
+	rdb := ld.Redis.Client(t)
+	// 5,249 events after the first, and a:1: no page boundary (500)
+	// falls after a:1, so the catch-up is over when a:1 is handed out.
+	fillEvents(t, ld, 5250, 0)
+	first, err := rdb.XRangeN(ctx, ld.Engine.EventStream(), "-", "+", 1).Result()
+	if err != nil || len(first) != 1 {
+		t.Fatal(first, err)
+	}
+	url := ld.URL + "/v1/events"
+	// tenant-a's first resume reads the 5,249 events, none of them its
+	// own, and is served; it goes on live once it has caught up.
+	resp, s := openEvents(t, url, "ta-key-0123456789ab", first[0].ID)
+	if resp.StatusCode != 200 {
+		t.Fatalf("tenant-a's first resume: %d", resp.StatusCode)
+	}
+	if _, err := ld.Engine.Acquire(ctx, lock.Lock("a:1"), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := s.next(t); ev.data["key"] != "a:1" {
+		t.Fatalf("tenant-a's stream: %+v", ev)
+	}
+	// Its budget is spent (reserved before the catch-up, charged as read):
+	// the next resume is refused before it costs Redis anything.
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = openEvents(t, url, "ta-key-0123456789ab", first[0].ID)
+	if resp.StatusCode == 200 {
+		t.Fatal("tenant-a's second resume, over its budget: 200")
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "3000 events") {
+		t.Fatalf("tenant-a's second resume: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	// Not even the stream's end was looked up (XINFO STREAM, which every
+	// subscription starts with; the sweeper's XRANGE runs meanwhile).
+	if calls, _ := redisCommand(t, rdb, "xinfo|stream"); calls != 0 {
+		t.Errorf("the refused resume made %d XINFO STREAM calls", calls)
+	}
+	// A stream from now on costs no reads: still served.
+	if resp, _ := openEvents(t, url, "ta-key-0123456789ab", ""); resp.StatusCode != 200 {
+		t.Fatalf("tenant-a's stream without Last-Event-ID: %d", resp.StatusCode)
+	}
+	// Another key resumes from the same event, and follows on live.
+	resp, s = openEvents(t, url+"?prefix=b:", "tb-key-0123456789ab", first[0].ID)
+	if resp.StatusCode != 200 {
+		t.Fatalf("tenant-b's resume: %d", resp.StatusCode)
+	}
+	if _, err := ld.Engine.Acquire(ctx, lock.Lock("b:1"), lock.AcquireRequest{Owner: "w", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := s.next(t); ev.data["key"] != "b:1" {
+		t.Fatalf("tenant-b's stream: %+v", ev)
+	}
+}

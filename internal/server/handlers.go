@@ -110,7 +110,7 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 		}
 		req.Owner = *body.owner
 	}
-	if req.TTL, err = msRange("ttl_ms", body.ttlMs, s.cfg.DefaultTTL, 100*time.Millisecond, s.cfg.MaxTTL); err != nil {
+	if req.TTL, err = s.ttlRange(c, "ttl_ms", body.ttlMs, s.cfg.DefaultTTL, 100*time.Millisecond, s.cfg.MaxTTL); err != nil {
 		return req, err
 	}
 	if body.session != nil {
@@ -254,7 +254,7 @@ func (s *Server) renew(ctx context.Context, k lock.Kind, name string, body *api.
 	if err := checkToken(body.Token, true); err != nil {
 		return api.Lease{}, err
 	}
-	ttl, err := msRange("ttl_ms", body.TtlMs, 0, 100*time.Millisecond, s.cfg.MaxTTL)
+	ttl, err := s.ttlRange(callerOf(ctx), "ttl_ms", body.TtlMs, 0, 100*time.Millisecond, s.cfg.MaxTTL)
 	if err != nil {
 		return api.Lease{}, err
 	}

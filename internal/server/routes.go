@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/problem"
 	"github.com/lockd/lockd/internal/tracing"
 )
 
@@ -59,7 +60,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 
 	var metricsHandler http.Handler = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
 	if s.cfg.MetricsAuth {
-		metricsHandler = s.requireRead(metricsHandler)
+		metricsHandler = s.requireMetricsReader(metricsHandler)
 	}
 	r.Method(http.MethodGet, "/metrics", metricsHandler)
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
@@ -171,11 +172,24 @@ func recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// requireRead guards a non-API endpoint with the read scope.
-func (s *Server) requireRead(next http.Handler) http.Handler {
+// requireMetricsReader guards /metrics: a key with the read scope and no
+// prefixes (N25 of the third audit). The metrics label every tenant's
+// prefix and count its activity, so a key limited to some prefixes, a
+// tenant's, would learn the other tenants and their load; that holds for
+// an admin key limited to prefixes too. Filtering the labels by the
+// caller's prefixes instead would hand each tenant a different, partial
+// view of server-wide gauges (waiters, streams, Redis errors) that cannot
+// be split by tenant, so the whole page is for operators only.
+func (s *Server) requireMetricsReader(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := s.authorize(r); err != nil {
 			writeError(w, r, err)
+			return
+		}
+		if c := callerOf(r.Context()); c.key != nil && len(c.key.Prefixes) > 0 {
+			writeError(w, r, problem.Errorf(problem.ErrForbidden,
+				"API key %s is limited to the prefixes %s; /metrics shows every tenant's, so it needs a key without prefixes",
+				c.name, strings.Join(c.key.Prefixes, ", ")))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"time"
@@ -70,6 +71,25 @@ type Config struct {
 	MaxHoldsPerAPIKey        int
 	MaxWaitersPerAPIKey      int
 	MaxEventStreamsPerAPIKey int
+	// MaxGrants, MaxValueBytes and MaxSessions are what this process's
+	// API keys may keep in Redis in all (auth on): live grants, the bytes
+	// of their values, sessions. Zero means DefaultMaxGrants,
+	// DefaultMaxValueBytes and DefaultMaxSessions.
+	MaxGrants, MaxValueBytes, MaxSessions int
+	// MaxGrantsPerAPIKey, MaxValueBytesPerAPIKey and MaxSessionsPerAPIKey
+	// are one API key's quotas of those, unless its entry in the auth file
+	// says otherwise (max_grants, max_value_bytes, max_sessions); zero
+	// means DefaultShare of the budget.
+	MaxGrantsPerAPIKey, MaxValueBytesPerAPIKey, MaxSessionsPerAPIKey int
+	// MaxTTLPerAPIKey is the longest TTL (of a lease or a session) an API
+	// key may ask for, unless its entry in the auth file says otherwise
+	// (max_ttl); zero means MaxTTL. Neither goes beyond MaxTTL.
+	MaxTTLPerAPIKey time.Duration
+	// MaxEventReadsPerAPIKey is how many events of the event stream one
+	// API key's Last-Event-ID resumes may read a minute (auth on), unless
+	// its entry in the auth file says otherwise (max_event_reads); zero
+	// means DefaultEventReads.
+	MaxEventReadsPerAPIKey int
 	// HoldHeartbeat is the interval of the hold stream's comment lines;
 	// zero means 10 s (the contract asks for at least one every 15 s).
 	HoldHeartbeat time.Duration
@@ -119,6 +139,8 @@ type Server struct {
 	metrics *metrics
 	holds   chan struct{} // one slot per open hold stream
 	quotas  *quotas       // hold streams, waiters and event streams of each API key
+	reads   *readBudget   // events each API key's resumes may still read
+	books   *books        // what each API key keeps in Redis (book.go)
 	// unknownKeys limits unknown API keys per client address.
 	unknownKeys *authlimit.Limiter
 	closing     chan struct{} // closed by Shutdown: ends hold streams
@@ -162,6 +184,15 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	if cfg.MaxEventStreamsPerAPIKey <= 0 {
 		cfg.MaxEventStreamsPerAPIKey = DefaultShare(cfg.MaxEventStreams)
 	}
+	cfg.MaxGrants = cmp.Or(max(cfg.MaxGrants, 0), DefaultMaxGrants)
+	cfg.MaxValueBytes = cmp.Or(max(cfg.MaxValueBytes, 0), DefaultMaxValueBytes)
+	cfg.MaxSessions = cmp.Or(max(cfg.MaxSessions, 0), DefaultMaxSessions)
+	cfg.MaxGrantsPerAPIKey = cmp.Or(max(cfg.MaxGrantsPerAPIKey, 0), DefaultShare(cfg.MaxGrants))
+	cfg.MaxValueBytesPerAPIKey = cmp.Or(max(cfg.MaxValueBytesPerAPIKey, 0), DefaultShare(cfg.MaxValueBytes))
+	cfg.MaxSessionsPerAPIKey = cmp.Or(max(cfg.MaxSessionsPerAPIKey, 0), DefaultShare(cfg.MaxSessions))
+	if cfg.MaxEventReadsPerAPIKey <= 0 {
+		cfg.MaxEventReadsPerAPIKey = DefaultEventReads
+	}
 	if cfg.UnknownKeys == nil {
 		cfg.UnknownKeys = authlimit.New(authlimit.DefaultBurst, authlimit.DefaultRefill)
 	}
@@ -170,6 +201,8 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 	s := &Server{
 		unknownKeys: cfg.UnknownKeys,
 		quotas:      newQuotas(),
+		reads:       newReadBudget(),
+		books:       newBooks(),
 		engine:      engine,
 		log:         log,
 		cfg:         cfg,
@@ -179,6 +212,8 @@ func New(engine Engine, log zerolog.Logger, cfg Config, reg prometheus.Registere
 		closing:     make(chan struct{}),
 	}
 	s.contention = cont
+	// Every grant, renewal, release and session passes the books.
+	s.engine = quotaEngine{Engine: engine, s: s}
 	return s
 }
 

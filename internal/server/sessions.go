@@ -65,7 +65,7 @@ func (s *Server) CreateSession(ctx context.Context, r api.CreateSessionRequestOb
 		}
 		ttlMs = r.Body.TtlMs
 	}
-	ttl, err := msRange("ttl_ms", ttlMs, s.cfg.DefaultTTL, lock.MinSessionTTL, min(s.cfg.MaxTTL, lock.MaxSessionTTL))
+	ttl, err := s.ttlRange(c, "ttl_ms", ttlMs, s.cfg.DefaultTTL, lock.MinSessionTTL, lock.MaxSessionTTL)
 	if err != nil {
 		return nil, err
 	}
