@@ -590,12 +590,12 @@ func (n *node) readHistory(ctx context.Context, key string, limit int, renewals 
 	return events, nil
 }
 
-// unpackEvent reads an event of a key's history or renewals as lib.lua
+// unpackEvent reads an event of a key's history or renewals as scripts/lib/events.lua
 // packs it: type, at, owner, fence, ttl_ms, count, actor, reason, exp,
 // left_ms and then fields for the scripts only, joined by US (\x1f).
 func unpackEvent(s string) (Event, error) {
 	// type, at, owner, fence, ttl_ms, count, actor, reason, exp, left_ms,
-	// w, keep, d, s, t (lib.lua, pack); entries of older layouts stop
+	// w, keep, d, s, t (events.lua, pack); entries of older layouts stop
 	// after left_ms or later.
 	f := strings.SplitN(s, eventSep, 16)
 	if len(f) < 10 {
@@ -612,7 +612,7 @@ func unpackEvent(s string) (Event, error) {
 	return e, nil
 }
 
-// eventSep joins the fields of a packed history event (lib.lua's US). No
+// eventSep joins the fields of a packed history event (base.lua's US). No
 // owner, actor or reason may hold it: checkText.
 const eventSep = "\x1f"
 

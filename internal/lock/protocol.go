@@ -10,7 +10,7 @@ import (
 // order of the script's header (KEYS, then ARGV), so that a reader holds
 // one call in their head and TestScriptHeaders holds each type to its
 // script. The engine's settings (caps, retention, liveness) are in the
-// scripts' text (lib.lua's cfg, scriptConfig), not arguments; the replica
+// scripts' text (their cfg, scriptConfig), not arguments; the replica
 // id comes from node.arg; the rest is the request's.
 //
 // A call's arguments come in two parts: those every call sends, then
@@ -170,10 +170,11 @@ func (c historyCall) run(n *node) ([]string, []any) {
 // Replies: one Go type per reply shape of a script's header, each read by
 // one decode function, so that the engine names fields, never indexes.
 
-// grantReply is a lease as acquire.lua and renew.lua answer it: {status,
-// owner, token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms,
-// then acquire's epoch_id, mode, limit}. The mode and limit are the
-// lease's as Redis holds it, never the request's.
+// grantReply is a lease as acquire.lua and renew.lua answer it, written
+// by one Lua function (grant_reply, scripts/lib/base.lua): {status, owner,
+// token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms, epoch_id
+// or "", mode, limit}. The mode and limit are the lease's as Redis holds
+// it, never the request's.
 type grantReply struct {
 	status     string
 	owner      string
@@ -200,6 +201,7 @@ func readGrant(r *reply) grantReply {
 	return grantReply{
 		status: r.str(0), owner: r.str(1), token: r.str(2), fence: r.int(3), count: int(r.int(4)),
 		ttl: r.ms(5), acquiredAt: r.time(6), left: r.ms(7), now: r.time(8),
+		epoch: r.str(9), mode: modeOf(r.str(10)), limit: int(r.int(11)),
 	}
 }
 
@@ -239,7 +241,6 @@ func decodeAcquire(v any, c acquireCall) (acquireReply, error) {
 			acquiredAt: now, left: ttl, now: now, epoch: r.str(3), mode: Exclusive}
 	case "granted", "reentered", "idempotent":
 		out.grant = readGrant(r)
-		out.grant.epoch, out.grant.mode, out.grant.limit = r.str(9), modeOf(r.str(10)), int(r.int(11))
 	case "held", "queued":
 		out.owner, out.retry, out.epoch, out.place = r.str(1), r.ms(2), r.str(3), r.str(4)
 		if out.status == "queued" {
@@ -257,8 +258,7 @@ func decodeAcquire(v any, c acquireCall) (acquireReply, error) {
 	return out, r.err
 }
 
-// decodeRenew reads renew.lua's reply: a grant, with "shared" or "permit"
-// and the limit for shared holders and permits.
+// decodeRenew reads renew.lua's reply: a grant, as acquire.lua's.
 func decodeRenew(v any) (grantReply, error) {
 	r, err := newReply(v)
 	if err != nil {
@@ -268,13 +268,6 @@ func decodeRenew(v any) (grantReply, error) {
 		return grantReply{}, err
 	}
 	g := readGrant(r)
-	g.mode = Exclusive
-	if r.len() > 10 {
-		g.mode = Shared
-		if r.str(9) == "permit" {
-			g.mode, g.limit = Permit, int(r.int(10))
-		}
-	}
 	return g, r.err
 }
 
