@@ -279,7 +279,7 @@ type Lease struct {
 // ErrIdempotencyMismatch when it asks for another owner or TTL. If ctx ends
 // while waiting, no lease is left behind.
 func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) (Lease, error) {
-	want, err := want(res, req)
+	mode, err := modeArg(res, req)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -289,9 +289,9 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 	}
 	var lease Lease
 	if req.Session != "" {
-		lease, err = e.acquireInSession(ctx, res, req, token, want)
+		lease, err = e.acquireInSession(ctx, res, req, token, mode)
 	} else {
-		lease, err = e.acquire(ctx, res, req, token, want)
+		lease, err = e.acquire(ctx, res, req, token, mode)
 	}
 	if err != nil {
 		e.giveBackIfUnanswered(res, req, token, err)
@@ -300,10 +300,10 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 }
 
 // acquire tries once, or queues and waits, for Acquire.
-func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, token, want string) (Lease, error) {
+func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, token, mode string) (Lease, error) {
 	key := res.id()
 	if req.Wait <= 0 || req.Token != "" {
-		return e.n.try(ctx, key, req, token, want, nil)
+		return e.n.try(ctx, key, req, token, mode, grantFree, nil)
 	}
 	// The first try queues the caller in Redis unless it is granted; a
 	// waiter queued before it, in this process or another, is granted
@@ -313,7 +313,7 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 		return Lease{}, err
 	}
 	seen := e.hub.Watch(key)
-	lease, err := e.n.try(ctx, key, req, token, want, en)
+	lease, err := e.n.try(ctx, key, req, token, mode, grantFree, en)
 	if err != nil && !waitable(err) {
 		// The try may have queued the caller before it failed (its
 		// answer cut short when the caller left): take it off again,
@@ -324,12 +324,13 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 	if err == nil || !waitable(err) {
 		return lease, err
 	}
-	return e.queue(ctx, key, req, token, want, en, seen, err)
+	return e.queue(ctx, key, req, token, mode, en, seen, err)
 }
 
-// want is the script's name for what the caller asks: an exclusive or
-// shared hold of a lock, or a permit of a semaphore.
-func want(res Resource, req AcquireRequest) (string, error) {
+// modeArg is the scripts' mode for what the caller asks (acquireCall's
+// mode): "x" an exclusive or "s" a shared hold of a lock, "p" a permit
+// of a semaphore.
+func modeArg(res Resource, req AcquireRequest) (string, error) {
 	if err := res.check(); err != nil {
 		return "", err
 	}
@@ -370,9 +371,9 @@ func waitable(err error) bool {
 // queue waits in the hub. Every try of one waiter uses the same token, so a
 // try whose answer was lost (a timeout after Redis granted) is found again
 // by the next one instead of blocking the key until its TTL ends.
-func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, token, want string, en *entry, seen wait.Seen, first error) (Lease, error) {
+func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, token, mode string, en *entry, seen wait.Seen, first error) (Lease, error) {
 	try := func(ctx context.Context) (Lease, error) {
-		return e.n.try(ctx, key, req, token, want, en)
+		return e.n.try(ctx, key, req, token, mode, grantFree, en)
 	}
 	undo := func(l Lease) {
 		// Granted to a caller that has gone: give it straight back.

@@ -98,127 +98,101 @@ func (n *node) ping(ctx context.Context) error {
 	return wrap("ping", n.st.Ping(ctx))
 }
 
-// try modes: take a free key, or only look (re-entry, idempotent replay,
-// holder) and leave a free key to the waiters queued before the caller
-// (Redlock, whose queues live in each process).
+// intent is what a try does with a free key: take it (grantFree), or only
+// look (peek: re-entry, idempotent replay, holder) and leave it to the
+// waiters queued before the caller (Redlock, whose queues live in each
+// process). acquire.lua's call names it the same.
+type intent string
+
 const (
-	grantFree = "grant"
-	peek      = "peek"
+	grantFree intent = "grant"
+	peek      intent = "peek"
 )
 
 // errFree is a peek's answer when the key is free.
 var errFree = errors.New("lock: key is free")
 
-// try runs the acquire script once. want is "x", "s" or "p" (want), or
-// peekX; en is the caller's place in the key's queue, nil for a request
-// that does not wait.
-func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, want string, en *entry) (Lease, error) {
+// try runs the acquire script once. mode is the script's mode ("x", "s"
+// or "p", modeArg); en is the caller's place in the key's queue, nil for a
+// request that does not wait.
+func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, mode string, i intent, en *entry) (Lease, error) {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	k := keysOf(key)
 	idem := ""
 	if req.IdempotencyKey != "" {
 		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
 		idem = hex.EncodeToString(sum[:])
 	}
 	sh := n.sharedOf(key)
-	seen, live, least := n.epochArgs(sh)
-	mode := grantFree
-	if want == peekX {
-		want, mode = "x", peek
-	}
-	wid, place, deadline := "", "", int64(0)
+	c := n.acquireCallOf(key, sh)
+	c.token, c.owner, c.ttlMS, c.actor, c.intent, c.mode = token, packable(req.Owner), req.TTL.Milliseconds(), packable(req.Actor), i, mode
+	c.trace, c.named, c.reentry, c.idem, c.limit = traceOf(ctx), named(req), req.Token, idem, req.Limit
 	if en != nil {
-		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
+		c.waiter, c.place, c.deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
-	c := acquireCall{keys: k, shared: sh, token: token, owner: packable(req.Owner), ttlMS: req.TTL.Milliseconds(),
-		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
-		seen: seen, liveMS: live, newEpoch: n.newEpochID(), minMS: least,
-		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req),
-		delay: delayArg(req.LockDelay), value: req.Value, session: req.sessionHandle, trace: traceOf(ctx)}
+	c.delay, c.value, c.session = delayArg(req.LockDelay), req.Value, req.sessionHandle
 	keys, argv := c.run(n)
 	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
 	}
-	r, err := decodeAcquire(v, c)
+	r, err := newReply(v)
 	if err != nil {
 		return Lease{}, err
 	}
-	return n.acquired(ctx, key, req, want, en, sh, r, unacked)
+	status := acquireStatuses[r.str(0)]
+	if status == nil {
+		return Lease{}, fmt.Errorf("lock: acquire script said %q", r.str(0))
+	}
+	a := status(r, c)
+	if r.err != nil {
+		return Lease{}, r.err
+	}
+	return a(ctx, n, acquireTry{key: key, req: req, en: en, sh: sh, unacked: unacked})
 }
 
-// acquired turns acquire.lua's reply r into the caller's answer, noting
-// the epoch it names and the waiter's place.
-func (n *node) acquired(ctx context.Context, key string, req AcquireRequest, want string, en *entry, sh *sharedKeys, r acquireReply, unacked bool) (Lease, error) {
-	switch r.status {
-	case "granted", "reentered":
-		if unacked {
-			// A failover now could lose the grant while its holder works:
-			// give it back (one level of a re-entry) and say so.
-			_, _ = n.releaseTo(context.WithoutCancel(ctx), key, r.grant.token, req.Actor, nil)
-			return Lease{}, wrap("acquire", errNoAcks)
-		}
-		n.noted(key)
-		l := r.grant.lease(key)
-		l.Outcome = Outcome(r.status)
-		if r.grant.epoch != "" {
-			n.epochs.saw(sh, r.grant.epoch)
-		}
-		n.epochs.lease(sh, r.grant.left)
-		return l, nil
-	case "recovering":
-		n.epochs.saw(sh, r.epoch)
-		n.epochs.recovering(r.left)
-		return Lease{}, &RecoveringError{Remaining: r.left}
-	case "delay":
-		n.epochs.met(sh, r.epoch)
-		if en != nil {
-			en.setPlace(r.place)
-		}
-		return Lease{}, &DelayError{Resource: resourceOf(key), Remaining: r.left}
-	case "idempotent":
-		l := r.grant.lease(key)
-		l.Outcome = Replayed
-		return l, nil
-	case "held", "queued":
-		if r.epoch != "" {
-			n.epochs.met(sh, r.epoch)
-		}
-		if en != nil {
-			en.setPlace(r.place)
-		}
-		if r.status == "queued" {
-			qe := &QueuedError{Resource: resourceOf(key), Waiters: r.waiters, RetryAfter: min(r.retry, queuedRetry)}
-			if r.owner != "" {
-				qe.Next = Waiter{Owner: r.owner, Since: r.since}
-			}
-			return Lease{}, qe
-		}
-		return Lease{}, &HeldError{Resource: resourceOf(key), Owner: r.owner, Remaining: r.retry}
-	case "lost":
-		return Lease{}, ErrLeaseLost
-	case "mismatch":
-		return Lease{}, ErrIdempotencyMismatch
-	case "full":
-		return Lease{}, &TooManyHoldersError{Holders: r.holders}
-	case "mode":
-		return Lease{}, &ModeMismatchError{Held: r.held, Asked: modeOf(want)}
-	case "limit":
-		return Lease{}, ErrLimitMismatch
-	case "free":
-		return Lease{}, errFree
-	default:
-		return Lease{}, fmt.Errorf("lock: acquire script said %q", r.status)
+// acquireTry is what an answer of acquire.lua needs of the try that got it.
+type acquireTry struct {
+	key     string
+	req     AcquireRequest
+	en      *entry
+	sh      *sharedKeys
+	unacked bool // too few replicas acknowledged the write
+}
+
+// granted answers a fresh grant or a re-entry, noting the epoch it names;
+// a grant too few replicas acknowledged is given back (one level of a
+// re-entry): a failover now could lose it while its holder works.
+func (n *node) granted(ctx context.Context, t acquireTry, g grantReply, o Outcome) (Lease, error) {
+	if t.unacked {
+		_, _ = n.releaseTo(context.WithoutCancel(ctx), t.key, g.token, t.req.Actor, nil)
+		return Lease{}, wrap("acquire", errNoAcks)
+	}
+	n.noted(t.key)
+	l := g.lease(t.key)
+	l.Outcome = o
+	if g.epoch != "" {
+		n.epochs.saw(t.sh, g.epoch)
+	}
+	n.epochs.lease(t.sh, g.left)
+	return l, nil
+}
+
+// waits notes what a refusal that may be waited out says of the epoch
+// and of the waiter's place.
+func (n *node) waits(t acquireTry, epoch, place string) {
+	if epoch != "" {
+		n.epochs.met(t.sh, epoch)
+	}
+	if t.en != nil {
+		t.en.setPlace(place)
 	}
 }
 
-// peekX is how Redlock asks try for an exclusive peek.
-const peekX = "peek"
-
-func modeOf(want string) Mode {
-	switch want {
+// modeOf is the Mode of the scripts' mode (modeArg).
+func modeOf(mode string) Mode {
+	switch mode {
 	case "s":
 		return Shared
 	case "p":

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -19,41 +20,53 @@ import (
 // most of the second part empty. A script reads an argument past the end
 // as "" (or 0).
 
-// acquireCall is acquire.lua's call.
+// acquireCall is acquire.lua's call: its KEYS, then its ARGV, each field
+// in its place and under the script's name for it (ttlMS is ttl_ms):
+// TestScriptHeaders holds the two to one another, name by name.
 type acquireCall struct {
-	keys     keys
-	shared   *sharedKeys
-	token    string // the new lease's, the same on every try of one waiter
-	owner    string
-	ttlMS    int64
-	reentry  string // the holder's token for a re-entry, or ""
-	idem     string // the idempotency tag, or ""
-	actor    string
-	intent   string // grantFree, or peek
-	seen     string // epochArgs
-	liveMS   int64
-	newEpoch string
-	minMS    int64
-	mode     string // "x", "s" or "p"
+	lease, hist, queue, epoch, sched, stream, qinfo, holders, replicas string
+
+	token     string // the new lease's, the same on every try of one waiter
+	owner     string
+	ttlMS     int64
+	actor     string
+	channel   string // the key's wake-up channel
+	intent    intent
+	mode      string // "x", "s" or "p" (modeOf)
+	seen      string // the epoch id this process saw last (epochArgs)
+	replica   string // this process's id in the queues
+	epochArgs string // "live_ms min_ms new_id" (epochArgs)
+	// Each "" when left off the end.
+	trace    string // the request's trace id (trace.go)
+	named    string // "1": the caller named its mode or a limit (named)
+	reentry  string // the holder's token for a re-entry
+	idem     string // the idempotency tag
 	limit    int
-	waiter   string // the waiter's queue id, or "" for a try-once request
+	waiter   string // the waiter's queue id; "" for a try-once request
 	deadline int64  // ms from now
-	place    string // the waiter's place from an earlier try, or ""
-	named    string // named
-	delay    string // the lock-delay in ms, or "" for none
-	value    string // the grant's value (JSON), or ""
-	session  string // the handle of the session it is bound to, or ""
-	trace    string // the request's trace id (trace.go), or ""
+	place    string // the waiter's place from an earlier try
+	delay    string // the lock-delay in ms
+	value    string // the grant's value (JSON)
+	session  string // the handle of the session it is bound to
 }
 
-func (c acquireCall) run(n *node) ([]string, []any) {
-	keys, argv := c.args(n)
+// acquireCallOf is the call of a try on key: its keys, and the node's
+// part of its arguments.
+func (n *node) acquireCallOf(key string, sh *sharedKeys) acquireCall {
+	k := keysOf(key)
+	seen, live, least := n.epochArgs(sh)
+	return acquireCall{lease: k.lease, hist: k.hist, queue: k.queue, epoch: sh.epoch, sched: sh.expiries, stream: sh.events,
+		qinfo: k.qinfo, holders: k.holders, replicas: sh.replicas, channel: k.wake, seen: seen, replica: n.id,
+		epochArgs: strconv.FormatInt(live, 10) + " " + strconv.FormatInt(least, 10) + " " + n.newEpochID()}
+}
+
+func (c acquireCall) run(*node) ([]string, []any) {
+	keys, argv := c.args()
 	return keys, trimmed(argv)
 }
 
 // args is the whole call, nothing trimmed.
-func (c acquireCall) args(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
+func (c acquireCall) args() ([]string, []any) {
 	limit, deadline := "", ""
 	if c.limit != 0 {
 		limit = strconv.Itoa(c.limit)
@@ -61,9 +74,8 @@ func (c acquireCall) args(n *node) ([]string, []any) {
 	if c.waiter != "" {
 		deadline = strconv.FormatInt(c.deadline, 10)
 	}
-	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
-		[]any{c.token, c.owner, c.ttlMS, c.actor, k.wake, c.intent, c.mode, c.seen, n.arg.replica,
-			strconv.FormatInt(c.liveMS, 10) + " " + strconv.FormatInt(c.minMS, 10) + " " + c.newEpoch,
+	return []string{c.lease, c.hist, c.queue, c.epoch, c.sched, c.stream, c.qinfo, c.holders, c.replicas},
+		[]any{c.token, c.owner, c.ttlMS, c.actor, c.channel, string(c.intent), c.mode, c.seen, c.replica, c.epochArgs,
 			c.trace, c.named, c.reentry, c.idem, limit, c.waiter, deadline, c.place, c.delay, c.value, c.session}
 }
 
@@ -205,57 +217,97 @@ func readGrant(r *reply) grantReply {
 	}
 }
 
-// acquireReply is acquire.lua's reply: its status, and the fields of that
-// status's shape.
-type acquireReply struct {
-	status string
-	grant  grantReply // granted, reentered, idempotent
-	// held, queued: who is in the way (the holder, or the first waiter
-	// queued before the caller: "" when the walk met none live), for how
-	// long, the epoch id, the caller's place; queued also how many wait
-	// and since when the first has.
-	owner   string
-	retry   time.Duration
-	epoch   string // also recovering's
-	place   string
-	waiters int
-	since   time.Time
-	left    time.Duration // recovering: the quarantine's time left; delay: the lock-delay's
-	holders int           // full: live holders
-	held    Mode          // mode: the lease's mode
+// acquireAnswer is the caller's answer to one reply of acquire.lua, read.
+type acquireAnswer func(ctx context.Context, n *node, t acquireTry) (Lease, error)
+
+// acquireStatuses has one row per status of acquire.lua's reply (its
+// header lists them): what follows the status, read from r, and the
+// caller's answer. c is the call that got the reply.
+var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
+	// {"new", fence, now_ms, epoch_id}: a fresh exclusive grant of what c
+	// asked, as Redis wrote it: the script sends only what c does not know.
+	"new": func(r *reply, c acquireCall) acquireAnswer {
+		ttl, now := time.Duration(c.ttlMS)*time.Millisecond, r.time(2)
+		g := grantReply{status: "granted", owner: c.owner, token: c.token, fence: r.int(1), count: 1, ttl: ttl,
+			acquiredAt: now, left: ttl, now: now, epoch: r.str(3), mode: Exclusive}
+		return func(ctx context.Context, n *node, t acquireTry) (Lease, error) { return n.granted(ctx, t, g, Granted) }
+	},
+	"granted":   grantAs(Granted),
+	"reentered": grantAs(Reentered),
+	"idempotent": func(r *reply, _ acquireCall) acquireAnswer {
+		g := readGrant(r)
+		return func(_ context.Context, _ *node, t acquireTry) (Lease, error) {
+			l := g.lease(t.key)
+			l.Outcome = Replayed
+			return l, nil
+		}
+	},
+	// {"held", owner, retry_ms, epoch_id or "", place or ""}
+	"held": func(r *reply, _ acquireCall) acquireAnswer {
+		owner, retry, epoch, place := r.str(1), r.ms(2), r.str(3), r.str(4)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.waits(t, epoch, place)
+			return Lease{}, &HeldError{Resource: resourceOf(t.key), Owner: owner, Remaining: retry}
+		}
+	},
+	// {"queued", next owner or "", retry_ms, epoch_id or "", place or "",
+	// waiters, next's since_ms}
+	"queued": func(r *reply, _ acquireCall) acquireAnswer {
+		owner, retry, epoch, place, waiters, since := r.str(1), r.ms(2), r.str(3), r.str(4), int(r.int(5)), r.time(6)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.waits(t, epoch, place)
+			qe := &QueuedError{Resource: resourceOf(t.key), Waiters: waiters, RetryAfter: min(retry, queuedRetry)}
+			if owner != "" {
+				qe.Next = Waiter{Owner: owner, Since: since}
+			}
+			return Lease{}, qe
+		}
+	},
+	// {"recovering", epoch_id, ms_left}
+	"recovering": func(r *reply, _ acquireCall) acquireAnswer {
+		epoch, left := r.str(1), r.ms(2)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.epochs.saw(t.sh, epoch)
+			n.epochs.recovering(left)
+			return Lease{}, &RecoveringError{Remaining: left}
+		}
+	},
+	// {"delay", epoch_id, ms_left, place or ""}
+	"delay": func(r *reply, _ acquireCall) acquireAnswer {
+		epoch, left, place := r.str(1), r.ms(2), r.str(3)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.epochs.met(t.sh, epoch)
+			if t.en != nil {
+				t.en.setPlace(place)
+			}
+			return Lease{}, &DelayError{Resource: resourceOf(t.key), Remaining: left}
+		}
+	},
+	// {"full", n}
+	"full": func(r *reply, _ acquireCall) acquireAnswer {
+		return refuse(&TooManyHoldersError{Holders: int(r.int(1))})
+	},
+	// {"mode", the lease's mode}
+	"mode": func(r *reply, c acquireCall) acquireAnswer {
+		return refuse(&ModeMismatchError{Held: modeOf(r.str(1)), Asked: modeOf(c.mode)})
+	},
+	"lost":     func(*reply, acquireCall) acquireAnswer { return refuse(ErrLeaseLost) },
+	"mismatch": func(*reply, acquireCall) acquireAnswer { return refuse(ErrIdempotencyMismatch) },
+	"limit":    func(*reply, acquireCall) acquireAnswer { return refuse(ErrLimitMismatch) },
+	"free":     func(*reply, acquireCall) acquireAnswer { return refuse(errFree) },
 }
 
-func decodeAcquire(v any, c acquireCall) (acquireReply, error) {
-	r, err := newReply(v)
-	if err != nil {
-		return acquireReply{}, err
+// grantAs is the row of a grant reply (grant_reply) answered as o.
+func grantAs(o Outcome) func(r *reply, c acquireCall) acquireAnswer {
+	return func(r *reply, _ acquireCall) acquireAnswer {
+		g := readGrant(r)
+		return func(ctx context.Context, n *node, t acquireTry) (Lease, error) { return n.granted(ctx, t, g, o) }
 	}
-	out := acquireReply{status: r.str(0)}
-	switch out.status {
-	case "new":
-		// A fresh exclusive grant of what c asked, as Redis wrote it: the
-		// script sends only what c does not know.
-		ttl, now := time.Duration(c.ttlMS)*time.Millisecond, r.time(2)
-		out.status = "granted"
-		out.grant = grantReply{status: "granted", owner: c.owner, token: c.token, fence: r.int(1), count: 1, ttl: ttl,
-			acquiredAt: now, left: ttl, now: now, epoch: r.str(3), mode: Exclusive}
-	case "granted", "reentered", "idempotent":
-		out.grant = readGrant(r)
-	case "held", "queued":
-		out.owner, out.retry, out.epoch, out.place = r.str(1), r.ms(2), r.str(3), r.str(4)
-		if out.status == "queued" {
-			out.waiters, out.since = int(r.int(5)), r.time(6)
-		}
-	case "recovering":
-		out.epoch, out.left = r.str(1), r.ms(2)
-	case "delay":
-		out.epoch, out.left, out.place = r.str(1), r.ms(2), r.str(3)
-	case "full":
-		out.holders = int(r.int(1))
-	case "mode":
-		out.held = modeOf(r.str(1))
-	}
-	return out, r.err
+}
+
+// refuse is an answer that is err whatever the try.
+func refuse(err error) acquireAnswer {
+	return func(context.Context, *node, acquireTry) (Lease, error) { return Lease{}, err }
 }
 
 // decodeRenew reads renew.lua's reply: a grant, as acquire.lua's.
