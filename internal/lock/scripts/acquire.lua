@@ -26,8 +26,8 @@
 -- "granted", "reentered" or "idempotent"; gate.held's, gate.behind's and
 -- gate.admit's refusals ("held", "queued", "free", "recovering", "delay");
 -- {"lost"} (the re-entry token is not the live one); {"mismatch"} (the
--- idempotency tag is the live lease's, but owner, ttl, or a named mode or
--- limit is not); {"mode", mode} (a re-entry named another mode than the
+-- idempotency tag is the live lease's, but owner, ttl, value, or a named
+-- mode or limit is not); {"mode", mode} (a re-entry named another mode than the
 -- lease's); {"limit"} (held with another limit); {"full", n}
 -- (cfg.max_holders live holders).
 local c = calls.acquire

@@ -198,7 +198,10 @@ function exclusive.acquire(c)
     return reenter(c, cur)
   end
   if c.idem ~= '' and cur.idem == c.idem then
-    if cur.owner ~= c.owner or cur.ittl ~= c.ttl_ms or (c.named and c.mode ~= 'x') then
+    -- A replay is the request it replays, value included: one that
+    -- differs is refused rather than answered as though its value were
+    -- the lease's.
+    if cur.owner ~= c.owner or cur.ittl ~= c.ttl_ms or (c.named and c.mode ~= 'x') or c.value ~= cur.v then
       return {'mismatch'}
     end
     return reply('idempotent', c, cur, pttl)

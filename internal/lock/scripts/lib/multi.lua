@@ -154,7 +154,7 @@ local function replay(c)
     return nil
   end
   if h.o ~= c.owner or h.it ~= c.ttl_ms or (c.named and c.mode ~= c.held_as) or
-    (c.held_as == 'p' and c.limit ~= c.held_limit) then
+    (c.held_as == 'p' and c.limit ~= c.held_limit) or c.value ~= (h.v or '') then
     return {'mismatch'}
   end
   return reply('idempotent', c, h, t, tonumber(h.e) - c.now_ms)
