@@ -8,11 +8,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -630,8 +632,18 @@ func unavailable(err error) bool {
 		// replica, after a script that wrote nothing: as READONLY.
 		return strings.HasPrefix(msg, "ERR WAIT cannot be used with replica")
 	}
+	// The connection failed: a network error (a refused or reset
+	// connection is a *net.OpError), or the server closed it.
 	var nerr net.Error
 	return errors.As(err, &nerr) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "EOF") ||
-		strings.Contains(err.Error(), "connection")
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EPIPE)
+}
+
+// isReply says whether err is Redis's error reply msg (a redis.Error), not
+// an error of the connection or of lockd's own.
+func isReply(err error, msg string) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && rerr.Error() == msg
 }
