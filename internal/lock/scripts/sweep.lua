@@ -6,15 +6,13 @@
 -- (Go prepends the flag): every key it touches lives on this node.
 -- ARGV[1] sweeper id   ARGV[2] sweeper lease ms
 -- ARGV[3] batch: most lapses per bucket per call
--- ARGV[4] history cap  ARGV[5] retention ms   ARGV[6] event stream cap
---         (unread: the scripts' cfg has them)
--- ARGV[7] relay: most outbox events to return, 0 when the scripts write the
+-- ARGV[4] relay: most outbox events to return, 0 when the scripts write the
 --         shared event stream directly (one server, Sentinel)
--- ARGV[8] mode: "all" sweeps every bucket listed; "due" (Cluster) only the
+-- ARGV[5] mode: "all" sweeps every bucket listed; "due" (Cluster) only the
 --         buckets the due list says are due
--- ARGV[9] n, then n pairs (bucket, ms): buckets to put on the due list
+-- ARGV[6] n, then n pairs (bucket, ms): buckets to put on the due list
 --         (Cluster: written since the last sweep)
--- ARGV[10+2n] the home bucket: its "sweeper" key is the sweeper lease and,
+-- ARGV[7+2n] the home bucket: its "sweeper" key is the sweeper lease and,
 --         on a Cluster, its "due" key the due list; then (mode "all") the
 --         other buckets
 --
@@ -34,15 +32,15 @@
 --   lapses: {key, lapsed_at_ms, last_type, last_at_ms, …} flat
 --   outbox: {bucket, {id, {field, value, …}}, …} flat
 local id, leasems, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local relay = tonumber(ARGV[7])
-local mode, n = ARGV[8], tonumber(ARGV[9])
-local home = 10 + 2 * n
+local relay = tonumber(ARGV[4])
+local mode, n = ARGV[5], tonumber(ARGV[6])
+local home = 7 + 2 * n
 local now = clock()
 
 local due, relaying = nil, relay > 0
 if relaying then
   due = ARGV[home] .. 'due'
-  for i = 10, home - 1, 2 do
+  for i = 7, home - 1, 2 do
     redis.call('ZADD', due, 'LT', ARGV[i + 1], ARGV[i])
   end
 end
