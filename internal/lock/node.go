@@ -252,7 +252,6 @@ func delayArg(d time.Duration) string {
 // A grant bound to a session keeps its expiry unless bySession (the
 // session's own renewal).
 func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySession bool) (Lease, error) {
-	k := keysOf(key)
 	ttlArg := ""
 	if req.TTL > 0 {
 		ttlArg = strconv.FormatInt(req.TTL.Milliseconds(), 10)
@@ -260,8 +259,12 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
-	keys, argv := renewCall{keys: k, shared: sh, token: req.Token, ttl: ttlArg, actor: packable(req.Actor), value: req.Value,
-		bySession: bySession, trace: traceOf(ctx)}.run(n)
+	c := renewCallOf(key, sh)
+	c.token, c.ttlMS, c.actor, c.trace, c.value = req.Token, ttlArg, packable(req.Actor), traceOf(ctx), req.Value
+	if bySession {
+		c.bySession = "1"
+	}
+	keys, argv := c.run()
 	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -307,14 +310,17 @@ func (n *node) releaseTo(ctx context.Context, key, token, actor string, take fun
 // release runs release.lua; unclaimed gives back a key handed to a waiter
 // only if the waiter has not claimed it.
 func (n *node) release(ctx context.Context, key, token, actor string, unclaimed bool) (Released, *handed, error) {
-	k := keysOf(key)
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
 	// With replica acks a grant must be acknowledged before its holder
 	// hears of it: no hand-off then.
-	keys, argv := releaseCall{keys: k, shared: sh, token: token, actor: packable(actor), handOff: n.opts.ReplicaAcks == 0,
-		unclaimed: giveBack(unclaimed), trace: traceOf(ctx)}.run(n)
+	c := releaseCallOf(key, sh)
+	c.token, c.actor, c.trace, c.unclaimed = token, packable(actor), traceOf(ctx), giveBack(unclaimed)
+	if n.opts.ReplicaAcks == 0 {
+		c.handTo = n.id
+	}
+	keys, argv := c.run()
 	v, err := n.write(ctx, n.scripts.release, keys, argv...)
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
@@ -368,7 +374,6 @@ func (n *node) forceReleaseFence(ctx context.Context, key string, fence int64, a
 // forceRelease runs force_release.lua once; more says holders are left
 // that this call did not reach.
 func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor, reason string) (Broken, bool, error) {
-	k := keysOf(key)
 	fenceArg := ""
 	if fence != 0 {
 		fenceArg = strconv.FormatInt(fence, 10)
@@ -376,7 +381,9 @@ func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor,
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
-	keys, argv := forceReleaseCall{keys: k, shared: sh, actor: packable(actor), reason: packable(reason), fence: fenceArg, trace: traceOf(ctx)}.run(n)
+	c := forceReleaseCallOf(key, sh)
+	c.actor, c.reason, c.fence, c.trace = packable(actor), packable(reason), fenceArg, traceOf(ctx)
+	keys, argv := c.args()
 	v, err := n.write(ctx, n.scripts.forceRelease, keys, argv...)
 	if err != nil {
 		return Broken{}, false, wrap("force-release", err)

@@ -88,77 +88,90 @@ func trimmed(argv []any) []any {
 	return argv[:n]
 }
 
-// renewCall is renew.lua's call.
+// renewCall is renew.lua's call, as acquireCall is acquire.lua's.
 type renewCall struct {
-	keys   keys
-	shared *sharedKeys
-	token  string
-	ttl    string // ms, or "" to keep the lease's own
-	actor  string
-	value  string // a new value (JSON), or "" to keep the grant's own
-	// bySession: the grant's session renews it, the only renewal that
+	lease, renewals, queue, sched, hist, holders, stream string
+
+	token   string
+	ttlMS   string // ms, or "" to keep the lease's own
+	actor   string
+	channel string // the key's wake-up channel
+	// Each "" when left off the end.
+	trace string
+	value string // a new value (JSON), or "" to keep the grant's own
+	// bySession "1": the grant's session renews it, the only renewal that
 	// moves a session-bound grant's expiry.
-	bySession bool
-	trace     string
+	bySession string
 }
 
-func (c renewCall) run(n *node) ([]string, []any) {
-	keys, argv := c.args(n)
+func renewCallOf(key string, sh *sharedKeys) renewCall {
+	k := keysOf(key)
+	return renewCall{lease: k.lease, renewals: k.renewals, queue: k.queue, sched: sh.expiries, hist: k.hist,
+		holders: k.holders, stream: sh.events, channel: k.wake}
+}
+
+func (c renewCall) run() ([]string, []any) {
+	keys, argv := c.args()
 	return keys, trimmed(argv)
 }
 
 // args is the whole call, nothing trimmed.
-func (c renewCall) args(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
-	session := ""
-	if c.bySession {
-		session = "1"
-	}
-	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		[]any{c.token, c.ttl, c.actor, k.wake, c.trace, c.value, session}
+func (c renewCall) args() ([]string, []any) {
+	return []string{c.lease, c.renewals, c.queue, c.sched, c.hist, c.holders, c.stream},
+		[]any{c.token, c.ttlMS, c.actor, c.channel, c.trace, c.value, c.bySession}
 }
 
-// releaseCall is release.lua's call.
+// releaseCall is release.lua's call, as acquireCall is acquire.lua's.
 type releaseCall struct {
-	keys      keys
-	shared    *sharedKeys
-	token     string
-	actor     string
-	handOff   bool   // hand the key to the next waiter if it waits in this lockd
-	unclaimed string // giveBack
+	lease, hist, sched, stream, holders, queue, qinfo, replicas string
+
+	token   string
+	actor   string
+	channel string // the key's wake-up channel
+	// Each "" when left off the end.
+	handTo    string // this process's id: hand the key to its next waiter if it waits here
 	trace     string
+	unclaimed string // giveBack
 }
 
-func (c releaseCall) run(n *node) ([]string, []any) {
-	keys, argv := c.args(n)
+func releaseCallOf(key string, sh *sharedKeys) releaseCall {
+	k := keysOf(key)
+	return releaseCall{lease: k.lease, hist: k.hist, sched: sh.expiries, stream: sh.events, holders: k.holders,
+		queue: k.queue, qinfo: k.qinfo, replicas: sh.replicas, channel: k.wake}
+}
+
+func (c releaseCall) run() ([]string, []any) {
+	keys, argv := c.args()
 	return keys, trimmed(argv)
 }
 
 // args is the whole call, nothing trimmed.
-func (c releaseCall) args(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
-	var handTo any = ""
-	if c.handOff {
-		handTo = n.arg.replica
-	}
-	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
-		[]any{c.token, c.actor, k.wake, handTo, c.trace, c.unclaimed}
+func (c releaseCall) args() ([]string, []any) {
+	return []string{c.lease, c.hist, c.sched, c.stream, c.holders, c.queue, c.qinfo, c.replicas},
+		[]any{c.token, c.actor, c.channel, c.handTo, c.trace, c.unclaimed}
 }
 
-// forceReleaseCall is force_release.lua's call.
+// forceReleaseCall is force_release.lua's call, as acquireCall is
+// acquire.lua's. It is sent whole.
 type forceReleaseCall struct {
-	keys   keys
-	shared *sharedKeys
-	actor  string
-	reason string
-	fence  string // the fence to break, or "" for every holder
-	trace  string
+	lease, hist, sched, stream, holders string
+
+	actor   string
+	reason  string
+	channel string // the key's wake-up channel
+	fence   string // the fence to break, or "" for every holder
+	trace   string
 }
 
-func (c forceReleaseCall) run(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
-	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
-		[]any{c.actor, c.reason, k.wake, c.fence, c.trace}
+func forceReleaseCallOf(key string, sh *sharedKeys) forceReleaseCall {
+	k := keysOf(key)
+	return forceReleaseCall{lease: k.lease, hist: k.hist, sched: sh.expiries, stream: sh.events, holders: k.holders,
+		channel: k.wake}
+}
+
+func (c forceReleaseCall) args() ([]string, []any) {
+	return []string{c.lease, c.hist, c.sched, c.stream, c.holders},
+		[]any{c.actor, c.reason, c.channel, c.fence, c.trace}
 }
 
 // historyCall is history.lua's call.

@@ -25,9 +25,9 @@ func TestScriptHeaders(t *testing.T) {
 	sh := &sharedKeys{}
 	calls := map[string]func() ([]string, []any){
 		"acquire":       func() ([]string, []any) { return acquireCall{}.args() },
-		"renew":         func() ([]string, []any) { return renewCall{keys: k, shared: sh}.args(n) },
-		"release":       func() ([]string, []any) { return releaseCall{keys: k, shared: sh}.args(n) },
-		"force_release": func() ([]string, []any) { return forceReleaseCall{keys: k, shared: sh}.run(n) },
+		"renew":         func() ([]string, []any) { return renewCall{}.args() },
+		"release":       func() ([]string, []any) { return releaseCall{}.args() },
+		"force_release": func() ([]string, []any) { return forceReleaseCall{}.args() },
 		"history":       func() ([]string, []any) { return historyCall{keys: k, shared: sh}.run(n) },
 	}
 	for name, call := range calls {
@@ -46,40 +46,45 @@ func TestScriptHeaders(t *testing.T) {
 	}
 }
 
-// TestAcquireCallNames holds acquireCall to acquire.lua name by name: its
+// TestCallNames holds each call type to its dispatcher name by name: its
 // fields, in order, are the names under which the script reads KEYS then
 // ARGV (ttlMS is ttl_ms), and args puts each field in its script's place.
-func TestAcquireCallNames(t *testing.T) {
-	lua := luaCall(t, mustRead("acquire"))
-	var c acquireCall
-	v := reflect.ValueOf(&c).Elem()
-	var goNames []string
-	want := map[string]string{} // Lua name → what args must send for it
-	for i := range v.NumField() {
-		name := snake(v.Type().Field(i).Name)
-		goNames = append(goNames, name)
-		f := reflect.NewAt(v.Field(i).Type(), unsafe.Pointer(v.Field(i).UnsafeAddr())).Elem()
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString(name)
-			want[name] = name
-		case reflect.Int, reflect.Int64:
-			f.SetInt(int64(1000 + i))
-			want[name] = strconv.Itoa(1000 + i)
-		}
-	}
-	if !slices.Equal(goNames, lua) {
-		t.Fatalf("acquireCall's fields are\n%v;\nacquire.lua reads\n%v", goNames, lua)
-	}
-	keys, argv := c.args()
-	sent := append([]string{}, keys...)
-	for _, a := range argv {
-		sent = append(sent, fmt.Sprint(a))
-	}
-	for i, name := range lua {
-		if sent[i] != want[name] {
-			t.Errorf("place %d of the call is %s in acquire.lua; args sends %q there", i+1, name, sent[i])
-		}
+func TestCallNames(t *testing.T) {
+	for script, call := range map[string]interface{ args() ([]string, []any) }{
+		"acquire": &acquireCall{}, "renew": &renewCall{}, "release": &releaseCall{}, "force_release": &forceReleaseCall{},
+	} {
+		t.Run(script, func(t *testing.T) {
+			lua := luaCall(t, mustRead(script))
+			v := reflect.ValueOf(call).Elem()
+			var goNames []string
+			want := map[string]string{} // Lua name → what args must send for it
+			for i := range v.NumField() {
+				name := snake(v.Type().Field(i).Name)
+				goNames = append(goNames, name)
+				f := reflect.NewAt(v.Field(i).Type(), unsafe.Pointer(v.Field(i).UnsafeAddr())).Elem()
+				switch f.Kind() {
+				case reflect.String:
+					f.SetString(name)
+					want[name] = name
+				case reflect.Int, reflect.Int64:
+					f.SetInt(int64(1000 + i))
+					want[name] = strconv.Itoa(1000 + i)
+				}
+			}
+			if !slices.Equal(goNames, lua) {
+				t.Fatalf("the call's fields are\n%v;\n%s.lua reads\n%v", goNames, script, lua)
+			}
+			keys, argv := call.args()
+			sent := append([]string{}, keys...)
+			for _, a := range argv {
+				sent = append(sent, fmt.Sprint(a))
+			}
+			for i, name := range lua {
+				if sent[i] != want[name] {
+					t.Errorf("place %d of the call is %s in %s.lua; args sends %q there", i+1, name, script, sent[i])
+				}
+			}
+		})
 	}
 }
 
