@@ -44,6 +44,7 @@ func (n noun) arg() string {
 
 // keyOps are the calls that act on one lock or semaphore.
 type keyOps struct {
+	key          string // the lock key or the semaphore's name
 	renew        func(ctx context.Context, token string, ttl time.Duration) (api.Lease, error)
 	release      func(ctx context.Context, token string) (api.ReleaseResult, error)
 	forceRelease func(ctx context.Context, fence int64, reason string) (api.ForceReleaseResult, error)
@@ -56,11 +57,13 @@ func (n noun) ops(c *client.Client, key string) keyOps {
 	if n.sem {
 		s := c.Semaphore(key, 0)
 		return keyOps{
+			key:   key,
 			renew: s.Renew, release: s.Release, forceRelease: s.ForceReleaseFence,
 			state: s.State, history: s.History, renewals: s.Renewals,
 		}
 	}
 	return keyOps{
+		key: key,
 		renew: func(ctx context.Context, token string, ttl time.Duration) (api.Lease, error) {
 			return c.Renew(ctx, key, token, ttl)
 		},
@@ -71,6 +74,36 @@ func (n noun) ops(c *client.Client, key string) keyOps {
 		state:    func(ctx context.Context) (api.LockState, error) { return c.State(ctx, key) },
 		history:  func(ctx context.Context, limit int) (api.History, error) { return c.History(ctx, key, limit) },
 		renewals: func(ctx context.Context, limit int) (api.History, error) { return c.Renewals(ctx, key, limit) },
+	}
+}
+
+// keyCommand is the start of every command on one key but acquire: parse
+// args (the key, as n names it), check the flags (check: nil, or a usage
+// error) and connect. It answers the key's calls.
+func (cf *clientFlags) keyCommand(args []string, n noun, check func() error) (keyOps, error) {
+	pos, err := cf.parse(args, n.arg())
+	if err != nil {
+		return keyOps{}, err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return keyOps{}, err
+		}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return keyOps{}, err
+	}
+	return n.ops(c, pos[0]), nil
+}
+
+// needToken is the check of a command that needs the lease's token.
+func needToken(token *string, n noun, sub string) func() error {
+	return func() error {
+		if *token == "" {
+			return usageError("%s needs --token (or LOCKD_TOKEN): the token that acquire printed", n.name(sub))
+		}
+		return nil
 	}
 }
 
@@ -165,18 +198,11 @@ func renew(ctx context.Context, n noun, args []string, getenv func(string) strin
 	cf.jsonFlag()
 	ttl := cf.fs.Duration("ttl", cf.env.dur("ttl", 0), "new TTL from now (default: the lease's own)")
 	token := cf.fs.String("token", cf.env.str("token", ""), "the lease's token (prefer LOCKD_TOKEN: flags show in ps)")
-	pos, err := cf.parse(args, n.arg())
+	ops, err := cf.keyCommand(args, n, needToken(token, n, "renew"))
 	if err != nil {
 		return err
 	}
-	if *token == "" {
-		return usageError("%s needs --token (or LOCKD_TOKEN): the token that acquire printed", n.name("renew"))
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	l, err := n.ops(c, pos[0]).renew(ctx, *token, *ttl)
+	l, err := ops.renew(ctx, *token, *ttl)
 	if err != nil {
 		return failed(err)
 	}
@@ -195,22 +221,15 @@ func release(ctx context.Context, n noun, args []string, getenv func(string) str
 	cf := newClientFlags(n.name("release"), "--token T [--json] "+n.arg(), getenv, stderr)
 	cf.jsonFlag()
 	token := cf.fs.String("token", cf.env.str("token", ""), "the lease's token (prefer LOCKD_TOKEN: flags show in ps)")
-	pos, err := cf.parse(args, n.arg())
+	ops, err := cf.keyCommand(args, n, needToken(token, n, "release"))
 	if err != nil {
 		return err
 	}
-	if *token == "" {
-		return usageError("%s needs --token (or LOCKD_TOKEN): the token that acquire printed", n.name("release"))
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	r, err := n.ops(c, pos[0]).release(ctx, *token)
+	r, err := ops.release(ctx, *token)
 	if errors.Is(err, client.ErrLeaseLost) {
 		// The server's words are for a holder that renews ("stop the
 		// protected work"); a release has nothing left to do.
-		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s %s: nothing to release: the lease was already released or has expired, or the token is not its token", n.name("release"), pos[0])}
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s %s: nothing to release: the lease was already released or has expired, or the token is not its token", n.name("release"), ops.key)}
 	}
 	if err != nil {
 		return failed(err)
@@ -233,15 +252,11 @@ func statusCmd(ctx context.Context, args []string, getenv func(string) string, s
 func status(ctx context.Context, n noun, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cf := newClientFlags(n.name("status"), "[--json] "+n.arg(), getenv, stderr)
 	cf.jsonFlag()
-	pos, err := cf.parse(args, n.arg())
+	ops, err := cf.keyCommand(args, n, nil)
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	st, err := n.ops(c, pos[0]).state(ctx)
+	st, err := ops.state(ctx)
 	if err != nil {
 		// Exit 3 (not found) when the key is free.
 		return failed(err)
@@ -325,15 +340,10 @@ func history(ctx context.Context, n noun, args []string, getenv func(string) str
 	cf.jsonFlag()
 	limit := cf.fs.Int("limit", cf.env.int("limit", 50), "most events to show, newest first (1-1000)")
 	renewals := cf.fs.Bool("renewals", cf.env.bool("renewals", false), "show the lease's renewals (kept apart from its lifecycle) instead")
-	pos, err := cf.parse(args, n.arg())
+	ops, err := cf.keyCommand(args, n, nil)
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	ops := n.ops(c, pos[0])
 	read := ops.history
 	if *renewals {
 		read = ops.renewals
@@ -369,18 +379,16 @@ func forceRelease(ctx context.Context, n noun, args []string, getenv func(string
 	// Not read from LOCKD_FENCE: that is what lockd run hands its command
 	// (the fence of its own lease), not a choice of what to break.
 	fence := cf.fs.Int64("fence", 0, "break only the holder with this fence (see status); default every holder. Not read from LOCKD_FENCE, which lockd run gives its command")
-	pos, err := cf.parse(args, n.arg())
+	ops, err := cf.keyCommand(args, n, func() error {
+		if *fence < 0 {
+			return usageError("--fence must be positive")
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if *fence < 0 {
-		return usageError("--fence must be positive")
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	r, err := n.ops(c, pos[0]).forceRelease(ctx, *fence, *reason)
+	r, err := ops.forceRelease(ctx, *fence, *reason)
 	if err != nil {
 		return failed(err)
 	}

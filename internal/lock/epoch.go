@@ -13,7 +13,7 @@ import (
 )
 
 // epochs is what this process knows of the buckets' epoch markers
-// (lib.lua, check_epoch), per marker: the id it saw last, and until when a
+// (scripts/lib/epoch.lua, epoch.check), per marker: the id it saw last, and until when a
 // lease, shared hold or permit of the bucket may still be live, by this
 // process's clock. That end is what it read of the bucket's expiries at
 // its last refresh (epoch.lua, every Options.EpochRefresh) or, if later,

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -167,7 +166,7 @@ func (n *node) streamEnd(ctx context.Context) (last, since string, err error) {
 	defer cancel()
 	info, err := n.st.Cmd().XInfoStream(ctx, n.eventStream()).Result()
 	if err != nil {
-		if strings.Contains(err.Error(), "no such key") {
+		if isReply(err, "ERR no such key") {
 			return "0-0", "0-0", nil // no event yet (or Redis lost them all)
 		}
 		return "", "", wrap("events", err)

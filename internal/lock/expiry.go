@@ -227,9 +227,9 @@ func (n *node) sweepNode(ctx context.Context, t sweepTarget, report LapseFunc) (
 		}
 	}
 	lease := max(3*n.opts.SweepInterval, 500*time.Millisecond)
-	args := make([]any, 0, 10+2*len(notes)+len(buckets))
-	args = append(args, n.id, lease.Milliseconds(), sweepBatch, n.opts.HistoryMax,
-		n.opts.Retention.Milliseconds(), n.opts.EventsMax, relay, mode, len(notes))
+	// The caps and the retention are in the script's text (scriptConfig).
+	args := make([]any, 0, 7+2*len(notes)+len(buckets))
+	args = append(args, n.id, lease.Milliseconds(), sweepBatch, relay, mode, len(notes))
 	for _, b := range notes {
 		args = append(args, b, 0) // due at once
 	}

@@ -70,7 +70,7 @@ func LeaseToken(ctx context.Context, rdb redis.Cmdable, key string) string {
 }
 
 // MarkWaiting says in Redis, as a queued waiter's try does, that key may
-// have waiters (lib.lua, waiting): on its exclusive lease if held, else on
+// have waiters (scripts/lib/gate.lua, flag): on its exclusive lease if held, else on
 // its newest event.
 func MarkWaiting(ctx context.Context, rdb redis.Cmdable, key string) error {
 	k := keysOf(key)

@@ -2,7 +2,7 @@ package lock
 
 import "strings"
 
-// The Redis key layout, in one place (lib.lua's sibling and lock_of read
+// The Redis key layout, in one place (scripts/lib/base.lua's sibling and lock_of read
 // the same shape). Each lock K has keys lockd:{K}:<part>: the hash tag
 // puts them in one Cluster slot, so one script may touch them all. The
 // shared keys of a bucket (one server or Sentinel: lockd:<name>; a
@@ -16,7 +16,7 @@ const keyPrefix = "lockd:"
 // Cluster slot so a script may touch them all.
 type keys struct {
 	lease, fence, hist, renewals, wake string
-	// queue and qinfo are the wait queue (lib.lua); holders the shared
+	// queue and qinfo are the wait queue (scripts/lib/queue.lua); holders the shared
 	// holders or permits by expiry.
 	queue, qinfo, holders string
 }

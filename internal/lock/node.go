@@ -8,11 +8,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -98,127 +100,101 @@ func (n *node) ping(ctx context.Context) error {
 	return wrap("ping", n.st.Ping(ctx))
 }
 
-// try modes: take a free key, or only look (re-entry, idempotent replay,
-// holder) and leave a free key to the waiters queued before the caller
-// (Redlock, whose queues live in each process).
+// intent is what a try does with a free key: take it (grantFree), or only
+// look (peek: re-entry, idempotent replay, holder) and leave it to the
+// waiters queued before the caller (Redlock, whose queues live in each
+// process). acquire.lua's call names it the same.
+type intent string
+
 const (
-	grantFree = "grant"
-	peek      = "peek"
+	grantFree intent = "grant"
+	peek      intent = "peek"
 )
 
 // errFree is a peek's answer when the key is free.
 var errFree = errors.New("lock: key is free")
 
-// try runs the acquire script once. want is "x", "s" or "p" (want), or
-// peekX; en is the caller's place in the key's queue, nil for a request
-// that does not wait.
-func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, want string, en *entry) (Lease, error) {
+// try runs the acquire script once. mode is the script's mode ("x", "s"
+// or "p", modeArg); en is the caller's place in the key's queue, nil for a
+// request that does not wait.
+func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, mode string, i intent, en *entry) (Lease, error) {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	k := keysOf(key)
 	idem := ""
 	if req.IdempotencyKey != "" {
 		sum := sha256.Sum256([]byte(req.Actor + "\x00" + req.IdempotencyKey))
 		idem = hex.EncodeToString(sum[:])
 	}
 	sh := n.sharedOf(key)
-	seen, live, least := n.epochArgs(sh)
-	mode := grantFree
-	if want == peekX {
-		want, mode = "x", peek
-	}
-	wid, place, deadline := "", "", int64(0)
+	c := n.acquireCallOf(key, sh)
+	c.token, c.owner, c.ttlMS, c.actor, c.intent, c.mode = token, packable(req.Owner), req.TTL.Milliseconds(), packable(req.Actor), i, mode
+	c.trace, c.named, c.reentry, c.idem, c.limit = traceOf(ctx), named(req), req.Token, idem, req.Limit
 	if en != nil {
-		wid, place, deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
+		c.waiter, c.place, c.deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
-	c := acquireCall{keys: k, shared: sh, token: token, owner: packable(req.Owner), ttlMS: req.TTL.Milliseconds(),
-		reentry: req.Token, idem: idem, actor: packable(req.Actor), intent: mode,
-		seen: seen, liveMS: live, newEpoch: n.newEpochID(), minMS: least,
-		mode: want, limit: req.Limit, waiter: wid, deadline: deadline, place: place, named: named(req),
-		delay: delayArg(req.LockDelay), value: req.Value, session: req.sessionHandle, trace: traceOf(ctx)}
+	c.delay, c.value, c.session = delayArg(req.LockDelay), req.Value, req.sessionHandle
 	keys, argv := c.run(n)
 	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
 		return Lease{}, wrap("acquire", err)
 	}
-	r, err := decodeAcquire(v, c)
+	r, err := newReply(v)
 	if err != nil {
 		return Lease{}, err
 	}
-	return n.acquired(ctx, key, req, want, en, sh, r, unacked)
+	status := acquireStatuses[r.str(0)]
+	if status == nil {
+		return Lease{}, fmt.Errorf("lock: acquire script said %q", r.str(0))
+	}
+	a := status(r, c)
+	if r.err != nil {
+		return Lease{}, r.err
+	}
+	return a(ctx, n, acquireTry{key: key, req: req, en: en, sh: sh, unacked: unacked})
 }
 
-// acquired turns acquire.lua's reply r into the caller's answer, noting
-// the epoch it names and the waiter's place.
-func (n *node) acquired(ctx context.Context, key string, req AcquireRequest, want string, en *entry, sh *sharedKeys, r acquireReply, unacked bool) (Lease, error) {
-	switch r.status {
-	case "granted", "reentered":
-		if unacked {
-			// A failover now could lose the grant while its holder works:
-			// give it back (one level of a re-entry) and say so.
-			_, _ = n.releaseTo(context.WithoutCancel(ctx), key, r.grant.token, req.Actor, nil)
-			return Lease{}, wrap("acquire", errNoAcks)
-		}
-		n.noted(key)
-		l := r.grant.lease(key)
-		l.Outcome = Outcome(r.status)
-		if r.grant.epoch != "" {
-			n.epochs.saw(sh, r.grant.epoch)
-		}
-		n.epochs.lease(sh, r.grant.left)
-		return l, nil
-	case "recovering":
-		n.epochs.saw(sh, r.epoch)
-		n.epochs.recovering(r.left)
-		return Lease{}, &RecoveringError{Remaining: r.left}
-	case "delay":
-		n.epochs.met(sh, r.epoch)
-		if en != nil {
-			en.setPlace(r.place)
-		}
-		return Lease{}, &DelayError{Resource: resourceOf(key), Remaining: r.left}
-	case "idempotent":
-		l := r.grant.lease(key)
-		l.Outcome = Replayed
-		return l, nil
-	case "held", "queued":
-		if r.epoch != "" {
-			n.epochs.met(sh, r.epoch)
-		}
-		if en != nil {
-			en.setPlace(r.place)
-		}
-		if r.status == "queued" {
-			qe := &QueuedError{Resource: resourceOf(key), Waiters: r.waiters, RetryAfter: min(r.retry, queuedRetry)}
-			if r.owner != "" {
-				qe.Next = Waiter{Owner: r.owner, Since: r.since}
-			}
-			return Lease{}, qe
-		}
-		return Lease{}, &HeldError{Resource: resourceOf(key), Owner: r.owner, Remaining: r.retry}
-	case "lost":
-		return Lease{}, ErrLeaseLost
-	case "mismatch":
-		return Lease{}, ErrIdempotencyMismatch
-	case "full":
-		return Lease{}, &TooManyHoldersError{Holders: r.holders}
-	case "mode":
-		return Lease{}, &ModeMismatchError{Held: r.held, Asked: modeOf(want)}
-	case "limit":
-		return Lease{}, ErrLimitMismatch
-	case "free":
-		return Lease{}, errFree
-	default:
-		return Lease{}, fmt.Errorf("lock: acquire script said %q", r.status)
+// acquireTry is what an answer of acquire.lua needs of the try that got it.
+type acquireTry struct {
+	key     string
+	req     AcquireRequest
+	en      *entry
+	sh      *sharedKeys
+	unacked bool // too few replicas acknowledged the write
+}
+
+// granted answers a fresh grant or a re-entry, noting the epoch it names;
+// a grant too few replicas acknowledged is given back (one level of a
+// re-entry): a failover now could lose it while its holder works.
+func (n *node) granted(ctx context.Context, t acquireTry, g grantReply, o Outcome) (Lease, error) {
+	if t.unacked {
+		_, _ = n.releaseTo(context.WithoutCancel(ctx), t.key, g.token, t.req.Actor, nil)
+		return Lease{}, wrap("acquire", errNoAcks)
+	}
+	n.noted(t.key)
+	l := g.lease(t.key)
+	l.Outcome = o
+	if g.epoch != "" {
+		n.epochs.saw(t.sh, g.epoch)
+	}
+	n.epochs.lease(t.sh, g.left)
+	return l, nil
+}
+
+// waits notes what a refusal that may be waited out says of the epoch
+// and of the waiter's place.
+func (n *node) waits(t acquireTry, epoch, place string) {
+	if epoch != "" {
+		n.epochs.met(t.sh, epoch)
+	}
+	if t.en != nil {
+		t.en.setPlace(place)
 	}
 }
 
-// peekX is how Redlock asks try for an exclusive peek.
-const peekX = "peek"
-
-func modeOf(want string) Mode {
-	switch want {
+// modeOf is the Mode of the scripts' mode (modeArg).
+func modeOf(mode string) Mode {
+	switch mode {
 	case "s":
 		return Shared
 	case "p":
@@ -276,7 +252,6 @@ func delayArg(d time.Duration) string {
 // A grant bound to a session keeps its expiry unless bySession (the
 // session's own renewal).
 func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySession bool) (Lease, error) {
-	k := keysOf(key)
 	ttlArg := ""
 	if req.TTL > 0 {
 		ttlArg = strconv.FormatInt(req.TTL.Milliseconds(), 10)
@@ -284,8 +259,12 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
-	keys, argv := renewCall{keys: k, shared: sh, token: req.Token, ttl: ttlArg, actor: packable(req.Actor), value: req.Value,
-		bySession: bySession, trace: traceOf(ctx)}.run(n)
+	c := renewCallOf(key, sh)
+	c.token, c.ttlMS, c.actor, c.trace, c.value = req.Token, ttlArg, packable(req.Actor), traceOf(ctx), req.Value
+	if bySession {
+		c.bySession = "1"
+	}
+	keys, argv := c.run()
 	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -331,14 +310,17 @@ func (n *node) releaseTo(ctx context.Context, key, token, actor string, take fun
 // release runs release.lua; unclaimed gives back a key handed to a waiter
 // only if the waiter has not claimed it.
 func (n *node) release(ctx context.Context, key, token, actor string, unclaimed bool) (Released, *handed, error) {
-	k := keysOf(key)
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
 	// With replica acks a grant must be acknowledged before its holder
 	// hears of it: no hand-off then.
-	keys, argv := releaseCall{keys: k, shared: sh, token: token, actor: packable(actor), handOff: n.opts.ReplicaAcks == 0,
-		unclaimed: giveBack(unclaimed), trace: traceOf(ctx)}.run(n)
+	c := releaseCallOf(key, sh)
+	c.token, c.actor, c.trace, c.unclaimed = token, packable(actor), traceOf(ctx), giveBack(unclaimed)
+	if n.opts.ReplicaAcks == 0 {
+		c.handTo = n.id
+	}
+	keys, argv := c.run()
 	v, err := n.write(ctx, n.scripts.release, keys, argv...)
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
@@ -392,7 +374,6 @@ func (n *node) forceReleaseFence(ctx context.Context, key string, fence int64, a
 // forceRelease runs force_release.lua once; more says holders are left
 // that this call did not reach.
 func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor, reason string) (Broken, bool, error) {
-	k := keysOf(key)
 	fenceArg := ""
 	if fence != 0 {
 		fenceArg = strconv.FormatInt(fence, 10)
@@ -400,7 +381,9 @@ func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor,
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
-	keys, argv := forceReleaseCall{keys: k, shared: sh, actor: packable(actor), reason: packable(reason), fence: fenceArg, trace: traceOf(ctx)}.run(n)
+	c := forceReleaseCallOf(key, sh)
+	c.actor, c.reason, c.fence, c.trace = packable(actor), packable(reason), fenceArg, traceOf(ctx)
+	keys, argv := c.args()
 	v, err := n.write(ctx, n.scripts.forceRelease, keys, argv...)
 	if err != nil {
 		return Broken{}, false, wrap("force-release", err)
@@ -590,12 +573,12 @@ func (n *node) readHistory(ctx context.Context, key string, limit int, renewals 
 	return events, nil
 }
 
-// unpackEvent reads an event of a key's history or renewals as lib.lua
+// unpackEvent reads an event of a key's history or renewals as scripts/lib/events.lua
 // packs it: type, at, owner, fence, ttl_ms, count, actor, reason, exp,
 // left_ms and then fields for the scripts only, joined by US (\x1f).
 func unpackEvent(s string) (Event, error) {
 	// type, at, owner, fence, ttl_ms, count, actor, reason, exp, left_ms,
-	// w, keep, d, s, t (lib.lua, pack); entries of older layouts stop
+	// w, keep, d, s, t (events.lua, pack); entries of older layouts stop
 	// after left_ms or later.
 	f := strings.SplitN(s, eventSep, 16)
 	if len(f) < 10 {
@@ -612,7 +595,7 @@ func unpackEvent(s string) (Event, error) {
 	return e, nil
 }
 
-// eventSep joins the fields of a packed history event (lib.lua's US). No
+// eventSep joins the fields of a packed history event (base.lua's US). No
 // owner, actor or reason may hold it: checkText.
 const eventSep = "\x1f"
 
@@ -656,8 +639,18 @@ func unavailable(err error) bool {
 		// replica, after a script that wrote nothing: as READONLY.
 		return strings.HasPrefix(msg, "ERR WAIT cannot be used with replica")
 	}
+	// The connection failed: a network error (a refused or reset
+	// connection is a *net.OpError), or the server closed it.
 	var nerr net.Error
 	return errors.As(err, &nerr) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "EOF") ||
-		strings.Contains(err.Error(), "connection")
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EPIPE)
+}
+
+// isReply says whether err is Redis's error reply msg (a redis.Error), not
+// an error of the connection or of lockd's own.
+func isReply(err error, msg string) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && rerr.Error() == msg
 }

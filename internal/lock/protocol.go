@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,7 +11,7 @@ import (
 // order of the script's header (KEYS, then ARGV), so that a reader holds
 // one call in their head and TestScriptHeaders holds each type to its
 // script. The engine's settings (caps, retention, liveness) are in the
-// scripts' text (lib.lua's cfg, scriptConfig), not arguments; the replica
+// scripts' text (their cfg, scriptConfig), not arguments; the replica
 // id comes from node.arg; the rest is the request's.
 //
 // A call's arguments come in two parts: those every call sends, then
@@ -19,41 +20,53 @@ import (
 // most of the second part empty. A script reads an argument past the end
 // as "" (or 0).
 
-// acquireCall is acquire.lua's call.
+// acquireCall is acquire.lua's call: its KEYS, then its ARGV, each field
+// in its place and under the script's name for it (ttlMS is ttl_ms):
+// TestScriptHeaders holds the two to one another, name by name.
 type acquireCall struct {
-	keys     keys
-	shared   *sharedKeys
-	token    string // the new lease's, the same on every try of one waiter
-	owner    string
-	ttlMS    int64
-	reentry  string // the holder's token for a re-entry, or ""
-	idem     string // the idempotency tag, or ""
-	actor    string
-	intent   string // grantFree, or peek
-	seen     string // epochArgs
-	liveMS   int64
-	newEpoch string
-	minMS    int64
-	mode     string // "x", "s" or "p"
+	lease, hist, queue, epoch, sched, stream, qinfo, holders, replicas string
+
+	token     string // the new lease's, the same on every try of one waiter
+	owner     string
+	ttlMS     int64
+	actor     string
+	channel   string // the key's wake-up channel
+	intent    intent
+	mode      string // "x", "s" or "p" (modeOf)
+	seen      string // the epoch id this process saw last (epochArgs)
+	replica   string // this process's id in the queues
+	epochArgs string // "live_ms min_ms new_id" (epochArgs)
+	// Each "" when left off the end.
+	trace    string // the request's trace id (trace.go)
+	named    string // "1": the caller named its mode or a limit (named)
+	reentry  string // the holder's token for a re-entry
+	idem     string // the idempotency tag
 	limit    int
-	waiter   string // the waiter's queue id, or "" for a try-once request
+	waiter   string // the waiter's queue id; "" for a try-once request
 	deadline int64  // ms from now
-	place    string // the waiter's place from an earlier try, or ""
-	named    string // named
-	delay    string // the lock-delay in ms, or "" for none
-	value    string // the grant's value (JSON), or ""
-	session  string // the handle of the session it is bound to, or ""
-	trace    string // the request's trace id (trace.go), or ""
+	place    string // the waiter's place from an earlier try
+	delay    string // the lock-delay in ms
+	value    string // the grant's value (JSON)
+	session  string // the handle of the session it is bound to
 }
 
-func (c acquireCall) run(n *node) ([]string, []any) {
-	keys, argv := c.args(n)
+// acquireCallOf is the call of a try on key: its keys, and the node's
+// part of its arguments.
+func (n *node) acquireCallOf(key string, sh *sharedKeys) acquireCall {
+	k := keysOf(key)
+	seen, live, least := n.epochArgs(sh)
+	return acquireCall{lease: k.lease, hist: k.hist, queue: k.queue, epoch: sh.epoch, sched: sh.expiries, stream: sh.events,
+		qinfo: k.qinfo, holders: k.holders, replicas: sh.replicas, channel: k.wake, seen: seen, replica: n.id,
+		epochArgs: strconv.FormatInt(live, 10) + " " + strconv.FormatInt(least, 10) + " " + n.newEpochID()}
+}
+
+func (c acquireCall) run(*node) ([]string, []any) {
+	keys, argv := c.args()
 	return keys, trimmed(argv)
 }
 
 // args is the whole call, nothing trimmed.
-func (c acquireCall) args(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
+func (c acquireCall) args() ([]string, []any) {
 	limit, deadline := "", ""
 	if c.limit != 0 {
 		limit = strconv.Itoa(c.limit)
@@ -61,9 +74,8 @@ func (c acquireCall) args(n *node) ([]string, []any) {
 	if c.waiter != "" {
 		deadline = strconv.FormatInt(c.deadline, 10)
 	}
-	return []string{k.lease, k.hist, k.queue, sh.epoch, sh.expiries, sh.events, k.qinfo, k.holders, sh.replicas},
-		[]any{c.token, c.owner, c.ttlMS, c.actor, k.wake, c.intent, c.mode, c.seen, n.arg.replica,
-			strconv.FormatInt(c.liveMS, 10) + " " + strconv.FormatInt(c.minMS, 10) + " " + c.newEpoch,
+	return []string{c.lease, c.hist, c.queue, c.epoch, c.sched, c.stream, c.qinfo, c.holders, c.replicas},
+		[]any{c.token, c.owner, c.ttlMS, c.actor, c.channel, string(c.intent), c.mode, c.seen, c.replica, c.epochArgs,
 			c.trace, c.named, c.reentry, c.idem, limit, c.waiter, deadline, c.place, c.delay, c.value, c.session}
 }
 
@@ -76,77 +88,90 @@ func trimmed(argv []any) []any {
 	return argv[:n]
 }
 
-// renewCall is renew.lua's call.
+// renewCall is renew.lua's call, as acquireCall is acquire.lua's.
 type renewCall struct {
-	keys   keys
-	shared *sharedKeys
-	token  string
-	ttl    string // ms, or "" to keep the lease's own
-	actor  string
-	value  string // a new value (JSON), or "" to keep the grant's own
-	// bySession: the grant's session renews it, the only renewal that
+	lease, renewals, queue, sched, hist, holders, stream string
+
+	token   string
+	ttlMS   string // ms, or "" to keep the lease's own
+	actor   string
+	channel string // the key's wake-up channel
+	// Each "" when left off the end.
+	trace string
+	value string // a new value (JSON), or "" to keep the grant's own
+	// bySession "1": the grant's session renews it, the only renewal that
 	// moves a session-bound grant's expiry.
-	bySession bool
-	trace     string
+	bySession string
 }
 
-func (c renewCall) run(n *node) ([]string, []any) {
-	keys, argv := c.args(n)
+func renewCallOf(key string, sh *sharedKeys) renewCall {
+	k := keysOf(key)
+	return renewCall{lease: k.lease, renewals: k.renewals, queue: k.queue, sched: sh.expiries, hist: k.hist,
+		holders: k.holders, stream: sh.events, channel: k.wake}
+}
+
+func (c renewCall) run() ([]string, []any) {
+	keys, argv := c.args()
 	return keys, trimmed(argv)
 }
 
 // args is the whole call, nothing trimmed.
-func (c renewCall) args(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
-	session := ""
-	if c.bySession {
-		session = "1"
-	}
-	return []string{k.lease, k.renewals, k.queue, sh.expiries, k.hist, k.holders, sh.events},
-		[]any{c.token, c.ttl, c.actor, k.wake, c.trace, c.value, session}
+func (c renewCall) args() ([]string, []any) {
+	return []string{c.lease, c.renewals, c.queue, c.sched, c.hist, c.holders, c.stream},
+		[]any{c.token, c.ttlMS, c.actor, c.channel, c.trace, c.value, c.bySession}
 }
 
-// releaseCall is release.lua's call.
+// releaseCall is release.lua's call, as acquireCall is acquire.lua's.
 type releaseCall struct {
-	keys      keys
-	shared    *sharedKeys
-	token     string
-	actor     string
-	handOff   bool   // hand the key to the next waiter if it waits in this lockd
-	unclaimed string // giveBack
+	lease, hist, sched, stream, holders, queue, qinfo, replicas string
+
+	token   string
+	actor   string
+	channel string // the key's wake-up channel
+	// Each "" when left off the end.
+	handTo    string // this process's id: hand the key to its next waiter if it waits here
 	trace     string
+	unclaimed string // giveBack
 }
 
-func (c releaseCall) run(n *node) ([]string, []any) {
-	keys, argv := c.args(n)
+func releaseCallOf(key string, sh *sharedKeys) releaseCall {
+	k := keysOf(key)
+	return releaseCall{lease: k.lease, hist: k.hist, sched: sh.expiries, stream: sh.events, holders: k.holders,
+		queue: k.queue, qinfo: k.qinfo, replicas: sh.replicas, channel: k.wake}
+}
+
+func (c releaseCall) run() ([]string, []any) {
+	keys, argv := c.args()
 	return keys, trimmed(argv)
 }
 
 // args is the whole call, nothing trimmed.
-func (c releaseCall) args(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
-	var handTo any = ""
-	if c.handOff {
-		handTo = n.arg.replica
-	}
-	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders, k.queue, k.qinfo, sh.replicas},
-		[]any{c.token, c.actor, k.wake, handTo, c.trace, c.unclaimed}
+func (c releaseCall) args() ([]string, []any) {
+	return []string{c.lease, c.hist, c.sched, c.stream, c.holders, c.queue, c.qinfo, c.replicas},
+		[]any{c.token, c.actor, c.channel, c.handTo, c.trace, c.unclaimed}
 }
 
-// forceReleaseCall is force_release.lua's call.
+// forceReleaseCall is force_release.lua's call, as acquireCall is
+// acquire.lua's. It is sent whole.
 type forceReleaseCall struct {
-	keys   keys
-	shared *sharedKeys
-	actor  string
-	reason string
-	fence  string // the fence to break, or "" for every holder
-	trace  string
+	lease, hist, sched, stream, holders string
+
+	actor   string
+	reason  string
+	channel string // the key's wake-up channel
+	fence   string // the fence to break, or "" for every holder
+	trace   string
 }
 
-func (c forceReleaseCall) run(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
-	return []string{k.lease, k.hist, sh.expiries, sh.events, k.holders},
-		[]any{c.actor, c.reason, k.wake, c.fence, c.trace}
+func forceReleaseCallOf(key string, sh *sharedKeys) forceReleaseCall {
+	k := keysOf(key)
+	return forceReleaseCall{lease: k.lease, hist: k.hist, sched: sh.expiries, stream: sh.events, holders: k.holders,
+		channel: k.wake}
+}
+
+func (c forceReleaseCall) args() ([]string, []any) {
+	return []string{c.lease, c.hist, c.sched, c.stream, c.holders},
+		[]any{c.actor, c.reason, c.channel, c.fence, c.trace}
 }
 
 // historyCall is history.lua's call.
@@ -170,10 +195,11 @@ func (c historyCall) run(n *node) ([]string, []any) {
 // Replies: one Go type per reply shape of a script's header, each read by
 // one decode function, so that the engine names fields, never indexes.
 
-// grantReply is a lease as acquire.lua and renew.lua answer it: {status,
-// owner, token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms,
-// then acquire's epoch_id, mode, limit}. The mode and limit are the
-// lease's as Redis holds it, never the request's.
+// grantReply is a lease as acquire.lua and renew.lua answer it, written
+// by one Lua function (grant_reply, scripts/lib/base.lua): {status, owner,
+// token, fence, count, ttl_ms, acquired_at_ms, pttl_ms, now_ms, epoch_id
+// or "", mode, limit}. The mode and limit are the lease's as Redis holds
+// it, never the request's.
 type grantReply struct {
 	status     string
 	owner      string
@@ -200,65 +226,104 @@ func readGrant(r *reply) grantReply {
 	return grantReply{
 		status: r.str(0), owner: r.str(1), token: r.str(2), fence: r.int(3), count: int(r.int(4)),
 		ttl: r.ms(5), acquiredAt: r.time(6), left: r.ms(7), now: r.time(8),
+		epoch: r.str(9), mode: modeOf(r.str(10)), limit: int(r.int(11)),
 	}
 }
 
-// acquireReply is acquire.lua's reply: its status, and the fields of that
-// status's shape.
-type acquireReply struct {
-	status string
-	grant  grantReply // granted, reentered, idempotent
-	// held, queued: who is in the way (the holder, or the first waiter
-	// queued before the caller: "" when the walk met none live), for how
-	// long, the epoch id, the caller's place; queued also how many wait
-	// and since when the first has.
-	owner   string
-	retry   time.Duration
-	epoch   string // also recovering's
-	place   string
-	waiters int
-	since   time.Time
-	left    time.Duration // recovering: the quarantine's time left; delay: the lock-delay's
-	holders int           // full: live holders
-	held    Mode          // mode: the lease's mode
-}
+// acquireAnswer is the caller's answer to one reply of acquire.lua, read.
+type acquireAnswer func(ctx context.Context, n *node, t acquireTry) (Lease, error)
 
-func decodeAcquire(v any, c acquireCall) (acquireReply, error) {
-	r, err := newReply(v)
-	if err != nil {
-		return acquireReply{}, err
-	}
-	out := acquireReply{status: r.str(0)}
-	switch out.status {
-	case "new":
-		// A fresh exclusive grant of what c asked, as Redis wrote it: the
-		// script sends only what c does not know.
+// acquireStatuses has one row per status of acquire.lua's reply (its
+// header lists them): what follows the status, read from r, and the
+// caller's answer. c is the call that got the reply.
+var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
+	// {"new", fence, now_ms, epoch_id}: a fresh exclusive grant of what c
+	// asked, as Redis wrote it: the script sends only what c does not know.
+	"new": func(r *reply, c acquireCall) acquireAnswer {
 		ttl, now := time.Duration(c.ttlMS)*time.Millisecond, r.time(2)
-		out.status = "granted"
-		out.grant = grantReply{status: "granted", owner: c.owner, token: c.token, fence: r.int(1), count: 1, ttl: ttl,
+		g := grantReply{status: "granted", owner: c.owner, token: c.token, fence: r.int(1), count: 1, ttl: ttl,
 			acquiredAt: now, left: ttl, now: now, epoch: r.str(3), mode: Exclusive}
-	case "granted", "reentered", "idempotent":
-		out.grant = readGrant(r)
-		out.grant.epoch, out.grant.mode, out.grant.limit = r.str(9), modeOf(r.str(10)), int(r.int(11))
-	case "held", "queued":
-		out.owner, out.retry, out.epoch, out.place = r.str(1), r.ms(2), r.str(3), r.str(4)
-		if out.status == "queued" {
-			out.waiters, out.since = int(r.int(5)), r.time(6)
+		return func(ctx context.Context, n *node, t acquireTry) (Lease, error) { return n.granted(ctx, t, g, Granted) }
+	},
+	"granted":   grantAs(Granted),
+	"reentered": grantAs(Reentered),
+	"idempotent": func(r *reply, _ acquireCall) acquireAnswer {
+		g := readGrant(r)
+		return func(_ context.Context, _ *node, t acquireTry) (Lease, error) {
+			l := g.lease(t.key)
+			l.Outcome = Replayed
+			return l, nil
 		}
-	case "recovering":
-		out.epoch, out.left = r.str(1), r.ms(2)
-	case "delay":
-		out.epoch, out.left, out.place = r.str(1), r.ms(2), r.str(3)
-	case "full":
-		out.holders = int(r.int(1))
-	case "mode":
-		out.held = modeOf(r.str(1))
-	}
-	return out, r.err
+	},
+	// {"held", owner, retry_ms, epoch_id or "", place or ""}
+	"held": func(r *reply, _ acquireCall) acquireAnswer {
+		owner, retry, epoch, place := r.str(1), r.ms(2), r.str(3), r.str(4)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.waits(t, epoch, place)
+			return Lease{}, &HeldError{Resource: resourceOf(t.key), Owner: owner, Remaining: retry}
+		}
+	},
+	// {"queued", next owner or "", retry_ms, epoch_id or "", place or "",
+	// waiters, next's since_ms}
+	"queued": func(r *reply, _ acquireCall) acquireAnswer {
+		owner, retry, epoch, place, waiters, since := r.str(1), r.ms(2), r.str(3), r.str(4), int(r.int(5)), r.time(6)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.waits(t, epoch, place)
+			qe := &QueuedError{Resource: resourceOf(t.key), Waiters: waiters, RetryAfter: min(retry, queuedRetry)}
+			if owner != "" {
+				qe.Next = Waiter{Owner: owner, Since: since}
+			}
+			return Lease{}, qe
+		}
+	},
+	// {"recovering", epoch_id, ms_left}
+	"recovering": func(r *reply, _ acquireCall) acquireAnswer {
+		epoch, left := r.str(1), r.ms(2)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.epochs.saw(t.sh, epoch)
+			n.epochs.recovering(left)
+			return Lease{}, &RecoveringError{Remaining: left}
+		}
+	},
+	// {"delay", epoch_id, ms_left, place or ""}
+	"delay": func(r *reply, _ acquireCall) acquireAnswer {
+		epoch, left, place := r.str(1), r.ms(2), r.str(3)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.epochs.met(t.sh, epoch)
+			if t.en != nil {
+				t.en.setPlace(place)
+			}
+			return Lease{}, &DelayError{Resource: resourceOf(t.key), Remaining: left}
+		}
+	},
+	// {"full", n}
+	"full": func(r *reply, _ acquireCall) acquireAnswer {
+		return refuse(&TooManyHoldersError{Holders: int(r.int(1))})
+	},
+	// {"mode", the lease's mode}
+	"mode": func(r *reply, c acquireCall) acquireAnswer {
+		return refuse(&ModeMismatchError{Held: modeOf(r.str(1)), Asked: modeOf(c.mode)})
+	},
+	"lost":     func(*reply, acquireCall) acquireAnswer { return refuse(ErrLeaseLost) },
+	"mismatch": func(*reply, acquireCall) acquireAnswer { return refuse(ErrIdempotencyMismatch) },
+	"limit":    func(*reply, acquireCall) acquireAnswer { return refuse(ErrLimitMismatch) },
+	"free":     func(*reply, acquireCall) acquireAnswer { return refuse(errFree) },
 }
 
-// decodeRenew reads renew.lua's reply: a grant, with "shared" or "permit"
-// and the limit for shared holders and permits.
+// grantAs is the row of a grant reply (grant_reply) answered as o.
+func grantAs(o Outcome) func(r *reply, c acquireCall) acquireAnswer {
+	return func(r *reply, _ acquireCall) acquireAnswer {
+		g := readGrant(r)
+		return func(ctx context.Context, n *node, t acquireTry) (Lease, error) { return n.granted(ctx, t, g, o) }
+	}
+}
+
+// refuse is an answer that is err whatever the try.
+func refuse(err error) acquireAnswer {
+	return func(context.Context, *node, acquireTry) (Lease, error) { return Lease{}, err }
+}
+
+// decodeRenew reads renew.lua's reply: a grant, as acquire.lua's.
 func decodeRenew(v any) (grantReply, error) {
 	r, err := newReply(v)
 	if err != nil {
@@ -268,13 +333,6 @@ func decodeRenew(v any) (grantReply, error) {
 		return grantReply{}, err
 	}
 	g := readGrant(r)
-	g.mode = Exclusive
-	if r.len() > 10 {
-		g.mode = Shared
-		if r.str(9) == "permit" {
-			g.mode, g.limit = Permit, int(r.int(10))
-		}
-	}
 	return g, r.err
 }
 

@@ -21,7 +21,7 @@ import (
 // long after.
 const entrySlack = time.Second
 
-// entry is a waiter's place in a key's queue in Redis (lib.lua): an id of
+// entry is a waiter's place in a key's queue in Redis (scripts/lib/queue.lua): an id of
 // its own, and once a try queued it, its place, which it keeps if Redis
 // drops it for a moment (its process seemed dead).
 type entry struct {

@@ -210,14 +210,14 @@ func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest)
 		return r.try(ctx, key, req, token, grantFree)
 	}
 	seen := r.hub.Watch(key)
-	mode := grantFree
+	i := grantFree
 	if seen.Queued() {
 		if req.IdempotencyKey == "" {
 			return r.wait(ctx, key, req, token, seen, nil)
 		}
-		mode = peek
+		i = peek
 	}
-	lease, err := r.try(ctx, key, req, token, mode)
+	lease, err := r.try(ctx, key, req, token, i)
 	if err == nil || !waitable(err) {
 		return lease, err
 	}
@@ -239,17 +239,13 @@ func (r *Redlock) wait(ctx context.Context, key string, req AcquireRequest, toke
 }
 
 // try is one quorum attempt; see the type's comment.
-func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token, mode string) (Lease, error) {
+func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token string, i intent) (Lease, error) {
 	start := time.Now()
 	// Every master's answer is awaited (each within the per-node bound), so
 	// that a failed attempt is undone exactly where it was granted and the
 	// fence is written back to every master that granted.
 	leases, errs := eachUntil(ctx, r, r.perNode(req.TTL), func(ctx context.Context, n *node) (Lease, error) {
-		want := "x"
-		if mode == peek {
-			want = peekX
-		}
-		return n.try(ctx, key, req, token, want, nil)
+		return n.try(ctx, key, req, token, "x", i, nil)
 	}, func(Lease, error) bool { return false })
 	t := tallyOf(leases, errs)
 	granted, reentered, replayed, grantedOn, reenteredOn := t.granted, t.reentered, t.replayed, t.grantedOn, t.reenteredOn
@@ -281,7 +277,7 @@ func (r *Redlock) try(ctx context.Context, key string, req AcquireRequest, token
 		return Lease{}, ErrIdempotencyMismatch
 	case lost >= r.quorum:
 		return Lease{}, ErrLeaseLost
-	case mode == peek && free+len(granted) >= r.quorum:
+	case i == peek && free+len(granted) >= r.quorum:
 		return Lease{}, errFree
 	case len(held) > 0 && len(held)+len(granted)+free+len(reentered) >= r.quorum:
 		return Lease{}, heldByQuorum(key, held, len(r.nodes)-len(held), r.quorum)

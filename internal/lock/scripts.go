@@ -13,14 +13,19 @@ import (
 	"github.com/lockd/lockd/internal/lock/store"
 )
 
-//go:embed scripts/*.lua
+//go:embed scripts/*.lua scripts/lib/*.lua
 var scriptFS embed.FS
 
-// scripts holds one Lua script per operation. Each is lib.lua followed by
-// the operation's own file. The store runs most as Redis Functions
-// (functionLibrary), and each with EVALSHA, falling back to EVAL on
-// NOSCRIPT, where it cannot (the embedded store) or in a pipeline of its
-// own (list.go, epoch.go).
+// modules are the scripts' shared code (scripts/lib), in the order they
+// are concatenated: each module may use those before it, and any
+// module's table (base declares them all).
+var modules = []string{"base", "events", "epoch", "queue", "gate", "exclusive", "multi"}
+
+// scripts holds one Lua script per operation. Each is the modules
+// (scripts/lib, libText) followed by the operation's own file. The store
+// runs most as Redis Functions (functionLibrary), and each with EVALSHA,
+// falling back to EVAL on NOSCRIPT, where it cannot (the embedded store)
+// or in a pipeline of its own (list.go, epoch.go).
 type scripts struct {
 	acquire, renew, release, forceRelease, state, history *redis.Script
 	// leave and alive keep the wait queue (queue.go).
@@ -38,7 +43,7 @@ type scripts struct {
 	sweep *redis.Script
 }
 
-// scriptConfig is what lib.lua's cfg says: the engine's settings, written
+// scriptConfig is what the scripts' cfg says: the engine's settings, written
 // into the scripts' text rather than passed on every call (each argument
 // costs Redis about 1,100 instructions). Engines with other settings run
 // scripts, and load a library, of their own.
@@ -78,7 +83,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 	if sharded {
 		cfg.publish = "SPUBLISH"
 	}
-	lib := cfg.lua() + mustRead("lib")
+	lib := libText(cfg)
 	s := func(name string) *redis.Script {
 		return redis.NewScript(lib + "\n" + mustRead(name))
 	}
@@ -120,17 +125,16 @@ type libFunction struct {
 }
 
 // functionLibrary is the scripts as one library of Redis Functions
-// (store.Functions): lib.lua is its top level, run once when the library
+// (store.Functions): the modules are its top level, run once when the library
 // is loaded, and each script the body of a function of KEYS and ARGV, so
-// that a call makes none of lib.lua's helpers again. ev, the one helper
-// state a script sets, starts empty on every call. The library's name
+// that a call makes none of the modules' functions again. The library's name
 // carries a hash of its code, so a lockd of another version loads its own
 // beside it.
 func functionLibrary(lib string, fns []libFunction) *store.Functions {
 	var body strings.Builder
 	body.WriteString(lib)
 	for _, f := range fns {
-		fmt.Fprintf(&body, "\nredis.register_function{function_name='NAME_%s', flags={%s}, callback=function(KEYS, ARGV)\nev = {}\n%s\nend}\n",
+		fmt.Fprintf(&body, "\nredis.register_function{function_name='NAME_%s', flags={%s}, callback=function(KEYS, ARGV)\n%s\nend}\n",
 			f.name, quoted(f.flags), mustRead(f.name))
 	}
 	sum := sha1.Sum([]byte(body.String()))
@@ -148,6 +152,17 @@ func quoted(flags string) string {
 		return ""
 	}
 	return "'" + flags + "'"
+}
+
+// libText is the text every script starts with: cfg, then the modules.
+func libText(cfg scriptConfig) string {
+	var b strings.Builder
+	b.WriteString(cfg.lua())
+	for _, m := range modules {
+		b.WriteString(mustRead("lib/" + m))
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 func mustRead(name string) string {

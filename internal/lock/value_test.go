@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -76,6 +77,48 @@ func TestValues(t *testing.T) {
 			}
 			if st := state(lock.Lock("v:h")); st.Owner != "w" || st.Value != `"second"` {
 				t.Fatalf("handed over: %s %q", st.Owner, st.Value)
+			}
+		})
+	}
+}
+
+// N24: an idempotent replay carries the request it replays, value
+// included: one with the same value answers the grant (whose value is
+// that one), one with another value, or none where the grant has one, is
+// refused as a mismatch and changes nothing. Never is a replay answered
+// as though its own value were the grant's.
+func TestReplayWithAnotherValue(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEngine(t, b.open(t))
+			ctx := context.Background()
+			for _, c := range []struct {
+				res lock.Resource
+				req lock.AcquireRequest
+			}{
+				{lock.Election("rv:e"), lock.AcquireRequest{Owner: "c1"}},
+				{lock.Lock("rv:l"), lock.AcquireRequest{Owner: "o"}},
+				{lock.Lock("rv:s"), lock.AcquireRequest{Owner: "o", Mode: lock.Shared}},
+				{lock.Semaphore("rv:p"), lock.AcquireRequest{Owner: "o", Limit: 2}},
+			} {
+				req := c.req
+				req.TTL, req.IdempotencyKey, req.Actor, req.Value = 30*time.Second, "rv-1", "a", `{"a":1}`
+				first := mustAcquire(t, e, c.res, req)
+				same := mustAcquire(t, e, c.res, req)
+				if same.Outcome != lock.Replayed || same.Token != first.Token {
+					t.Fatalf("%v: replay with the same value: %+v", c.res, same)
+				}
+				for _, value := range []string{`{"a":2}`, ""} {
+					other := req
+					other.Value = value
+					if l, err := e.Acquire(ctx, c.res, other); !errors.Is(err, lock.ErrIdempotencyMismatch) {
+						t.Errorf("%v: replay with value %q: %+v, %v; want ErrIdempotencyMismatch", c.res, value, l, err)
+					}
+				}
+				st, err := e.State(ctx, c.res)
+				if err != nil || st.Value != `{"a":1}` {
+					t.Errorf("%v: value after the replays: %q, %v", c.res, st.Value, err)
+				}
 			}
 		})
 	}

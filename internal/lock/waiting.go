@@ -14,7 +14,7 @@ const (
 	// aliveEvery is how often a process with waiters says in Redis that it
 	// is alive; aliveFor how long that stays true. A process that dies
 	// leaves its waiters queued in Redis at most aliveFor: those behind
-	// them retry when it ends (lib.lua, the wait queue).
+	// them retry when it ends (scripts/lib/queue.lua).
 	aliveEvery = 400 * time.Millisecond
 	aliveFor   = 1600 * time.Millisecond
 )

@@ -1,5 +1,5 @@
 -- alive: keep this lockd's waiters live in a bucket's queues for a while
--- longer (lib.lua, the wait queue), and forget replicas long dead.
+-- longer (queue.lua), and forget replicas long dead.
 --
 -- KEYS[1] the bucket's replica liveness set
 -- ARGV[1] replica id   ARGV[2] liveness_ms

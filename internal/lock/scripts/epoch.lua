@@ -1,5 +1,5 @@
 -- epoch: what a lockd reads of a bucket every Options.EpochRefresh for the
--- restart quarantine (lib.lua, check_epoch), and what it adds when it finds
+-- restart quarantine (epoch.lua of the modules, epoch.check), and what it adds when it finds
 -- that Redis lost its data: the marker gone, or made anew by another lockd.
 --
 -- KEYS[1] epoch marker   KEYS[2] the bucket's expiry schedule
@@ -15,11 +15,11 @@
 local now = clock()
 local id, untl = '', 0
 if ARGV[1] ~= '' or redis.call('EXISTS', KEYS[1]) == 1 then
-  id, untl = check_epoch(KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4], now)
-  -- lockd of the layout before stay out while this one runs (lib.lua).
-  redis.call('HSET', KEYS[1], 'until', old_fence(now, tonumber(ARGV[3])), 'layout', layout)
+  id, untl = epoch.check(KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4], now)
+  -- lockd of the layout before stay out while this one runs (epoch.layout).
+  redis.call('HSET', KEYS[1], 'until', epoch.old_fence(now, tonumber(ARGV[3])), 'layout', epoch.layout)
 end
-local latest = latest_of(KEYS[2])
+local latest = epoch.latest_of(KEYS[2])
 -- Keys whose hash lapsed without a last settle leave here.
 redis.call('ZREMRANGEBYSCORE', latest, '-inf', now)
 local live = 0

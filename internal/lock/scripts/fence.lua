@@ -1,7 +1,7 @@
 -- fence: write a fence that a majority of Redlock masters agreed on back to
 -- this master, so that any later majority sees it (see redlock.go).
 --
--- KEYS[1] fence counter   KEYS[2] lease (lib.lua)
+-- KEYS[1] fence counter   KEYS[2] lease (exclusive.lua)
 -- ARGV[1] fence           ARGV[2] the grant's token   ARGV[3] retention_ms
 --
 -- Reply: 1
@@ -14,13 +14,13 @@ if not cur or #cur < #fence or (#cur == #fence and cur < fence) then
   redis.call('SET', fencekey, fence, 'PX', retention)
 end
 local now = clock()
-local cur = read_lease(lease, now)
+local cur = exclusive.read({lease = lease, now_ms = now})
 if cur and cur.token == token then
   if cur.old then
     redis.call('HSET', lease, 'fence', fence)
   else
     cur.fence = fence
-    save_lease(lease, cur, tonumber(cur.exp) - now)
+    exclusive.save(lease, cur, tonumber(cur.exp) - now)
   end
 end
 return 1

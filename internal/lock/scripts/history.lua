@@ -1,28 +1,28 @@
 -- history: the newest events of a key, recording a lapsed lease first.
 --
--- KEYS[1] lease (lib.lua)   KEYS[2] history list
+-- KEYS[1] lease (exclusive.lua)   KEYS[2] history list
 -- KEYS[3] the bucket's expiry schedule   KEYS[4] the bucket's event stream
 -- KEYS[5] the list to read: the history, or the renewals
 -- KEYS[6] holders (shared or permits)
--- ARGV[1] limit   (the cap, retention and event stream's cap: cfg, lib.lua)
+-- ARGV[1] limit   (the caps and the retention: cfg)
 --
--- Reply: up to limit packed events of KEYS[5] (lib.lua), oldest first:
+-- Reply: up to limit packed events of KEYS[5] (events.lua), oldest first:
 -- the newest ones.
-local lease, hist, sched = KEYS[1], KEYS[2], KEYS[3]
-local limit, cap, retention = tonumber(ARGV[1]), cfg.history_max, cfg.retention
-ev = {stream = KEYS[4], cap = cfg.events_max, key = lock_of(lease), retention = retention}
+local c = {lease = KEYS[1], hist = KEYS[2], sched = KEYS[3], stream = KEYS[4], holders = KEYS[6]}
+c.key = lock_of(c.lease)
+local limit = tonumber(ARGV[1])
 
-local raw = redis.pcall('GET', lease)
+local raw = redis.pcall('GET', c.lease)
 if not raw then
-  record_lapse(hist, cap, sched, ev.key, last_event(hist))
-  redis.call('ZREM', sched, ev.key)
-elseif type(raw) == 'table' and redis.call('HEXISTS', lease, 'mode') == 1 then
-  local now_ms = clock()
-  prune(lease, KEYS[6], hist, cap, now_ms)
-  settle(lease, KEYS[6], sched, ev.key, now_ms)
+  events.record_lapse(c, events.last(c.hist))
+  redis.call('ZREM', c.sched, c.key)
+elseif type(raw) == 'table' and redis.call('HEXISTS', c.lease, 'mode') == 1 then
+  c.now_ms = clock()
+  multi.prune(c)
+  multi.settle(c)
 end
--- A list may run past its cap until its next trim (lib.lua, push).
-local most = KEYS[5] == hist and cap or cfg.renewals_max
+-- A list may run past its cap until its next trim (events.push).
+local most = KEYS[5] == c.hist and cfg.history_max or cfg.renewals_max
 if limit > most then
   limit = most
 end

@@ -6,14 +6,13 @@
 -- (Go prepends the flag): every key it touches lives on this node.
 -- ARGV[1] sweeper id   ARGV[2] sweeper lease ms
 -- ARGV[3] batch: most lapses per bucket per call
--- ARGV[4] history cap  ARGV[5] retention ms   ARGV[6] event stream cap
--- ARGV[7] relay: most outbox events to return, 0 when the scripts write the
+-- ARGV[4] relay: most outbox events to return, 0 when the scripts write the
 --         shared event stream directly (one server, Sentinel)
--- ARGV[8] mode: "all" sweeps every bucket listed; "due" (Cluster) only the
+-- ARGV[5] mode: "all" sweeps every bucket listed; "due" (Cluster) only the
 --         buckets the due list says are due
--- ARGV[9] n, then n pairs (bucket, ms): buckets to put on the due list
+-- ARGV[6] n, then n pairs (bucket, ms): buckets to put on the due list
 --         (Cluster: written since the last sweep)
--- ARGV[10+2n] the home bucket: its "sweeper" key is the sweeper lease and,
+-- ARGV[7+2n] the home bucket: its "sweeper" key is the sweeper lease and,
 --         on a Cluster, its "due" key the due list; then (mode "all") the
 --         other buckets
 --
@@ -33,15 +32,15 @@
 --   lapses: {key, lapsed_at_ms, last_type, last_at_ms, …} flat
 --   outbox: {bucket, {id, {field, value, …}}, …} flat
 local id, leasems, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local cap, retention, evcap, relay = ARGV[4], tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
-local mode, n = ARGV[8], tonumber(ARGV[9])
-local home = 10 + 2 * n
+local relay = tonumber(ARGV[4])
+local mode, n = ARGV[5], tonumber(ARGV[6])
+local home = 7 + 2 * n
 local now = clock()
 
 local due, relaying = nil, relay > 0
 if relaying then
   due = ARGV[home] .. 'due'
-  for i = 10, home - 1, 2 do
+  for i = 7, home - 1, 2 do
     redis.call('ZADD', due, 'LT', ARGV[i + 1], ARGV[i])
   end
 end
@@ -73,6 +72,76 @@ end
 
 local more, lapses, outbox = 0, {}, {}
 
+-- lapse_multi records the lapses of c's shared holders or permits, each
+-- of which lapses on its own.
+local function lapse_multi(c)
+  local gone = multi.prune(c)
+  multi.settle(c)
+  if #gone == multi.prune_max then
+    -- More lapsed together than one call records: come back now.
+    more = 1
+  end
+  if gone[1] then
+    redis.call(cfg.publish, key_of(c.key, 'wake'), 'expired')
+  end
+  for _, h in ipairs(gone) do
+    lapses[#lapses + 1] = c.key
+    lapses[#lapses + 1] = h.e
+    lapses[#lapses + 1] = 'acquired'
+    lapses[#lapses + 1] = h.a
+  end
+end
+
+-- lapse_key records the lapse of key, due on bucket b's schedule.
+local function lapse_key(b, key)
+  local c = {lease = key_of(key, 'lease'), hist = key_of(key, 'history'), holders = key_of(key, 'holders'),
+    sched = b .. 'expiries', stream = b .. 'events', key = key, now_ms = now}
+  local pttl = redis.call('PTTL', c.lease)
+  -- An exclusive lease is a string (exclusive.lua): HEXISTS answers it an error.
+  if pttl > 0 and redis.pcall('HEXISTS', c.lease, 'mode') == 1 then
+    lapse_multi(c)
+  elseif pttl == -2 then
+    local r = events.record_lapse(c, events.last(c.hist))
+    redis.call('ZREM', c.sched, key)
+    if r then
+      -- Waiters wake now rather than at their PTTL timer.
+      redis.call(cfg.publish, key_of(key, 'wake'), 'expired')
+      lapses[#lapses + 1] = key
+      lapses[#lapses + 1] = r[1]
+      lapses[#lapses + 1] = r[2]
+      lapses[#lapses + 1] = r[3]
+    end
+  elseif pttl == -1 then
+    redis.call('ZREM', c.sched, key)
+  else
+    -- Still live: renewed through a lockd that did not schedule it.
+    events.schedule(c.sched, key, now + pttl)
+  end
+end
+
+-- take_outbox takes b's outbox events, as many as the call may still
+-- relay; it answers false when another lockd holds the lease, and true
+-- when events are left for the next call.
+local function take_outbox(b)
+  local es = redis.call('XRANGE', b .. 'events', '-', '+', 'COUNT', relay)
+  if not es[1] then
+    return true, false
+  end
+  if not claim() then
+    return false
+  end
+  for _, e in ipairs(es) do
+    outbox[#outbox + 1] = b
+    outbox[#outbox + 1] = e
+  end
+  relay = relay - #es
+  if relay <= 0 then
+    more, relay = 1, -1
+    return true, true
+  end
+  return true, false
+end
+
 -- sweep_bucket records b's due lapses and takes its outbox's events; it
 -- answers false when another lockd holds the lease.
 local function sweep_bucket(b)
@@ -86,67 +155,18 @@ local function sweep_bucket(b)
       more = 1
     end
     for _, key in ipairs(lapsing) do
-      local lease = key_of(key, 'lease')
-      local pttl = redis.call('PTTL', lease)
-      -- An exclusive lease is a string (lib.lua): HEXISTS answers it an error.
-      if pttl > 0 and redis.pcall('HEXISTS', lease, 'mode') == 1 then
-        -- Shared holders or permits: each lapses on its own.
-        ev = {stream = b .. 'events', cap = evcap, key = key, retention = retention}
-        local holders = key_of(key, 'holders')
-        local gone = prune(lease, holders, sibling(lease, 'history'), cap, now)
-        settle(lease, holders, sched, key, now)
-        if #gone == prune_max then
-          -- More lapsed together than one call records: come back now.
-          more = 1
-        end
-        if gone[1] then
-          redis.call(cfg.publish, key_of(key, 'wake'), 'expired')
-        end
-        for _, h in ipairs(gone) do
-          lapses[#lapses + 1] = key
-          lapses[#lapses + 1] = h.e
-          lapses[#lapses + 1] = 'acquired'
-          lapses[#lapses + 1] = h.a
-        end
-      elseif pttl == -2 then
-        ev = {stream = b .. 'events', cap = evcap, key = key, retention = retention}
-        local hist = sibling(lease, 'history')
-        local r = record_lapse(hist, cap, sched, key, last_event(hist))
-        redis.call('ZREM', sched, key)
-        if r then
-          -- Waiters wake now rather than at their PTTL timer.
-          redis.call(cfg.publish, key_of(key, 'wake'), 'expired')
-          lapses[#lapses + 1] = key
-          lapses[#lapses + 1] = r[1]
-          lapses[#lapses + 1] = r[2]
-          lapses[#lapses + 1] = r[3]
-        end
-      elseif pttl == -1 then
-        redis.call('ZREM', sched, key)
-      else
-        -- Still live: renewed through a lockd that did not schedule it.
-        schedule(sched, key, now + pttl)
-      end
+      lapse_key(b, key)
     end
   end
   -- Once the call took all the outbox events it may, later buckets keep
   -- theirs for the next call.
   local left = relaying and relay <= 0
   if relay > 0 then
-    local es = redis.call('XRANGE', b .. 'events', '-', '+', 'COUNT', relay)
-    if es[1] then
-      if not claim() then
-        return false
-      end
-      for _, e in ipairs(es) do
-        outbox[#outbox + 1] = b
-        outbox[#outbox + 1] = e
-      end
-      relay = relay - #es
-      if relay <= 0 then
-        more, relay, left = 1, -1, true
-      end
+    local ok, full = take_outbox(b)
+    if not ok then
+      return false
     end
+    left = left or full
   end
   if due then
     -- When b needs its next sweep: now if events are left, else at its

@@ -1,0 +1,188 @@
+-- queue: the wait queue of a key (queue.go): a sorted set of waiter ids by
+-- arrival (q.queue) and a hash of what each one is (q.info, JSON: r its
+-- lockd's replica id, d its deadline ms, m its mode, s since ms, o owner;
+-- for a hand-off (exclusive.hand_off) t its token, l ttl_ms, i
+-- idempotency tag, a actor, ld lock-delay, v value, sn session, tr
+-- trace). A waiter is live while its deadline has not passed and its
+-- replica is: each lockd keeps its score in the bucket's replica set
+-- (q.replicas) in the future while it has waiters, so an entry whose lockd
+-- died leaves the queue when that score passes, without a heartbeat per
+-- waiter.
+local function parse_entry(s)
+  if not s then
+    return nil
+  end
+  local e = cjson.decode(s)
+  e.rid, e.deadline, e.mode, e.since, e.owner = e.r, tonumber(e.d), e.m, e.s, e.o
+  return e
+end
+
+-- live_until is when the entry stops counting: its deadline, or when its
+-- lockd's liveness ends, whichever is first (0: already dead).
+function queue.live_until(q, e, now)
+  if not e then
+    return 0
+  end
+  local alive = q.alive[e.rid]
+  if alive == nil then
+    alive = tonumber(redis.call('ZSCORE', q.replicas, e.rid)) or 0
+    q.alive[e.rid] = alive
+  end
+  local u = math.min(alive, e.deadline)
+  if u <= now then
+    return 0
+  end
+  return u
+end
+
+-- walk_max bounds the queue entries one call looks at (and so the dead
+-- ones it forgets), whatever the queue's length: a script's time stays
+-- bounded, and no list is unpacked past what Lua allows (about 8,000).
+local walk_max = 256
+
+-- walk calls f(id, entry, live_until) for each live entry of the queue,
+-- in order, until f returns something, and returns that; dead entries
+-- met on the way are put on q.dead (see forget). It returns nil, true when
+-- it stopped at walk_max entries without an answer.
+function queue.walk(q, now, f)
+  local i = 0
+  while true do
+    if i >= walk_max then
+      return nil, true
+    end
+    local ids = redis.call('ZRANGE', q.queue, i, i + 15)
+    if not ids[1] then
+      return nil
+    end
+    local infos = redis.call('HMGET', q.info, unpack(ids))
+    for j, id in ipairs(ids) do
+      local e = parse_entry(infos[j])
+      local u = queue.live_until(q, e, now)
+      if u == 0 then
+        q.dead[#q.dead + 1] = id
+      else
+        local r = f(id, e, u)
+        if r ~= nil then
+          return r
+        end
+      end
+    end
+    i = i + 16
+  end
+end
+
+-- ahead walks the live entries queued before wid (all of them when wid is
+-- not queued) and says whether a request of mode mode ('x' exclusive,
+-- 's' shared, 'p' a permit of limit with used held) may be granted now:
+-- true, or false and the entry that blocks it with how long it stays
+-- live. Past walk_max entries it answers false, with the first live entry
+-- it met (nil if none: the dead ones it met are forgotten, and a retry
+-- looks further). It sets q.found when it met wid.
+function queue.ahead(q, mode, used, limit, wid, now)
+  local live, first, until_first = 0, nil, 0
+  local r, cut = queue.walk(q, now, function(id, e, u)
+    if id == wid then
+      q.found = true
+      return {true}
+    end
+    if not first then
+      first, until_first = e, u
+    end
+    if mode == 'x' or (mode == 's' and e.mode ~= 's') then
+      return {false, e, u - now}
+    end
+    if mode == 'p' then
+      live = live + 1
+      if used + live >= limit then
+        return {false, e, u - now}
+      end
+    end
+  end)
+  if cut then
+    return false, first, first and until_first - now or 0
+  end
+  if not r then
+    return true
+  end
+  return r[1], r[2], r[3]
+end
+
+-- forget takes the dead entries ahead found off the queue. Called after a
+-- script's other writes: see events.record_lapse on maxmemory.
+function queue.forget(q)
+  if q.dead[1] then
+    redis.call('ZREM', q.queue, unpack(q.dead))
+    redis.call('HDEL', q.info, unpack(q.dead))
+    q.dead = {}
+  end
+end
+
+-- first_live is the first live entry of the queue (with its id), or nil.
+function queue.first_live(q, now)
+  return queue.walk(q, now, function(id, e)
+    e.id = id
+    return e
+  end)
+end
+
+-- of is the queue of call c: its keys, and what one call learns of it
+-- (alive: replicas' liveness read so far; dead: entries met dead).
+function queue.of(c)
+  return {queue = c.queue, info = c.qinfo, replicas = c.replicas, alive = {}, dead = {}}
+end
+
+-- join puts the caller of c on the queue (once) and keeps its lockd live;
+-- it returns the caller's place, or "" for a request that does not wait.
+function queue.join(c, q)
+  if c.waiter == '' then
+    return ''
+  end
+  local place = redis.call('ZSCORE', q.queue, c.waiter)
+  if not place then
+    place = c.place
+    if place == '' then
+      -- Arrival order: Redis's clock, kept strictly increasing.
+      local last = redis.call('ZRANGE', q.queue, -1, -1, 'WITHSCORES')
+      place = int(math.max(c.now_us, (tonumber(last[2]) or 0) + 1))
+    end
+    redis.call('ZADD', q.queue, place, c.waiter)
+    redis.call('HSET', q.info, c.waiter, cjson.encode({r = c.replica, d = int(c.now_ms + tonumber(c.deadline)),
+      m = c.mode, s = int(c.now_ms), o = c.owner, t = c.token, l = c.ttl_ms, i = c.idem, a = c.actor, ld = c.delay,
+      v = c.value, sn = c.session, tr = c.trace}))
+    redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
+    redis.call('PEXPIRE', q.info, cfg.queue_ttl)
+  end
+  redis.call('ZADD', q.replicas, c.now_ms + cfg.alive_ms, c.replica)
+  return place
+end
+
+-- leave takes the caller of c, granted, off the queue.
+function queue.leave(c)
+  if c.waiter ~= '' then
+    redis.call('ZREM', c.queue, c.waiter)
+    redis.call('HDEL', c.qinfo, c.waiter)
+  end
+end
+
+-- page_max bounds the entries a read of the queue (page) looks at.
+local page_max = 100
+
+-- page is the live waiters among the first page_max entries, in grant
+-- order, flat: {owner, mode, since_ms, ...}. It writes nothing.
+function queue.page(q, now)
+  local out = {}
+  local ids = redis.call('ZRANGE', q.queue, 0, page_max - 1)
+  if not ids[1] then
+    return out
+  end
+  local infos = redis.call('HMGET', q.info, unpack(ids))
+  for j = 1, #ids do
+    local e = parse_entry(infos[j])
+    if queue.live_until(q, e, now) > 0 then
+      out[#out + 1] = e.owner
+      out[#out + 1] = e.mode
+      out[#out + 1] = e.since
+    end
+  end
+  return out
+end
