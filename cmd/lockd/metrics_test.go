@@ -53,3 +53,35 @@ func grep(text, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestMetricsKeysHeldNow: lockd_keys_held says how many keys hold a lease
+// now, whichever replica granted them (newcomer #23: no gauge of what is
+// held), and follows a release.
+func TestMetricsKeysHeldNow(t *testing.T) {
+	rs := redistest.Start(t)
+	a := startServe(t, map[string]string{"LOCKD_REDIS": rs.URL()})
+	b := startServe(t, map[string]string{"LOCKD_REDIS": rs.URL()})
+	held := func() string {
+		res, err := http.Get(b.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return regexp.MustCompile(`(?m)^lockd_keys_held .*$`).FindString(string(body))
+	}
+	if got := held(); got != "lockd_keys_held 0" {
+		t.Fatalf("nothing held: %q", got)
+	}
+	_, l := post(t, a.url+"/v1/locks/held:a/acquire", `{"owner":"m","ttl_ms":60000}`)
+	post(t, a.url+"/v1/semaphores/held:pool/acquire", `{"limit":3,"ttl_ms":60000}`)
+	post(t, a.url+"/v1/semaphores/held:pool/acquire", `{"limit":3,"ttl_ms":60000}`)
+	post(t, a.url+"/v1/elections/held:leader/campaign", `{"candidate":"c","ttl_ms":60000}`)
+	if got := held(); got != "lockd_keys_held 3" {
+		t.Fatalf("a lock, a semaphore with two permits and a leadership, through the other replica: %q", got)
+	}
+	post(t, a.url+"/v1/locks/held:a/release", `{"token":"`+l["token"].(string)+`"}`)
+	if got := held(); got != "lockd_keys_held 2" {
+		t.Fatalf("after the lock's release: %q", got)
+	}
+}

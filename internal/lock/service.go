@@ -59,6 +59,9 @@ type Service interface {
 	// MissedAcks counts writes that fewer replicas acknowledged than
 	// Options.ReplicaAcks asked for.
 	MissedAcks() (int64, error)
+	// HeldKeys counts the keys that hold a lease now, store-wide, or
+	// answers ErrUnsupported.
+	HeldKeys(ctx context.Context) (int64, error)
 	// OnLapse sets the function told of every lapse this process
 	// records (for metrics). It must not block.
 	OnLapse(f LapseFunc)

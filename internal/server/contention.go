@@ -56,20 +56,20 @@ func newContention(reg prometheus.Registerer, cfg ContentionConfig, tenants []st
 	c := &contention{
 		labels: labels,
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "lockd_lock_wait_seconds", Help: "Time acquires with wait_ms > 0 waited, by key prefix and outcome.",
+			Name: "lockd_acquire_wait_seconds", Help: "Time acquires with wait_ms > 0 waited, by kind (lock, semaphore, election), key prefix and outcome.",
 			Buckets: []float64{.001, .005, .025, .1, .25, 1, 2.5, 10, 30, 60},
-		}, []string{"prefix", "outcome"}),
+		}, []string{"kind", "prefix", "outcome"}),
 		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "lockd_lock_hold_seconds", Help: "How long leases were held, by key prefix and how they ended (released, force_released, expired).",
+			Name: "lockd_hold_seconds", Help: "How long leases were held, by kind, key prefix and how they ended (released, force_released, expired).",
 			Buckets: []float64{.01, .1, .5, 1, 5, 30, 60, 300, 1800, 3600, 21600, 86400},
-		}, []string{"prefix", "end"}),
+		}, []string{"kind", "prefix", "end"}),
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockd_lock_acquires_total", Help: "Acquires by key prefix (semaphores: sem/ and the name's prefix) and outcome: granted, reentered, replayed, held, queued, lease_lost, limit_mismatch, unavailable, error.",
-		}, []string{"prefix", "outcome"}),
+			Name: "lockd_acquires_total", Help: "Acquires by kind (lock, semaphore, election), key prefix and outcome: granted, reentered, replayed, held, queued, lease_lost, limit_mismatch, unavailable, error.",
+		}, []string{"kind", "prefix", "outcome"}),
 		heldSoFar: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "lockd_lock_held_at_renewal_seconds", Help: "How long leases had been held when they were renewed, by key prefix: a lease renewed long after its grant is a lock held for that long now.",
+			Name: "lockd_held_at_renewal_seconds", Help: "How long leases had been held when they were renewed, by kind and key prefix: a lease renewed long after its grant is one held for that long now.",
 			Buckets: []float64{1, 10, 60, 300, 1800, 3600, 21600, 86400},
-		}, []string{"prefix"}),
+		}, []string{"kind", "prefix"}),
 		expiryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "lockd_expiry_notice_delay_seconds", Help: "How long after a lease lapsed this process's sweeper recorded it as expired.",
 			Buckets: []float64{.01, .05, .1, .2, .3, .5, .75, 1, 2, 5},
@@ -83,25 +83,25 @@ func newContention(reg prometheus.Registerer, cfg ContentionConfig, tenants []st
 
 // acquired counts one acquire of res and, when it waited, its wait.
 func (c *contention) acquired(res lock.Resource, o lock.Outcome, err error, waited time.Duration, wanted bool) {
-	p := c.labels.of(res)
+	k, p := res.Kind.String(), c.labels.of(res)
 	outcome := outcomeLabel(o, err)
-	c.grants.WithLabelValues(p, outcome).Inc()
+	c.grants.WithLabelValues(k, p, outcome).Inc()
 	if wanted {
-		c.wait.WithLabelValues(p, outcome).Observe(waited.Seconds())
+		c.wait.WithLabelValues(k, p, outcome).Observe(waited.Seconds())
 	}
 }
 
 // ended observes how long a lease of res was held.
 func (c *contention) ended(res lock.Resource, end string, held time.Duration) {
 	if held > 0 {
-		c.hold.WithLabelValues(c.labels.of(res), end).Observe(held.Seconds())
+		c.hold.WithLabelValues(res.Kind.String(), c.labels.of(res), end).Observe(held.Seconds())
 	}
 }
 
 // renewed observes how long a lease of res has been held at a renewal.
 func (c *contention) renewed(res lock.Resource, acquiredAt time.Time) {
 	if !acquiredAt.IsZero() {
-		c.heldSoFar.WithLabelValues(c.labels.of(res)).Observe(max(0, time.Since(acquiredAt)).Seconds())
+		c.heldSoFar.WithLabelValues(res.Kind.String(), c.labels.of(res)).Observe(max(0, time.Since(acquiredAt)).Seconds())
 	}
 }
 
@@ -135,11 +135,10 @@ func outcomeLabel(o lock.Outcome, err error) string {
 	}
 }
 
-// prefixLabels hands out the label of a resource: its name's first depth
-// segments, while fewer than max labels exist; "other" after. A
-// semaphore's label has "sem/" in front of the name's segments: the
-// semaphore "render:pool" is "sem/render:", apart from the locks of
-// "render:", and counted in the same bound.
+// prefixLabels hands out the prefix label of a resource: its name's first
+// depth segments, while fewer than max labels exist; "other" after. The
+// kind is a label of its own: the semaphore "render:pool" and the lock
+// "render:x" share the prefix "render:" and one place in the bound.
 type prefixLabels struct {
 	depth, max int
 	mu         sync.Mutex
@@ -158,28 +157,12 @@ func (p *prefixLabels) reserve(prefixes []string) {
 		if strings.Count(pre, ":") < p.depth {
 			continue
 		}
-		label := keyPrefixOf(pre, p.depth)
-		p.seen[label] = true
-		p.seen[semLabel+label] = true
-		p.seen[electLabel+label] = true
+		p.seen[keyPrefixOf(pre, p.depth)] = true
 	}
 }
 
-// semLabel and electLabel start the label of a semaphore's and an
-// election's prefix.
-const (
-	semLabel   = "sem/"
-	electLabel = "elect/"
-)
-
 func (p *prefixLabels) of(res lock.Resource) string {
 	pre := keyPrefixOf(res.Name, p.depth)
-	switch res.Kind {
-	case lock.KindSemaphore:
-		pre = semLabel + pre
-	case lock.KindElection:
-		pre = electLabel + pre
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.seen[pre] {

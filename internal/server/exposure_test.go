@@ -82,11 +82,11 @@ keys:
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Six labels are the tenants' (payments:, billing: and their
-	// semaphores' and elections'), two are left for whoever comes first.
+	// Two labels are the tenants' (payments: and billing:, for every
+	// kind), two are left for whoever comes first.
 	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) {
 		c.Keys = keys
-		c.Contention = server.ContentionConfig{MaxPrefixes: 8}
+		c.Contention = server.ContentionConfig{MaxPrefixes: 4}
 	})
 	for i := range 10 {
 		if status, body, _ := call(t, "POST", fmt.Sprintf("%s/v1/locks/squat%d:x/acquire", f.url, i), "squatter-key-0123456789", `{}`); status != 200 {
@@ -107,11 +107,11 @@ keys:
 	}
 	_, metrics, _ := call(t, "GET", f.url+"/metrics", "payments-key-0123456789", "")
 	for _, want := range []string{
-		`lockd_lock_acquires_total{outcome="granted",prefix="payments:"} 1`,
-		`lockd_lock_acquires_total{outcome="granted",prefix="billing:"} 1`,
-		`lockd_lock_acquires_total{outcome="granted",prefix="sem/payments:"} 1`,
-		`lockd_lock_acquires_total{outcome="granted",prefix="elect/billing:"} 1`,
-		`lockd_lock_acquires_total{outcome="granted",prefix="other"} 8`,
+		`lockd_acquires_total{kind="lock",outcome="granted",prefix="payments:"} 1`,
+		`lockd_acquires_total{kind="lock",outcome="granted",prefix="billing:"} 1`,
+		`lockd_acquires_total{kind="semaphore",outcome="granted",prefix="payments:"} 1`,
+		`lockd_acquires_total{kind="election",outcome="granted",prefix="billing:"} 1`,
+		`lockd_acquires_total{kind="lock",outcome="granted",prefix="other"} 8`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -119,7 +119,7 @@ keys:
 	}
 	squatted := 0
 	for _, line := range strings.Split(metrics, "\n") {
-		if strings.HasPrefix(line, `lockd_lock_acquires_total{outcome="granted",prefix="squat`) {
+		if strings.HasPrefix(line, `lockd_acquires_total{kind="lock",outcome="granted",prefix="squat`) {
 			squatted++
 		}
 	}

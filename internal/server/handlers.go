@@ -220,10 +220,6 @@ func (s *Server) acquire(ctx context.Context, res lock.Resource, req lock.Acquir
 	}
 	start := time.Now()
 	l, err := s.engineAcquire(ctx, res, req)
-	if req.Wait > 0 {
-		s.metrics.waitSeconds.Observe(time.Since(start).Seconds())
-	}
-	s.metrics.acquire(l.Outcome, err)
 	s.contention.acquired(res, l.Outcome, err, time.Since(start), req.Wait > 0)
 	if err != nil {
 		return l, err

@@ -24,7 +24,7 @@ func TestRenewalReportsHeldSoFar(t *testing.T) {
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
-	if !strings.Contains(string(body), `lockd_lock_held_at_renewal_seconds_count{prefix="batch:"} 1`) {
+	if !strings.Contains(string(body), `lockd_held_at_renewal_seconds_count{kind="lock",prefix="batch:"} 1`) {
 		t.Fatalf("no held-so-far sample for the renewal in:\n%s", grep(string(body), "held_at_renewal"))
 	}
 }

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -16,10 +18,8 @@ import (
 // metrics are the server's Prometheus series. Labels never carry a lock
 // key (unbounded) or a token (secret).
 type metrics struct {
-	requests    *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	outcomes    *prometheus.CounterVec
-	waitSeconds prometheus.Histogram
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 	// series keeps the request series by route, method and status, found
 	// once: WithLabelValues hashes and compares its labels on every call.
 	// The labels come from fixed sets, so this stays small.
@@ -63,19 +63,30 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 			Name: "lockd_http_request_duration_seconds", Help: "HTTP request latency by route (waits included).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"route"}),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockd_acquire_total", Help: "Acquire outcomes of locks and semaphores: granted, reentered, replayed, held, queued, lease_lost, limit_mismatch, unavailable, error.",
-		}, []string{"outcome"}),
-		waitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "lockd_acquire_wait_seconds", Help: "Time acquires with wait_ms > 0 spent waiting, whatever the outcome.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}),
 	}
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lockd_waiters", Help: "Acquire requests now waiting in this process.",
 	}, func() float64 { return float64(e.Waiters()) })
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.outcomes, m.waitSeconds, waiters)
+		reg.MustRegister(m.requests, m.duration, waiters)
+		// Asked with a context already done, HeldKeys says whether it is
+		// supported without a call to Redis.
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := e.HeldKeys(done); !errors.Is(err, lock.ErrUnsupported) {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "lockd_keys_held",
+				Help: "Keys (locks, semaphores, elections) that hold at least one lease now, across every replica; read from Redis at each scrape (not on Cluster or Redlock).",
+			}, func() float64 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				n, err := e.HeldKeys(ctx)
+				if err != nil {
+					return math.NaN() // Redis did not answer: no number beats a wrong one
+				}
+				return float64(n)
+			}))
+		}
 		if _, err := e.MissedAcks(); !errors.Is(err, lock.ErrUnsupported) {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "lockd_replica_acks_missed_total",
@@ -87,10 +98,6 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 		}
 	}
 	return m
-}
-
-func (m *metrics) acquire(o lock.Outcome, err error) {
-	m.outcomes.WithLabelValues(outcomeLabel(o, err)).Inc()
 }
 
 // methodLabel is the method when it is one of HTTP's standard ones, else

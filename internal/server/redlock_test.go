@@ -172,7 +172,7 @@ func TestRedlockNoReplicaAcksMetric(t *testing.T) {
 }
 
 // Lapses are counted under Redlock, each once, whichever of two lockd
-// replicas notices it: lockd_lock_hold_seconds{end="expired"} and
+// replicas notices it: lockd_hold_seconds{end="expired"} and
 // lockd_expiry_notice_delay_seconds.
 func TestRedlockLapseMetrics(t *testing.T) {
 	masters := threeMasters(t)
@@ -195,7 +195,7 @@ func TestRedlockLapseMetrics(t *testing.T) {
 			for _, mf := range mfs {
 				for _, m := range mf.GetMetric() {
 					switch mf.GetName() {
-					case "lockd_lock_hold_seconds":
+					case "lockd_hold_seconds":
 						for _, l := range m.GetLabel() {
 							if l.GetName() == "end" && l.GetValue() == "expired" {
 								held += m.GetHistogram().GetSampleCount()

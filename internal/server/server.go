@@ -40,6 +40,7 @@ type Engine interface {
 	// without replica acks answers lock.ErrUnsupported, and the metric is
 	// not exported.
 	MissedAcks() (int64, error)
+	HeldKeys(ctx context.Context) (int64, error)
 	// OnLapse sets the function told of every lapse (the lapse metrics).
 	OnLapse(f lock.LapseFunc)
 	// The session operations take the session's scope: sessionScope.

@@ -995,8 +995,9 @@ func TestSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 	for _, series := range []string{
 		`lockd_http_requests_total{method="POST",route="/v1/locks/{key}/acquire",status="200"} 3`,
 		`lockd_http_requests_total{method="POST",route="/v1/semaphores/{key}/acquire",status="200"} 1`,
-		`lockd_acquire_total{outcome="granted"} 3`,
-		`lockd_acquire_total{outcome="reentered"} 1`,
+		`lockd_acquires_total{kind="lock",outcome="granted",prefix="secret"} 2`,
+		`lockd_acquires_total{kind="semaphore",outcome="granted",prefix="secret"} 1`,
+		`lockd_acquires_total{kind="lock",outcome="reentered",prefix="secret"} 1`,
 		"lockd_waiters 0",
 	} {
 		if !strings.Contains(string(metrics), series) {

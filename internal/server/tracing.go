@@ -37,7 +37,7 @@ func endSpan(span trace.Span, res lock.Resource, method, route string, status in
 // engineAcquire is the engine's Acquire, inside a lock.wait span when the
 // request may wait in the queue (wait_ms > 0) and is traced: the span
 // shows how long it waited, whether it got the lease and the outcome
-// (lockd_acquire_total's label), and the Redis calls of the wait are its
+// (lockd_acquires_total's label), and the Redis calls of the wait are its
 // children.
 func (s *Server) engineAcquire(ctx context.Context, res lock.Resource, req lock.AcquireRequest) (lock.Lease, error) {
 	if req.Wait <= 0 || !s.cfg.Tracer.Enabled() {

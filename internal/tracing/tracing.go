@@ -248,7 +248,7 @@ func newSpanID() trace.SpanID {
 }
 
 // Wait attribute keys: how long an acquire could wait, how long it did,
-// whether it got the lease, and its outcome (lockd_acquire_total's
+// whether it got the lease, and its outcome (lockd_acquires_total's
 // label: granted, held, unavailable…).
 const (
 	attrWaitMax     = attribute.Key("lockd.wait.max_ms")
