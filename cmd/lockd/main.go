@@ -87,6 +87,9 @@ Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVE
   lockd session create|renew|show|end ...
                                 one keep-alive for many grants (lockd session -h);
                                 acquire with --session ID to take a grant in one
+  lockd mcp     [--owner NAME] [--ttl 30s]
+                                an MCP server on stdin/stdout for an AI agent host:
+                                tools to claim, release and list keys (docs/agents.md)
 
 Every flag also reads LOCKD_<FLAG> (LOCKD_TOKEN, LOCKD_TTL, ...).
 Exit codes: 0 ok, 1 held (or no permit free) after the wait, 2 usage (also a
@@ -139,4 +142,5 @@ var clientCommands = map[string]clientCommand{
 	"elect":         electCmd,
 	"leader":        leaderCmd,
 	"session":       sessionCmd,
+	"mcp":           mcpCmd,
 }
