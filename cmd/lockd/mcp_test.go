@@ -224,3 +224,25 @@ func TestMCPStdioProcess(t *testing.T) {
 		})
 	}
 }
+
+// On Redlock, which has no sessions, a claim renews itself while the
+// agent's MCP session lives, and goes when it ends.
+func TestMCPOnRedlock(t *testing.T) {
+	masters := []string{redistest.Start(t).URL(), redistest.Start(t).URL(), redistest.Start(t).URL()}
+	inst := startServe(t, nil, "--redlock", strings.Join(masters, ","), "--default-ttl", "3s")
+	ctx := context.Background()
+	a := httpAgent(t, inst.url, "agent-a", "")
+	b := httpAgent(t, inst.url, "agent-b", "")
+	if c, text, err := claimTool(ctx, a, map[string]any{"key": "rl:task:1"}); err != nil || !c.Granted {
+		t.Fatalf("a's claim: %+v %q %v", c, text, err)
+	}
+	// Kept past its TTL (3 s) by its watchdog.
+	time.Sleep(4 * time.Second)
+	if c, text, _ := claimTool(ctx, b, map[string]any{"key": "rl:task:1"}); c.Granted || c.Holder != "agent-a" {
+		t.Fatalf("b's claim while a's session lives: %+v %q", c, text)
+	}
+	_ = a.Close()
+	if c, text, _ := claimTool(ctx, b, map[string]any{"key": "rl:task:1", "wait_ms": 5000}); !c.Granted {
+		t.Fatalf("b's claim after a's session ended: %+v %q", c, text)
+	}
+}

@@ -36,18 +36,23 @@ type agent struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	closed bool
-	sess   *client.Session
-	claims map[string]*hold // by lock key
-	leads  map[string]*hold // by election name
+	mu         sync.Mutex
+	closed     bool
+	noSessions bool // the server has none (Redlock)
+	sess       *client.Session
+	claims     map[string]*hold // by lock key
+	leads      map[string]*hold // by election name
 }
 
 // hold is one lease of the agent's, and how it lives.
 type hold struct {
 	lease *client.Lease
-	// inSession: a grant in the agent's session (it lives as long as
-	// the session); else it has a TTL of its own, renewed by the agent.
+	// kept: kept alive for the agent while its MCP session lives, as a
+	// grant in its lockd session, or (where the store has no sessions:
+	// Redlock) by the lease's own watchdog; else it has a TTL of its own
+	// that the agent renews.
+	kept bool
+	// inSession: a grant in the lockd session, released when it ends.
 	inSession bool
 	note      any // as the agent gave it; under agent.mu
 }
@@ -72,12 +77,35 @@ func (a *agent) session(ctx context.Context) (*client.Session, error) {
 	if a.sess != nil && a.sess.Err() == nil {
 		return a.sess, nil
 	}
+	if a.noSessions {
+		return nil, client.ErrUnsupported
+	}
 	s, err := a.ld.c.NewSession(ctx, client.SessionOptions{Owner: a.name, TTL: a.ttl})
+	if errors.Is(err, client.ErrUnsupported) {
+		a.noSessions = true
+	}
 	if err != nil {
 		return nil, err
 	}
 	a.sess = s
 	return s, nil
+}
+
+// keepAlive sets opts so that the grant lives as long as the agent's MCP
+// session: a grant in its lockd session, or where the server has no
+// sessions (Redlock) a lease of the session's TTL that renews itself
+// until the agent ends.
+func (a *agent) keepAlive(ctx context.Context, opts *client.AcquireOptions, h *hold) error {
+	s, err := a.session(ctx)
+	switch {
+	case err == nil:
+		opts.Session, h.inSession = s, true
+	case errors.Is(err, client.ErrUnsupported):
+		opts.TTL = a.ttl
+	default:
+		return err
+	}
+	return nil
 }
 
 // held is the agent's live lease on name (a lock key, or an election's

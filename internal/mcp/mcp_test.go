@@ -253,7 +253,7 @@ func TestTwoAgentsOneFile(t *testing.T) {
 
 			res := b.call(t, "claim", map[string]any{"key": key})
 			refused := out[Claim](t, res)
-			if refused.Granted || refused.Code != "lock_held" || refused.Holder != "agent-a" || refused.RemainingMs <= 0 {
+			if refused.Granted || refused.Code != "lock_held" || refused.Holder != "agent-a" || refused.RemainingMs <= 0 || refused.HolderNote != "refactoring the parser" {
 				t.Fatalf("b's refusal: %+v", refused)
 			}
 			if !strings.Contains(textOf(res), "agent-a") {
@@ -438,7 +438,7 @@ func TestBadArguments(t *testing.T) {
 				field string
 			}{
 				{"claim", map[string]any{}, "key"},
-				{"claim", map[string]any{"key": "src/main.go"}, "key"},
+				{"claim", map[string]any{"key": "src/main.go"}, "src:main.go"},
 				{"claim", map[string]any{"key": ""}, "key"},
 				{"claim", map[string]any{"key": "ok", "wait_ms": "soon"}, "wait_ms"},
 				{"claim", map[string]any{"key": "ok", "wait_ms": -1}, "wait_ms"},

@@ -44,6 +44,7 @@ type Claim struct {
 	// The refusal.
 	Code         string `json:"code,omitempty" jsonschema:"why not granted: lock_held (another holder), queued (free but kept for earlier waiters), lock_delay (held off after a lapse)"`
 	Holder       string `json:"holder,omitempty" jsonschema:"who holds the key"`
+	HolderNote   any    `json:"holder_note,omitempty" jsonschema:"the holder's note: what it is doing"`
 	RemainingMs  int64  `json:"remaining_ms,omitempty" jsonschema:"how long the holder's claim has left unless it is renewed"`
 	RetryAfterMs int64  `json:"retry_after_ms,omitempty" jsonschema:"when trying again may succeed"`
 	Waiters      int    `json:"waiters,omitempty" jsonschema:"how many requests wait for the key"`
@@ -255,13 +256,11 @@ func (t *tools) claim(ctx context.Context, req *sdk.CallToolRequest, in ClaimInp
 		return text(fmt.Sprintf("You already hold %s (fence %d, %s).", in.Key, out.Fence, livesText(out))), out, nil
 	}
 	opts := client.AcquireOptions{Owner: owner, Wait: ms(in.WaitMs), Value: note}
-	inSession := in.TTLMs == 0
-	if inSession {
-		s, err := a.session(ctx)
-		if err != nil {
+	h := &hold{kept: in.TTLMs == 0, note: in.Note}
+	if h.kept {
+		if err := a.keepAlive(ctx, &opts, h); err != nil {
 			return nil, Claim{}, failure("claim "+in.Key, err)
 		}
-		opts.Session = s
 	} else {
 		opts.TTL, opts.NoAutoRenew = ms(in.TTLMs), true
 	}
@@ -270,6 +269,16 @@ func (t *tools) claim(ctx context.Context, req *sdk.CallToolRequest, in ClaimInp
 	l, err := a.ld.c.Acquire(wctx, in.Key, opts)
 	if err != nil {
 		if ref, ok := refusal(in.Key, err); ok {
+			if ref.Holder != "" {
+				// What the holder is doing helps decide whether to wait.
+				if st, err := a.ld.c.State(ctx, in.Key); err == nil {
+					for _, ho := range st.Holders {
+						if ho.Owner == ref.Holder {
+							ref.HolderNote = noteValue(ho.Value)
+						}
+					}
+				}
+			}
 			return text(ref.refusedText()), ref, nil
 		}
 		if a.ctx.Err() != nil {
@@ -277,7 +286,7 @@ func (t *tools) claim(ctx context.Context, req *sdk.CallToolRequest, in ClaimInp
 		}
 		return nil, Claim{}, failure("claim "+in.Key, err)
 	}
-	h := &hold{lease: l, inSession: inSession, note: in.Note}
+	h.lease = l
 	if err := a.keep(in.Key, false, h); err != nil {
 		return nil, Claim{}, err
 	}
@@ -303,9 +312,9 @@ func (t *tools) renew(ctx context.Context, req *sdk.CallToolRequest, in RenewInp
 	if h == nil {
 		return nil, Claim{}, notYours(ctx, a, in.Key)
 	}
-	if !h.inSession || note != nil {
+	if !h.kept || note != nil {
 		body := api.RenewRequest{Token: h.lease.Token()}
-		if !h.inSession {
+		if !h.kept {
 			ttl := h.lease.TTL()
 			if in.TTLMs > 0 {
 				ttl = ms(in.TTLMs)
@@ -413,7 +422,7 @@ func (t *tools) list(ctx context.Context, req *sdk.CallToolRequest, in ListInput
 	}
 	where := "anywhere"
 	if in.Prefix != "" {
-		where = "under " + in.Prefix
+		where = fmt.Sprintf("under %q", in.Prefix)
 	}
 	line := fmt.Sprintf("%d key(s) held %s", len(out.Claims), where)
 	if len(parts) > 0 {
@@ -492,13 +501,14 @@ func (t *tools) campaign(ctx context.Context, req *sdk.CallToolRequest, in Campa
 	if in.Agent != "" {
 		owner = in.Agent
 	}
-	s, err := a.session(ctx)
-	if err != nil {
+	opts := client.CampaignOptions{Owner: owner, Wait: ms(in.WaitMs), Value: note}
+	h := &hold{kept: true}
+	if err := a.keepAlive(ctx, &opts, h); err != nil {
 		return nil, Leadership{}, failure("campaign in "+in.Election, err)
 	}
 	wctx, cancel := a.within(ctx)
 	defer cancel()
-	l, err := a.ld.c.Campaign(wctx, in.Election, client.CampaignOptions{Owner: owner, Wait: ms(in.WaitMs), Value: note, Session: s})
+	l, err := a.ld.c.Campaign(wctx, in.Election, opts)
 	if err != nil {
 		if ref, ok := refusal(in.Election, err); ok {
 			out := Leadership{Election: in.Election, Leader: ref.Holder, Code: ref.Code, RemainingMs: ref.RemainingMs, RetryAfterMs: ref.RetryAfterMs}
@@ -513,7 +523,8 @@ func (t *tools) campaign(ctx context.Context, req *sdk.CallToolRequest, in Campa
 		}
 		return nil, Leadership{}, electionFailure("campaign in "+in.Election, err)
 	}
-	if err := a.keep(in.Election, true, &hold{lease: l, inSession: true}); err != nil {
+	h.lease = l
+	if err := a.keep(in.Election, true, h); err != nil {
 		return nil, Leadership{}, err
 	}
 	info := l.Info()
@@ -586,7 +597,7 @@ func (t *tools) resign(ctx context.Context, req *sdk.CallToolRequest, in Electio
 func claimOf(h *hold) Claim {
 	info := h.lease.Info()
 	c := Claim{Key: info.Key, Granted: true, Owner: info.Owner, Fence: info.Fence, ExpiresAt: stamp(info.ExpiresAt), TTLMs: info.TtlMs, Lives: "ttl", Note: h.note}
-	if h.inSession {
+	if h.kept {
 		c.Lives = "session"
 	}
 	return c
@@ -629,7 +640,11 @@ func (c Claim) refusedText() string {
 	case string(api.ProblemCodeLockDelay):
 		return fmt.Sprintf("Not granted: %s is held off for %s after its last claim lapsed; try again then.", c.Key, describe(ms(c.RetryAfterMs)))
 	}
-	return fmt.Sprintf("Not granted: %s is held by %s for %s more; work on something else, or claim with wait_ms to wait for it.", c.Key, c.Holder, describe(ms(c.RemainingMs)))
+	holder := c.Holder
+	if n, err := json.Marshal(c.HolderNote); err == nil && c.HolderNote != nil {
+		holder += " (" + string(n) + ")"
+	}
+	return fmt.Sprintf("Not granted: %s is held by %s, whose claim has %s left unless renewed; work on something else, or claim with wait_ms to wait for it.", c.Key, holder, describe(ms(c.RemainingMs)))
 }
 
 // notYours is the error for renewing or releasing a key the agent does
@@ -685,8 +700,11 @@ func check(errs ...error) error {
 }
 
 func named(field, v string) error {
-	if v == "" {
+	switch {
+	case v == "":
 		return fmt.Errorf("invalid: %s is required: 1-200 characters of A-Z a-z 0-9 . _ : @ -", field)
+	case strings.Contains(v, "/"):
+		return fmt.Errorf("invalid: %s may not hold a slash: write %s as %s", field, v, strings.ReplaceAll(strings.Trim(v, "/"), "/", ":"))
 	}
 	return nil
 }
