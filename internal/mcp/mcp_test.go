@@ -554,3 +554,28 @@ func TestSessionBoundToKey(t *testing.T) {
 		t.Fatal("another key used the session")
 	}
 }
+
+// Session ids that name no session (any client may send one) are not
+// remembered for ever.
+func TestForgetsUnknownSessionIDs(t *testing.T) {
+	f := start(t, 400*time.Millisecond, "")
+	for i := range 20 {
+		req, _ := http.NewRequest(http.MethodPost, f.ld.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", "bogus-"+strings.Repeat("x", i))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotFound {
+			t.Fatalf("an unknown session: %d", res.StatusCode)
+		}
+	}
+	lockdtest.Eventually(t, func() bool {
+		f.agent.mu.Lock()
+		defer f.agent.mu.Unlock()
+		return len(f.agent.life) == 0
+	}, 10*time.Second, "the unknown ids forgotten")
+}

@@ -280,10 +280,26 @@ func (h *HTTP) janitor() {
 		case <-tick.C:
 		}
 		now := time.Now()
+		live := map[string]bool{}
 		for ss := range h.server.Sessions() {
+			live[ss.ID()] = true
 			if !h.alive(ss.ID(), now, ttl*3/4) {
 				go h.close(ss)
 			}
+		}
+		h.forget(live, now, ttl*3/4)
+	}
+}
+
+// forget drops what was seen of session ids that name no live session
+// (ended, or never begun: any id a client sends is counted), once they
+// are quiet.
+func (h *HTTP) forget(live map[string]bool, now time.Time, gone time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, l := range h.life {
+		if !live[id] && l.open == 0 && now.Sub(l.last) >= gone {
+			delete(h.life, id)
 		}
 	}
 }
@@ -328,6 +344,9 @@ func (h *HTTP) agentOf(ctx context.Context, ss *sdk.ServerSession, extra *sdk.Re
 	}
 	if h.ctx.Err() != nil {
 		return nil, errClosed
+	}
+	if h.api == nil {
+		return nil, errors.New("the MCP endpoint is not mounted on lockd's router")
 	}
 	var key string
 	if extra != nil {

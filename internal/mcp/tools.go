@@ -253,7 +253,11 @@ func (t *tools) claim(ctx context.Context, req *sdk.CallToolRequest, in ClaimInp
 		a.mu.Lock()
 		out := claimOf(h)
 		a.mu.Unlock()
-		return text(fmt.Sprintf("You already hold %s (fence %d, %s).", in.Key, out.Fence, livesText(out))), out, nil
+		line := fmt.Sprintf("You already hold %s (fence %d, %s).", in.Key, out.Fence, livesText(out))
+		if in.Note != nil {
+			line += " Its note is unchanged: renew with a note to change it."
+		}
+		return text(line), out, nil
 	}
 	opts := client.AcquireOptions{Owner: owner, Wait: ms(in.WaitMs), Value: note}
 	h := &hold{kept: in.TTLMs == 0, note: in.Note}
