@@ -24,6 +24,9 @@ func mcpCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 	if _, err := cf.parse(args); err != nil {
 		return err
 	}
+	if _, err := cf.client(); err != nil {
+		return err // a --server that is no URL
+	}
 	if *ttl < 100*time.Millisecond {
 		return usageError("--ttl must be at least 100ms, got %v", *ttl)
 	}
