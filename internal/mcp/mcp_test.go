@@ -509,6 +509,16 @@ func TestAuth(t *testing.T) {
 		}
 	}
 
+	// lockd mcp without a key (or a wrong one) serves the protocol, and
+	// every tool says why lockd refuses it.
+	for _, key := range []string{"", "wrong-key-0123456789"} {
+		a := f.connect(t, "stdio", "keyless", key)
+		res := a.call(t, "claim", map[string]any{"key": "task:x"})
+		if !res.IsError || !strings.Contains(textOf(res), "API key") {
+			t.Errorf("stdio with key %q: %s", key, textOf(res))
+		}
+	}
+
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			a := f.connect(t, tr, "agent-a", "agent-key-0123456789")
