@@ -246,3 +246,30 @@ func TestMCPOnRedlock(t *testing.T) {
 		t.Fatalf("b's claim after a's session ended: %+v %q", c, text)
 	}
 }
+
+// A lockd serve that stops ends its MCP sessions first, while it can still
+// release their claims: they do not wait out their TTL (30 s here).
+func TestMCPShutdownReleases(t *testing.T) {
+	rs := redistest.Start(t)
+	inst := startServe(t, nil, "--redis", rs.URL())
+	a := httpAgent(t, inst.url, "agent-a", "")
+	if c, text, err := claimTool(context.Background(), a, map[string]any{"key": "task:shutdown"}); err != nil || !c.Granted {
+		t.Fatalf("claim: %+v %q %v", c, text, err)
+	}
+	inst.stop()
+	select {
+	case err := <-inst.result:
+		inst.result <- err // for the cleanup's check
+	case <-time.After(15 * time.Second):
+		t.Fatal("lockd serve did not stop")
+	}
+	next := startServe(t, nil, "--redis", rs.URL())
+	res, err := http.Get(next.url + "/v1/locks/task:shutdown")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Fatalf("the claim after its lockd stopped: %d, want 404 (released)", res.StatusCode)
+	}
+}
