@@ -589,3 +589,20 @@ func TestForgetsUnknownSessionIDs(t *testing.T) {
 		return len(f.agent.life) == 0
 	}, 10*time.Second, "the unknown ids forgotten")
 }
+
+// An agent over HTTP that keeps its event stream open but calls nothing
+// keeps its claims for longer than the TTL: only silence ends a session.
+func TestIdleAgentKeepsClaims(t *testing.T) {
+	const ttl = 2 * time.Second
+	f := start(t, ttl, "")
+	a := f.connect(t, "http", "agent-a", "")
+	out[Claim](t, a.call(t, "claim", map[string]any{"key": "mcp:idle:task"}))
+	time.Sleep(2 * ttl)
+	st, err := f.rest.State(context.Background(), "mcp:idle:task")
+	if err != nil || st.Owner != "agent-a" {
+		t.Fatalf("after %v idle: %+v %v", 2*ttl, st, err)
+	}
+	if c := out[Claim](t, a.call(t, "claim", map[string]any{"key": "mcp:idle:task"})); !c.Granted {
+		t.Fatalf("the agent's session after %v idle: %+v", 2*ttl, c)
+	}
+}

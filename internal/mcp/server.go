@@ -261,8 +261,8 @@ func (h *HTTP) hangUp(id string) {
 // janitor closes, every ttl/4, the MCP sessions that showed no sign of
 // life for 3/4 of the TTL, so that a vanished agent's claims are let go
 // within the TTL of its last request (or of its event stream's end).
-// Agents that keep the event stream open (the Go and TypeScript SDKs
-// do), or call at least every 3/4 TTL, keep their session.
+// Agents that keep the event stream open (the Go SDK's client does), or
+// call at least every 3/4 TTL, keep their session.
 func (h *HTTP) janitor() {
 	defer close(h.done)
 	ttl := h.opts.ttl()
