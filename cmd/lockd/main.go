@@ -91,6 +91,9 @@ LOCKD_API_KEY; these and --json may also come before the command: lockd --server
   lockd session create|renew|show|end ...
                                 one keep-alive for many grants (lockd session -h);
                                 acquire with --session ID to take a grant in one
+  lockd mcp     [--owner NAME] [--ttl 30s]
+                                an MCP server on stdin/stdout for an AI agent host:
+                                tools to claim, release and list keys (docs/agents.md)
 
 Every flag also reads LOCKD_<FLAG> (LOCKD_TOKEN, LOCKD_TTL, ...).
 Exit codes: 0 ok, 1 held (or no permit free) after the wait, 2 usage (also a
@@ -204,4 +207,5 @@ var clientCommands = map[string]clientCommand{
 	"leader":        leaderCmd,
 	"session":       sessionCmd,
 	"quarantine":    quarantineCmd,
+	"mcp":           mcpCmd,
 }

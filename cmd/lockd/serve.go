@@ -27,6 +27,7 @@ import (
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lock/store"
+	"github.com/lockd/lockd/internal/mcp"
 	"github.com/lockd/lockd/internal/server"
 	"github.com/lockd/lockd/internal/tracing"
 	"github.com/lockd/lockd/internal/web"
@@ -459,13 +460,30 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	// The write timeout follows the longest wait the server really allows,
 	// so that a late grant is always delivered.
-	httpSrv := newHTTPServer(srv.Handler(reg, dash), srv.MaxWait(), httpTimeouts)
+	// AI agents' MCP endpoint, /mcp: its claims last while an agent's MCP
+	// session does, and at most the default TTL after it vanishes.
+	version, _ := buildVersion()
+	agents := mcp.NewHTTP(context.Background(), mcp.Options{TTL: cfg.defaultTTL, Version: version})
+	defer agents.Close()
+	httpSrv := newHTTPServer(srv.Handler(reg, withMCP{dash, agents, srv.RequireKey}), srv.MaxWait(), httpTimeouts)
 	if cfg.maxConns > 0 {
 		ln = limitConns(ln, httpSrv, cfg.maxConns, reg)
 	}
 	logAuth(cfg, ln, log)
 	log.Info().Str("addr", ln.Addr().String()).Bool("tls", cfg.tlsCert != "").Msg("listening")
-	return serveUntilDone(ctx, cfg, httpSrv, ln, srv, engine, log)
+	// At a stop the agents' sessions end first, while the router and the
+	// engine still serve the releases of their claims.
+	serving, stopServing := context.WithCancel(context.Background())
+	defer stopServing()
+	go func() {
+		select {
+		case <-ctx.Done():
+			agents.Close()
+			stopServing()
+		case <-serving.Done():
+		}
+	}()
+	return serveUntilDone(serving, cfg, httpSrv, ln, srv, engine, log)
 }
 
 // limitConns caps the connections open on ln at maxConns. Each connection
