@@ -36,6 +36,9 @@ type agent struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// ending makes end run once; every caller of end waits for it.
+	ending sync.Once
+
 	mu         sync.Mutex
 	closed     bool
 	noSessions bool // the server has none (Redlock)
@@ -166,8 +169,12 @@ func (a *agent) mine(key string) int64 {
 
 // end lets go of everything: the leases with a TTL of their own one by
 // one, then the session, which releases every grant in it at once. Waits
-// in flight give up first.
-func (a *agent) end() {
+// in flight give up first. The MCP session's end and lockd's shutdown may
+// both call it; each returns once everything is let go, so that a
+// shutdown never stops serving while the releases are under way.
+func (a *agent) end() { a.ending.Do(a.letGo) }
+
+func (a *agent) letGo() {
 	a.cancel()
 	a.mu.Lock()
 	if a.closed {
