@@ -251,7 +251,10 @@ func TestManualRenewal(t *testing.T) {
 			need(t, lang.prog, lang.install)
 			key := "ex:" + lang.name
 
-			s := start(t, ld, nil, lang.prog, lang.file, key, "300", "1.2")
+			// A TTL of 1.5 s, renewed every 0.5 s: a loaded 2-core machine
+			// can hold a Python or Node thread back for a few hundred ms
+			// (a 300 ms TTL lapsed between renewals there).
+			s := start(t, ld, nil, lang.prog, lang.file, key, "1500", "2")
 			if code := s.wait(t); code != 0 {
 				t.Fatalf("exit %d\n%s%s", code, &s.out, &s.err)
 			}
