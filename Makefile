@@ -1,6 +1,6 @@
 # lockd's everyday commands. `make test` is the one CI runs.
 
-.PHONY: run test check generate bench build image lint-spec screenshot
+.PHONY: run test test-quick check generate bench build image lint-spec screenshot
 
 # Run lockd on the embedded in-process store (no Redis needed).
 run:
@@ -11,6 +11,14 @@ run:
 test:
 	./scripts/install-deps
 	go test -race -count=1 ./...
+
+# The suite without what takes longest: the Sentinel, Cluster and Redlock
+# topologies, fault injection, the Python and TypeScript clients, the
+# browser, and the race detector. For a quick look while working; CI runs
+# make test.
+test-quick:
+	./scripts/install-deps
+	go test -count=1 -skip 'Sentinel|Cluster|Redlock|Faults|Failover|Python|TypeScript|Browser' ./...
 
 # Formatting, vet, staticcheck (pinned as a go tool) and generated code
 # that matches its sources (the TypeScript client's types need the npm
