@@ -16,9 +16,9 @@ import (
 // exactly as long as the session: its expiry is the session's, moved by
 // every renewal of the session and by nothing else, so that a session
 // nobody renews takes all its grants with it at the same moment, recorded
-// as released by "session" (lib.lua, record_lapse). Ending the session
-// releases them at once, and wakes their waiters, as their holders'
-// releases would.
+// as released by "session" (scripts/lib/events.lua, events.record_lapse).
+// Ending the session releases them at once, and wakes their waiters, as
+// their holders' releases would.
 //
 // A session is a record of its own in Redis (session.lua), named by its
 // handle, a hash of its secret id and its scope, so that neither the id
