@@ -51,9 +51,10 @@ const (
 	MaxSessionTTL = 24 * time.Hour
 )
 
-// sessionSlack is how far a grant's expiry may drift from its session's
+// sessionSlack is how far past its session's expiry a grant's may be
 // before an acquire renews the grant to match (a waiter granted long after
-// it asked has the session's expiry as of its request).
+// it asked has the session's expiry as of its request). Never before it:
+// a grant that would end earlier than its session is renewed to match.
 const sessionSlack = 50 * time.Millisecond
 
 // sessionFanOut bounds the grants one session operation renews or
@@ -304,8 +305,10 @@ func (e *Engine) acquireInSession(ctx context.Context, res Resource, req Acquire
 		return Lease{}, err
 	}
 	// A waiter's grant has the session's expiry as of its request; the
-	// session may have been renewed since.
-	if d := lease.ExpiresAt.Sub(a.expiresAt); d > sessionSlack || d < -sessionSlack {
+	// session may have been renewed since. A grant must never end before
+	// its session, not even by the slack: a renewal of the session that
+	// comes late in its TTL, but in time, would find the grant gone.
+	if d := lease.ExpiresAt.Sub(a.expiresAt); d > sessionSlack || d < 0 {
 		renewed, err := e.n.renewBy(ctx, res.id(), RenewRequest{Token: lease.Token, TTL: a.expiresAt.Sub(a.now), Actor: req.Actor}, true)
 		if err != nil {
 			return Lease{}, err

@@ -262,6 +262,55 @@ func TestSessionWaiterAndReleasedGrant(t *testing.T) {
 	}
 }
 
+// A grant never ends before its session: a waiter granted just after a
+// renewal of its session (its TTL was the session's time left when it
+// asked, some 45 ms before that renewal's worth of time) is moved to the
+// session's expiry, not left up to 50 ms short of it, where a renewal of
+// the session that comes late in its TTL, but in time, would find the
+// grant gone.
+func TestSessionGrantNeverEndsBeforeItsSession(t *testing.T) {
+	e := newEngine(t, backends[0].open(t))
+	ctx := context.Background()
+	s, err := e.CreateSession(ctx, "", "w", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter asks this much after the session began: its TTL is the
+	// session's time left then. (Longer under load only makes the gap
+	// wider than the slack, which the old code corrected too.)
+	time.Sleep(45 * time.Millisecond)
+	holder := mustAcquire(t, e, lock.Lock("sn:a"), lock.AcquireRequest{Owner: "other", TTL: time.Minute})
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := e.Acquire(ctx, lock.Lock("sn:a"), lock.AcquireRequest{Owner: "w", Session: s.ID, Wait: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, func() bool { st, _ := e.State(ctx, lock.Lock("sn:a")); return len(st.Queue) == 1 })
+	if _, err := e.RenewSession(ctx, "", s.ID, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Release(ctx, lock.Lock("sn:a"), holder.Token, "other"); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	now, err := e.GetSession(ctx, "", s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.State(ctx, lock.Lock("sn:a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, at := range map[string]time.Time{"the waiter's lease": l.ExpiresAt, "the key's state": st.ExpiresAt} {
+		if at.Before(now.ExpiresAt) {
+			t.Errorf("%s expires at %v, %v before its session", what, at, now.ExpiresAt.Sub(at))
+		}
+	}
+}
+
 // runSessions checks sessions through two engines on one topology (a
 // Sentinel's master, a Cluster's masters, where the session and its grants
 // are in different slots): a session made through a holds grants taken
