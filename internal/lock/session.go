@@ -226,6 +226,11 @@ func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Ses
 		return Session{}, err
 	}
 	left := r.expiresAt.Sub(r.now)
+	// The grants are renewed even if the caller goes away meanwhile (its
+	// answer came too late: a client's renewal times out at the session's
+	// expiry): the session's record has moved, and its grants must not
+	// lapse before it.
+	ctx = context.WithoutCancel(ctx)
 	err = eachGrant(r.grants, func(g sessionGrant) error {
 		_, err := e.n.renewBy(ctx, g.id, RenewRequest{Token: g.token, TTL: left, Actor: actor}, true)
 		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost) {
