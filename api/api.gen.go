@@ -1275,8 +1275,8 @@ type CampaignParams struct {
 	// for the key. The replay is marked (`Idempotent-Replayed: true`,
 	// `"replayed": true`): the first request still holds the lease and
 	// does the work, so a replay must not process again. A replay that
-	// asks for another `owner` or `ttl_ms` answers 409
-	// `idempotency_mismatch` and changes nothing.
+	// asks for another `owner`, `ttl_ms`, `mode`, `limit` or `value`
+	// answers 409 `idempotency_mismatch` and changes nothing.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -1321,8 +1321,8 @@ type AcquireLockParams struct {
 	// for the key. The replay is marked (`Idempotent-Replayed: true`,
 	// `"replayed": true`): the first request still holds the lease and
 	// does the work, so a replay must not process again. A replay that
-	// asks for another `owner` or `ttl_ms` answers 409
-	// `idempotency_mismatch` and changes nothing.
+	// asks for another `owner`, `ttl_ms`, `mode`, `limit` or `value`
+	// answers 409 `idempotency_mismatch` and changes nothing.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -1355,8 +1355,8 @@ type AcquireSemaphoreParams struct {
 	// for the key. The replay is marked (`Idempotent-Replayed: true`,
 	// `"replayed": true`): the first request still holds the lease and
 	// does the work, so a replay must not process again. A replay that
-	// asks for another `owner` or `ttl_ms` answers 409
-	// `idempotency_mismatch` and changes nothing.
+	// asks for another `owner`, `ttl_ms`, `mode`, `limit` or `value`
+	// answers 409 `idempotency_mismatch` and changes nothing.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 

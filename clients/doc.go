@@ -29,6 +29,11 @@
 // The harness fails, never skips, when an interpreter (python3, node) or
 // the TypeScript compiler of tools/js is missing.
 //
+// TestClientLayers holds each client's modules to floors (errors, then
+// the transport, the renewal loop, lease, session, client): a module
+// imports only from the floors below its own, so that lease and session
+// never again depend on each other or on the client above them.
+//
 // The TypeScript client's request and response types, typescript/src/api.ts,
 // are generated from api/openapi.yaml by the openapi-typescript pinned in
 // tools/js (go generate; make check fails when they are not current).

@@ -37,7 +37,7 @@ var (
 	ErrTooManyHolders = errors.New("lock: too many holders of one key")
 	// ErrIdempotencyMismatch means an acquire repeated the Idempotency-Key
 	// of a live lease but asked for another owner or TTL.
-	ErrIdempotencyMismatch = errors.New("lock: idempotency key reused with another owner, ttl, mode or limit")
+	ErrIdempotencyMismatch = errors.New("lock: idempotency key reused with another owner, ttl, mode, limit or value")
 	// ErrModeMismatch means a re-entry asked for another mode than the
 	// lease's (a shared holder asking to re-enter exclusive: an upgrade,
 	// which lockd does not do). The error is a *ModeMismatchError.

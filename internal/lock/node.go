@@ -544,10 +544,9 @@ func queueFrom(r *reply, i int) []Queued {
 // readHistory runs history.lua: up to limit events of the key's history,
 // or of its renewals, newest first (it records a lapse first).
 func (n *node) readHistory(ctx context.Context, key string, limit int, renewals bool) ([]Event, error) {
-	k := keysOf(key)
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	keys, argv := historyCall{keys: k, shared: n.sharedOf(key), renewals: renewals, limit: limit}.run(n)
+	keys, argv := historyCallOf(key, n.sharedOf(key), renewals, limit).args()
 	v, err := n.st.Run(ctx, n.scripts.history, keys, argv...)
 	if err != nil {
 		return nil, wrap("history", err)

@@ -174,22 +174,28 @@ func (c forceReleaseCall) args() ([]string, []any) {
 		[]any{c.actor, c.reason, c.channel, c.fence, c.trace}
 }
 
-// historyCall is history.lua's call.
+// historyCall is history.lua's call: its fields are the names the script
+// reads KEYS and ARGV under, in their places (TestCallNames).
 type historyCall struct {
-	keys     keys
-	shared   *sharedKeys
-	renewals bool // read the renewals, not the history
-	limit    int
+	lease, hist, sched, stream string
+	read                       string // the list to read: the history, or the renewals
+	holders                    string
+
+	count int // how many events at most
 }
 
-func (c historyCall) run(n *node) ([]string, []any) {
-	k, sh := c.keys, c.shared
+func historyCallOf(key string, sh *sharedKeys, renewals bool, count int) historyCall {
+	k := keysOf(key)
 	read := k.hist
-	if c.renewals {
+	if renewals {
 		read = k.renewals
 	}
-	return []string{k.lease, k.hist, sh.expiries, sh.events, read, k.holders},
-		[]any{c.limit}
+	return historyCall{lease: k.lease, hist: k.hist, sched: sh.expiries, stream: sh.events, read: read,
+		holders: k.holders, count: count}
+}
+
+func (c historyCall) args() ([]string, []any) {
+	return []string{c.lease, c.hist, c.sched, c.stream, c.read, c.holders}, []any{c.count}
 }
 
 // Replies: one Go type per reply shape of a script's header, each read by

@@ -20,15 +20,12 @@ import (
 // it names) to its call type in protocol.go: as many keys and arguments,
 // and no body that reads one past them.
 func TestScriptHeaders(t *testing.T) {
-	n := &node{arg: args{historyMax: 1, retention: 1, eventsMax: 1, renewalsMax: 1, replica: "r", alive: 1, queueTTL: 1}}
-	k := keysOf("k")
-	sh := &sharedKeys{}
 	calls := map[string]func() ([]string, []any){
 		"acquire":       func() ([]string, []any) { return acquireCall{}.args() },
 		"renew":         func() ([]string, []any) { return renewCall{}.args() },
 		"release":       func() ([]string, []any) { return releaseCall{}.args() },
 		"force_release": func() ([]string, []any) { return forceReleaseCall{}.args() },
-		"history":       func() ([]string, []any) { return historyCall{keys: k, shared: sh}.run(n) },
+		"history":       func() ([]string, []any) { return historyCall{}.args() },
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
@@ -52,6 +49,7 @@ func TestScriptHeaders(t *testing.T) {
 func TestCallNames(t *testing.T) {
 	for script, call := range map[string]interface{ args() ([]string, []any) }{
 		"acquire": &acquireCall{}, "renew": &renewCall{}, "release": &releaseCall{}, "force_release": &forceReleaseCall{},
+		"history": &historyCall{},
 	} {
 		t.Run(script, func(t *testing.T) {
 			lua := luaCall(t, mustRead(script))

@@ -16,9 +16,9 @@ import (
 // exactly as long as the session: its expiry is the session's, moved by
 // every renewal of the session and by nothing else, so that a session
 // nobody renews takes all its grants with it at the same moment, recorded
-// as released by "session" (lib.lua, record_lapse). Ending the session
-// releases them at once, and wakes their waiters, as their holders'
-// releases would.
+// as released by "session" (scripts/lib/events.lua, events.record_lapse).
+// Ending the session releases them at once, and wakes their waiters, as
+// their holders' releases would.
 //
 // A session is a record of its own in Redis (session.lua), named by its
 // handle, a hash of its secret id and its scope, so that neither the id
@@ -51,9 +51,10 @@ const (
 	MaxSessionTTL = 24 * time.Hour
 )
 
-// sessionSlack is how far a grant's expiry may drift from its session's
+// sessionSlack is how far past its session's expiry a grant's may be
 // before an acquire renews the grant to match (a waiter granted long after
-// it asked has the session's expiry as of its request).
+// it asked has the session's expiry as of its request). Never before it:
+// a grant that would end earlier than its session is renewed to match.
 const sessionSlack = 50 * time.Millisecond
 
 // sessionFanOut bounds the grants one session operation renews or
@@ -225,6 +226,11 @@ func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Ses
 		return Session{}, err
 	}
 	left := r.expiresAt.Sub(r.now)
+	// The grants are renewed even if the caller goes away meanwhile (its
+	// answer came too late: a client's renewal times out at the session's
+	// expiry): the session's record has moved, and its grants must not
+	// lapse before it.
+	ctx = context.WithoutCancel(ctx)
 	err = eachGrant(r.grants, func(g sessionGrant) error {
 		_, err := e.n.renewBy(ctx, g.id, RenewRequest{Token: g.token, TTL: left, Actor: actor}, true)
 		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost) {
@@ -304,8 +310,10 @@ func (e *Engine) acquireInSession(ctx context.Context, res Resource, req Acquire
 		return Lease{}, err
 	}
 	// A waiter's grant has the session's expiry as of its request; the
-	// session may have been renewed since.
-	if d := lease.ExpiresAt.Sub(a.expiresAt); d > sessionSlack || d < -sessionSlack {
+	// session may have been renewed since. A grant must never end before
+	// its session, not even by the slack: a renewal of the session that
+	// comes late in its TTL, but in time, would find the grant gone.
+	if d := lease.ExpiresAt.Sub(a.expiresAt); d > sessionSlack || d < 0 {
 		renewed, err := e.n.renewBy(ctx, res.id(), RenewRequest{Token: lease.Token, TTL: a.expiresAt.Sub(a.now), Actor: req.Actor}, true)
 		if err != nil {
 			return Lease{}, err

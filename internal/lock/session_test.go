@@ -3,10 +3,15 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
 )
 
 // near fails the test unless a and b are within d of each other.
@@ -260,6 +265,131 @@ func TestSessionWaiterAndReleasedGrant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A grant never ends before its session: a waiter granted just after a
+// renewal of its session (its TTL was the session's time left when it
+// asked, some 45 ms before that renewal's worth of time) is moved to the
+// session's expiry, not left up to 50 ms short of it, where a renewal of
+// the session that comes late in its TTL, but in time, would find the
+// grant gone.
+func TestSessionGrantNeverEndsBeforeItsSession(t *testing.T) {
+	e := newEngine(t, backends[0].open(t))
+	ctx := context.Background()
+	s, err := e.CreateSession(ctx, "", "w", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter asks this much after the session began: its TTL is the
+	// session's time left then. (Longer under load only makes the gap
+	// wider than the slack, which the old code corrected too.)
+	time.Sleep(45 * time.Millisecond)
+	holder := mustAcquire(t, e, lock.Lock("sn:a"), lock.AcquireRequest{Owner: "other", TTL: time.Minute})
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := e.Acquire(ctx, lock.Lock("sn:a"), lock.AcquireRequest{Owner: "w", Session: s.ID, Wait: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, func() bool { st, _ := e.State(ctx, lock.Lock("sn:a")); return len(st.Queue) == 1 })
+	if _, err := e.RenewSession(ctx, "", s.ID, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Release(ctx, lock.Lock("sn:a"), holder.Token, "other"); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	now, err := e.GetSession(ctx, "", s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.State(ctx, lock.Lock("sn:a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, at := range map[string]time.Time{"the waiter's lease": l.ExpiresAt, "the key's state": st.ExpiresAt} {
+		if at.Before(now.ExpiresAt) {
+			t.Errorf("%s expires at %v, %v before its session", what, at, now.ExpiresAt.Sub(at))
+		}
+	}
+}
+
+// A renewal of a session whose caller goes away once the session's record
+// has moved (its answer came too late: a client's renewal times out at
+// the session's expiry) still renews every grant of the session: else the
+// session would live on past grants that lapse at its previous expiry.
+func TestSessionRenewalOutlivesItsCaller(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	e := newEngine(t, rdb)
+	ctx := context.Background()
+	s, err := e.CreateSession(ctx, "", "w", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, e, lock.Lock("so:a"), lock.AcquireRequest{Owner: "w", Session: s.ID})
+	// So that the renewal moves the session's expiry by a measurable step.
+	time.Sleep(100 * time.Millisecond)
+	renewCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rdb.AddHook(cancelAfterSessionRenew{cancel})
+	_, err = e.RenewSession(renewCtx, "", s.ID, "w")
+	t.Logf("the renewal whose caller went away answered %v", err)
+	now, err := e.GetSession(ctx, "", s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !now.ExpiresAt.After(s.ExpiresAt) {
+		t.Fatalf("the session's record did not move: %v, before %v", now.ExpiresAt, s.ExpiresAt)
+	}
+	st, err := e.State(ctx, lock.Lock("so:a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ExpiresAt.Before(now.ExpiresAt) {
+		t.Fatalf("the grant expires at %v, %v before its session", st.ExpiresAt, now.ExpiresAt.Sub(st.ExpiresAt))
+	}
+}
+
+// cancelAfterSessionRenew cancels a context as soon as session.lua's renew
+// has answered: the caller of the renewal goes away just then.
+type cancelAfterSessionRenew struct{ cancel context.CancelFunc }
+
+func (h cancelAfterSessionRenew) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cancelAfterSessionRenew) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if isSessionRenew(cmd) {
+			h.cancel()
+		}
+		return err
+	}
+}
+
+func (h cancelAfterSessionRenew) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if isSessionRenew(c) {
+				h.cancel()
+			}
+		}
+		return err
+	}
+}
+
+// isSessionRenew says whether cmd runs session.lua's renew: a session key
+// among its keys and "renew" as its op.
+func isSessionRenew(cmd redis.Cmder) bool {
+	var session, renew bool
+	for _, a := range cmd.Args() {
+		v := fmt.Sprint(a)
+		session = session || strings.Contains(v, "{sess/")
+		renew = renew || v == "renew"
+	}
+	return session && renew
 }
 
 // runSessions checks sessions through two engines on one topology (a

@@ -100,6 +100,7 @@ class Client:
         self.semaphores = Semaphores(self)
         self.elections = Elections(self)
         self.sessions = Sessions(self)
+        self._ops = _Ops(self)
 
     def __repr__(self) -> str:
         key = ", api_key=<set>" if self._t.has_api_key else ""
@@ -365,7 +366,7 @@ class Client:
         arrived = time.monotonic()
         if not isinstance(answer.get("session"), str):
             raise Unavailable("POST /v1/sessions: the answer has no session id; not lockd's")
-        return Session(self, answer, sent, auto_renew=auto_renew, on_lost=on_lost, arrived=arrived)
+        return Session(self._ops, answer, sent, auto_renew=auto_renew, on_lost=on_lost, arrived=arrived)
 
     # The work, once for every kind.
 
@@ -417,7 +418,7 @@ class Client:
         if answer.get("replayed"):
             sent = first  # granted to an earlier attempt whose answer was lost
         lease = Lease(
-            self,
+            self._ops,
             kind,
             answer,
             sent,
@@ -491,6 +492,32 @@ class Client:
                 log.warning("%s: %s; retry %d in %.2f s", what, err, attempt + 1, d)
                 attempt += 1
                 time.sleep(d)
+
+
+class _Ops:
+    """_Ops is what the client's leases and sessions ask of it (LeaseOps, SessionOps): its requests, under its timeout as it is now."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    @property
+    def timeout(self) -> float:
+        return self._c.timeout
+
+    def renew(self, kind: str, key: str, token: str, ttl: float, timeout: float) -> Dict[str, Any]:
+        return self._c._renew(kind, key, token, ttl, timeout)
+
+    def proclaim(self, key: str, token: str, value: Any) -> Dict[str, Any]:
+        return self._c._lease_call("election", key, "proclaim", {"token": token, "value": value}, self._c.timeout)
+
+    def release(self, kind: str, key: str, token: str) -> Dict[str, Any]:
+        return self._c._release(kind, key, token)
+
+    def call(self, method: str, session_id: str, op: str, timeout: float) -> Dict[str, Any]:
+        return self._c._session_call(method, session_id, op, timeout)
+
+    def read(self, session_id: str) -> Dict[str, Any]:
+        return self._c.sessions.get(session_id)
 
 
 class Semaphores:

@@ -34,19 +34,59 @@ import logging
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type
+from typing import Any, Callable, Dict, List, Optional, Protocol, Type
 
 from ._keepalive import grant_expiry, keep_alive, ran_out
 from .errors import LeaseLost, LockdError, SessionLost
-
-if TYPE_CHECKING:
-    from .client import Client
-    from .session import Session
 
 log = logging.getLogger("lockd")
 
 # OnLost is called once, from the thread that noticed, when a lease is lost.
 OnLost = Callable[["Lease", LeaseLost], None]
+
+
+class LeaseOps(Protocol):
+    """LeaseOps is what a Lease asks of its Client (internal): the requests on a granted lease, each sent once."""
+
+    @property
+    def timeout(self) -> float: ...
+
+    def renew(self, kind: str, key: str, token: str, ttl: float, timeout: float) -> Dict[str, Any]: ...
+
+    def proclaim(self, key: str, token: str, value: Any) -> Dict[str, Any]: ...
+
+    def release(self, kind: str, key: str, token: str) -> Dict[str, Any]: ...
+
+
+class LeaseSession(Protocol):
+    """LeaseSession is the Session that keeps a lease alive, as the lease sees it.
+
+    session.py builds on this module (a Session tells its leases of its
+    loss and its end); this one names its session by what it offers, not
+    by its class, so that the dependency goes one way.
+    """
+
+    ttl: float
+    owner: Optional[str]
+    lost: threading.Event
+    error: Optional[SessionLost]
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def renewals(self) -> int: ...
+
+    @property
+    def leases(self) -> List["Lease"]: ...
+
+    def check(self) -> None: ...
+
+    def renew(self) -> Dict[str, Any]: ...
+
+    def info(self) -> Dict[str, Any]: ...
+
+    def end(self) -> Optional[Dict[str, Any]]: ...
 
 
 class Lease:
@@ -71,16 +111,16 @@ class Lease:
 
     def __init__(
         self,
-        client: "Client",
+        ops: LeaseOps,
         kind: str,
         answer: Dict[str, Any],
         sent: float,
         auto_renew: bool = True,
         on_lost: Optional[OnLost] = None,
-        session: Optional["Session"] = None,
+        session: Optional[LeaseSession] = None,
         arrived: Optional[float] = None,
     ) -> None:
-        self._client = client
+        self._ops = ops
         self.session = session
         self.kind = kind
         self.key: str = answer["key"]
@@ -173,9 +213,9 @@ class Lease:
             self.check()  # the renewal no longer lists its grant
             return
         sent = time.monotonic()
-        timeout = min(self._client.timeout, max(self._expiry() - sent, 0.001))
+        timeout = min(self._ops.timeout, max(self._expiry() - sent, 0.001))
         try:
-            answer = self._client._renew(self.kind, self.key, self.__token, self.ttl, timeout)
+            answer = self._ops.renew(self.kind, self.key, self.__token, self.ttl, timeout)
         except LeaseLost as err:
             self._lose(err)
             raise
@@ -200,9 +240,7 @@ class Lease:
         self.check()
         sent = time.monotonic()
         try:
-            answer = self._client._lease_call(
-                self.kind, self.key, "proclaim", {"token": self.__token, "value": value}, self._client.timeout
-            )
+            answer = self._ops.proclaim(self.key, self.__token, value)
         except LeaseLost as err:
             self._lose(err)
             raise
@@ -229,7 +267,7 @@ class Lease:
         self._stop.set()
         self.check()
         try:
-            return self._client._release(self.kind, self.key, self.__token)
+            return self._ops.release(self.kind, self.key, self.__token)
         except LeaseLost as err:
             self._lose(err, after_release=True)
             raise

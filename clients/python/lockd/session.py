@@ -27,19 +27,33 @@ import logging
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, Type
 
 from ._keepalive import grant_expiry, keep_alive, ran_out
 from .errors import LeaseLost, LockdError, SessionLost
 
 if TYPE_CHECKING:
-    from .client import Client
     from .lease import Lease
 
 log = logging.getLogger("lockd")
 
 # OnSessionLost is called once, from the thread that noticed, when a session is lost.
 OnSessionLost = Callable[["Session", SessionLost], None]
+
+
+class SessionOps(Protocol):
+    """SessionOps is what a Session asks of its Client (internal)."""
+
+    @property
+    def timeout(self) -> float: ...
+
+    def call(self, method: str, session_id: str, op: str, timeout: float) -> Dict[str, Any]:
+        """call is one request on /v1/sessions/{id}[op], sent once."""
+        ...
+
+    def read(self, session_id: str) -> Dict[str, Any]:
+        """read is GET /v1/sessions/{id}, retried as reads are."""
+        ...
 
 
 class Session:
@@ -58,14 +72,14 @@ class Session:
 
     def __init__(
         self,
-        client: "Client",
+        ops: SessionOps,
         answer: Dict[str, Any],
         sent: float,
         auto_renew: bool = True,
         on_lost: Optional[OnSessionLost] = None,
         arrived: Optional[float] = None,
     ) -> None:
-        self._client = client
+        self._ops = ops
         self.__id: str = answer["session"]
         self.ttl: float = answer["ttl_ms"] / 1000.0
         self.owner: Optional[str] = answer.get("owner")
@@ -126,9 +140,9 @@ class Session:
         """
         self.check()
         sent = time.monotonic()
-        timeout = min(self._client.timeout, max(self._expiry() - sent, 0.001))
+        timeout = min(self._ops.timeout, max(self._expiry() - sent, 0.001))
         try:
-            answer = self._client._session_call("POST", self.__id, "/renew", timeout)
+            answer = self._ops.call("POST", self.__id, "/renew", timeout)
         except SessionLost as err:
             self._lose(err)
             raise
@@ -152,10 +166,7 @@ class Session:
         SessionLost.
         """
         try:
-            answer = self._client._retrying(
-                "GET /v1/sessions/{id}", time.monotonic() + self._client.retry_for,
-                lambda: self._client._session_call("GET", self.__id, "", self._client.timeout),
-            )
+            answer = self._ops.read(self.__id)
         except SessionLost as err:
             self._lose(err)
             raise
@@ -180,7 +191,7 @@ class Session:
         self._stop.set()
         self.check()
         try:
-            answer = self._client._session_call("DELETE", self.__id, "", self._client.timeout)
+            answer = self._ops.call("DELETE", self.__id, "", self._ops.timeout)
         except SessionLost as err:
             self._lose(err, after_end=True)
             raise

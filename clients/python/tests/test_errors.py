@@ -94,7 +94,7 @@ class Offline(unittest.TestCase):
         c = lockd.Client("http://127.0.0.1:1", api_key="api-key-secret")
         self.assertEqual(repr(c), "lockd.Client('http://127.0.0.1:1', api_key=<set>)")
         answer = {"key": "k", "token": "token-secret", "fence": 7, "ttl_ms": 3000, "owner": "me", "mode": "exclusive"}
-        lease = lockd.Lease(c, "lock", answer, time.monotonic(), auto_renew=False)
+        lease = lockd.Lease(c._ops, "lock", answer, time.monotonic(), auto_renew=False)
         self.assertEqual(lease.token, "token-secret")
         for text in (repr(lease), str(lease), repr(lease.info), repr(vars(lease).get("_info"))):
             self.assertNotIn("token-secret", text)
@@ -105,9 +105,9 @@ class Offline(unittest.TestCase):
             "session": "session-id-secret", "owner": "me", "ttl_ms": 3000,
             "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T00:00:03Z", "holds": [],
         }
-        session = lockd.Session(c, session_answer, time.monotonic(), auto_renew=False)
+        session = lockd.Session(c._ops, session_answer, time.monotonic(), auto_renew=False)
         self.assertEqual(session.id, "session-id-secret")
-        in_session = lockd.Lease(c, "lock", answer, time.monotonic(), session=session)
+        in_session = lockd.Lease(c._ops, "lock", answer, time.monotonic(), session=session)
         texts = (repr(session), str(session), repr(vars(session).get("_info")), repr(in_session), repr(in_session.info))
         for text in texts:
             self.assertNotIn("session-id-secret", text)

@@ -1696,7 +1696,9 @@ export interface components {
          *     `mode_mismatch`: a re-entry (`token`) named another `mode` than the
          *     lease's; a re-entry keeps the lease's mode (`field` is `mode`).
          *     `idempotency_mismatch`: the Idempotency-Key of a live lease was sent
-         *     with another `owner`, `ttl_ms`, `mode` or `limit`. `lock_delay`:
+         *     with another `owner`, `ttl_ms`, `mode`, `limit` or `value` (a
+         *     replay must repeat the first request's value, or send none when it
+         *     sent none). `lock_delay`:
          *     the key's last lease ended by expiry or force-release and its
          *     lock-delay has not passed (`remaining_ms` and `Retry-After` say how
          *     long it lasts).
@@ -1792,8 +1794,8 @@ export interface components {
          *     for the key. The replay is marked (`Idempotent-Replayed: true`,
          *     `"replayed": true`): the first request still holds the lease and
          *     does the work, so a replay must not process again. A replay that
-         *     asks for another `owner` or `ttl_ms` answers 409
-         *     `idempotency_mismatch` and changes nothing.
+         *     asks for another `owner`, `ttl_ms`, `mode`, `limit` or `value`
+         *     answers 409 `idempotency_mismatch` and changes nothing.
          */
         IdempotencyKey: string;
         /** @description Only keys that start with this text (the key alphabet, may be empty). */
@@ -1827,8 +1829,8 @@ export interface operations {
                  *     for the key. The replay is marked (`Idempotent-Replayed: true`,
                  *     `"replayed": true`): the first request still holds the lease and
                  *     does the work, so a replay must not process again. A replay that
-                 *     asks for another `owner` or `ttl_ms` answers 409
-                 *     `idempotency_mismatch` and changes nothing.
+                 *     asks for another `owner`, `ttl_ms`, `mode`, `limit` or `value`
+                 *     answers 409 `idempotency_mismatch` and changes nothing.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -2152,8 +2154,8 @@ export interface operations {
                  *     for the key. The replay is marked (`Idempotent-Replayed: true`,
                  *     `"replayed": true`): the first request still holds the lease and
                  *     does the work, so a replay must not process again. A replay that
-                 *     asks for another `owner` or `ttl_ms` answers 409
-                 *     `idempotency_mismatch` and changes nothing.
+                 *     asks for another `owner`, `ttl_ms`, `mode`, `limit` or `value`
+                 *     answers 409 `idempotency_mismatch` and changes nothing.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -2466,8 +2468,8 @@ export interface operations {
                  *     for the key. The replay is marked (`Idempotent-Replayed: true`,
                  *     `"replayed": true`): the first request still holds the lease and
                  *     does the work, so a replay must not process again. A replay that
-                 *     asks for another `owner` or `ttl_ms` answers 409
-                 *     `idempotency_mismatch` and changes nothing.
+                 *     asks for another `owner`, `ttl_ms`, `mode`, `limit` or `value`
+                 *     answers 409 `idempotency_mismatch` and changes nothing.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };

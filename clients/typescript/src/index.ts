@@ -81,7 +81,7 @@ export {
   type ErrorInit,
 } from "./errors.js";
 export { VERSION, backoff, type Fetch, type Logger } from "./http.js";
-export { Lease, type LeaseKind, type OnLost } from "./lease.js";
+export { Lease, type LeaseKind, type LeaseSession, type OnLost } from "./lease.js";
 export { Observer, SILENCE_MS, type ObserveOptions } from "./observe.js";
 export { Session, type OnSessionLost } from "./session.js";
 export type * from "./types.js";

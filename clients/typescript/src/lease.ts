@@ -29,8 +29,7 @@
 import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
 import { grantExpiry, ranOut, Renewer } from "./renewer.js";
-import type { Session } from "./session.js";
-import type { GrantMode, LeaseInfo, LeadershipInfo, ReleaseResult, ResignResult, Value } from "./types.js";
+import type { GrantMode, LeaseInfo, LeadershipInfo, ReleaseResult, ResignResult, SessionInfo, Value } from "./types.js";
 
 /** What a lease is a grant of. */
 export type LeaseKind = "lock" | "semaphore" | "election";
@@ -50,6 +49,28 @@ export interface LeaseOps {
   release(kind: LeaseKind, key: string, token: string): Promise<ReleaseResult | ResignResult>;
 }
 
+/**
+ * LeaseSession is the Session that keeps a lease alive, as the lease sees
+ * it. session.ts builds on this module (a Session tells its leases of its
+ * loss and its end); this one names its session by what it offers, not by
+ * its class, so that the dependency goes one way. Session implements it.
+ */
+export interface LeaseSession {
+  readonly id: string;
+  readonly ttlMs: number;
+  readonly owner: string;
+  readonly signal: AbortSignal;
+  readonly lost: boolean;
+  readonly error: SessionLost | undefined;
+  readonly ended: boolean;
+  readonly renewals: number;
+  readonly leases: Lease[];
+  check(): void;
+  renew(): Promise<SessionInfo>;
+  info(): Promise<SessionInfo>;
+  end(): Promise<SessionInfo | undefined>;
+}
+
 /** The options of a Lease's constructor (internal: leases come from acquire, semaphores and campaign). */
 export interface LeaseInit {
   autoRenew?: boolean | undefined;
@@ -57,7 +78,7 @@ export interface LeaseInit {
   value?: Value | undefined;
   onLost?: OnLost | undefined;
   /** The Session that keeps it alive: the lease then has no renewer of its own. */
-  session?: Session | undefined;
+  session?: LeaseSession | undefined;
   /** When the grant's answer arrived (now()); default sentAt (grantExpiry). */
   arrivedAt?: number | undefined;
 }
@@ -91,7 +112,7 @@ export class Lease {
   /** Aborted the moment the lease is lost; its reason is the LeaseLost. Not aborted by a release. */
   readonly signal: AbortSignal;
   /** The Session that keeps the lease alive; undefined when it renews itself (or is in a session known only by its id). */
-  readonly session: Session | undefined;
+  readonly session: LeaseSession | undefined;
 
   readonly #ops: LeaseOps;
   readonly #token: string;

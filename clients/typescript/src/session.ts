@@ -26,7 +26,7 @@
 import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
 import { grantExpiry, ranOut, Renewer } from "./renewer.js";
-import type { Lease } from "./lease.js";
+import type { Lease, LeaseSession } from "./lease.js";
 import type { CreatedSession, SessionInfo } from "./types.js";
 
 /** OnSessionLost is called once when a session is lost, with the SessionLost that says why. */
@@ -59,7 +59,7 @@ export interface SessionInit {
  * `session` to acquire, withLock, permits or campaign; `leases` are the
  * leases in it that are neither released nor lost.
  */
-export class Session {
+export class Session implements LeaseSession {
   readonly ttlMs: number;
   readonly owner: string;
   /** Aborted the moment the session is lost (and every lease in it); its reason is the SessionLost. Not aborted by end. */
