@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -294,8 +295,12 @@ func cpuTime() time.Duration {
 func BenchmarkHTTPVersusBare(b *testing.B) {
 	lockdT, bareT, engineT, rs := benchTargets(b)
 	admin := rs.Client(b)
-	const clients, round, rounds = 32, 2 * time.Second, 3
+	const round, rounds = 2 * time.Second, 3
 	only := os.Getenv("BENCH_ONLY") // bare|engine|lockd|etcd runs one side alone, for a profile
+	clients := 32
+	if n, err := strconv.Atoi(os.Getenv("BENCH_CLIENTS")); err == nil && n > 0 {
+		clients = n // for a profile of fewer callers
+	}
 	targets := []target{bareT, engineT, lockdT}
 	if only == "" || only == "etcd" {
 		if e := startEtcd(b); e != nil {
