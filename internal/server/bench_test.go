@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -105,6 +106,9 @@ type target struct {
 	name  string
 	base  string // URL prefix of /{key}/acquire and /{key}/release
 	calls *redistest.Counter
+	// cycle, when set, is the target's own acquire+release (etcd's
+	// mutex); else the cycle over HTTP at base.
+	cycle func(key string) error
 }
 
 func benchTargets(b *testing.B) (lockd, bare, eng target, rs *redistest.Server) {
@@ -153,8 +157,8 @@ func benchTargets(b *testing.B) (lockd, bare, eng target, rs *redistest.Server) 
 		_ = brdb.Close()
 		_ = erdb.Close()
 	})
-	return target{"lockd", ts.URL + "/v1/locks", lockdCalls}, target{"bare", bs.URL + "/bare", bareCalls},
-		target{"engine", es.URL + "/engine", engineCalls}, rs
+	return target{name: "lockd", base: ts.URL + "/v1/locks", calls: lockdCalls}, target{name: "bare", base: bs.URL + "/bare", calls: bareCalls},
+		target{name: "engine", base: es.URL + "/engine", calls: engineCalls}, rs
 }
 
 var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
@@ -224,6 +228,9 @@ func percentile(lat []time.Duration, p float64) time.Duration {
 func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d time.Duration) loadResult {
 	var mu sync.Mutex
 	var res loadResult
+	if t.calls == nil {
+		t.calls = &redistest.Counter{}
+	}
 	calls0, trips0 := t.calls.Commands.Load(), t.calls.RoundTrips.Load()
 	rcpu0 := redistest.CPU(admin)
 	cpu0 := cpuTime() + rcpu0
@@ -242,7 +249,13 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 			fails := 0
 			for time.Now().Before(deadline) {
 				s := time.Now()
-				if err := cycle(t.base, key); err != nil {
+				var err error
+				if t.cycle != nil {
+					err = t.cycle(key)
+				} else {
+					err = cycle(t.base, key)
+				}
+				if err != nil {
 					fails++
 					continue
 				}
@@ -282,34 +295,60 @@ func cpuTime() time.Duration {
 func BenchmarkHTTPVersusBare(b *testing.B) {
 	lockdT, bareT, engineT, rs := benchTargets(b)
 	admin := rs.Client(b)
-	const clients, round, rounds = 32, 2 * time.Second, 3
+	const round, rounds = 2 * time.Second, 3
+	only := os.Getenv("BENCH_ONLY") // bare|engine|lockd|etcd runs one side alone, for a profile
+	clients := 32
+	if n, err := strconv.Atoi(os.Getenv("BENCH_CLIENTS")); err == nil && n > 0 {
+		clients = n // for a profile of fewer callers
+	}
+	targets := []target{bareT, engineT, lockdT}
+	if only == "" || only == "etcd" {
+		if e := startEtcd(b); e != nil {
+			targets = append(targets, target{name: "etcd", cycle: e.cycle})
+		}
+	}
+	targets = slices.DeleteFunc(targets, func(t target) bool { return only != "" && only != t.name })
 	// Warm up: scripts loaded, connections open.
-	runLoad(lockdT, rs, admin, clients, 300*time.Millisecond)
-	runLoad(bareT, rs, admin, clients, 300*time.Millisecond)
-	runLoad(engineT, rs, admin, clients, 300*time.Millisecond)
+	for _, t := range targets {
+		runLoad(t, rs, admin, clients, 300*time.Millisecond)
+	}
 	b.ResetTimer()
-	var ratios, engineRatios, stackRatios []float64
-	var last map[string]loadResult
+	var ratios, engineRatios, stackRatios, etcdRatios []float64
+	var last, one map[string]loadResult
 	for range b.N {
 		for range rounds {
 			last = map[string]loadResult{}
-			for _, t := range []target{bareT, engineT, lockdT} {
-				// BENCH_ONLY=bare|engine|lockd runs one side alone, for a profile.
-				if o := os.Getenv("BENCH_ONLY"); o != "" && o != t.name {
-					continue
-				}
+			for _, t := range targets {
 				last[t.name] = runLoad(t, rs, admin, clients, round)
 			}
 			ratios = append(ratios, last["lockd"].rate()/last["bare"].rate())
 			engineRatios = append(engineRatios, last["engine"].rate()/last["bare"].rate())
 			stackRatios = append(stackRatios, last["lockd"].rate()/last["engine"].rate())
+			etcdRatios = append(etcdRatios, last["etcd"].rate()/last["bare"].rate())
+		}
+		// One client: the latency of a lone caller, nothing queued.
+		one = map[string]loadResult{}
+		for _, t := range targets {
+			one[t.name] = runLoad(t, rs, admin, 1, round)
 		}
 	}
 	b.StopTimer()
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	for _, name := range []string{"bare", "engine", "lockd"} {
+	for _, name := range []string{"bare", "engine", "lockd", "etcd"} {
+		if r, ok := one[name]; ok {
+			b.Logf("%-6s 1 client: %5.0f cycles/s  p50 %5.0f µs  p99 %6.0f µs  %.0f allocations/cycle", name, r.rate(),
+				float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()), float64(r.allocs)/float64(r.cycles))
+		}
+	}
+	for _, name := range []string{"bare", "engine", "lockd", "etcd"} {
 		r, ok := last[name]
 		if !ok {
+			continue
+		}
+		if name == "etcd" {
+			// etcd's own CPU is another process's, not counted here.
+			b.Logf("%-6s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  failures %d", name, r.rate(),
+				float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()), r.failures)
 			continue
 		}
 		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle in %.2f round trips  %.0f µs CPU/cycle (all processes, %.0f µs in Redis)  %.0f allocations/cycle (server and load)  failures %d",
@@ -317,11 +356,19 @@ func BenchmarkHTTPVersusBare(b *testing.B) {
 			float64(r.calls)/float64(r.cycles), float64(r.trips)/float64(r.cycles), float64(r.cpu.Microseconds())/float64(r.cycles),
 			float64(r.redisCPU.Microseconds())/float64(r.cycles), float64(r.allocs)/float64(r.cycles), r.failures)
 	}
-	if len(last) < 3 {
-		return // BENCH_ONLY: one side, for a profile
+	if only != "" {
+		return // one side, for a profile
 	}
 	b.Logf("medians of %d rounds: lockd/bare %.2f = engine/bare %.2f (the engine: scripts, batching) × lockd/engine %.2f (the HTTP stack)",
 		len(ratios), median(ratios), median(engineRatios), median(stackRatios))
+	p50 := func(r loadResult) float64 { return float64(percentile(r.lat, .5).Microseconds()) }
+	b.Logf("1 client: lockd p50 / bare p50 %.2f", p50(one["lockd"])/p50(one["bare"]))
+	b.ReportMetric(p50(one["lockd"])/p50(one["bare"]), "lockd/bare-p50-1client")
+	if _, ok := last["etcd"]; ok {
+		b.Logf("etcd mutex/bare %.2f (median of %d rounds); 1 client: etcd p50 / bare p50 %.2f",
+			median(etcdRatios), len(etcdRatios), p50(one["etcd"])/p50(one["bare"]))
+		b.ReportMetric(median(etcdRatios), "etcd/bare")
+	}
 	l := last["lockd"]
 	b.ReportMetric(median(ratios), "lockd/bare")
 	b.ReportMetric(median(engineRatios), "engine/bare")

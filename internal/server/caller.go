@@ -61,6 +61,10 @@ type exchange struct {
 	// foreignHost is set by checkHost on an open endpoint (served to any
 	// Host) when the Host is not one the server answers to.
 	foreignHost bool
+	// body is the request's body as checkBody decoded it (nil for an
+	// empty one) when bodyChecked, for leaseOps.
+	body        any
+	bodyChecked bool
 }
 
 func exchangeOf(ctx context.Context) *exchange {

@@ -76,7 +76,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer, dashboard Dashboard) http
 		RequestErrorHandlerFunc:  requestError,
 		ResponseErrorHandlerFunc: writeError,
 	})
-	api.HandlerWithOptions(strict, api.ChiServerOptions{
+	api.HandlerWithOptions(leaseOps{strict, s}, api.ChiServerOptions{
 		BaseRouter:       r,
 		Middlewares:      []api.MiddlewareFunc{s.checkRequest},
 		ErrorHandlerFunc: paramError,
@@ -109,12 +109,13 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		// The request's span: in the caller's trace (traceparent), or a
 		// new one; its trace id goes on every log line of the request.
 		ctx, span := s.startSpan(r)
-		l := s.log.With().Str("req_id", id).Str("trace_id", tracing.TraceID(ctx)).Logger()
+		traceID := tracing.TraceID(ctx)
+		l := s.log.With().Str("req_id", id).Str("trace_id", traceID).Logger()
 		// The exchange (who calls, from where) rides in the same new
 		// context: identify and checkHost fill it in.
 		// The trace id rides along to the history events the request
 		// causes (lock.WithTrace).
-		ctx = lock.WithTrace(ctx, tracing.TraceID(ctx))
+		ctx = lock.WithTrace(ctx, traceID)
 		r = r.WithContext(context.WithValue(l.WithContext(ctx), callerKey{}, &exchange{}))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
@@ -122,7 +123,8 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		d := time.Since(start)
 		route, method, status := routePattern(r), methodLabel(r.Method), ww.Status()
 		s.metrics.request(route, method, status, d)
-		endSpan(span, s.resourceOf(r), method, route, status)
+		res := s.resourceOf(r)
+		endSpan(span, res, method, route, status)
 		// The handler may have added the owner to the request's logger.
 		log := zerolog.Ctx(r.Context())
 		ev := log.Info()
@@ -132,7 +134,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if !ev.Enabled() {
 			return
 		}
-		if res := s.resourceOf(r); res.Name != "" {
+		if res.Name != "" {
 			ev = ev.Str("key", res.Name)
 			if res.Kind != 0 {
 				ev = ev.Stringer("kind", res.Kind)

@@ -205,6 +205,7 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		r.Body = http.NoBody
+		checked(r, nil)
 		return nil
 	}
 	if ct != "" {
@@ -228,9 +229,20 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 		if err := decodeStrict(b, v); err != nil {
 			return err
 		}
-		return noNullValue(b)
+		if err := noNullValue(b); err != nil {
+			return err
+		}
+		checked(r, v)
 	}
 	return nil
+}
+
+// checked keeps body, decoded by checkBody, for leaseOps: one decode
+// instead of two.
+func checked(r *http.Request, body any) {
+	if x := exchangeOf(r.Context()); x != nil {
+		x.body, x.bodyChecked = body, true
+	}
 }
 
 // noNullValue refuses "value": null, which the decoder would take for an
