@@ -1292,8 +1292,14 @@ type GetElectionHistoryParams struct {
 // StreamEventsParams defines parameters for StreamEvents.
 type StreamEventsParams struct {
 	// Prefix Only the locks and semaphores whose key or name starts with this
-	// text (the key alphabet, may be empty).
+	// text (the key alphabet, may be empty). `a:1` also matches
+	// `a:10`; follow exact keys with `key`.
 	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Key Only these exact keys or names (repeatable, at most 100:
+	// `?key=a:1&key=b:2`). With `prefix` too, an event must match
+	// both. Each key must be one the API key may read (403 otherwise).
+	Key *[]string `form:"key,omitempty" json:"key,omitempty"`
 
 	// LastEventID Resume after this event (an `id:` the stream sent): two numbers
 	// below 2^64, `<ms>-<seq>`. Another value is a 400 naming
@@ -4642,6 +4648,18 @@ func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Re
 		if params.Prefix != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Key != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "key", *params.Key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -16478,6 +16496,19 @@ func (siw *ServerInterfaceWrapper) StreamEvents(w http.ResponseWriter, r *http.R
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "prefix"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "prefix", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "key" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "key", r.URL.Query(), &params.Key, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "key"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
 		}
 		return
 	}

@@ -3013,9 +3013,16 @@ export interface operations {
             query?: {
                 /**
                  * @description Only the locks and semaphores whose key or name starts with this
-                 *     text (the key alphabet, may be empty).
+                 *     text (the key alphabet, may be empty). `a:1` also matches
+                 *     `a:10`; follow exact keys with `key`.
                  */
                 prefix?: string;
+                /**
+                 * @description Only these exact keys or names (repeatable, at most 100:
+                 *     `?key=a:1&key=b:2`). With `prefix` too, an event must match
+                 *     both. Each key must be one the API key may read (403 otherwise).
+                 */
+                key?: string[];
             };
             header?: {
                 /**
