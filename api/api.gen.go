@@ -21,13 +21,14 @@ import (
 
 // Defines values for EventType.
 const (
-	Acquired      EventType = "acquired"
-	Expired       EventType = "expired"
-	ForceReleased EventType = "force_released"
-	Proclaimed    EventType = "proclaimed"
-	Reentered     EventType = "reentered"
-	Released      EventType = "released"
-	Renewed       EventType = "renewed"
+	Acquired              EventType = "acquired"
+	Expired               EventType = "expired"
+	ForceReleased         EventType = "force_released"
+	Proclaimed            EventType = "proclaimed"
+	Reentered             EventType = "reentered"
+	ReleaseRequestedEvent EventType = "release_requested"
+	Released              EventType = "released"
+	Renewed               EventType = "renewed"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -42,6 +43,8 @@ func (e EventType) Valid() bool {
 	case Proclaimed:
 		return true
 	case Reentered:
+		return true
+	case ReleaseRequestedEvent:
 		return true
 	case Released:
 		return true
@@ -106,6 +109,21 @@ func (e HoldLostEventEvent) Valid() bool {
 	}
 }
 
+// Defines values for HoldReleaseRequestedEventEvent.
+const (
+	HoldReleaseRequested HoldReleaseRequestedEventEvent = "release_requested"
+)
+
+// Valid indicates whether the value is a known member of the HoldReleaseRequestedEventEvent enum.
+func (e HoldReleaseRequestedEventEvent) Valid() bool {
+	switch e {
+	case HoldReleaseRequested:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LeadershipLeaseEventEvent.
 const (
 	CampaignLeader  LeadershipLeaseEventEvent = "leader"
@@ -147,12 +165,13 @@ func (e LockEventKind) Valid() bool {
 
 // Defines values for LockEventType.
 const (
-	LockEventAcquired      LockEventType = "acquired"
-	LockEventExpired       LockEventType = "expired"
-	LockEventForceReleased LockEventType = "force_released"
-	LockEventProclaimed    LockEventType = "proclaimed"
-	LockEventReentered     LockEventType = "reentered"
-	LockEventReleased      LockEventType = "released"
+	LockEventAcquired         LockEventType = "acquired"
+	LockEventExpired          LockEventType = "expired"
+	LockEventForceReleased    LockEventType = "force_released"
+	LockEventProclaimed       LockEventType = "proclaimed"
+	LockEventReentered        LockEventType = "reentered"
+	LockEventReleaseRequested LockEventType = "release_requested"
+	LockEventReleased         LockEventType = "released"
 )
 
 // Valid indicates whether the value is a known member of the LockEventType enum.
@@ -168,6 +187,8 @@ func (e LockEventType) Valid() bool {
 		return true
 	case LockEventReentered:
 		return true
+	case LockEventReleaseRequested:
+		return true
 	case LockEventReleased:
 		return true
 	default:
@@ -177,12 +198,13 @@ func (e LockEventType) Valid() bool {
 
 // Defines values for LockEventMessageEvent.
 const (
-	LockEventMessageAcquired      LockEventMessageEvent = "acquired"
-	LockEventMessageExpired       LockEventMessageEvent = "expired"
-	LockEventMessageForceReleased LockEventMessageEvent = "force_released"
-	LockEventMessageProclaimed    LockEventMessageEvent = "proclaimed"
-	LockEventMessageReentered     LockEventMessageEvent = "reentered"
-	LockEventMessageReleased      LockEventMessageEvent = "released"
+	LockEventMessageAcquired         LockEventMessageEvent = "acquired"
+	LockEventMessageExpired          LockEventMessageEvent = "expired"
+	LockEventMessageForceReleased    LockEventMessageEvent = "force_released"
+	LockEventMessageProclaimed       LockEventMessageEvent = "proclaimed"
+	LockEventMessageReentered        LockEventMessageEvent = "reentered"
+	LockEventMessageReleaseRequested LockEventMessageEvent = "release_requested"
+	LockEventMessageReleased         LockEventMessageEvent = "released"
 )
 
 // Valid indicates whether the value is a known member of the LockEventMessageEvent enum.
@@ -197,6 +219,8 @@ func (e LockEventMessageEvent) Valid() bool {
 	case LockEventMessageProclaimed:
 		return true
 	case LockEventMessageReentered:
+		return true
+	case LockEventMessageReleaseRequested:
 		return true
 	case LockEventMessageReleased:
 		return true
@@ -259,6 +283,7 @@ const (
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
 	ProblemCodeModeMismatch         ProblemCode = "mode_mismatch"
 	ProblemCodeNoPermits            ProblemCode = "no_permits"
+	ProblemCodeNotExclusive         ProblemCode = "not_exclusive"
 	ProblemCodeNotFound             ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge      ProblemCode = "payload_too_large"
 	ProblemCodeQueued               ProblemCode = "queued"
@@ -298,6 +323,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeModeMismatch:
 		return true
 	case ProblemCodeNoPermits:
+		return true
+	case ProblemCodeNotExclusive:
 		return true
 	case ProblemCodeNotFound:
 		return true
@@ -671,6 +698,17 @@ type HoldLostEvent struct {
 // HoldLostEventEvent defines model for HoldLostEvent.Event.
 type HoldLostEventEvent string
 
+// HoldReleaseRequestedEvent `release_requested` (a lock's hold only): somebody asks the holder to step aside; the holder decides.
+type HoldReleaseRequestedEvent struct {
+	// Data A request that the holder step aside (`POST
+	// /v1/locks/{key}/request-release`); the holder decides.
+	Data  ReleaseRequested               `json:"data"`
+	Event HoldReleaseRequestedEventEvent `json:"event"`
+}
+
+// HoldReleaseRequestedEventEvent defines model for HoldReleaseRequestedEvent.Event.
+type HoldReleaseRequestedEventEvent string
+
 // Holder One live grant of a key (never its token).
 type Holder struct {
 	AcquiredAt time.Time `json:"acquired_at"`
@@ -769,6 +807,10 @@ type Lease struct {
 	// Owner Example: worker-7
 	Owner string `json:"owner"`
 
+	// ReleaseRequested A request that the holder step aside (`POST
+	// /v1/locks/{key}/request-release`); the holder decides.
+	ReleaseRequested *ReleaseRequested `json:"release_requested,omitempty"`
+
 	// Replayed Present and true when an acquire replays an earlier grant of the
 	// same Idempotency-Key: another request got this lease first and is
 	// doing the work.
@@ -866,11 +908,15 @@ type LockState struct {
 
 	// Queue The waiting requests, in the order they will be granted, across
 	// every replica: the live ones among the first 100 queued.
-	Queue       []Queued  `json:"queue"`
-	RemainingMs int64     `json:"remaining_ms"`
-	Renewals    int64     `json:"renewals"`
-	RenewedAt   time.Time `json:"renewed_at"`
-	TtlMs       int64     `json:"ttl_ms"`
+	Queue []Queued `json:"queue"`
+
+	// ReleaseRequested A request that the holder step aside (`POST
+	// /v1/locks/{key}/request-release`); the holder decides.
+	ReleaseRequested *ReleaseRequested `json:"release_requested,omitempty"`
+	RemainingMs      int64             `json:"remaining_ms"`
+	Renewals         int64             `json:"renewals"`
+	RenewedAt        time.Time         `json:"renewed_at"`
+	TtlMs            int64             `json:"ttl_ms"`
 
 	// Value A value on a grant: any JSON (object, array, string, number,
 	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
@@ -1008,6 +1054,14 @@ type ReleaseRequest struct {
 	Token string `json:"token"`
 }
 
+// ReleaseRequested A request that the holder step aside (`POST
+// /v1/locks/{key}/request-release`); the holder decides.
+type ReleaseRequested struct {
+	At     time.Time `json:"at"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+}
+
 // ReleaseResult defines model for ReleaseResult.
 type ReleaseResult struct {
 	Count int    `json:"count"`
@@ -1035,6 +1089,26 @@ type RenewRequest struct {
 	// range (which decoders read as Infinity) and a `\u` escape of half a
 	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
+}
+
+// RequestReleaseRequest defines model for RequestReleaseRequest.
+type RequestReleaseRequest struct {
+	// By Who asks, as the holder will read it (default the API key's name or the caller's address).
+	By *string `json:"by,omitempty"`
+
+	// Fence Ask only the holder with this fence; 409 `lease_lost` when another holds the key.
+	Fence  *int64  `json:"fence,omitempty"`
+	Reason *string `json:"reason,omitempty"`
+}
+
+// RequestReleaseResult defines model for RequestReleaseResult.
+type RequestReleaseResult struct {
+	Fence int64  `json:"fence"`
+	Key   string `json:"key"`
+
+	// Owner The holder that was asked.
+	Owner       string    `json:"owner"`
+	RequestedAt time.Time `json:"requested_at"`
 }
 
 // ResignResult defines model for ResignResult.
@@ -1411,6 +1485,9 @@ type ReleaseLockJSONRequestBody = ReleaseRequest
 // RenewLockJSONRequestBody defines body for RenewLock for application/json ContentType.
 type RenewLockJSONRequestBody = RenewRequest
 
+// RequestReleaseLockJSONRequestBody defines body for RequestReleaseLock for application/json ContentType.
+type RequestReleaseLockJSONRequestBody = RequestReleaseRequest
+
 // AcquireSemaphoreJSONRequestBody defines body for AcquireSemaphore for application/json ContentType.
 type AcquireSemaphoreJSONRequestBody = SemaphoreAcquireRequest
 
@@ -1503,6 +1580,8 @@ func (t EventStreamMessage) ValueByDiscriminator() (interface{}, error) {
 		return t.AsLockEventMessage()
 	case "reentered":
 		return t.AsLockEventMessage()
+	case "release_requested":
+		return t.AsLockEventMessage()
 	case "released":
 		return t.AsLockEventMessage()
 	case "reset":
@@ -1538,6 +1617,32 @@ func (t *HoldEvent) FromHoldLeaseEvent(v HoldLeaseEvent) error {
 
 // MergeHoldLeaseEvent performs a merge with any union data inside the HoldEvent, using the provided HoldLeaseEvent
 func (t *HoldEvent) MergeHoldLeaseEvent(v HoldLeaseEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsHoldReleaseRequestedEvent returns the union data inside the HoldEvent as a HoldReleaseRequestedEvent
+func (t HoldEvent) AsHoldReleaseRequestedEvent() (HoldReleaseRequestedEvent, error) {
+	var body HoldReleaseRequestedEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHoldReleaseRequestedEvent overwrites any union data inside the HoldEvent as the provided HoldReleaseRequestedEvent
+func (t *HoldEvent) FromHoldReleaseRequestedEvent(v HoldReleaseRequestedEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHoldReleaseRequestedEvent performs a merge with any union data inside the HoldEvent, using the provided HoldReleaseRequestedEvent
+func (t *HoldEvent) MergeHoldReleaseRequestedEvent(v HoldReleaseRequestedEvent) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -1592,6 +1697,8 @@ func (t HoldEvent) ValueByDiscriminator() (interface{}, error) {
 		return t.AsHoldLeaseEvent()
 	case "lost":
 		return t.AsHoldLostEvent()
+	case "release_requested":
+		return t.AsHoldReleaseRequestedEvent()
 	case "renewed":
 		return t.AsHoldLeaseEvent()
 	default:
@@ -2291,6 +2398,11 @@ type ClientInterface interface {
 	// - `acquired` — data: the lease, token included;
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
+	// - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+	//   `at`), once per request, after the renewal that learnt of it
+	//   (within ttl/3 of `POST …/request-release`): somebody asks the
+	//   holder to step aside; the holder decides (close the stream to
+	//   let go);
 	// - `lost` — data: a problem body, when the lease was broken or could
 	//   not be renewed, or the server shuts down; the stream ends after it.
 	//
@@ -2325,6 +2437,11 @@ type ClientInterface interface {
 	// - `acquired` — data: the lease, token included;
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
+	// - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+	//   `at`), once per request, after the renewal that learnt of it
+	//   (within ttl/3 of `POST …/request-release`): somebody asks the
+	//   holder to step aside; the holder decides (close the stream to
+	//   let go);
 	// - `lost` — data: a problem body, when the lease was broken or could
 	//   not be renewed, or the server shuts down; the stream ends after it.
 	//
@@ -2393,6 +2510,42 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 	RenewLock(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RequestReleaseLockWithBody Ask the holder of a lock to step aside.
+	//
+	// The holder learns it and decides (nothing is broken): its renew
+	// answers carry `release_requested` (`by`, `reason`, `at`) until its
+	// lease ends, its hold stream gets a `release_requested` event, and
+	// the event stream and webhooks a `release_requested` event (actor:
+	// the API key or address that asked). A newer request replaces an
+	// older one. With `fence`, only the holder with that fence is asked
+	// (409 `lease_lost` otherwise). A key held shared is 409
+	// `not_exclusive`: shared holders hold together, so a request to one
+	// of them asks nobody in particular; break them with force-release,
+	// or wait. 404 when nobody holds the key.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+	RequestReleaseLockWithBody(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RequestReleaseLock Ask the holder of a lock to step aside.
+	//
+	// The holder learns it and decides (nothing is broken): its renew
+	// answers carry `release_requested` (`by`, `reason`, `at`) until its
+	// lease ends, its hold stream gets a `release_requested` event, and
+	// the event stream and webhooks a `release_requested` event (actor:
+	// the API key or address that asked). A newer request replaces an
+	// older one. With `fence`, only the holder with that fence is asked
+	// (409 `lease_lost` otherwise). A key held shared is 409
+	// `not_exclusive`: shared holders hold together, so a request to one
+	// of them asks nobody in particular; break them with force-release,
+	// or wait. 404 when nobody holds the key.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+	RequestReleaseLock(ctx context.Context, key Key, body RequestReleaseLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSemaphores List live semaphores, paged.
 	//
@@ -3361,6 +3514,11 @@ func (c *Client) GetLockHistory(ctx context.Context, key Key, params *GetLockHis
 //   - `acquired` — data: the lease, token included;
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
+//   - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+//     `at`), once per request, after the renewal that learnt of it
+//     (within ttl/3 of `POST …/request-release`): somebody asks the
+//     holder to step aside; the holder decides (close the stream to
+//     let go);
 //   - `lost` — data: a problem body, when the lease was broken or could
 //     not be renewed, or the server shuts down; the stream ends after it.
 //
@@ -3405,6 +3563,11 @@ func (c *Client) HoldLockWithBody(ctx context.Context, key Key, contentType stri
 //   - `acquired` — data: the lease, token included;
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
+//   - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+//     `at`), once per request, after the renewal that learnt of it
+//     (within ttl/3 of `POST …/request-release`): somebody asks the
+//     holder to step aside; the holder decides (close the stream to
+//     let go);
 //   - `lost` — data: a problem body, when the lease was broken or could
 //     not be renewed, or the server shuts down; the stream ends after it.
 //
@@ -3514,6 +3677,62 @@ func (c *Client) RenewLockWithBody(ctx context.Context, key Key, contentType str
 // Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 func (c *Client) RenewLock(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRenewLockRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RequestReleaseLockWithBody Ask the holder of a lock to step aside.
+//
+// The holder learns it and decides (nothing is broken): its renew
+// answers carry `release_requested` (`by`, `reason`, `at`) until its
+// lease ends, its hold stream gets a `release_requested` event, and
+// the event stream and webhooks a `release_requested` event (actor:
+// the API key or address that asked). A newer request replaces an
+// older one. With `fence`, only the holder with that fence is asked
+// (409 `lease_lost` otherwise). A key held shared is 409
+// `not_exclusive`: shared holders hold together, so a request to one
+// of them asks nobody in particular; break them with force-release,
+// or wait. 404 when nobody holds the key.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+func (c *Client) RequestReleaseLockWithBody(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestReleaseLockRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RequestReleaseLock Ask the holder of a lock to step aside.
+//
+// The holder learns it and decides (nothing is broken): its renew
+// answers carry `release_requested` (`by`, `reason`, `at`) until its
+// lease ends, its hold stream gets a `release_requested` event, and
+// the event stream and webhooks a `release_requested` event (actor:
+// the API key or address that asked). A newer request replaces an
+// older one. With `fence`, only the holder with that fence is asked
+// (409 `lease_lost` otherwise). A key held shared is 409
+// `not_exclusive`: shared holders hold together, so a request to one
+// of them asks nobody in particular; break them with force-release,
+// or wait. 404 when nobody holds the key.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+func (c *Client) RequestReleaseLock(ctx context.Context, key Key, body RequestReleaseLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestReleaseLockRequest(c.Server, key, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5133,6 +5352,53 @@ func NewRenewLockRequestWithBody(server string, key Key, contentType string, bod
 	return req, nil
 }
 
+// NewRequestReleaseLockRequest calls the generic RequestReleaseLock builder with application/json body
+func NewRequestReleaseLockRequest(server string, key Key, body RequestReleaseLockJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRequestReleaseLockRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewRequestReleaseLockRequestWithBody constructs an http.Request for the RequestReleaseLock method, with any body, and a specified content type
+func NewRequestReleaseLockRequestWithBody(server string, key Key, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/locks/%s/request-release", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListSemaphoresRequest constructs an http.Request for the ListSemaphores method
 func NewListSemaphoresRequest(server string, params *ListSemaphoresParams) (*http.Request, error) {
 	var err error
@@ -6264,6 +6530,11 @@ type ClientWithResponsesInterface interface {
 	// - `acquired` — data: the lease, token included;
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
+	// - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+	//   `at`), once per request, after the renewal that learnt of it
+	//   (within ttl/3 of `POST …/request-release`): somebody asks the
+	//   holder to step aside; the holder decides (close the stream to
+	//   let go);
 	// - `lost` — data: a problem body, when the lease was broken or could
 	//   not be renewed, or the server shuts down; the stream ends after it.
 	//
@@ -6298,6 +6569,11 @@ type ClientWithResponsesInterface interface {
 	// - `acquired` — data: the lease, token included;
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
+	// - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+	//   `at`), once per request, after the renewal that learnt of it
+	//   (within ttl/3 of `POST …/request-release`): somebody asks the
+	//   holder to step aside; the holder decides (close the stream to
+	//   let go);
 	// - `lost` — data: a problem body, when the lease was broken or could
 	//   not be renewed, or the server shuts down; the stream ends after it.
 	//
@@ -6366,6 +6642,42 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 	RenewLockWithResponse(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockResponse, error)
+
+	// RequestReleaseLockWithBodyWithResponse Ask the holder of a lock to step aside.
+	//
+	// The holder learns it and decides (nothing is broken): its renew
+	// answers carry `release_requested` (`by`, `reason`, `at`) until its
+	// lease ends, its hold stream gets a `release_requested` event, and
+	// the event stream and webhooks a `release_requested` event (actor:
+	// the API key or address that asked). A newer request replaces an
+	// older one. With `fence`, only the holder with that fence is asked
+	// (409 `lease_lost` otherwise). A key held shared is 409
+	// `not_exclusive`: shared holders hold together, so a request to one
+	// of them asks nobody in particular; break them with force-release,
+	// or wait. 404 when nobody holds the key.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+	RequestReleaseLockWithBodyWithResponse(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestReleaseLockResponse, error)
+
+	// RequestReleaseLockWithResponse Ask the holder of a lock to step aside.
+	//
+	// The holder learns it and decides (nothing is broken): its renew
+	// answers carry `release_requested` (`by`, `reason`, `at`) until its
+	// lease ends, its hold stream gets a `release_requested` event, and
+	// the event stream and webhooks a `release_requested` event (actor:
+	// the API key or address that asked). A newer request replaces an
+	// older one. With `fence`, only the holder with that fence is asked
+	// (409 `lease_lost` otherwise). A key held shared is 409
+	// `not_exclusive`: shared holders hold together, so a request to one
+	// of them asks nobody in particular; break them with force-release,
+	// or wait. 404 when nobody holds the key.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+	RequestReleaseLockWithResponse(ctx context.Context, key Key, body RequestReleaseLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestReleaseLockResponse, error)
 
 	// ListSemaphoresWithResponse List live semaphores, paged.
 	//
@@ -9088,6 +9400,138 @@ func (r RenewLockResponse) ContentType() string {
 	return ""
 }
 
+// RequestReleaseLockResponse401Headers the declared response headers of an HTTP 401 response for RequestReleaseLock
+type RequestReleaseLockResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// RequestReleaseLockResponse409Headers the declared response headers of an HTTP 409 response for RequestReleaseLock
+type RequestReleaseLockResponse409Headers struct {
+	RetryAfter *int
+}
+
+// RequestReleaseLockResponse429Headers the declared response headers of an HTTP 429 response for RequestReleaseLock
+type RequestReleaseLockResponse429Headers struct {
+	RetryAfter int
+}
+
+// RequestReleaseLockResponse503Headers the declared response headers of an HTTP 503 response for RequestReleaseLock
+type RequestReleaseLockResponse503Headers struct {
+	RetryAfter int
+}
+
+type RequestReleaseLockResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *RequestReleaseResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RequestReleaseLockResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RequestReleaseLockResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestReleaseLockResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RequestReleaseLockResponse503Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RequestReleaseLockResponse) GetJSON202() *RequestReleaseResult {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RequestReleaseLockResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RequestReleaseLockResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RequestReleaseLockResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RequestReleaseLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListSemaphoresResponse401Headers the declared response headers of an HTTP 401 response for ListSemaphores
 type ListSemaphoresResponse401Headers struct {
 	WWWAuthenticate string
@@ -11272,6 +11716,11 @@ func (c *ClientWithResponses) GetLockHistoryWithResponse(ctx context.Context, ke
 //   - `acquired` — data: the lease, token included;
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
+//   - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+//     `at`), once per request, after the renewal that learnt of it
+//     (within ttl/3 of `POST …/request-release`): somebody asks the
+//     holder to step aside; the holder decides (close the stream to
+//     let go);
 //   - `lost` — data: a problem body, when the lease was broken or could
 //     not be renewed, or the server shuts down; the stream ends after it.
 //
@@ -11312,6 +11761,11 @@ func (c *ClientWithResponses) HoldLockWithBodyWithResponse(ctx context.Context, 
 //   - `acquired` — data: the lease, token included;
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
+//   - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+//     `at`), once per request, after the renewal that learnt of it
+//     (within ttl/3 of `POST …/request-release`): somebody asks the
+//     holder to step aside; the holder decides (close the stream to
+//     let go);
 //   - `lost` — data: a problem body, when the lease was broken or could
 //     not be renewed, or the server shuts down; the stream ends after it.
 //
@@ -11409,6 +11863,54 @@ func (c *ClientWithResponses) RenewLockWithResponse(ctx context.Context, key Key
 		return nil, err
 	}
 	return ParseRenewLockResponse(rsp)
+}
+
+// RequestReleaseLockWithBodyWithResponse Ask the holder of a lock to step aside.
+//
+// The holder learns it and decides (nothing is broken): its renew
+// answers carry `release_requested` (`by`, `reason`, `at`) until its
+// lease ends, its hold stream gets a `release_requested` event, and
+// the event stream and webhooks a `release_requested` event (actor:
+// the API key or address that asked). A newer request replaces an
+// older one. With `fence`, only the holder with that fence is asked
+// (409 `lease_lost` otherwise). A key held shared is 409
+// `not_exclusive`: shared holders hold together, so a request to one
+// of them asks nobody in particular; break them with force-release,
+// or wait. 404 when nobody holds the key.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+func (c *ClientWithResponses) RequestReleaseLockWithBodyWithResponse(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestReleaseLockResponse, error) {
+	rsp, err := c.RequestReleaseLockWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestReleaseLockResponse(rsp)
+}
+
+// RequestReleaseLockWithResponse Ask the holder of a lock to step aside.
+//
+// The holder learns it and decides (nothing is broken): its renew
+// answers carry `release_requested` (`by`, `reason`, `at`) until its
+// lease ends, its hold stream gets a `release_requested` event, and
+// the event stream and webhooks a `release_requested` event (actor:
+// the API key or address that asked). A newer request replaces an
+// older one. With `fence`, only the holder with that fence is asked
+// (409 `lease_lost` otherwise). A key held shared is 409
+// `not_exclusive`: shared holders hold together, so a request to one
+// of them asks nobody in particular; break them with force-release,
+// or wait. 404 when nobody holds the key.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+func (c *ClientWithResponses) RequestReleaseLockWithResponse(ctx context.Context, key Key, body RequestReleaseLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestReleaseLockResponse, error) {
+	rsp, err := c.RequestReleaseLock(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestReleaseLockResponse(rsp)
 }
 
 // ListSemaphoresWithResponse List live semaphores, paged.
@@ -14185,6 +14687,138 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 	return response, nil
 }
 
+// ParseRequestReleaseLockResponse parses an HTTP response from a RequestReleaseLockWithResponse call
+func ParseRequestReleaseLockResponse(rsp *http.Response) (*RequestReleaseLockResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RequestReleaseLockResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest RequestReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RequestReleaseLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers RequestReleaseLockResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestReleaseLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RequestReleaseLockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListSemaphoresResponse parses an HTTP response from a ListSemaphoresWithResponse call
 func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -15797,6 +16431,9 @@ type ServerInterface interface {
 	// RenewLock Extend a live lease.
 	// (POST /v1/locks/{key}/renew)
 	RenewLock(w http.ResponseWriter, r *http.Request, key Key)
+	// RequestReleaseLock Ask the holder of a lock to step aside.
+	// (POST /v1/locks/{key}/request-release)
+	RequestReleaseLock(w http.ResponseWriter, r *http.Request, key Key)
 	// ListSemaphores List live semaphores, paged.
 	// (GET /v1/semaphores)
 	ListSemaphores(w http.ResponseWriter, r *http.Request, params ListSemaphoresParams)
@@ -15980,6 +16617,12 @@ func (_ Unimplemented) ReleaseLock(w http.ResponseWriter, r *http.Request, key K
 // RenewLock Extend a live lease.
 // (POST /v1/locks/{key}/renew)
 func (_ Unimplemented) RenewLock(w http.ResponseWriter, r *http.Request, key Key) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RequestReleaseLock Ask the holder of a lock to step aside.
+// (POST /v1/locks/{key}/request-release)
+func (_ Unimplemented) RequestReleaseLock(w http.ResponseWriter, r *http.Request, key Key) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -16839,6 +17482,32 @@ func (siw *ServerInterfaceWrapper) RenewLock(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// RequestReleaseLock operation middleware
+func (siw *ServerInterfaceWrapper) RequestReleaseLock(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key Key
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RequestReleaseLock(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListSemaphores operation middleware
 func (siw *ServerInterfaceWrapper) ListSemaphores(w http.ResponseWriter, r *http.Request) {
 
@@ -17401,6 +18070,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/locks/{key}/force-release", wrapper.ForceReleaseLock)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/locks/{key}/request-release", wrapper.RequestReleaseLock)
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/locks/{key}/hold", wrapper.HoldLock)
@@ -20658,6 +21330,179 @@ func (response RenewLock503ApplicationProblemPlusJSONResponse) VisitRenewLockRes
 	return err
 }
 
+type RequestReleaseLockRequestObject struct {
+	Key  Key `json:"key"`
+	Body *RequestReleaseLockJSONRequestBody
+}
+
+type RequestReleaseLockResponseObject interface {
+	VisitRequestReleaseLockResponse(w http.ResponseWriter) error
+}
+
+type RequestReleaseLock202JSONResponse RequestReleaseResult
+
+func (response RequestReleaseLock202JSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock400ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock401ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock403ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock404ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock409ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock413ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock415ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock429ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock503ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListSemaphoresRequestObject struct {
 	Params ListSemaphoresParams
 }
@@ -22718,6 +23563,9 @@ type StrictServerInterface interface {
 	// RenewLock Extend a live lease.
 	// (POST /v1/locks/{key}/renew)
 	RenewLock(ctx context.Context, request RenewLockRequestObject) (RenewLockResponseObject, error)
+	// RequestReleaseLock Ask the holder of a lock to step aside.
+	// (POST /v1/locks/{key}/request-release)
+	RequestReleaseLock(ctx context.Context, request RequestReleaseLockRequestObject) (RequestReleaseLockResponseObject, error)
 	// ListSemaphores List live semaphores, paged.
 	// (GET /v1/semaphores)
 	ListSemaphores(ctx context.Context, request ListSemaphoresRequestObject) (ListSemaphoresResponseObject, error)
@@ -23490,6 +24338,42 @@ func (sh *strictHandler) RenewLock(w http.ResponseWriter, r *http.Request, key K
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(RenewLockResponseObject); ok {
 		if err := validResponse.VisitRenewLockResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RequestReleaseLock operation middleware
+func (sh *strictHandler) RequestReleaseLock(w http.ResponseWriter, r *http.Request, key Key) {
+	var request RequestReleaseLockRequestObject
+
+	request.Key = key
+
+	var body RequestReleaseLockJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RequestReleaseLock(ctx, request.(RequestReleaseLockRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RequestReleaseLock")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RequestReleaseLockResponseObject); ok {
+		if err := validResponse.VisitRequestReleaseLockResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -41,6 +41,8 @@ func NewRequestBody(operationID string) any {
 		return new(RenewLockJSONRequestBody)
 	case "renewSemaphore":
 		return new(RenewSemaphoreJSONRequestBody)
+	case "requestReleaseLock":
+		return new(RequestReleaseLockJSONRequestBody)
 	case "resign":
 		return new(ResignJSONRequestBody)
 	}

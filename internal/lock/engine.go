@@ -239,6 +239,18 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, res Resource, fence int6
 	return e.n.forceReleaseFence(ctx, res.id(), fence, actor, reason)
 }
 
+// RequestRelease asks the exclusive holder of a lock (the one with this
+// fence, when not 0) to step aside: its renewals answer the request until
+// the lease ends, and the event stream tells readers. The holder decides.
+// Shared holders and permits are ErrNotExclusive: they hold together, and
+// a request to one of them asks nobody in particular.
+func (e *Engine) RequestRelease(ctx context.Context, res Resource, fence int64, by, reason, actor string) (RequestedRelease, error) {
+	if err := res.check(); err != nil {
+		return RequestedRelease{}, err
+	}
+	return e.n.requestRelease(ctx, res.id(), fence, by, reason, actor)
+}
+
 // State returns the key's live lease, or ErrNotFound.
 func (e *Engine) State(ctx context.Context, res Resource) (State, error) {
 	if err := res.check(); err != nil {

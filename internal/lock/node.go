@@ -269,12 +269,14 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
-	g, err := decodeRenew(v)
+	g, rq, err := decodeRenew(v)
 	if err != nil {
 		return Lease{}, err
 	}
 	n.epochs.lease(sh, g.left)
-	return g.lease(key), nil
+	l := g.lease(key)
+	l.ReleaseRequested = rq
+	return l, nil
 }
 
 // giveBack is release.lua's ARGV[5]: "unclaimed" gives back only a key
@@ -396,6 +398,24 @@ func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor,
 	return Broken{Owner: r.owner, Fence: r.fence, HeldFor: heldSince(r.acquiredAt.UnixMilli())}, r.more, nil
 }
 
+// requestRelease runs force_release.lua's op "request": it asks the
+// exclusive holder of key (with fence, when not 0) to step aside.
+func (n *node) requestRelease(ctx context.Context, key string, fence int64, by, reason, actor string) (RequestedRelease, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	c := forceReleaseCallOf(key, n.sharedOf(key))
+	c.actor, c.reason, c.trace, c.op, c.by = packable(actor), packable(reason), traceOf(ctx), "request", packable(by)
+	if fence != 0 {
+		c.fence = strconv.FormatInt(fence, 10)
+	}
+	keys, argv := c.args()
+	v, err := n.write(ctx, n.scripts.forceRelease, keys, argv...)
+	if err != nil {
+		return RequestedRelease{}, wrap("request-release", err)
+	}
+	return decodeRequest(v)
+}
+
 // state runs state.lua: the key's live lease, or ErrNotFound.
 func (n *node) state(ctx context.Context, key string) (State, error) {
 	ctx, cancel := n.bound(ctx)
@@ -474,6 +494,9 @@ func exclusiveState(s *State, r *reply) {
 	s.LeftAtRenewal = r.ms(11)
 	s.Value = r.str(13)
 	s.Holders[0].Value = s.Value
+	if r.len() > 14 {
+		s.ReleaseRequested = releaseRequestOf(r.str(14))
+	}
 	s.AtRisk = atRisk(*s)
 }
 

@@ -108,6 +108,35 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/locks/{key}/request-release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Ask the holder of a lock to step aside.
+         * @description The holder learns it and decides (nothing is broken): its renew
+         *     answers carry `release_requested` (`by`, `reason`, `at`) until its
+         *     lease ends, its hold stream gets a `release_requested` event, and
+         *     the event stream and webhooks a `release_requested` event (actor:
+         *     the API key or address that asked). A newer request replaces an
+         *     older one. With `fence`, only the holder with that fence is asked
+         *     (409 `lease_lost` otherwise). A key held shared is 409
+         *     `not_exclusive`: shared holders hold together, so a request to one
+         *     of them asks nobody in particular; break them with force-release,
+         *     or wait. 404 when nobody holds the key.
+         */
+        post: operations["requestReleaseLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/locks/{key}/hold": {
         parameters: {
             query?: never;
@@ -126,6 +155,11 @@ export interface paths {
          *     - `acquired` — data: the lease, token included;
          *     - `renewed` — data: the lease, each time the server renews it on the
          *       client's behalf, every ttl/3;
+         *     - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+         *       `at`), once per request, after the renewal that learnt of it
+         *       (within ttl/3 of `POST …/request-release`): somebody asks the
+         *       holder to step aside; the holder decides (close the stream to
+         *       let go);
          *     - `lost` — data: a problem body, when the lease was broken or could
          *       not be renewed, or the server shuts down; the stream ends after it.
          *
@@ -1236,6 +1270,35 @@ export interface components {
              */
             fence?: number;
         } | null;
+        RequestReleaseRequest: {
+            /** @description Who asks, as the holder will read it (default the API key's name or the caller's address). */
+            by?: string;
+            reason?: string;
+            /**
+             * Format: int64
+             * @description Ask only the holder with this fence; 409 `lease_lost` when another holds the key.
+             */
+            fence?: number;
+        } | null;
+        RequestReleaseResult: {
+            key: string;
+            /** @description The holder that was asked. */
+            owner: string;
+            /** Format: int64 */
+            fence: number;
+            /** Format: date-time */
+            requested_at: string;
+        };
+        /**
+         * @description A request that the holder step aside (`POST
+         *     /v1/locks/{key}/request-release`); the holder decides.
+         */
+        ReleaseRequested: {
+            by: string;
+            reason: string;
+            /** Format: date-time */
+            at: string;
+        };
         Lease: {
             /**
              * @description The lock key or semaphore name.
@@ -1268,6 +1331,7 @@ export interface components {
              *     doing the work.
              */
             replayed?: boolean;
+            release_requested?: components["schemas"]["ReleaseRequested"];
         };
         /**
          * @description The state of a live lock or semaphore. The top-level owner, fence,
@@ -1322,6 +1386,7 @@ export interface components {
              *     left).
              */
             at_risk: boolean;
+            release_requested?: components["schemas"]["ReleaseRequested"];
         };
         LockList: {
             locks: components["schemas"]["LockState"][];
@@ -1349,7 +1414,7 @@ export interface components {
             fence: number;
         };
         /** @enum {string} */
-        EventType: "acquired" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "proclaimed";
+        EventType: "acquired" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested";
         Event: {
             type: components["schemas"]["EventType"];
             /** Format: date-time */
@@ -1387,7 +1452,7 @@ export interface components {
              */
             id: string;
             /** @enum {string} */
-            type: "acquired" | "reentered" | "released" | "expired" | "force_released" | "proclaimed";
+            type: "acquired" | "reentered" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested";
             /**
              * @description Whether `key` names a lock, a semaphore or an election: they may have the same name.
              * @enum {string}
@@ -1414,7 +1479,7 @@ export interface components {
              * @description discriminator enum property added by openapi-typescript
              * @enum {string}
              */
-            event: "acquired" | "reentered" | "released" | "expired" | "force_released";
+            event: "acquired" | "reentered" | "released" | "expired" | "force_released" | "release_requested";
             data: components["schemas"]["LockEvent"];
         };
         /**
@@ -1450,7 +1515,16 @@ export interface components {
         /** @description One message of the event stream; `event` tells which. */
         EventStreamMessage: components["schemas"]["LockEventMessage"] | components["schemas"]["StreamResetMessage"];
         /** @description One event of a hold stream. */
-        HoldEvent: components["schemas"]["HoldLeaseEvent"] | components["schemas"]["HoldLostEvent"];
+        HoldEvent: components["schemas"]["HoldLeaseEvent"] | components["schemas"]["HoldReleaseRequestedEvent"] | components["schemas"]["HoldLostEvent"];
+        /** @description `release_requested` (a lock's hold only): somebody asks the holder to step aside; the holder decides. */
+        HoldReleaseRequestedEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            event: "release_requested";
+            data: components["schemas"]["ReleaseRequested"];
+        };
         /** @description `acquired` (first) and `renewed`: the lease, token included. */
         HoldLeaseEvent: {
             /**
@@ -1547,7 +1621,7 @@ export interface components {
             /** @example 409 */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
+            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
             detail?: string;
             key?: string;
             /** @description The request field that is wrong (invalid_request). */
@@ -1974,6 +2048,50 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["FenceMismatch"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    requestReleaseLock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The lock's name, e.g. `order:pay:12345`. */
+                key: components["parameters"]["Key"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RequestReleaseRequest"];
+            };
+        };
+        responses: {
+            /** @description The holder was asked; it decides. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "key": "deploy:prod",
+                     *       "owner": "ci-runner-3",
+                     *       "fence": 1795386459077923,
+                     *       "requested_at": "2026-11-22T22:27:39.077Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RequestReleaseResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
