@@ -283,6 +283,7 @@ const (
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
 	ProblemCodeModeMismatch         ProblemCode = "mode_mismatch"
 	ProblemCodeNoPermits            ProblemCode = "no_permits"
+	ProblemCodeNotCandidate         ProblemCode = "not_candidate"
 	ProblemCodeNotExclusive         ProblemCode = "not_exclusive"
 	ProblemCodeNotFound             ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge      ProblemCode = "payload_too_large"
@@ -323,6 +324,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeModeMismatch:
 		return true
 	case ProblemCodeNoPermits:
+		return true
+	case ProblemCodeNotCandidate:
 		return true
 	case ProblemCodeNotExclusive:
 		return true
@@ -661,6 +664,13 @@ type ForceReleaseResult struct {
 
 // GrantMode How a grant holds its key; `permit` is a semaphore's.
 type GrantMode string
+
+// HandoverRequest defines model for HandoverRequest.
+type HandoverRequest struct {
+	// To The candidate (as it campaigns) that leads next.
+	To    string `json:"to"`
+	Token string `json:"token"`
+}
 
 // Health defines model for Health.
 type Health struct {
@@ -1461,6 +1471,9 @@ type CampaignHoldJSONRequestBody = CampaignRequest
 // ForceReleaseElectionJSONRequestBody defines body for ForceReleaseElection for application/json ContentType.
 type ForceReleaseElectionJSONRequestBody = ForceReleaseRequest
 
+// HandoverJSONRequestBody defines body for Handover for application/json ContentType.
+type HandoverJSONRequestBody = HandoverRequest
+
 // ProclaimJSONRequestBody defines body for Proclaim for application/json ContentType.
 type ProclaimJSONRequestBody = ProclaimRequest
 
@@ -2148,6 +2161,32 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
 	ForceReleaseElection(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HandoverWithBody Give up the leadership to a named candidate, who leads next.
+	//
+	// The leader with this token resigns to `to`, a candidate campaigning
+	// now, who leads next ahead of earlier candidates (Kubernetes'
+	// preferred holder). When `to` is not campaigning, 409
+	// `not_candidate` and the leader still leads. A token that no longer
+	// leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+	HandoverWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Handover Give up the leadership to a named candidate, who leads next.
+	//
+	// The leader with this token resigns to `to`, a candidate campaigning
+	// now, who leads next ahead of earlier candidates (Kubernetes'
+	// preferred holder). When `to` is not campaigning, 409
+	// `not_candidate` and the leader still leads. A token that no longer
+	// leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+	Handover(ctx context.Context, key ElectionKey, body HandoverJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetElectionHistory The election's recent events, newest first.
 	//
@@ -3095,6 +3134,52 @@ func (c *Client) ForceReleaseElectionWithBody(ctx context.Context, key ElectionK
 // Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
 func (c *Client) ForceReleaseElection(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewForceReleaseElectionRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HandoverWithBody Give up the leadership to a named candidate, who leads next.
+//
+// The leader with this token resigns to `to`, a candidate campaigning
+// now, who leads next ahead of earlier candidates (Kubernetes'
+// preferred holder). When `to` is not campaigning, 409
+// `not_candidate` and the leader still leads. A token that no longer
+// leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+func (c *Client) HandoverWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHandoverRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Handover Give up the leadership to a named candidate, who leads next.
+//
+// The leader with this token resigns to `to`, a candidate campaigning
+// now, who leads next ahead of earlier candidates (Kubernetes'
+// preferred holder). When `to` is not campaigning, 409
+// `not_candidate` and the leader still leads. A token that no longer
+// leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+func (c *Client) Handover(ctx context.Context, key ElectionKey, body HandoverJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHandoverRequest(c.Server, key, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4569,6 +4654,53 @@ func NewForceReleaseElectionRequestWithBody(server string, key ElectionKey, cont
 	}
 
 	operationPath := fmt.Sprintf("/v1/elections/%s/force-release", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewHandoverRequest calls the generic Handover builder with application/json body
+func NewHandoverRequest(server string, key ElectionKey, body HandoverJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewHandoverRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewHandoverRequestWithBody constructs an http.Request for the Handover method, with any body, and a specified content type
+func NewHandoverRequestWithBody(server string, key ElectionKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/handover", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -6269,6 +6401,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
 	ForceReleaseElectionWithResponse(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceReleaseElectionResponse, error)
 
+	// HandoverWithBodyWithResponse Give up the leadership to a named candidate, who leads next.
+	//
+	// The leader with this token resigns to `to`, a candidate campaigning
+	// now, who leads next ahead of earlier candidates (Kubernetes'
+	// preferred holder). When `to` is not campaigning, 409
+	// `not_candidate` and the leader still leads. A token that no longer
+	// leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+	HandoverWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HandoverResponse, error)
+
+	// HandoverWithResponse Give up the leadership to a named candidate, who leads next.
+	//
+	// The leader with this token resigns to `to`, a candidate campaigning
+	// now, who leads next ahead of earlier candidates (Kubernetes'
+	// preferred holder). When `to` is not campaigning, 409
+	// `not_candidate` and the leader still leads. A token that no longer
+	// leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+	HandoverWithResponse(ctx context.Context, key ElectionKey, body HandoverJSONRequestBody, reqEditors ...RequestEditorFn) (*HandoverResponse, error)
+
 	// GetElectionHistoryWithResponse The election's recent events, newest first.
 	//
 	// As a lock's history: terms begun (`acquired`), resigned
@@ -7777,6 +7935,138 @@ func (r ForceReleaseElectionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ForceReleaseElectionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HandoverResponse401Headers the declared response headers of an HTTP 401 response for Handover
+type HandoverResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// HandoverResponse409Headers the declared response headers of an HTTP 409 response for Handover
+type HandoverResponse409Headers struct {
+	RetryAfter *int
+}
+
+// HandoverResponse429Headers the declared response headers of an HTTP 429 response for Handover
+type HandoverResponse429Headers struct {
+	RetryAfter int
+}
+
+// HandoverResponse503Headers the declared response headers of an HTTP 503 response for Handover
+type HandoverResponse503Headers struct {
+	RetryAfter int
+}
+
+type HandoverResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ResignResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HandoverResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *HandoverResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HandoverResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HandoverResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r HandoverResponse) GetJSON200() *ResignResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r HandoverResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HandoverResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HandoverResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HandoverResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11359,6 +11649,44 @@ func (c *ClientWithResponses) ForceReleaseElectionWithResponse(ctx context.Conte
 	return ParseForceReleaseElectionResponse(rsp)
 }
 
+// HandoverWithBodyWithResponse Give up the leadership to a named candidate, who leads next.
+//
+// The leader with this token resigns to `to`, a candidate campaigning
+// now, who leads next ahead of earlier candidates (Kubernetes'
+// preferred holder). When `to` is not campaigning, 409
+// `not_candidate` and the leader still leads. A token that no longer
+// leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+func (c *ClientWithResponses) HandoverWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HandoverResponse, error) {
+	rsp, err := c.HandoverWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHandoverResponse(rsp)
+}
+
+// HandoverWithResponse Give up the leadership to a named candidate, who leads next.
+//
+// The leader with this token resigns to `to`, a candidate campaigning
+// now, who leads next ahead of earlier candidates (Kubernetes'
+// preferred holder). When `to` is not campaigning, 409
+// `not_candidate` and the leader still leads. A token that no longer
+// leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+func (c *ClientWithResponses) HandoverWithResponse(ctx context.Context, key ElectionKey, body HandoverJSONRequestBody, reqEditors ...RequestEditorFn) (*HandoverResponse, error) {
+	rsp, err := c.Handover(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHandoverResponse(rsp)
+}
+
 // GetElectionHistoryWithResponse The election's recent events, newest first.
 //
 // As a lock's history: terms begun (`acquired`), resigned
@@ -13075,6 +13403,138 @@ func ParseForceReleaseElectionResponse(rsp *http.Response) (*ForceReleaseElectio
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ForceReleaseElectionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHandoverResponse parses an HTTP response from a HandoverWithResponse call
+func ParseHandoverResponse(rsp *http.Response) (*HandoverResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HandoverResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ResignResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers HandoverResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers HandoverResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers HandoverResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers HandoverResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -16389,6 +16849,9 @@ type ServerInterface interface {
 	// ForceReleaseElection Break a stuck leadership (admin).
 	// (POST /v1/elections/{key}/force-release)
 	ForceReleaseElection(w http.ResponseWriter, r *http.Request, key ElectionKey)
+	// Handover Give up the leadership to a named candidate, who leads next.
+	// (POST /v1/elections/{key}/handover)
+	Handover(w http.ResponseWriter, r *http.Request, key ElectionKey)
 	// GetElectionHistory The election's recent events, newest first.
 	// (GET /v1/elections/{key}/history)
 	GetElectionHistory(w http.ResponseWriter, r *http.Request, key ElectionKey, params GetElectionHistoryParams)
@@ -16533,6 +16996,12 @@ func (_ Unimplemented) CampaignHold(w http.ResponseWriter, r *http.Request, key 
 // ForceReleaseElection Break a stuck leadership (admin).
 // (POST /v1/elections/{key}/force-release)
 func (_ Unimplemented) ForceReleaseElection(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// Handover Give up the leadership to a named candidate, who leads next.
+// (POST /v1/elections/{key}/handover)
+func (_ Unimplemented) Handover(w http.ResponseWriter, r *http.Request, key ElectionKey) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -16953,6 +17422,32 @@ func (siw *ServerInterfaceWrapper) ForceReleaseElection(w http.ResponseWriter, r
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ForceReleaseElection(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Handover operation middleware
+func (siw *ServerInterfaceWrapper) Handover(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Handover(w, r, key)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -18126,6 +18621,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/v1/elections/{key}/resign", wrapper.Resign)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/elections/{key}/handover", wrapper.Handover)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/elections/{key}/force-release", wrapper.ForceReleaseElection)
 	})
 	r.Group(func(r chi.Router) {
@@ -19207,6 +19705,179 @@ type ForceReleaseElection503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ForceReleaseElection503ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HandoverRequestObject struct {
+	Key  ElectionKey `json:"key"`
+	Body *HandoverJSONRequestBody
+}
+
+type HandoverResponseObject interface {
+	VisitHandoverResponse(w http.ResponseWriter) error
+}
+
+type Handover200JSONResponse ResignResult
+
+func (response Handover200JSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Handover400ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response Handover401ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response Handover403ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response Handover404ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response Handover409ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Handover413ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Handover415ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response Handover429ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Handover503ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -23521,6 +24192,9 @@ type StrictServerInterface interface {
 	// ForceReleaseElection Break a stuck leadership (admin).
 	// (POST /v1/elections/{key}/force-release)
 	ForceReleaseElection(ctx context.Context, request ForceReleaseElectionRequestObject) (ForceReleaseElectionResponseObject, error)
+	// Handover Give up the leadership to a named candidate, who leads next.
+	// (POST /v1/elections/{key}/handover)
+	Handover(ctx context.Context, request HandoverRequestObject) (HandoverResponseObject, error)
 	// GetElectionHistory The election's recent events, newest first.
 	// (GET /v1/elections/{key}/history)
 	GetElectionHistory(ctx context.Context, request GetElectionHistoryRequestObject) (GetElectionHistoryResponseObject, error)
@@ -23906,6 +24580,39 @@ func (sh *strictHandler) ForceReleaseElection(w http.ResponseWriter, r *http.Req
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ForceReleaseElectionResponseObject); ok {
 		if err := validResponse.VisitForceReleaseElectionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Handover operation middleware
+func (sh *strictHandler) Handover(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request HandoverRequestObject
+
+	request.Key = key
+
+	var body HandoverJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Handover(ctx, request.(HandoverRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Handover")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HandoverResponseObject); ok {
+		if err := validResponse.VisitHandoverResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

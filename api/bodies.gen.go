@@ -25,6 +25,8 @@ func NewRequestBody(operationID string) any {
 		return new(ForceReleaseLockJSONRequestBody)
 	case "forceReleaseSemaphore":
 		return new(ForceReleaseSemaphoreJSONRequestBody)
+	case "handover":
+		return new(HandoverJSONRequestBody)
 	case "holdLock":
 		return new(HoldLockJSONRequestBody)
 	case "holdSemaphore":

@@ -73,6 +73,9 @@ var (
 	// ErrNotExclusive means a request that a holder step aside found the
 	// key held shared or by permits, which hold together.
 	ErrNotExclusive = errors.New("lock: the key is not held exclusively")
+	// ErrNotCandidate means a handover named a candidate that is not
+	// campaigning (waiting) for the election; the leader still leads.
+	ErrNotCandidate = errors.New("lock: the candidate is not campaigning")
 )
 
 // HeldError says who holds a key and for how long.

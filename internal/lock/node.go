@@ -322,6 +322,25 @@ func (n *node) release(ctx context.Context, key, token, actor string, unclaimed 
 	if n.opts.ReplicaAcks == 0 {
 		c.handTo = n.id
 	}
+	return n.runRelease(ctx, key, sh, c, actor)
+}
+
+// handover runs release.lua with to: the leader's release hands the key to
+// the candidate to first (ErrNotCandidate when it is not waiting).
+func (n *node) handover(ctx context.Context, key, token, to, actor string) (Released, *handed, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	sh := n.sharedOf(key)
+	c := releaseCallOf(key, sh)
+	c.token, c.actor, c.trace, c.to = token, packable(actor), traceOf(ctx), packable(to)
+	if n.opts.ReplicaAcks == 0 {
+		c.handTo = n.id
+	}
+	return n.runRelease(ctx, key, sh, c, actor)
+}
+
+// runRelease runs the release call c and reads its answer.
+func (n *node) runRelease(ctx context.Context, key string, sh *sharedKeys, c releaseCall, actor string) (Released, *handed, error) {
 	keys, argv := c.run()
 	v, err := n.write(ctx, n.scripts.release, keys, argv...)
 	if err != nil {

@@ -133,6 +133,7 @@ type releaseCall struct {
 	handTo    string // this process's id: hand the key to its next waiter if it waits here
 	trace     string
 	unclaimed string // giveBack
+	to        string // an election's handover: the candidate that leads next
 }
 
 func releaseCallOf(key string, sh *sharedKeys) releaseCall {
@@ -149,7 +150,7 @@ func (c releaseCall) run() ([]string, []any) {
 // args is the whole call, nothing trimmed.
 func (c releaseCall) args() ([]string, []any) {
 	return []string{c.lease, c.hist, c.sched, c.stream, c.holders, c.queue, c.qinfo, c.replicas},
-		[]any{c.token, c.actor, c.channel, c.handTo, c.trace, c.unclaimed}
+		[]any{c.token, c.actor, c.channel, c.handTo, c.trace, c.unclaimed, c.to}
 }
 
 // forceReleaseCall is force_release.lua's call, as acquireCall is
@@ -448,6 +449,8 @@ func statusErr(status string) error {
 		return nil
 	case "not_found":
 		return ErrNotFound
+	case "not_candidate":
+		return ErrNotCandidate
 	case "lost":
 		return ErrLeaseLost
 	default:

@@ -32,6 +32,9 @@ type Service interface {
 	// RequestRelease asks the exclusive holder (the one with this fence,
 	// when not 0) to step aside.
 	RequestRelease(ctx context.Context, res Resource, fence int64, by, reason, actor string) (RequestedRelease, error)
+	// Handover gives up an election's leadership to the candidate to,
+	// who leads next ahead of the queue.
+	Handover(ctx context.Context, res Resource, token, to, actor string) (Released, error)
 	// State is the resource's live lease, or ErrNotFound.
 	State(ctx context.Context, res Resource) (State, error)
 	// List lists the live resources of one kind whose name starts with
@@ -100,6 +103,11 @@ func (e *Engine) EventSource() (EventSource, error) {
 // EventSource answers ErrNoEventStream: see Subscribe.
 func (r *Redlock) EventSource() (EventSource, error) {
 	return EventSource{}, ErrNoEventStream
+}
+
+// Handover answers ErrNoElections.
+func (r *Redlock) Handover(context.Context, Resource, string, string, string) (Released, error) {
+	return Released{}, ErrNoElections
 }
 
 // RequestRelease answers ErrNoReleaseRequests: a request lives in the

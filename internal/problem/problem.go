@@ -236,6 +236,10 @@ func conflict(err error, key string, sem bool) (Problem, bool) {
 	case errors.Is(err, lock.ErrNotExclusive):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNotExclusive, Title: "Not held exclusively",
 			Detail: fmt.Sprintf("%s is held shared: its holders hold together, so a request to step aside would ask nobody in particular; nobody was asked (force-release breaks them)", key)}, true
+	case errors.Is(err, lock.ErrNotCandidate):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNotCandidate, Title: "Not a candidate",
+			Detail: fmt.Sprintf("nobody of that name campaigns for %s now; the leader still leads (GET /v1/elections/%s lists the candidates)", key, key),
+			Field:  "to"}, true
 	case errors.Is(err, lock.ErrLimitMismatch):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
 			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}, true

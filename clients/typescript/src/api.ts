@@ -571,6 +571,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/elections/{key}/handover": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Give up the leadership to a named candidate, who leads next.
+         * @description The leader with this token resigns to `to`, a candidate campaigning
+         *     now, who leads next ahead of earlier candidates (Kubernetes'
+         *     preferred holder). When `to` is not campaigning, 409
+         *     `not_candidate` and the leader still leads. A token that no longer
+         *     leads answers 409 `lease_lost` or 404 `not_found`.
+         */
+        post: operations["handover"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/elections/{key}/force-release": {
         parameters: {
             query?: never;
@@ -1121,6 +1145,11 @@ export interface components {
             /** @description Present and true when an Idempotency-Key replay answered. */
             replayed?: boolean;
         };
+        HandoverRequest: {
+            token: string;
+            /** @description The candidate (as it campaigns) that leads next. */
+            to: string;
+        };
         ResignResult: {
             key: string;
             resigned: boolean;
@@ -1621,7 +1650,7 @@ export interface components {
             /** @example 409 */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
+            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "not_candidate" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
             detail?: string;
             key?: string;
             /** @description The request field that is wrong (invalid_request). */
@@ -2761,6 +2790,45 @@ export interface operations {
         };
         responses: {
             /** @description Resigned. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResignResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    handover: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The election's name, e.g. `billing:leader`: the alphabet of lock
+                 *     keys. An election and a lock of the same name are unrelated.
+                 */
+                key: components["parameters"]["ElectionKey"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HandoverRequest"];
+            };
+        };
+        responses: {
+            /** @description Resigned to `to`. */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -6,8 +6,8 @@
 -- event stream), holders (shared or permits): keys; actor, reason,
 -- channel (wake), fence (the fence to break, or "" for every holder),
 -- trace (the request's trace id, or ""); and, each "" when left off the
--- end: op ("request": ask the holder to step aside instead, exclusive.request,
--- with by; the fence is then "" or the holder's), by.
+-- end: op ("request": ask the holder to step aside instead, below, with
+-- by; the fence is then "" or the holder's), by.
 --
 -- Reply: {"ok", owner, fence, acquired_at_ms[, more]} (of the newest
 --        holder broken; more is 1 when holders are left that a call for
@@ -31,7 +31,17 @@ elseif c.op == 'request' then
   elseif c.fence ~= '' and cur.fence ~= c.fence then
     return {'lost'}
   end
-  return exclusive.request(c, cur)
+  -- The request lives in the lease itself (exclusive.lua's rq), answered
+  -- by every renewal until the lease ends, so that asking costs a holder
+  -- nobody asks nothing; a "release_requested" event with the lease's
+  -- expiry, as a grant's, tells readers. Inline: a module function would
+  -- be defined by every script on every call.
+  local now_s = int(c.now_ms)
+  cur.rq = now_s .. '\30' .. c.by .. '\30' .. c.reason
+  exclusive.save(c.lease, cur, tonumber(cur.exp) - c.now_ms)
+  events.record(c, {'release_requested', now_s, cur.owner, cur.fence, cur.ttl, cur.count, c.actor, c.reason, cur.exp,
+    '', cur.w, cur.keep, cur.d, cur.s, c.trace})
+  return {'ok', cur.owner, cur.fence, now_s}
 elseif cur.multi then
   return multi.force(c)
 end

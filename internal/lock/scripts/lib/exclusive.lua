@@ -10,7 +10,7 @@
 -- wakes them), keep (until when the history lives, events.keep_for), d
 -- (the lock-delay), v (the value), s (the handle of the session it is
 -- bound to, session.lua), rq (a request that the holder step aside:
--- at RS by RS reason, request below; empty for none). Shared holders and permits keep a hash at the
+-- at RS by RS reason, force_release.lua; empty for none). Shared holders and permits keep a hash at the
 -- same name (multi.lua), and so did exclusive leases before this layout:
 -- read_lease reads all three, so a lease of the layout before is
 -- honoured, renewed and released until it ends.
@@ -277,20 +277,6 @@ function exclusive.renew(c, cur)
     r[#r + 1] = cur.rq
   end
   return r
-end
-
--- request asks cur's holder to step aside (c.by, c.reason): the request
--- lives in the lease itself, answered by every renewal until the lease
--- ends (renew), so that asking costs a holder that nobody asks nothing.
--- It is news to readers: a "release_requested" event with the lease's
--- expiry, as a grant's. Reply: {"ok", owner, fence, at_ms}.
-function exclusive.request(c, cur)
-  local now_s = int(c.now_ms)
-  cur.rq = now_s .. '\30' .. c.by .. '\30' .. c.reason
-  exclusive.save(c.lease, cur, tonumber(cur.exp) - c.now_ms)
-  events.record(c, {'release_requested', now_s, cur.owner, cur.fence, cur.ttl, cur.count, c.actor, c.reason, cur.exp, '',
-    cur.w, cur.keep, cur.d, cur.s, c.trace})
-  return {'ok', cur.owner, cur.fence, now_s}
 end
 
 -- release gives back one level of cur, c's lease that take_lease took
