@@ -2275,9 +2275,11 @@ type ClientInterface interface {
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	//
 	// A `text/event-stream` of the lifecycle events (`acquired`,
-	// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-	// never a token) of every lock and semaphore whose key or name starts
-	// with `prefix` and that the API key may read, in the order lockd
+	// `reentered`, `released`, `expired`, `force_released`, and
+	// `release_requested` when somebody asks a holder to step aside; never
+	// a renewal, never a token) of every lock and semaphore whose key or
+	// name starts with `prefix` (or is one of the `key`s) and that the API
+	// key may read, in the order lockd
 	// recorded them. Each event is `id:` (its ID), `event:` (its type) and
 	// `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
 	// semaphore, which may share a name). A comment line (`: heartbeat`)
@@ -3357,9 +3359,11 @@ func (c *Client) Resign(ctx context.Context, key ElectionKey, body ResignJSONReq
 // StreamEvents Follow every lifecycle event, as server-sent events.
 //
 // A `text/event-stream` of the lifecycle events (`acquired`,
-// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-// never a token) of every lock and semaphore whose key or name starts
-// with `prefix` and that the API key may read, in the order lockd
+// `reentered`, `released`, `expired`, `force_released`, and
+// `release_requested` when somebody asks a holder to step aside; never
+// a renewal, never a token) of every lock and semaphore whose key or
+// name starts with `prefix` (or is one of the `key`s) and that the API
+// key may read, in the order lockd
 // recorded them. Each event is `id:` (its ID), `event:` (its type) and
 // `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
 // semaphore, which may share a name). A comment line (`: heartbeat`)
@@ -6518,9 +6522,11 @@ type ClientWithResponsesInterface interface {
 	// StreamEventsWithResponse Follow every lifecycle event, as server-sent events.
 	//
 	// A `text/event-stream` of the lifecycle events (`acquired`,
-	// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-	// never a token) of every lock and semaphore whose key or name starts
-	// with `prefix` and that the API key may read, in the order lockd
+	// `reentered`, `released`, `expired`, `force_released`, and
+	// `release_requested` when somebody asks a holder to step aside; never
+	// a renewal, never a token) of every lock and semaphore whose key or
+	// name starts with `prefix` (or is one of the `key`s) and that the API
+	// key may read, in the order lockd
 	// recorded them. Each event is `id:` (its ID), `event:` (its type) and
 	// `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
 	// semaphore, which may share a name). A comment line (`: heartbeat`)
@@ -11826,9 +11832,11 @@ func (c *ClientWithResponses) ResignWithResponse(ctx context.Context, key Electi
 // StreamEventsWithResponse Follow every lifecycle event, as server-sent events.
 //
 // A `text/event-stream` of the lifecycle events (`acquired`,
-// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-// never a token) of every lock and semaphore whose key or name starts
-// with `prefix` and that the API key may read, in the order lockd
+// `reentered`, `released`, `expired`, `force_released`, and
+// `release_requested` when somebody asks a holder to step aside; never
+// a renewal, never a token) of every lock and semaphore whose key or
+// name starts with `prefix` (or is one of the `key`s) and that the API
+// key may read, in the order lockd
 // recorded them. Each event is `id:` (its ID), `event:` (its type) and
 // `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
 // semaphore, which may share a name). A comment line (`: heartbeat`)

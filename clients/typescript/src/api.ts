@@ -846,9 +846,11 @@ export interface paths {
         /**
          * Follow every lifecycle event, as server-sent events.
          * @description A `text/event-stream` of the lifecycle events (`acquired`,
-         *     `reentered`, `released`, `expired`, `force_released`; never a renewal,
-         *     never a token) of every lock and semaphore whose key or name starts
-         *     with `prefix` and that the API key may read, in the order lockd
+         *     `reentered`, `released`, `expired`, `force_released`, and
+         *     `release_requested` when somebody asks a holder to step aside; never
+         *     a renewal, never a token) of every lock and semaphore whose key or
+         *     name starts with `prefix` (or is one of the `key`s) and that the API
+         *     key may read, in the order lockd
          *     recorded them. Each event is `id:` (its ID), `event:` (its type) and
          *     `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
          *     semaphore, which may share a name). A comment line (`: heartbeat`)
