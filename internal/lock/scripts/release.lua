@@ -20,16 +20,16 @@
 local c = calls.release
 c.lease, c.hist, c.sched, c.stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 c.token, c.actor, c.channel = ARGV[1], ARGV[2], ARGV[3]
-c.trace, c.unclaimed = ARGV[5] or '', ARGV[6] or ''
+c.trace, c.unclaimed, c.to = ARGV[5] or '', ARGV[6] or '', ARGV[7] or ''
 c.key, c.now_ms, c.now_us = lock_of(c.lease), clock()
-if ARGV[7] and ARGV[7] ~= '' then
+if c.to ~= '' then
   -- A handover: to's live exclusive entry goes first in the queue, so
   -- that the release below hands the key to it (or wakes it first);
   -- refused with nothing changed when the token does not lead or to is
   -- not waiting. Inline, not a module function: every script of the
   -- library would define it on every call.
   c.holders, c.queue, c.qinfo, c.replicas = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-  local cur, to = exclusive.read(c), ARGV[7]
+  local cur, to = exclusive.read(c), c.to
   if not cur then
     return {'not_found'}
   elseif cur.multi or cur.token ~= c.token then
