@@ -21,13 +21,14 @@ import (
 
 // Defines values for EventType.
 const (
-	Acquired      EventType = "acquired"
-	Expired       EventType = "expired"
-	ForceReleased EventType = "force_released"
-	Proclaimed    EventType = "proclaimed"
-	Reentered     EventType = "reentered"
-	Released      EventType = "released"
-	Renewed       EventType = "renewed"
+	Acquired              EventType = "acquired"
+	Expired               EventType = "expired"
+	ForceReleased         EventType = "force_released"
+	Proclaimed            EventType = "proclaimed"
+	Reentered             EventType = "reentered"
+	ReleaseRequestedEvent EventType = "release_requested"
+	Released              EventType = "released"
+	Renewed               EventType = "renewed"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -42,6 +43,8 @@ func (e EventType) Valid() bool {
 	case Proclaimed:
 		return true
 	case Reentered:
+		return true
+	case ReleaseRequestedEvent:
 		return true
 	case Released:
 		return true
@@ -106,6 +109,21 @@ func (e HoldLostEventEvent) Valid() bool {
 	}
 }
 
+// Defines values for HoldReleaseRequestedEventEvent.
+const (
+	HoldReleaseRequested HoldReleaseRequestedEventEvent = "release_requested"
+)
+
+// Valid indicates whether the value is a known member of the HoldReleaseRequestedEventEvent enum.
+func (e HoldReleaseRequestedEventEvent) Valid() bool {
+	switch e {
+	case HoldReleaseRequested:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LeadershipLeaseEventEvent.
 const (
 	CampaignLeader  LeadershipLeaseEventEvent = "leader"
@@ -147,12 +165,13 @@ func (e LockEventKind) Valid() bool {
 
 // Defines values for LockEventType.
 const (
-	LockEventAcquired      LockEventType = "acquired"
-	LockEventExpired       LockEventType = "expired"
-	LockEventForceReleased LockEventType = "force_released"
-	LockEventProclaimed    LockEventType = "proclaimed"
-	LockEventReentered     LockEventType = "reentered"
-	LockEventReleased      LockEventType = "released"
+	LockEventAcquired         LockEventType = "acquired"
+	LockEventExpired          LockEventType = "expired"
+	LockEventForceReleased    LockEventType = "force_released"
+	LockEventProclaimed       LockEventType = "proclaimed"
+	LockEventReentered        LockEventType = "reentered"
+	LockEventReleaseRequested LockEventType = "release_requested"
+	LockEventReleased         LockEventType = "released"
 )
 
 // Valid indicates whether the value is a known member of the LockEventType enum.
@@ -168,6 +187,8 @@ func (e LockEventType) Valid() bool {
 		return true
 	case LockEventReentered:
 		return true
+	case LockEventReleaseRequested:
+		return true
 	case LockEventReleased:
 		return true
 	default:
@@ -177,12 +198,13 @@ func (e LockEventType) Valid() bool {
 
 // Defines values for LockEventMessageEvent.
 const (
-	LockEventMessageAcquired      LockEventMessageEvent = "acquired"
-	LockEventMessageExpired       LockEventMessageEvent = "expired"
-	LockEventMessageForceReleased LockEventMessageEvent = "force_released"
-	LockEventMessageProclaimed    LockEventMessageEvent = "proclaimed"
-	LockEventMessageReentered     LockEventMessageEvent = "reentered"
-	LockEventMessageReleased      LockEventMessageEvent = "released"
+	LockEventMessageAcquired         LockEventMessageEvent = "acquired"
+	LockEventMessageExpired          LockEventMessageEvent = "expired"
+	LockEventMessageForceReleased    LockEventMessageEvent = "force_released"
+	LockEventMessageProclaimed       LockEventMessageEvent = "proclaimed"
+	LockEventMessageReentered        LockEventMessageEvent = "reentered"
+	LockEventMessageReleaseRequested LockEventMessageEvent = "release_requested"
+	LockEventMessageReleased         LockEventMessageEvent = "released"
 )
 
 // Valid indicates whether the value is a known member of the LockEventMessageEvent enum.
@@ -197,6 +219,8 @@ func (e LockEventMessageEvent) Valid() bool {
 	case LockEventMessageProclaimed:
 		return true
 	case LockEventMessageReentered:
+		return true
+	case LockEventMessageReleaseRequested:
 		return true
 	case LockEventMessageReleased:
 		return true
@@ -259,6 +283,8 @@ const (
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
 	ProblemCodeModeMismatch         ProblemCode = "mode_mismatch"
 	ProblemCodeNoPermits            ProblemCode = "no_permits"
+	ProblemCodeNotCandidate         ProblemCode = "not_candidate"
+	ProblemCodeNotExclusive         ProblemCode = "not_exclusive"
 	ProblemCodeNotFound             ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge      ProblemCode = "payload_too_large"
 	ProblemCodeQueued               ProblemCode = "queued"
@@ -298,6 +324,10 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeModeMismatch:
 		return true
 	case ProblemCodeNoPermits:
+		return true
+	case ProblemCodeNotCandidate:
+		return true
+	case ProblemCodeNotExclusive:
 		return true
 	case ProblemCodeNotFound:
 		return true
@@ -635,6 +665,13 @@ type ForceReleaseResult struct {
 // GrantMode How a grant holds its key; `permit` is a semaphore's.
 type GrantMode string
 
+// HandoverRequest defines model for HandoverRequest.
+type HandoverRequest struct {
+	// To The candidate (as it campaigns) that leads next.
+	To    string `json:"to"`
+	Token string `json:"token"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	// Status Example: ok
@@ -670,6 +707,17 @@ type HoldLostEvent struct {
 
 // HoldLostEventEvent defines model for HoldLostEvent.Event.
 type HoldLostEventEvent string
+
+// HoldReleaseRequestedEvent `release_requested` (a lock's hold only): somebody asks the holder to step aside; the holder decides.
+type HoldReleaseRequestedEvent struct {
+	// Data A request that the holder step aside (`POST
+	// /v1/locks/{key}/request-release`); the holder decides.
+	Data  ReleaseRequested               `json:"data"`
+	Event HoldReleaseRequestedEventEvent `json:"event"`
+}
+
+// HoldReleaseRequestedEventEvent defines model for HoldReleaseRequestedEvent.Event.
+type HoldReleaseRequestedEventEvent string
 
 // Holder One live grant of a key (never its token).
 type Holder struct {
@@ -769,6 +817,10 @@ type Lease struct {
 	// Owner Example: worker-7
 	Owner string `json:"owner"`
 
+	// ReleaseRequested A request that the holder step aside (`POST
+	// /v1/locks/{key}/request-release`); the holder decides.
+	ReleaseRequested *ReleaseRequested `json:"release_requested,omitempty"`
+
 	// Replayed Present and true when an acquire replays an earlier grant of the
 	// same Idempotency-Key: another request got this lease first and is
 	// doing the work.
@@ -866,11 +918,15 @@ type LockState struct {
 
 	// Queue The waiting requests, in the order they will be granted, across
 	// every replica: the live ones among the first 100 queued.
-	Queue       []Queued  `json:"queue"`
-	RemainingMs int64     `json:"remaining_ms"`
-	Renewals    int64     `json:"renewals"`
-	RenewedAt   time.Time `json:"renewed_at"`
-	TtlMs       int64     `json:"ttl_ms"`
+	Queue []Queued `json:"queue"`
+
+	// ReleaseRequested A request that the holder step aside (`POST
+	// /v1/locks/{key}/request-release`); the holder decides.
+	ReleaseRequested *ReleaseRequested `json:"release_requested,omitempty"`
+	RemainingMs      int64             `json:"remaining_ms"`
+	Renewals         int64             `json:"renewals"`
+	RenewedAt        time.Time         `json:"renewed_at"`
+	TtlMs            int64             `json:"ttl_ms"`
 
 	// Value A value on a grant: any JSON (object, array, string, number,
 	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
@@ -1008,6 +1064,14 @@ type ReleaseRequest struct {
 	Token string `json:"token"`
 }
 
+// ReleaseRequested A request that the holder step aside (`POST
+// /v1/locks/{key}/request-release`); the holder decides.
+type ReleaseRequested struct {
+	At     time.Time `json:"at"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+}
+
 // ReleaseResult defines model for ReleaseResult.
 type ReleaseResult struct {
 	Count int    `json:"count"`
@@ -1035,6 +1099,26 @@ type RenewRequest struct {
 	// range (which decoders read as Infinity) and a `\u` escape of half a
 	// surrogate pair are refused (400, field `value`).
 	Value *Value `json:"value,omitempty"`
+}
+
+// RequestReleaseRequest defines model for RequestReleaseRequest.
+type RequestReleaseRequest struct {
+	// By Who asks, as the holder will read it (default the API key's name or the caller's address).
+	By *string `json:"by,omitempty"`
+
+	// Fence Ask only the holder with this fence; 409 `lease_lost` when another holds the key.
+	Fence  *int64  `json:"fence,omitempty"`
+	Reason *string `json:"reason,omitempty"`
+}
+
+// RequestReleaseResult defines model for RequestReleaseResult.
+type RequestReleaseResult struct {
+	Fence int64  `json:"fence"`
+	Key   string `json:"key"`
+
+	// Owner The holder that was asked.
+	Owner       string    `json:"owner"`
+	RequestedAt time.Time `json:"requested_at"`
 }
 
 // ResignResult defines model for ResignResult.
@@ -1292,8 +1376,14 @@ type GetElectionHistoryParams struct {
 // StreamEventsParams defines parameters for StreamEvents.
 type StreamEventsParams struct {
 	// Prefix Only the locks and semaphores whose key or name starts with this
-	// text (the key alphabet, may be empty).
+	// text (the key alphabet, may be empty). `a:1` also matches
+	// `a:10`; follow exact keys with `key`.
 	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Key Only these exact keys or names (repeatable, at most 100:
+	// `?key=a:1&key=b:2`). With `prefix` too, an event must match
+	// both. Each key must be one the API key may read (403 otherwise).
+	Key *[]string `form:"key,omitempty" json:"key,omitempty"`
 
 	// LastEventID Resume after this event (an `id:` the stream sent): two numbers
 	// below 2^64, `<ms>-<seq>`. Another value is a 400 naming
@@ -1381,6 +1471,9 @@ type CampaignHoldJSONRequestBody = CampaignRequest
 // ForceReleaseElectionJSONRequestBody defines body for ForceReleaseElection for application/json ContentType.
 type ForceReleaseElectionJSONRequestBody = ForceReleaseRequest
 
+// HandoverJSONRequestBody defines body for Handover for application/json ContentType.
+type HandoverJSONRequestBody = HandoverRequest
+
 // ProclaimJSONRequestBody defines body for Proclaim for application/json ContentType.
 type ProclaimJSONRequestBody = ProclaimRequest
 
@@ -1404,6 +1497,9 @@ type ReleaseLockJSONRequestBody = ReleaseRequest
 
 // RenewLockJSONRequestBody defines body for RenewLock for application/json ContentType.
 type RenewLockJSONRequestBody = RenewRequest
+
+// RequestReleaseLockJSONRequestBody defines body for RequestReleaseLock for application/json ContentType.
+type RequestReleaseLockJSONRequestBody = RequestReleaseRequest
 
 // AcquireSemaphoreJSONRequestBody defines body for AcquireSemaphore for application/json ContentType.
 type AcquireSemaphoreJSONRequestBody = SemaphoreAcquireRequest
@@ -1497,6 +1593,8 @@ func (t EventStreamMessage) ValueByDiscriminator() (interface{}, error) {
 		return t.AsLockEventMessage()
 	case "reentered":
 		return t.AsLockEventMessage()
+	case "release_requested":
+		return t.AsLockEventMessage()
 	case "released":
 		return t.AsLockEventMessage()
 	case "reset":
@@ -1532,6 +1630,32 @@ func (t *HoldEvent) FromHoldLeaseEvent(v HoldLeaseEvent) error {
 
 // MergeHoldLeaseEvent performs a merge with any union data inside the HoldEvent, using the provided HoldLeaseEvent
 func (t *HoldEvent) MergeHoldLeaseEvent(v HoldLeaseEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsHoldReleaseRequestedEvent returns the union data inside the HoldEvent as a HoldReleaseRequestedEvent
+func (t HoldEvent) AsHoldReleaseRequestedEvent() (HoldReleaseRequestedEvent, error) {
+	var body HoldReleaseRequestedEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHoldReleaseRequestedEvent overwrites any union data inside the HoldEvent as the provided HoldReleaseRequestedEvent
+func (t *HoldEvent) FromHoldReleaseRequestedEvent(v HoldReleaseRequestedEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHoldReleaseRequestedEvent performs a merge with any union data inside the HoldEvent, using the provided HoldReleaseRequestedEvent
+func (t *HoldEvent) MergeHoldReleaseRequestedEvent(v HoldReleaseRequestedEvent) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -1586,6 +1710,8 @@ func (t HoldEvent) ValueByDiscriminator() (interface{}, error) {
 		return t.AsHoldLeaseEvent()
 	case "lost":
 		return t.AsHoldLostEvent()
+	case "release_requested":
+		return t.AsHoldReleaseRequestedEvent()
 	case "renewed":
 		return t.AsHoldLeaseEvent()
 	default:
@@ -2036,6 +2162,32 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
 	ForceReleaseElection(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// HandoverWithBody Give up the leadership to a named candidate, who leads next.
+	//
+	// The leader with this token resigns to `to`, a candidate campaigning
+	// now, who leads next ahead of earlier candidates (Kubernetes'
+	// preferred holder). When `to` is not campaigning, 409
+	// `not_candidate` and the leader still leads. A token that no longer
+	// leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+	HandoverWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Handover Give up the leadership to a named candidate, who leads next.
+	//
+	// The leader with this token resigns to `to`, a candidate campaigning
+	// now, who leads next ahead of earlier candidates (Kubernetes'
+	// preferred holder). When `to` is not campaigning, 409
+	// `not_candidate` and the leader still leads. A token that no longer
+	// leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+	Handover(ctx context.Context, key ElectionKey, body HandoverJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetElectionHistory The election's recent events, newest first.
 	//
 	// As a lock's history: terms begun (`acquired`), resigned
@@ -2123,9 +2275,11 @@ type ClientInterface interface {
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	//
 	// A `text/event-stream` of the lifecycle events (`acquired`,
-	// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-	// never a token) of every lock and semaphore whose key or name starts
-	// with `prefix` and that the API key may read, in the order lockd
+	// `reentered`, `released`, `expired`, `force_released`, and
+	// `release_requested` when somebody asks a holder to step aside; never
+	// a renewal, never a token) of every lock and semaphore whose key or
+	// name starts with `prefix` (or is one of the `key`s) and that the API
+	// key may read, in the order lockd
 	// recorded them. Each event is `id:` (its ID), `event:` (its type) and
 	// `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
 	// semaphore, which may share a name). A comment line (`: heartbeat`)
@@ -2285,6 +2439,11 @@ type ClientInterface interface {
 	// - `acquired` — data: the lease, token included;
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
+	// - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+	//   `at`), once per request, after the renewal that learnt of it
+	//   (within ttl/3 of `POST …/request-release`): somebody asks the
+	//   holder to step aside; the holder decides (close the stream to
+	//   let go);
 	// - `lost` — data: a problem body, when the lease was broken or could
 	//   not be renewed, or the server shuts down; the stream ends after it.
 	//
@@ -2319,6 +2478,11 @@ type ClientInterface interface {
 	// - `acquired` — data: the lease, token included;
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
+	// - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+	//   `at`), once per request, after the renewal that learnt of it
+	//   (within ttl/3 of `POST …/request-release`): somebody asks the
+	//   holder to step aside; the holder decides (close the stream to
+	//   let go);
 	// - `lost` — data: a problem body, when the lease was broken or could
 	//   not be renewed, or the server shuts down; the stream ends after it.
 	//
@@ -2387,6 +2551,42 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 	RenewLock(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RequestReleaseLockWithBody Ask the holder of a lock to step aside.
+	//
+	// The holder learns it and decides (nothing is broken): its renew
+	// answers carry `release_requested` (`by`, `reason`, `at`) until its
+	// lease ends, its hold stream gets a `release_requested` event, and
+	// the event stream and webhooks a `release_requested` event (actor:
+	// the API key or address that asked). A newer request replaces an
+	// older one. With `fence`, only the holder with that fence is asked
+	// (409 `lease_lost` otherwise). A key held shared is 409
+	// `not_exclusive`: shared holders hold together, so a request to one
+	// of them asks nobody in particular; break them with force-release,
+	// or wait. 404 when nobody holds the key.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+	RequestReleaseLockWithBody(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RequestReleaseLock Ask the holder of a lock to step aside.
+	//
+	// The holder learns it and decides (nothing is broken): its renew
+	// answers carry `release_requested` (`by`, `reason`, `at`) until its
+	// lease ends, its hold stream gets a `release_requested` event, and
+	// the event stream and webhooks a `release_requested` event (actor:
+	// the API key or address that asked). A newer request replaces an
+	// older one. With `fence`, only the holder with that fence is asked
+	// (409 `lease_lost` otherwise). A key held shared is 409
+	// `not_exclusive`: shared holders hold together, so a request to one
+	// of them asks nobody in particular; break them with force-release,
+	// or wait. 404 when nobody holds the key.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+	RequestReleaseLock(ctx context.Context, key Key, body RequestReleaseLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSemaphores List live semaphores, paged.
 	//
@@ -2946,6 +3146,52 @@ func (c *Client) ForceReleaseElection(ctx context.Context, key ElectionKey, body
 	return c.Client.Do(req)
 }
 
+// HandoverWithBody Give up the leadership to a named candidate, who leads next.
+//
+// The leader with this token resigns to `to`, a candidate campaigning
+// now, who leads next ahead of earlier candidates (Kubernetes'
+// preferred holder). When `to` is not campaigning, 409
+// `not_candidate` and the leader still leads. A token that no longer
+// leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+func (c *Client) HandoverWithBody(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHandoverRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Handover Give up the leadership to a named candidate, who leads next.
+//
+// The leader with this token resigns to `to`, a candidate campaigning
+// now, who leads next ahead of earlier candidates (Kubernetes'
+// preferred holder). When `to` is not campaigning, 409
+// `not_candidate` and the leader still leads. A token that no longer
+// leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+func (c *Client) Handover(ctx context.Context, key ElectionKey, body HandoverJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHandoverRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetElectionHistory The election's recent events, newest first.
 //
 // As a lock's history: terms begun (`acquired`), resigned
@@ -3113,9 +3359,11 @@ func (c *Client) Resign(ctx context.Context, key ElectionKey, body ResignJSONReq
 // StreamEvents Follow every lifecycle event, as server-sent events.
 //
 // A `text/event-stream` of the lifecycle events (`acquired`,
-// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-// never a token) of every lock and semaphore whose key or name starts
-// with `prefix` and that the API key may read, in the order lockd
+// `reentered`, `released`, `expired`, `force_released`, and
+// `release_requested` when somebody asks a holder to step aside; never
+// a renewal, never a token) of every lock and semaphore whose key or
+// name starts with `prefix` (or is one of the `key`s) and that the API
+// key may read, in the order lockd
 // recorded them. Each event is `id:` (its ID), `event:` (its type) and
 // `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
 // semaphore, which may share a name). A comment line (`: heartbeat`)
@@ -3355,6 +3603,11 @@ func (c *Client) GetLockHistory(ctx context.Context, key Key, params *GetLockHis
 //   - `acquired` — data: the lease, token included;
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
+//   - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+//     `at`), once per request, after the renewal that learnt of it
+//     (within ttl/3 of `POST …/request-release`): somebody asks the
+//     holder to step aside; the holder decides (close the stream to
+//     let go);
 //   - `lost` — data: a problem body, when the lease was broken or could
 //     not be renewed, or the server shuts down; the stream ends after it.
 //
@@ -3399,6 +3652,11 @@ func (c *Client) HoldLockWithBody(ctx context.Context, key Key, contentType stri
 //   - `acquired` — data: the lease, token included;
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
+//   - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+//     `at`), once per request, after the renewal that learnt of it
+//     (within ttl/3 of `POST …/request-release`): somebody asks the
+//     holder to step aside; the holder decides (close the stream to
+//     let go);
 //   - `lost` — data: a problem body, when the lease was broken or could
 //     not be renewed, or the server shuts down; the stream ends after it.
 //
@@ -3508,6 +3766,62 @@ func (c *Client) RenewLockWithBody(ctx context.Context, key Key, contentType str
 // Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 func (c *Client) RenewLock(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRenewLockRequest(c.Server, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RequestReleaseLockWithBody Ask the holder of a lock to step aside.
+//
+// The holder learns it and decides (nothing is broken): its renew
+// answers carry `release_requested` (`by`, `reason`, `at`) until its
+// lease ends, its hold stream gets a `release_requested` event, and
+// the event stream and webhooks a `release_requested` event (actor:
+// the API key or address that asked). A newer request replaces an
+// older one. With `fence`, only the holder with that fence is asked
+// (409 `lease_lost` otherwise). A key held shared is 409
+// `not_exclusive`: shared holders hold together, so a request to one
+// of them asks nobody in particular; break them with force-release,
+// or wait. 404 when nobody holds the key.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+func (c *Client) RequestReleaseLockWithBody(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestReleaseLockRequestWithBody(c.Server, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RequestReleaseLock Ask the holder of a lock to step aside.
+//
+// The holder learns it and decides (nothing is broken): its renew
+// answers carry `release_requested` (`by`, `reason`, `at`) until its
+// lease ends, its hold stream gets a `release_requested` event, and
+// the event stream and webhooks a `release_requested` event (actor:
+// the API key or address that asked). A newer request replaces an
+// older one. With `fence`, only the holder with that fence is asked
+// (409 `lease_lost` otherwise). A key held shared is 409
+// `not_exclusive`: shared holders hold together, so a request to one
+// of them asks nobody in particular; break them with force-release,
+// or wait. 404 when nobody holds the key.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+func (c *Client) RequestReleaseLock(ctx context.Context, key Key, body RequestReleaseLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestReleaseLockRequest(c.Server, key, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4363,6 +4677,53 @@ func NewForceReleaseElectionRequestWithBody(server string, key ElectionKey, cont
 	return req, nil
 }
 
+// NewHandoverRequest calls the generic Handover builder with application/json body
+func NewHandoverRequest(server string, key ElectionKey, body HandoverJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewHandoverRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewHandoverRequestWithBody constructs an http.Request for the Handover method, with any body, and a specified content type
+func NewHandoverRequestWithBody(server string, key ElectionKey, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/handover", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetElectionHistoryRequest constructs an http.Request for the GetElectionHistory method
 func NewGetElectionHistoryRequest(server string, key ElectionKey, params *GetElectionHistoryParams) (*http.Request, error) {
 	var err error
@@ -4642,6 +5003,18 @@ func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Re
 		if params.Prefix != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Key != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "key", *params.Key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -5096,6 +5469,53 @@ func NewRenewLockRequestWithBody(server string, key Key, contentType string, bod
 	}
 
 	operationPath := fmt.Sprintf("/v1/locks/%s/renew", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRequestReleaseLockRequest calls the generic RequestReleaseLock builder with application/json body
+func NewRequestReleaseLockRequest(server string, key Key, body RequestReleaseLockJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRequestReleaseLockRequestWithBody(server, key, "application/json", bodyReader)
+}
+
+// NewRequestReleaseLockRequestWithBody constructs an http.Request for the RequestReleaseLock method, with any body, and a specified content type
+func NewRequestReleaseLockRequestWithBody(server string, key Key, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/locks/%s/request-release", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -5985,6 +6405,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/elections/{key}/force-release (the `ForceReleaseElection` operationId).
 	ForceReleaseElectionWithResponse(ctx context.Context, key ElectionKey, body ForceReleaseElectionJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceReleaseElectionResponse, error)
 
+	// HandoverWithBodyWithResponse Give up the leadership to a named candidate, who leads next.
+	//
+	// The leader with this token resigns to `to`, a candidate campaigning
+	// now, who leads next ahead of earlier candidates (Kubernetes'
+	// preferred holder). When `to` is not campaigning, 409
+	// `not_candidate` and the leader still leads. A token that no longer
+	// leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+	HandoverWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HandoverResponse, error)
+
+	// HandoverWithResponse Give up the leadership to a named candidate, who leads next.
+	//
+	// The leader with this token resigns to `to`, a candidate campaigning
+	// now, who leads next ahead of earlier candidates (Kubernetes'
+	// preferred holder). When `to` is not campaigning, 409
+	// `not_candidate` and the leader still leads. A token that no longer
+	// leads answers 409 `lease_lost` or 404 `not_found`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+	HandoverWithResponse(ctx context.Context, key ElectionKey, body HandoverJSONRequestBody, reqEditors ...RequestEditorFn) (*HandoverResponse, error)
+
 	// GetElectionHistoryWithResponse The election's recent events, newest first.
 	//
 	// As a lock's history: terms begun (`acquired`), resigned
@@ -6076,9 +6522,11 @@ type ClientWithResponsesInterface interface {
 	// StreamEventsWithResponse Follow every lifecycle event, as server-sent events.
 	//
 	// A `text/event-stream` of the lifecycle events (`acquired`,
-	// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-	// never a token) of every lock and semaphore whose key or name starts
-	// with `prefix` and that the API key may read, in the order lockd
+	// `reentered`, `released`, `expired`, `force_released`, and
+	// `release_requested` when somebody asks a holder to step aside; never
+	// a renewal, never a token) of every lock and semaphore whose key or
+	// name starts with `prefix` (or is one of the `key`s) and that the API
+	// key may read, in the order lockd
 	// recorded them. Each event is `id:` (its ID), `event:` (its type) and
 	// `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
 	// semaphore, which may share a name). A comment line (`: heartbeat`)
@@ -6246,6 +6694,11 @@ type ClientWithResponsesInterface interface {
 	// - `acquired` — data: the lease, token included;
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
+	// - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+	//   `at`), once per request, after the renewal that learnt of it
+	//   (within ttl/3 of `POST …/request-release`): somebody asks the
+	//   holder to step aside; the holder decides (close the stream to
+	//   let go);
 	// - `lost` — data: a problem body, when the lease was broken or could
 	//   not be renewed, or the server shuts down; the stream ends after it.
 	//
@@ -6280,6 +6733,11 @@ type ClientWithResponsesInterface interface {
 	// - `acquired` — data: the lease, token included;
 	// - `renewed` — data: the lease, each time the server renews it on the
 	//   client's behalf, every ttl/3;
+	// - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+	//   `at`), once per request, after the renewal that learnt of it
+	//   (within ttl/3 of `POST …/request-release`): somebody asks the
+	//   holder to step aside; the holder decides (close the stream to
+	//   let go);
 	// - `lost` — data: a problem body, when the lease was broken or could
 	//   not be renewed, or the server shuts down; the stream ends after it.
 	//
@@ -6348,6 +6806,42 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/locks/{key}/renew (the `RenewLock` operationId).
 	RenewLockWithResponse(ctx context.Context, key Key, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockResponse, error)
+
+	// RequestReleaseLockWithBodyWithResponse Ask the holder of a lock to step aside.
+	//
+	// The holder learns it and decides (nothing is broken): its renew
+	// answers carry `release_requested` (`by`, `reason`, `at`) until its
+	// lease ends, its hold stream gets a `release_requested` event, and
+	// the event stream and webhooks a `release_requested` event (actor:
+	// the API key or address that asked). A newer request replaces an
+	// older one. With `fence`, only the holder with that fence is asked
+	// (409 `lease_lost` otherwise). A key held shared is 409
+	// `not_exclusive`: shared holders hold together, so a request to one
+	// of them asks nobody in particular; break them with force-release,
+	// or wait. 404 when nobody holds the key.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+	RequestReleaseLockWithBodyWithResponse(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestReleaseLockResponse, error)
+
+	// RequestReleaseLockWithResponse Ask the holder of a lock to step aside.
+	//
+	// The holder learns it and decides (nothing is broken): its renew
+	// answers carry `release_requested` (`by`, `reason`, `at`) until its
+	// lease ends, its hold stream gets a `release_requested` event, and
+	// the event stream and webhooks a `release_requested` event (actor:
+	// the API key or address that asked). A newer request replaces an
+	// older one. With `fence`, only the holder with that fence is asked
+	// (409 `lease_lost` otherwise). A key held shared is 409
+	// `not_exclusive`: shared holders hold together, so a request to one
+	// of them asks nobody in particular; break them with force-release,
+	// or wait. 404 when nobody holds the key.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+	RequestReleaseLockWithResponse(ctx context.Context, key Key, body RequestReleaseLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestReleaseLockResponse, error)
 
 	// ListSemaphoresWithResponse List live semaphores, paged.
 	//
@@ -7447,6 +7941,138 @@ func (r ForceReleaseElectionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ForceReleaseElectionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HandoverResponse401Headers the declared response headers of an HTTP 401 response for Handover
+type HandoverResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// HandoverResponse409Headers the declared response headers of an HTTP 409 response for Handover
+type HandoverResponse409Headers struct {
+	RetryAfter *int
+}
+
+// HandoverResponse429Headers the declared response headers of an HTTP 429 response for Handover
+type HandoverResponse429Headers struct {
+	RetryAfter int
+}
+
+// HandoverResponse503Headers the declared response headers of an HTTP 503 response for Handover
+type HandoverResponse503Headers struct {
+	RetryAfter int
+}
+
+type HandoverResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ResignResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HandoverResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *HandoverResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HandoverResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HandoverResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r HandoverResponse) GetJSON200() *ResignResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r HandoverResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r HandoverResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HandoverResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HandoverResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HandoverResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9064,6 +9690,138 @@ func (r RenewLockResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RenewLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RequestReleaseLockResponse401Headers the declared response headers of an HTTP 401 response for RequestReleaseLock
+type RequestReleaseLockResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// RequestReleaseLockResponse409Headers the declared response headers of an HTTP 409 response for RequestReleaseLock
+type RequestReleaseLockResponse409Headers struct {
+	RetryAfter *int
+}
+
+// RequestReleaseLockResponse429Headers the declared response headers of an HTTP 429 response for RequestReleaseLock
+type RequestReleaseLockResponse429Headers struct {
+	RetryAfter int
+}
+
+// RequestReleaseLockResponse503Headers the declared response headers of an HTTP 503 response for RequestReleaseLock
+type RequestReleaseLockResponse503Headers struct {
+	RetryAfter int
+}
+
+type RequestReleaseLockResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *RequestReleaseResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RequestReleaseLockResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RequestReleaseLockResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestReleaseLockResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RequestReleaseLockResponse503Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RequestReleaseLockResponse) GetJSON202() *RequestReleaseResult {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RequestReleaseLockResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RequestReleaseLockResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RequestReleaseLockResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RequestReleaseLockResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RequestReleaseLockResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10897,6 +11655,44 @@ func (c *ClientWithResponses) ForceReleaseElectionWithResponse(ctx context.Conte
 	return ParseForceReleaseElectionResponse(rsp)
 }
 
+// HandoverWithBodyWithResponse Give up the leadership to a named candidate, who leads next.
+//
+// The leader with this token resigns to `to`, a candidate campaigning
+// now, who leads next ahead of earlier candidates (Kubernetes'
+// preferred holder). When `to` is not campaigning, 409
+// `not_candidate` and the leader still leads. A token that no longer
+// leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+func (c *ClientWithResponses) HandoverWithBodyWithResponse(ctx context.Context, key ElectionKey, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HandoverResponse, error) {
+	rsp, err := c.HandoverWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHandoverResponse(rsp)
+}
+
+// HandoverWithResponse Give up the leadership to a named candidate, who leads next.
+//
+// The leader with this token resigns to `to`, a candidate campaigning
+// now, who leads next ahead of earlier candidates (Kubernetes'
+// preferred holder). When `to` is not campaigning, 409
+// `not_candidate` and the leader still leads. A token that no longer
+// leads answers 409 `lease_lost` or 404 `not_found`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{key}/handover (the `Handover` operationId).
+func (c *ClientWithResponses) HandoverWithResponse(ctx context.Context, key ElectionKey, body HandoverJSONRequestBody, reqEditors ...RequestEditorFn) (*HandoverResponse, error) {
+	rsp, err := c.Handover(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHandoverResponse(rsp)
+}
+
 // GetElectionHistoryWithResponse The election's recent events, newest first.
 //
 // As a lock's history: terms begun (`acquired`), resigned
@@ -11036,9 +11832,11 @@ func (c *ClientWithResponses) ResignWithResponse(ctx context.Context, key Electi
 // StreamEventsWithResponse Follow every lifecycle event, as server-sent events.
 //
 // A `text/event-stream` of the lifecycle events (`acquired`,
-// `reentered`, `released`, `expired`, `force_released`; never a renewal,
-// never a token) of every lock and semaphore whose key or name starts
-// with `prefix` and that the API key may read, in the order lockd
+// `reentered`, `released`, `expired`, `force_released`, and
+// `release_requested` when somebody asks a holder to step aside; never
+// a renewal, never a token) of every lock and semaphore whose key or
+// name starts with `prefix` (or is one of the `key`s) and that the API
+// key may read, in the order lockd
 // recorded them. Each event is `id:` (its ID), `event:` (its type) and
 // `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
 // semaphore, which may share a name). A comment line (`: heartbeat`)
@@ -11254,6 +12052,11 @@ func (c *ClientWithResponses) GetLockHistoryWithResponse(ctx context.Context, ke
 //   - `acquired` — data: the lease, token included;
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
+//   - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+//     `at`), once per request, after the renewal that learnt of it
+//     (within ttl/3 of `POST …/request-release`): somebody asks the
+//     holder to step aside; the holder decides (close the stream to
+//     let go);
 //   - `lost` — data: a problem body, when the lease was broken or could
 //     not be renewed, or the server shuts down; the stream ends after it.
 //
@@ -11294,6 +12097,11 @@ func (c *ClientWithResponses) HoldLockWithBodyWithResponse(ctx context.Context, 
 //   - `acquired` — data: the lease, token included;
 //   - `renewed` — data: the lease, each time the server renews it on the
 //     client's behalf, every ttl/3;
+//   - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+//     `at`), once per request, after the renewal that learnt of it
+//     (within ttl/3 of `POST …/request-release`): somebody asks the
+//     holder to step aside; the holder decides (close the stream to
+//     let go);
 //   - `lost` — data: a problem body, when the lease was broken or could
 //     not be renewed, or the server shuts down; the stream ends after it.
 //
@@ -11391,6 +12199,54 @@ func (c *ClientWithResponses) RenewLockWithResponse(ctx context.Context, key Key
 		return nil, err
 	}
 	return ParseRenewLockResponse(rsp)
+}
+
+// RequestReleaseLockWithBodyWithResponse Ask the holder of a lock to step aside.
+//
+// The holder learns it and decides (nothing is broken): its renew
+// answers carry `release_requested` (`by`, `reason`, `at`) until its
+// lease ends, its hold stream gets a `release_requested` event, and
+// the event stream and webhooks a `release_requested` event (actor:
+// the API key or address that asked). A newer request replaces an
+// older one. With `fence`, only the holder with that fence is asked
+// (409 `lease_lost` otherwise). A key held shared is 409
+// `not_exclusive`: shared holders hold together, so a request to one
+// of them asks nobody in particular; break them with force-release,
+// or wait. 404 when nobody holds the key.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+func (c *ClientWithResponses) RequestReleaseLockWithBodyWithResponse(ctx context.Context, key Key, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestReleaseLockResponse, error) {
+	rsp, err := c.RequestReleaseLockWithBody(ctx, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestReleaseLockResponse(rsp)
+}
+
+// RequestReleaseLockWithResponse Ask the holder of a lock to step aside.
+//
+// The holder learns it and decides (nothing is broken): its renew
+// answers carry `release_requested` (`by`, `reason`, `at`) until its
+// lease ends, its hold stream gets a `release_requested` event, and
+// the event stream and webhooks a `release_requested` event (actor:
+// the API key or address that asked). A newer request replaces an
+// older one. With `fence`, only the holder with that fence is asked
+// (409 `lease_lost` otherwise). A key held shared is 409
+// `not_exclusive`: shared holders hold together, so a request to one
+// of them asks nobody in particular; break them with force-release,
+// or wait. 404 when nobody holds the key.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/locks/{key}/request-release (the `RequestReleaseLock` operationId).
+func (c *ClientWithResponses) RequestReleaseLockWithResponse(ctx context.Context, key Key, body RequestReleaseLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestReleaseLockResponse, error) {
+	rsp, err := c.RequestReleaseLock(ctx, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestReleaseLockResponse(rsp)
 }
 
 // ListSemaphoresWithResponse List live semaphores, paged.
@@ -12555,6 +13411,138 @@ func ParseForceReleaseElectionResponse(rsp *http.Response) (*ForceReleaseElectio
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ForceReleaseElectionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHandoverResponse parses an HTTP response from a HandoverWithResponse call
+func ParseHandoverResponse(rsp *http.Response) (*HandoverResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HandoverResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ResignResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers HandoverResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers HandoverResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers HandoverResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers HandoverResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -14167,6 +15155,138 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 	return response, nil
 }
 
+// ParseRequestReleaseLockResponse parses an HTTP response from a RequestReleaseLockWithResponse call
+func ParseRequestReleaseLockResponse(rsp *http.Response) (*RequestReleaseLockResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RequestReleaseLockResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest RequestReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RequestReleaseLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers RequestReleaseLockResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestReleaseLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RequestReleaseLockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListSemaphoresResponse parses an HTTP response from a ListSemaphoresWithResponse call
 func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -15737,6 +16857,9 @@ type ServerInterface interface {
 	// ForceReleaseElection Break a stuck leadership (admin).
 	// (POST /v1/elections/{key}/force-release)
 	ForceReleaseElection(w http.ResponseWriter, r *http.Request, key ElectionKey)
+	// Handover Give up the leadership to a named candidate, who leads next.
+	// (POST /v1/elections/{key}/handover)
+	Handover(w http.ResponseWriter, r *http.Request, key ElectionKey)
 	// GetElectionHistory The election's recent events, newest first.
 	// (GET /v1/elections/{key}/history)
 	GetElectionHistory(w http.ResponseWriter, r *http.Request, key ElectionKey, params GetElectionHistoryParams)
@@ -15779,6 +16902,9 @@ type ServerInterface interface {
 	// RenewLock Extend a live lease.
 	// (POST /v1/locks/{key}/renew)
 	RenewLock(w http.ResponseWriter, r *http.Request, key Key)
+	// RequestReleaseLock Ask the holder of a lock to step aside.
+	// (POST /v1/locks/{key}/request-release)
+	RequestReleaseLock(w http.ResponseWriter, r *http.Request, key Key)
 	// ListSemaphores List live semaphores, paged.
 	// (GET /v1/semaphores)
 	ListSemaphores(w http.ResponseWriter, r *http.Request, params ListSemaphoresParams)
@@ -15881,6 +17007,12 @@ func (_ Unimplemented) ForceReleaseElection(w http.ResponseWriter, r *http.Reque
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// Handover Give up the leadership to a named candidate, who leads next.
+// (POST /v1/elections/{key}/handover)
+func (_ Unimplemented) Handover(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // GetElectionHistory The election's recent events, newest first.
 // (GET /v1/elections/{key}/history)
 func (_ Unimplemented) GetElectionHistory(w http.ResponseWriter, r *http.Request, key ElectionKey, params GetElectionHistoryParams) {
@@ -15962,6 +17094,12 @@ func (_ Unimplemented) ReleaseLock(w http.ResponseWriter, r *http.Request, key K
 // RenewLock Extend a live lease.
 // (POST /v1/locks/{key}/renew)
 func (_ Unimplemented) RenewLock(w http.ResponseWriter, r *http.Request, key Key) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RequestReleaseLock Ask the holder of a lock to step aside.
+// (POST /v1/locks/{key}/request-release)
+func (_ Unimplemented) RequestReleaseLock(w http.ResponseWriter, r *http.Request, key Key) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -16301,6 +17439,32 @@ func (siw *ServerInterfaceWrapper) ForceReleaseElection(w http.ResponseWriter, r
 	handler.ServeHTTP(w, r)
 }
 
+// Handover operation middleware
+func (siw *ServerInterfaceWrapper) Handover(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key ElectionKey
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Handover(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetElectionHistory operation middleware
 func (siw *ServerInterfaceWrapper) GetElectionHistory(w http.ResponseWriter, r *http.Request) {
 
@@ -16478,6 +17642,19 @@ func (siw *ServerInterfaceWrapper) StreamEvents(w http.ResponseWriter, r *http.R
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "prefix"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "prefix", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "key" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "key", r.URL.Query(), &params.Key, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "key"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
 		}
 		return
 	}
@@ -16799,6 +17976,32 @@ func (siw *ServerInterfaceWrapper) RenewLock(w http.ResponseWriter, r *http.Requ
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RenewLock(w, r, key)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RequestReleaseLock operation middleware
+func (siw *ServerInterfaceWrapper) RequestReleaseLock(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key" -------------
+	var key Key
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", chi.URLParam(r, "key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RequestReleaseLock(w, r, key)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -17372,6 +18575,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/v1/locks/{key}/force-release", wrapper.ForceReleaseLock)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/locks/{key}/request-release", wrapper.RequestReleaseLock)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/locks/{key}/hold", wrapper.HoldLock)
 	})
 	r.Group(func(r chi.Router) {
@@ -17421,6 +18627,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/elections/{key}/resign", wrapper.Resign)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/elections/{key}/handover", wrapper.Handover)
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/elections/{key}/force-release", wrapper.ForceReleaseElection)
@@ -18504,6 +19713,179 @@ type ForceReleaseElection503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ForceReleaseElection503ApplicationProblemPlusJSONResponse) VisitForceReleaseElectionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HandoverRequestObject struct {
+	Key  ElectionKey `json:"key"`
+	Body *HandoverJSONRequestBody
+}
+
+type HandoverResponseObject interface {
+	VisitHandoverResponse(w http.ResponseWriter) error
+}
+
+type Handover200JSONResponse ResignResult
+
+func (response Handover200JSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Handover400ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response Handover401ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response Handover403ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response Handover404ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response Handover409ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Handover413ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Handover415ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response Handover429ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Handover503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Handover503ApplicationProblemPlusJSONResponse) VisitHandoverResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -20627,6 +22009,179 @@ func (response RenewLock503ApplicationProblemPlusJSONResponse) VisitRenewLockRes
 	return err
 }
 
+type RequestReleaseLockRequestObject struct {
+	Key  Key `json:"key"`
+	Body *RequestReleaseLockJSONRequestBody
+}
+
+type RequestReleaseLockResponseObject interface {
+	VisitRequestReleaseLockResponse(w http.ResponseWriter) error
+}
+
+type RequestReleaseLock202JSONResponse RequestReleaseResult
+
+func (response RequestReleaseLock202JSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock400ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock401ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock403ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock404ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock409ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock413ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock415ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock429ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RequestReleaseLock503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RequestReleaseLock503ApplicationProblemPlusJSONResponse) VisitRequestReleaseLockResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListSemaphoresRequestObject struct {
 	Params ListSemaphoresParams
 }
@@ -22645,6 +24200,9 @@ type StrictServerInterface interface {
 	// ForceReleaseElection Break a stuck leadership (admin).
 	// (POST /v1/elections/{key}/force-release)
 	ForceReleaseElection(ctx context.Context, request ForceReleaseElectionRequestObject) (ForceReleaseElectionResponseObject, error)
+	// Handover Give up the leadership to a named candidate, who leads next.
+	// (POST /v1/elections/{key}/handover)
+	Handover(ctx context.Context, request HandoverRequestObject) (HandoverResponseObject, error)
 	// GetElectionHistory The election's recent events, newest first.
 	// (GET /v1/elections/{key}/history)
 	GetElectionHistory(ctx context.Context, request GetElectionHistoryRequestObject) (GetElectionHistoryResponseObject, error)
@@ -22687,6 +24245,9 @@ type StrictServerInterface interface {
 	// RenewLock Extend a live lease.
 	// (POST /v1/locks/{key}/renew)
 	RenewLock(ctx context.Context, request RenewLockRequestObject) (RenewLockResponseObject, error)
+	// RequestReleaseLock Ask the holder of a lock to step aside.
+	// (POST /v1/locks/{key}/request-release)
+	RequestReleaseLock(ctx context.Context, request RequestReleaseLockRequestObject) (RequestReleaseLockResponseObject, error)
 	// ListSemaphores List live semaphores, paged.
 	// (GET /v1/semaphores)
 	ListSemaphores(ctx context.Context, request ListSemaphoresRequestObject) (ListSemaphoresResponseObject, error)
@@ -23027,6 +24588,39 @@ func (sh *strictHandler) ForceReleaseElection(w http.ResponseWriter, r *http.Req
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ForceReleaseElectionResponseObject); ok {
 		if err := validResponse.VisitForceReleaseElectionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Handover operation middleware
+func (sh *strictHandler) Handover(w http.ResponseWriter, r *http.Request, key ElectionKey) {
+	var request HandoverRequestObject
+
+	request.Key = key
+
+	var body HandoverJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Handover(ctx, request.(HandoverRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Handover")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HandoverResponseObject); ok {
+		if err := validResponse.VisitHandoverResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -23459,6 +25053,42 @@ func (sh *strictHandler) RenewLock(w http.ResponseWriter, r *http.Request, key K
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(RenewLockResponseObject); ok {
 		if err := validResponse.VisitRenewLockResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RequestReleaseLock operation middleware
+func (sh *strictHandler) RequestReleaseLock(w http.ResponseWriter, r *http.Request, key Key) {
+	var request RequestReleaseLockRequestObject
+
+	request.Key = key
+
+	var body RequestReleaseLockJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RequestReleaseLock(ctx, request.(RequestReleaseLockRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RequestReleaseLock")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RequestReleaseLockResponseObject); ok {
+		if err := validResponse.VisitRequestReleaseLockResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

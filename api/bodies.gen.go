@@ -25,6 +25,8 @@ func NewRequestBody(operationID string) any {
 		return new(ForceReleaseLockJSONRequestBody)
 	case "forceReleaseSemaphore":
 		return new(ForceReleaseSemaphoreJSONRequestBody)
+	case "handover":
+		return new(HandoverJSONRequestBody)
 	case "holdLock":
 		return new(HoldLockJSONRequestBody)
 	case "holdSemaphore":
@@ -41,6 +43,8 @@ func NewRequestBody(operationID string) any {
 		return new(RenewLockJSONRequestBody)
 	case "renewSemaphore":
 		return new(RenewSemaphoreJSONRequestBody)
+	case "requestReleaseLock":
+		return new(RequestReleaseLockJSONRequestBody)
 	case "resign":
 		return new(ResignJSONRequestBody)
 	}

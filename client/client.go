@@ -311,6 +311,23 @@ func (c *Client) forceRelease(ctx context.Context, k kind, key string, fence int
 	return decode[api.ForceReleaseResult](ctx, resp, err)
 }
 
+// RequestRelease asks the exclusive holder of key to step aside (write
+// scope): the holder's lease learns it on its next renewal
+// (Lease.ReleaseRequested) and decides. by names who asks ("" : the API
+// key's name). A key held shared is refused (ErrNotExclusive); a free key
+// is ErrNotFound.
+func (c *Client) RequestRelease(ctx context.Context, key, by, reason string) (api.RequestReleaseResult, error) {
+	body := api.RequestReleaseRequest{}
+	if by != "" {
+		body.By = &by
+	}
+	if reason != "" {
+		body.Reason = &reason
+	}
+	resp, err := c.raw.RequestReleaseLock(ctx, key, body)
+	return decode[api.RequestReleaseResult](ctx, resp, err)
+}
+
 // State reads the live lock on key: its mode, every holder and the queue
 // of waiting requests (never a token); ErrNotFound when it has none.
 func (c *Client) State(ctx context.Context, key string) (api.LockState, error) {

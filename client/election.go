@@ -50,6 +50,25 @@ func (l *Lease) Proclaim(ctx context.Context, value json.RawMessage) error {
 	return lostIfNotFound(l.key, err)
 }
 
+// Handover gives up a leadership to the candidate to, who leads next
+// ahead of earlier candidates. When to is not campaigning the error wraps
+// ErrNotCandidate and this lease still leads (and renews). After a
+// handover the lease is done, as after Release.
+func (l *Lease) Handover(ctx context.Context, to string) error {
+	if l.kind != electionKind {
+		return fmt.Errorf("%w: handover is for a leadership (Campaign), not a lock or a permit", ErrInvalid)
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	resp, err := l.c.raw.Handover(ctx, l.key, api.HandoverRequest{Token: l.token, To: to})
+	if _, err = decode[api.ResignResult](ctx, resp, err); err != nil {
+		return lostIfNotFound(l.key, err)
+	}
+	l.Abandon() // the leadership is the candidate's now: stop renewing
+	return nil
+}
+
 // Leader reads who leads the election name, with its value, term and the
 // candidates in line; nobody leading is ErrNotFound.
 func (c *Client) Leader(ctx context.Context, name string) (api.ElectionState, error) {

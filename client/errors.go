@@ -33,6 +33,13 @@ var (
 	// ErrModeMismatch means a re-entry asked for another mode than the
 	// lease's (a shared holder cannot upgrade to exclusive by re-entering).
 	ErrModeMismatch = errors.New("lockd: re-entry with another mode than the lease's")
+	// ErrNotExclusive means a request that the holder step aside
+	// (RequestRelease) found the key held shared, whose holders hold
+	// together; nobody was asked.
+	ErrNotExclusive = errors.New("lockd: the key is not held exclusively")
+	// ErrNotCandidate means a handover (Lease.Handover) named a candidate
+	// that is not campaigning; the leader still leads.
+	ErrNotCandidate = errors.New("lockd: the candidate is not campaigning")
 	// ErrTooManyHolders means the key has as many live shared holders or
 	// permits as the server allows for one key.
 	ErrTooManyHolders = errors.New("lockd: too many holders of one key")
@@ -102,6 +109,10 @@ func (e *APIError) Unwrap() error {
 		return ErrLimitMismatch
 	case api.ProblemCodeModeMismatch:
 		return ErrModeMismatch
+	case api.ProblemCodeNotExclusive:
+		return ErrNotExclusive
+	case api.ProblemCodeNotCandidate:
+		return ErrNotCandidate
 	case api.ProblemCodeTooManyHolders:
 		return ErrTooManyHolders
 	case api.ProblemCodeUnsupported:

@@ -36,6 +36,12 @@ type Lease struct {
 	released bool
 	renewals int
 
+	// A request that the holder step aside (RequestRelease), as the
+	// latest renewal answered it: asked is closed on the first.
+	asked     chan struct{}
+	request   *api.ReleaseRequested
+	onRequest func(api.ReleaseRequested)
+
 	replayed bool // set once, by newLease
 }
 
@@ -50,6 +56,7 @@ func newLease(c *Client, k kind, l api.Lease, sent, arrived time.Time, watchdog 
 		ttl: ttl,
 		ctx: ctx, cancel: cancel,
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		asked:    make(chan struct{}),
 		info:     l,
 		replayed: l.Replayed != nil && *l.Replayed,
 		expires:  expires, renewNow: renewNow,
@@ -122,6 +129,31 @@ func (l *Lease) Renewals() int {
 	return l.renewals
 }
 
+// ReleaseRequested is closed when somebody first asks the holder to step
+// aside (Client.RequestRelease, `POST …/request-release`), which the
+// lease learns from its next renewal: within ttl/3 with the watchdog. The
+// lease stays held; you decide whether to Release it.
+func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked }
+
+// ReleaseRequest is the newest request that the holder step aside, and
+// whether there is one.
+func (l *Lease) ReleaseRequest() (api.ReleaseRequested, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.request == nil {
+		return api.ReleaseRequested{}, false
+	}
+	return *l.request, true
+}
+
+// OnReleaseRequest calls f, on the renewing goroutine, once for each new
+// request that the holder step aside (see ReleaseRequested). Keep f short.
+func (l *Lease) OnReleaseRequest(f func(api.ReleaseRequested)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.onRequest = f
+}
+
 // Lost is closed when the lease is lost. It is never closed by Release.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
@@ -182,8 +214,25 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.expires = sent.Add(l.ttl)
 	l.renewNow = false
 	l.renewals++
+	notify, rq := l.noteRequest(nl.ReleaseRequested)
 	l.mu.Unlock()
+	if notify != nil {
+		notify(rq)
+	}
 	return nil
+}
+
+// noteRequest keeps a renewal's request that the holder step aside (r,
+// nil for none) and says whom to tell of a new one. l.mu is held.
+func (l *Lease) noteRequest(r *api.ReleaseRequested) (func(api.ReleaseRequested), api.ReleaseRequested) {
+	if r == nil || (l.request != nil && l.request.At.Equal(r.At)) {
+		return nil, api.ReleaseRequested{}
+	}
+	if l.request == nil {
+		close(l.asked)
+	}
+	l.request = r
+	return l.onRequest, *r
 }
 
 // Release stops the watchdog and gives the lease back. A lease that was

@@ -227,4 +227,6 @@ func (l *Lease) inSession(s *Session) {
 
 // statusOK reports whether an answer carries its body: 200, or 201 for a
 // creation.
-func statusOK(code int) bool { return code == http.StatusOK || code == http.StatusCreated }
+func statusOK(code int) bool {
+	return code == http.StatusOK || code == http.StatusCreated || code == http.StatusAccepted
+}

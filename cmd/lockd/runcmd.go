@@ -97,12 +97,15 @@ type runOptions struct {
 	// leader's value (JSON) then.
 	elect bool
 	value string
+	// onRequest is the signal COMMAND's process group gets when somebody
+	// asks the holder to step aside (0: none; --on-request).
+	onRequest syscall.Signal
 }
 
 // parseRun reads `lockd run`'s flags and arguments; a usage error (or
 // --help) is an *exitError.
 func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runOptions, error) {
-	cf := newClientFlags("run", "[--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] KEY -- COMMAND [ARGS...]\n"+
+	cf := newClientFlags("run", "[--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] [--on-request SIGNAL] KEY -- COMMAND [ARGS...]\n"+
 		"       lockd run --semaphore NAME --limit N [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]", getenv, stderr)
 	o := runOptions{cf: cf}
 	cf.fs.DurationVar(&o.ttl, "ttl", cf.env.dur("ttl", 30*time.Second), "lease TTL; renewed every ttl/3 while COMMAND runs")
@@ -113,8 +116,16 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	cf.fs.BoolVar(&o.shared, "shared", cf.env.bool("shared", false), "hold KEY together with other shared holders (a read lock); default exclusive")
 	semaphore := cf.fs.String("semaphore", cf.env.str("semaphore", ""), "hold a permit of this semaphore instead of a lock (then no KEY); needs --limit")
 	cf.fs.IntVar(&o.limit, "limit", cf.env.int("limit", 0), "with --semaphore: the most permits held at once, 1-10000 (every holder must use the same)")
+	onRequest := cf.fs.String("on-request", cf.env.str("on_request", ""), "send COMMAND's process group this signal (TERM, INT, HUP, USR1, USR2 or a number) when somebody asks the holder to step aside (lockd request-release); the lease stays held until COMMAND ends")
 	if err := parseFlags(cf.fs, args); err != nil {
 		return o, err
+	}
+	if *onRequest != "" {
+		sig, ok := signalNamed(*onRequest)
+		if !ok {
+			return o, usageError("--on-request %q: want a signal such as TERM, INT, HUP, USR1, USR2 or its number", *onRequest)
+		}
+		o.onRequest = sig
 	}
 	if cf.env.err != nil {
 		return o, usageError("%v", cf.env.err)
@@ -155,7 +166,22 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	if o.grace < 0 {
 		return o, usageError("--grace must not be negative")
 	}
+	if o.onRequest != 0 && (o.sem || o.shared) {
+		return o, usageError("--on-request is for an exclusive lock: shared holders and permits are not asked to step aside")
+	}
 	return o, nil
+}
+
+// signalNamed reads a signal's name (TERM or SIGTERM, any case) or number.
+func signalNamed(s string) (syscall.Signal, bool) {
+	if n, err := strconv.Atoi(s); err == nil {
+		return syscall.Signal(n), n > 0 && n < 65
+	}
+	sig, ok := map[string]syscall.Signal{
+		"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "TERM": syscall.SIGTERM,
+		"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "ALRM": syscall.SIGALRM, "WINCH": syscall.SIGWINCH,
+	}[strings.TrimPrefix(strings.ToUpper(s), "SIG")]
+	return sig, ok
 }
 
 // runHold is the lease `lockd run` holds, what it is called in messages,
@@ -257,11 +283,22 @@ func (o runOptions) supervise(ctx context.Context, h runHold, stdout, stderr io.
 	}()
 
 	lost := h.lease.Lost()
+	var asked <-chan struct{}
+	if o.onRequest != 0 {
+		asked = h.lease.ReleaseRequested()
+	}
 	var kill <-chan time.Time
 	for {
 		select {
 		case sig := <-sigc:
 			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+			continue
+		case <-asked:
+			// Once: COMMAND decides, and lockd run releases when it ends.
+			asked = nil
+			rq, _ := h.lease.ReleaseRequest()
+			fmt.Fprintf(stderr, "lockd: %s asks for %s (%q); sending %s %v\n", rq.By, o.key, rq.Reason, o.argv[0], o.onRequest)
+			_ = syscall.Kill(-pgid, o.onRequest)
 			continue
 		case <-lost:
 			lostErr = h.lease.Err()

@@ -349,3 +349,39 @@ func TestRunHidesSecretsFromCommand(t *testing.T) {
 		t.Fatalf("COMMAND saw %q, want %q", got, want)
 	}
 }
+
+// lockd run --on-request USR1: a request that the holder step aside
+// reaches COMMAND as that signal (once); COMMAND decides, here by exiting
+// 0, and the lease is released then. Bad values and --shared are usage
+// errors.
+func TestRunOnRequest(t *testing.T) {
+	ls := startCLIServer(t)
+	key := "run:onrequest"
+	var out, errb lockdtest.Buffer
+	done := lockdRun(ls, &out, &errb, "--ttl", "600ms", "--on-request", "USR1", key, "--", "sh", "-c",
+		`trap 'echo asked; exit 0' USR1; echo started; while :; do sleep 0.05; done`)
+	waitHeld(t, ls.c, key)
+	for !strings.Contains(out.String(), "started") {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := ls.c.RequestRelease(context.Background(), key, "deploy-42", "hotfix"); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, done, 10*time.Second, &errb); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
+	}
+	if !strings.Contains(out.String(), "asked") || !strings.Contains(errb.String(), "deploy-42 asks for "+key) {
+		t.Fatalf("stdout %q, stderr %q", out.String(), errb.String())
+	}
+	assertFree(t, ls.c, key)
+
+	for _, args := range [][]string{
+		{"--on-request", "NOPE", "run:x", "--", "true"},
+		{"--on-request", "TERM", "--shared", "run:x", "--", "true"},
+	} {
+		var out, errb lockdtest.Buffer
+		if code := waitExit(t, lockdRun(ls, &out, &errb, args...), 10*time.Second, &errb); code != exitUsage || !strings.Contains(errb.String(), "--on-request") {
+			t.Errorf("%v: exit %d, stderr %s", args, code, &errb)
+		}
+	}
+}

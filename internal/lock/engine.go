@@ -239,6 +239,37 @@ func (e *Engine) ForceReleaseFence(ctx context.Context, res Resource, fence int6
 	return e.n.forceReleaseFence(ctx, res.id(), fence, actor, reason)
 }
 
+// Handover gives up an election's leadership (token) to the candidate
+// to, who leads next ahead of the queue (Kubernetes' preferred holder):
+// ErrNotCandidate, with nothing changed, when to is not campaigning.
+func (e *Engine) Handover(ctx context.Context, res Resource, token, to, actor string) (Released, error) {
+	if err := res.check(); err != nil {
+		return Released{}, err
+	}
+	key := res.id()
+	out, next, err := e.n.handover(ctx, key, token, to, actor)
+	for next != nil && !e.hub.HandOff(key, next.waiter, next.lease) {
+		// The candidate's request has gone meanwhile: the key is given
+		// back, and may go to the next one.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.n.opts.CallTimeout)
+		_, next, _ = e.n.release(rctx, key, next.lease.Token, next.actor, true)
+		cancel()
+	}
+	return out, err
+}
+
+// RequestRelease asks the exclusive holder of a lock (the one with this
+// fence, when not 0) to step aside: its renewals answer the request until
+// the lease ends, and the event stream tells readers. The holder decides.
+// Shared holders and permits are ErrNotExclusive: they hold together, and
+// a request to one of them asks nobody in particular.
+func (e *Engine) RequestRelease(ctx context.Context, res Resource, fence int64, by, reason, actor string) (RequestedRelease, error) {
+	if err := res.check(); err != nil {
+		return RequestedRelease{}, err
+	}
+	return e.n.requestRelease(ctx, res.id(), fence, by, reason, actor)
+}
+
 // State returns the key's live lease, or ErrNotFound.
 func (e *Engine) State(ctx context.Context, res Resource) (State, error) {
 	if err := res.check(); err != nil {

@@ -67,6 +67,15 @@ var (
 	ErrNoLockDelay = fmt.Errorf("%w: Redlock has no lock-delay", ErrUnsupported)
 	// ErrNoElections answers every election operation on Redlock.
 	ErrNoElections = fmt.Errorf("%w: Redlock has no elections", ErrUnsupported)
+	// ErrNoReleaseRequests is Redlock's ErrUnsupported for RequestRelease:
+	// a request lives in the lease, which each master keeps apart.
+	ErrNoReleaseRequests = fmt.Errorf("%w: Redlock has no release requests", ErrUnsupported)
+	// ErrNotExclusive means a request that a holder step aside found the
+	// key held shared or by permits, which hold together.
+	ErrNotExclusive = errors.New("lock: the key is not held exclusively")
+	// ErrNotCandidate means a handover named a candidate that is not
+	// campaigning (waiting) for the election; the leader still leads.
+	ErrNotCandidate = errors.New("lock: the candidate is not campaigning")
 )
 
 // HeldError says who holds a key and for how long.

@@ -196,6 +196,24 @@ type Lease struct {
 	Mode Mode
 	// Limit is a semaphore's limit; 0 for a lock.
 	Limit int
+	// ReleaseRequested is a request that the holder step aside, answered
+	// by a renewal (nil: none).
+	ReleaseRequested *ReleaseRequest
+}
+
+// ReleaseRequest is a request that an exclusive holder step aside
+// (RequestRelease): the holder decides.
+type ReleaseRequest struct {
+	By     string
+	Reason string
+	At     time.Time
+}
+
+// RequestedRelease is the lease a RequestRelease asked.
+type RequestedRelease struct {
+	Owner string
+	Fence int64
+	At    time.Time
 }
 
 // waitable says whether a failed try should wait: the key is held, Redis
@@ -264,6 +282,9 @@ type State struct {
 	// the TTL is all that is left (a holder renewing at ttl/3, as lockd's
 	// clients do, renews with two thirds left).
 	AtRisk bool
+	// ReleaseRequested is the pending request that the exclusive holder
+	// step aside (nil: none).
+	ReleaseRequested *ReleaseRequest
 }
 
 // Event is one entry of a key's history.

@@ -269,12 +269,14 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 	if err != nil {
 		return Lease{}, wrap("renew", err)
 	}
-	g, err := decodeRenew(v)
+	g, rq, err := decodeRenew(v)
 	if err != nil {
 		return Lease{}, err
 	}
 	n.epochs.lease(sh, g.left)
-	return g.lease(key), nil
+	l := g.lease(key)
+	l.ReleaseRequested = rq
+	return l, nil
 }
 
 // giveBack is release.lua's ARGV[5]: "unclaimed" gives back only a key
@@ -320,6 +322,25 @@ func (n *node) release(ctx context.Context, key, token, actor string, unclaimed 
 	if n.opts.ReplicaAcks == 0 {
 		c.handTo = n.id
 	}
+	return n.runRelease(ctx, key, sh, c, actor)
+}
+
+// handover runs release.lua with to: the leader's release hands the key to
+// the candidate to first (ErrNotCandidate when it is not waiting).
+func (n *node) handover(ctx context.Context, key, token, to, actor string) (Released, *handed, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	sh := n.sharedOf(key)
+	c := releaseCallOf(key, sh)
+	c.token, c.actor, c.trace, c.to = token, packable(actor), traceOf(ctx), packable(to)
+	if n.opts.ReplicaAcks == 0 {
+		c.handTo = n.id
+	}
+	return n.runRelease(ctx, key, sh, c, actor)
+}
+
+// runRelease runs the release call c and reads its answer.
+func (n *node) runRelease(ctx context.Context, key string, sh *sharedKeys, c releaseCall, actor string) (Released, *handed, error) {
 	keys, argv := c.run()
 	v, err := n.write(ctx, n.scripts.release, keys, argv...)
 	if err != nil {
@@ -394,6 +415,24 @@ func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor,
 	}
 	n.noted(key)
 	return Broken{Owner: r.owner, Fence: r.fence, HeldFor: heldSince(r.acquiredAt.UnixMilli())}, r.more, nil
+}
+
+// requestRelease runs force_release.lua's op "request": it asks the
+// exclusive holder of key (with fence, when not 0) to step aside.
+func (n *node) requestRelease(ctx context.Context, key string, fence int64, by, reason, actor string) (RequestedRelease, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	c := forceReleaseCallOf(key, n.sharedOf(key))
+	c.actor, c.reason, c.trace, c.op, c.by = packable(actor), packable(reason), traceOf(ctx), "request", packable(by)
+	if fence != 0 {
+		c.fence = strconv.FormatInt(fence, 10)
+	}
+	keys, argv := c.args()
+	v, err := n.write(ctx, n.scripts.forceRelease, keys, argv...)
+	if err != nil {
+		return RequestedRelease{}, wrap("request-release", err)
+	}
+	return decodeRequest(v)
 }
 
 // state runs state.lua: the key's live lease, or ErrNotFound.
@@ -474,6 +513,9 @@ func exclusiveState(s *State, r *reply) {
 	s.LeftAtRenewal = r.ms(11)
 	s.Value = r.str(13)
 	s.Holders[0].Value = s.Value
+	if r.len() > 14 {
+		s.ReleaseRequested = releaseRequestOf(r.str(14))
+	}
 	s.AtRisk = atRisk(*s)
 }
 

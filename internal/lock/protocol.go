@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -132,6 +133,7 @@ type releaseCall struct {
 	handTo    string // this process's id: hand the key to its next waiter if it waits here
 	trace     string
 	unclaimed string // giveBack
+	to        string // an election's handover: the candidate that leads next
 }
 
 func releaseCallOf(key string, sh *sharedKeys) releaseCall {
@@ -148,7 +150,7 @@ func (c releaseCall) run() ([]string, []any) {
 // args is the whole call, nothing trimmed.
 func (c releaseCall) args() ([]string, []any) {
 	return []string{c.lease, c.hist, c.sched, c.stream, c.holders, c.queue, c.qinfo, c.replicas},
-		[]any{c.token, c.actor, c.channel, c.handTo, c.trace, c.unclaimed}
+		[]any{c.token, c.actor, c.channel, c.handTo, c.trace, c.unclaimed, c.to}
 }
 
 // forceReleaseCall is force_release.lua's call, as acquireCall is
@@ -161,6 +163,8 @@ type forceReleaseCall struct {
 	channel string // the key's wake-up channel
 	fence   string // the fence to break, or "" for every holder
 	trace   string
+	op      string // "request": ask the holder to step aside (RequestRelease)
+	by      string // who asks, with op "request"
 }
 
 func forceReleaseCallOf(key string, sh *sharedKeys) forceReleaseCall {
@@ -171,7 +175,7 @@ func forceReleaseCallOf(key string, sh *sharedKeys) forceReleaseCall {
 
 func (c forceReleaseCall) args() ([]string, []any) {
 	return []string{c.lease, c.hist, c.sched, c.stream, c.holders},
-		[]any{c.actor, c.reason, c.channel, c.fence, c.trace}
+		[]any{c.actor, c.reason, c.channel, c.fence, c.trace, c.op, c.by}
 }
 
 // historyCall is history.lua's call: its fields are the names the script
@@ -329,17 +333,52 @@ func refuse(err error) acquireAnswer {
 	return func(context.Context, *node, acquireTry) (Lease, error) { return Lease{}, err }
 }
 
-// decodeRenew reads renew.lua's reply: a grant, as acquire.lua's.
-func decodeRenew(v any) (grantReply, error) {
+// decodeRenew reads renew.lua's reply: a grant, as acquire.lua's, and
+// the request that the holder step aside, when one was made.
+func decodeRenew(v any) (grantReply, *ReleaseRequest, error) {
 	r, err := newReply(v)
 	if err != nil {
-		return grantReply{}, err
+		return grantReply{}, nil, err
 	}
 	if err := statusErr(r.str(0)); err != nil {
-		return grantReply{}, err
+		return grantReply{}, nil, err
 	}
 	g := readGrant(r)
-	return g, r.err
+	var rq *ReleaseRequest
+	if r.len() > 12 {
+		rq = releaseRequestOf(r.str(12))
+	}
+	return g, rq, r.err
+}
+
+// releaseRequestOf reads a lease's release request (exclusive.lua's rq:
+// at_ms RS by RS reason), nil for none.
+func releaseRequestOf(s string) *ReleaseRequest {
+	at, rest, ok := strings.Cut(s, "\x1e")
+	if !ok {
+		return nil
+	}
+	by, reason, _ := strings.Cut(rest, "\x1e")
+	ms, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return nil
+	}
+	return &ReleaseRequest{By: by, Reason: reason, At: time.UnixMilli(ms).UTC()}
+}
+
+// decodeRequest reads force_release.lua's reply to op "request".
+func decodeRequest(v any) (RequestedRelease, error) {
+	r, err := newReply(v)
+	if err != nil {
+		return RequestedRelease{}, err
+	}
+	if r.str(0) == "mode" {
+		return RequestedRelease{}, ErrNotExclusive
+	}
+	if err := statusErr(r.str(0)); err != nil {
+		return RequestedRelease{}, err
+	}
+	return RequestedRelease{Owner: r.str(1), Fence: r.int(2), At: r.time(3)}, r.err
 }
 
 // releaseReply is release.lua's reply.
@@ -416,6 +455,8 @@ func statusErr(status string) error {
 		return nil
 	case "not_found":
 		return ErrNotFound
+	case "not_candidate":
+		return ErrNotCandidate
 	case "lost":
 		return ErrLeaseLost
 	default:

@@ -193,11 +193,16 @@ func TestReplyShapes(t *testing.T) {
 	if len(acquireStatuses) != 14 {
 		t.Errorf("acquireStatuses has %d rows; this test reads 14", len(acquireStatuses))
 	}
-	renewed, err := decodeRenew([]any{"ok", "o", "tok", "17", int64(1), int64(3000), ms, int64(3000), ms, "", "p", int64(5)})
-	if err != nil || renewed.mode != Permit || renewed.limit != 5 || renewed.fence != 17 {
-		t.Errorf("renew of a permit: %+v, %v", renewed, err)
+	renewed, rq, err := decodeRenew([]any{"ok", "o", "tok", "17", int64(1), int64(3000), ms, int64(3000), ms, "", "p", int64(5)})
+	if err != nil || renewed.mode != Permit || renewed.limit != 5 || renewed.fence != 17 || rq != nil {
+		t.Errorf("renew of a permit: %+v, %v, %v", renewed, rq, err)
 	}
-	if _, err := decodeRenew([]any{"lost"}); err != ErrLeaseLost {
+	_, rq, err = decodeRenew([]any{"ok", "o", "tok", "17", int64(1), int64(3000), ms, int64(3000), ms, "", "x", int64(0),
+		"1700000000000\x1eops\x1edeploy waits"})
+	if err != nil || rq == nil || rq.By != "ops" || rq.Reason != "deploy waits" || rq.At.UnixMilli() != 1700000000000 {
+		t.Errorf("renew with a release request: %+v, %v", rq, err)
+	}
+	if _, _, err := decodeRenew([]any{"lost"}); err != ErrLeaseLost {
 		t.Errorf("renew lost: %v", err)
 	}
 	rel, err := decodeRelease([]any{"ok", int64(0), ms, "w1", "next", "tok2", "18", int64(1000), ms})

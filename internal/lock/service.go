@@ -13,8 +13,8 @@ import (
 // answer or a zero that would read as "nothing there": Redlock answers so
 // for shared holds, every semaphore operation (ErrNoSemaphores), the event
 // stream and its source (ErrNoEventStream), MissedAcks
-// (ErrNoReplicaAcks), elections (ErrNoElections) and sessions
-// (ErrNoSessions).
+// (ErrNoReplicaAcks), elections (ErrNoElections), sessions
+// (ErrNoSessions) and release requests (ErrNoReleaseRequests).
 //
 // Consumers declare the part they use (server.Engine, web.Engine); the
 // composition root (cmd/lockd) holds a Service.
@@ -29,6 +29,12 @@ type Service interface {
 	// ForceReleaseFence breaks the lease with this fence (0: whoever
 	// holds the resource).
 	ForceReleaseFence(ctx context.Context, res Resource, fence int64, actor, reason string) (Broken, error)
+	// RequestRelease asks the exclusive holder (the one with this fence,
+	// when not 0) to step aside.
+	RequestRelease(ctx context.Context, res Resource, fence int64, by, reason, actor string) (RequestedRelease, error)
+	// Handover gives up an election's leadership to the candidate to,
+	// who leads next ahead of the queue.
+	Handover(ctx context.Context, res Resource, token, to, actor string) (Released, error)
 	// State is the resource's live lease, or ErrNotFound.
 	State(ctx context.Context, res Resource) (State, error)
 	// List lists the live resources of one kind whose name starts with
@@ -97,6 +103,17 @@ func (e *Engine) EventSource() (EventSource, error) {
 // EventSource answers ErrNoEventStream: see Subscribe.
 func (r *Redlock) EventSource() (EventSource, error) {
 	return EventSource{}, ErrNoEventStream
+}
+
+// Handover answers ErrNoElections.
+func (r *Redlock) Handover(context.Context, Resource, string, string, string) (Released, error) {
+	return Released{}, ErrNoElections
+}
+
+// RequestRelease answers ErrNoReleaseRequests: a request lives in the
+// lease, and each master keeps its own.
+func (r *Redlock) RequestRelease(context.Context, Resource, int64, string, string, string) (RequestedRelease, error) {
+	return RequestedRelease{}, ErrNoReleaseRequests
 }
 
 // MissedAcks answers ErrNoReplicaAcks: Redlock refuses replica acks at the

@@ -131,6 +131,9 @@ func engine(err error, res lock.Resource) Problem {
 	case errors.Is(err, lock.ErrNoElections):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no elections: they need one Redis, Sentinel or Cluster"}
+	case errors.Is(err, lock.ErrNoReleaseRequests):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Detail: "this server runs Redlock, which has no release requests: a request lives in the lease, which each master keeps apart; they need one Redis, Sentinel or Cluster"}
 	case errors.Is(err, lock.ErrNoSessions):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no sessions: they need one Redis, Sentinel or Cluster"}
@@ -230,6 +233,13 @@ func conflict(err error, key string, sem bool) (Problem, bool) {
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeModeMismatch, Title: "Mode mismatch",
 			Detail: fmt.Sprintf("%s is held %s by this token; a re-entry keeps the lease's mode (leave mode out, or release and acquire %s); nothing was changed", key, mode.Held, mode.Asked),
 			Field:  "mode"}, true
+	case errors.Is(err, lock.ErrNotExclusive):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNotExclusive, Title: "Not held exclusively",
+			Detail: fmt.Sprintf("%s is held shared: its holders hold together, so a request to step aside would ask nobody in particular; nobody was asked (force-release breaks them)", key)}, true
+	case errors.Is(err, lock.ErrNotCandidate):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeNotCandidate, Title: "Not a candidate",
+			Detail: fmt.Sprintf("nobody of that name campaigns for %s now; the leader still leads (GET /v1/elections/%s lists the candidates)", key, key),
+			Field:  "to"}, true
 	case errors.Is(err, lock.ErrLimitMismatch):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLimitMismatch, Title: "Limit mismatch",
 			Detail: fmt.Sprintf("%s is held with another limit; acquire with the limit its holders use (GET /v1/semaphores/%s shows it)", key, key)}, true

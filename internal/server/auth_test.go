@@ -102,6 +102,7 @@ func TestAuthMatrix(t *testing.T) {
 		{"POST", "/v1/locks/order:1/renew", `{"token":"x"}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
 		{"POST", "/v1/locks/order:1/release", `{"token":"x"}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
 		{"POST", "/v1/locks/order:3/hold", `{"ttl_ms":60000}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
+		{"POST", "/v1/locks/order:1/request-release", `{}`, [6]int{unauth, unauth, forbidden, ok, ok, forbidden}},
 		{"POST", "/v1/locks/order:9/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, forbidden}},
 		{"POST", "/v1/locks/deploy:x/acquire", `{}`, [6]int{unauth, unauth, forbidden, ok, ok, ok}},
 		{"POST", "/v1/locks/deploy:y/force-release", `{}`, [6]int{unauth, unauth, forbidden, forbidden, ok, ok}},

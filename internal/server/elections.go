@@ -102,6 +102,27 @@ func (s *Server) Resign(ctx context.Context, r api.ResignRequestObject) (api.Res
 	return api.Resign200JSONResponse{Key: rel.Key, Resigned: rel.Released}, nil
 }
 
+// Handover gives up the leadership to a named candidate, who leads next
+// ahead of the queue; 409 not_candidate when it is not campaigning.
+func (s *Server) Handover(ctx context.Context, r api.HandoverRequestObject) (api.HandoverResponseObject, error) {
+	if r.Body == nil {
+		return nil, invalid("token", "token is required: the token that campaign returned")
+	}
+	if err := checkToken(r.Body.Token, true); err != nil {
+		return nil, err
+	}
+	if err := checkOwner(r.Body.To); err != nil {
+		return nil, invalid("to", "to must be the candidate that leads next: 1-128 printable characters")
+	}
+	res := lock.Election(r.Key)
+	rel, err := s.engine.Handover(ctx, res, r.Body.Token, r.Body.To, callerOf(ctx).name)
+	if err != nil {
+		return nil, err
+	}
+	s.contention.ended(res, "released", rel.HeldFor)
+	return api.Handover200JSONResponse{Key: r.Key, Resigned: rel.Released}, nil
+}
+
 // ForceReleaseElection breaks a stuck leadership.
 func (s *Server) ForceReleaseElection(ctx context.Context, r api.ForceReleaseElectionRequestObject) (api.ForceReleaseElectionResponseObject, error) {
 	b, err := s.forceRelease(ctx, lock.KindElection, r.Key, r.Body)

@@ -27,9 +27,17 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 		return nil, err
 	}
 	c := callerOf(ctx)
-	scan, filter, err := listScope(c, s.cfg.Keys, prefix)
+	keys, err := s.checkEventKeys(c, r.Params.Key)
 	if err != nil {
 		return nil, err
+	}
+	scan, filter, err := listScope(c, s.cfg.Keys, prefix)
+	if err != nil && keys == nil {
+		return nil, err
+	}
+	if err != nil {
+		// Exact keys the API key may read need no prefix of its own.
+		scan, filter = prefix, true
 	}
 	after := ""
 	if r.Params.LastEventID != nil {
@@ -55,9 +63,39 @@ func (s *Server) StreamEvents(ctx context.Context, r api.StreamEventsRequestObje
 	// The prefix (narrowed to the API key's one prefix under it) and the
 	// key's prefixes apply to a semaphore's name as to a lock's key.
 	keep := func(res lock.Resource) bool {
+		if keys != nil {
+			if _, ok := keys[res.Name]; !ok {
+				return false
+			}
+		}
 		return strings.HasPrefix(res.Name, scan) && (!filter || c.mayTouch(s.cfg.Keys, res.Name))
 	}
 	return &eventStream{s: s, ctx: ctx, sub: sub, keep: keep, release: release}, nil
+}
+
+// maxEventKeys is the most exact keys one event stream follows.
+const maxEventKeys = 100
+
+// checkEventKeys validates the stream's exact keys (nil when none are
+// given): each a key the caller may read, at most maxEventKeys of them.
+func (s *Server) checkEventKeys(c caller, v *[]string) (map[string]struct{}, error) {
+	if v == nil || len(*v) == 0 {
+		return nil, nil
+	}
+	if len(*v) > maxEventKeys {
+		return nil, invalid("key", "at most %d keys per event stream, got %d", maxEventKeys, len(*v))
+	}
+	keys := make(map[string]struct{}, len(*v))
+	for _, k := range *v {
+		if !lock.ValidKey(k) {
+			return nil, invalid("key", "key %q must be 1-200 characters of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit", k)
+		}
+		if !c.mayTouch(s.cfg.Keys, k) {
+			return nil, problem.Errorf(problem.ErrForbidden, "API key %s may not read %s", c.name, k)
+		}
+		keys[k] = struct{}{}
+	}
+	return keys, nil
 }
 
 // subscribe follows the event stream after the event with ID after, within

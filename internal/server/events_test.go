@@ -572,3 +572,50 @@ keys:
 		t.Fatalf("tenant-b's stream: %+v", ev)
 	}
 }
+
+// GET /v1/events?key=K (repeatable) follows exactly those keys: ev:a:1
+// does not bring ev:a:10, unlike prefix=ev:a:1; a key the API key may
+// not read is 403, a bad or a 101st key 400 naming key.
+func TestEventStreamExactKeys(t *testing.T) {
+	keys, err := auth.Parse([]byte(eventsAuth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) { c.Keys = keys }})
+	f := newEvFixture(t, ld, "ops-key-0123456789")
+
+	many := strings.Repeat("&key=ev:a:1", 101)[1:]
+	for _, tc := range []struct {
+		name, query string
+		status      int
+	}{
+		{"a key outside the API key's prefixes", "?key=ev:b:1", http.StatusForbidden},
+		{"one of them outside", "?key=ev:a:1&key=ev:b:1", http.StatusForbidden},
+		{"bad key", "?key=-a", http.StatusBadRequest},
+		{"empty key", "?key=", http.StatusBadRequest},
+		{"too many keys", "?" + many, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, _ := openEvents(t, ld.URL+"/v1/events"+tc.query, "a-key-0123456789ab", "")
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if tc.status == http.StatusBadRequest {
+				b, _ := io.ReadAll(resp.Body)
+				if !strings.Contains(string(b), `"key"`) {
+					t.Fatalf("the problem does not name key: %s", b)
+				}
+			}
+		})
+	}
+
+	_, s := openEvents(t, ld.URL+"/v1/events?key=ev:a:1&key=ev:a:3", "a-key-0123456789ab", "")
+	for _, k := range []string{"ev:a:10", "ev:a:2", "ev:a:1", "ev:a:3"} {
+		f.acquire(t, k, api.AcquireRequest{Owner: ptr("w")})
+	}
+	for _, want := range []string{"ev:a:1", "ev:a:3"} {
+		if ev := s.next(t); ev.event != "acquired" || ev.data["key"] != want {
+			t.Fatalf("event %+v, want acquired %s (ev:a:10 and ev:a:2 must not show)", ev, want)
+		}
+	}
+}

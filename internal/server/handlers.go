@@ -330,6 +330,40 @@ func (s *Server) forceRelease(ctx context.Context, k lock.Kind, name string, bod
 	return api.ForceReleaseResult{Key: name, Released: true, Owner: b.Owner, Fence: b.Fence}, nil
 }
 
+// RequestReleaseLock asks the exclusive holder of a lock to step aside;
+// the holder learns it from its renewals and decides.
+func (s *Server) RequestReleaseLock(ctx context.Context, r api.RequestReleaseLockRequestObject) (api.RequestReleaseLockResponseObject, error) {
+	c := callerOf(ctx)
+	by, reason, fence := c.name, "", int64(0)
+	if b := r.Body; b != nil {
+		if b.By != nil {
+			if by = *b.By; checkOwner(by) != nil {
+				return nil, invalid("by", "by must be 1-128 printable characters")
+			}
+		}
+		if b.Reason != nil {
+			reason = *b.Reason
+			if err := checkText("reason", reason, lock.MaxReason); err != nil {
+				return nil, err
+			}
+		}
+		if b.Fence != nil {
+			if fence = *b.Fence; fence <= 0 {
+				return nil, invalid("fence", "fence must be a positive integer, got %d", fence)
+			}
+		}
+	}
+	rr, err := s.engine.RequestRelease(ctx, lock.Lock(r.Key), fence, by, reason, c.name)
+	if errors.Is(err, lock.ErrLeaseLost) {
+		return nil, problem.Errorf(lock.ErrLeaseLost, "%s is held, but by no holder with fence %d; nobody was asked", r.Key, fence)
+	}
+	if err != nil {
+		return nil, err
+	}
+	logOwner(ctx, rr.Owner)
+	return api.RequestReleaseLock202JSONResponse{Key: r.Key, Owner: rr.Owner, Fence: rr.Fence, RequestedAt: rr.At}, nil
+}
+
 // GetLock reads a live lock.
 func (s *Server) GetLock(ctx context.Context, r api.GetLockRequestObject) (api.GetLockResponseObject, error) {
 	st, err := s.engine.State(ctx, lock.Lock(r.Key))
@@ -417,7 +451,7 @@ func (s *Server) history(ctx context.Context, k lock.Kind, name string, limitPar
 	case typ == nil:
 		evs, err = s.engine.History(ctx, res, limit)
 	case !typ.Valid():
-		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released, proclaimed")
+		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released, proclaimed, release_requested")
 	case *typ == api.Renewed:
 		evs, err = s.engine.Renewals(ctx, res, limit)
 	default:

@@ -135,6 +135,10 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 	// out a stream whose lease is renewed rarely (a long TTL).
 	heartbeat := time.NewTicker(h.s.cfg.HoldHeartbeat)
 	defer heartbeat.Stop()
+	// asked is when the newest request to step aside that the client was
+	// told of was made: each request is one event, however many renewals
+	// answer it.
+	var asked time.Time
 	for {
 		var err error
 		select {
@@ -151,6 +155,10 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 			return nil
 		case l = <-renewed:
 			err = out.send("renewed", h.payload(l))
+			if rq := l.ReleaseRequested; err == nil && rq != nil && !rq.At.Equal(asked) {
+				asked = rq.At
+				err = out.send("release_requested", api.ReleaseRequested{By: rq.By, Reason: rq.Reason, At: rq.At})
+			}
 		case <-heartbeat.C:
 			err = out.write(": heartbeat\n\n")
 		}

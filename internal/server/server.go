@@ -22,6 +22,8 @@ type Engine interface {
 	Renew(ctx context.Context, res lock.Resource, req lock.RenewRequest) (lock.Lease, error)
 	Release(ctx context.Context, res lock.Resource, token, actor string) (lock.Released, error)
 	ForceReleaseFence(ctx context.Context, res lock.Resource, fence int64, actor, reason string) (lock.Broken, error)
+	RequestRelease(ctx context.Context, res lock.Resource, fence int64, by, reason, actor string) (lock.RequestedRelease, error)
+	Handover(ctx context.Context, res lock.Resource, token, to, actor string) (lock.Released, error)
 	State(ctx context.Context, res lock.Resource) (lock.State, error)
 	List(ctx context.Context, kind lock.Kind, prefix string, limit int, cursor string) (lock.Page, error)
 	History(ctx context.Context, res lock.Resource, limit int) ([]lock.Event, error)

@@ -101,3 +101,26 @@ func TestDetail_BadKey(t *testing.T) {
 		}
 	}
 }
+
+// A pending request that the holder step aside shows on the list and the
+// detail page: who asked and why.
+func TestDetail_StepAside(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.acquire("detail:asked", "worker-7", 30*time.Second)
+	e.acquire("detail:quiet", "worker-8", 30*time.Second)
+	if _, err := e.engine.RequestRelease(ctx, lock.Lock("detail:asked"), 0, "deploy-42", "hotfix", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	p := e.get("/ui/locks/detail:asked")
+	if g := text(p.doc.Find(`[data-testid="state"] [data-testid="step-aside"]`)); g != "asked to step aside by deploy-42: hotfix" {
+		t.Errorf("detail: %q", g)
+	}
+	list := e.get("/ui/locks")
+	list.doc.Find(`[data-testid="lock-row"]`).Each(func(_ int, row *goquery.Selection) {
+		asked := row.Find(`[data-testid="step-aside"]`).Length() == 1
+		if want := row.AttrOr("data-key", "") == "detail:asked"; asked != want {
+			t.Errorf("%s: step-aside mark %v, want %v", row.AttrOr("data-key", ""), asked, want)
+		}
+	})
+}

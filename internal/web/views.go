@@ -44,6 +44,9 @@ type lockRow struct {
 	ForceURL    string
 	// AtRisk: the last renewal came late, or the lease is running out.
 	AtRisk bool
+	// StepAside says who asked the holder to step aside, and why
+	// (request-release); "" when nobody did.
+	StepAside string
 	// Mode is "exclusive" or "shared".
 	Mode string
 	// Holders counts the live grants; the fields above describe the newest.
@@ -549,6 +552,12 @@ func newLockRow(s lock.State) lockRow {
 	}
 	if r.Renewed {
 		r.LastRenewal = ago(s.RenewedAt, now)
+	}
+	if rq := s.ReleaseRequested; rq != nil {
+		r.StepAside = "asked to step aside by " + rq.By
+		if rq.Reason != "" {
+			r.StepAside += ": " + rq.Reason
+		}
 	}
 	return r
 }

@@ -63,7 +63,8 @@ const MaxConcurrency = 64
 // link-local address of an endpoint without allow_private.
 var ErrPrivateAddress = errors.New("webhook: loopback, private or link-local address, and the endpoint has no allow_private")
 
-var eventTypes = map[string]bool{"acquired": true, "reentered": true, "released": true, "expired": true, "force_released": true, "proclaimed": true}
+var eventTypes = map[string]bool{"acquired": true, "reentered": true, "released": true, "expired": true, "force_released": true, "proclaimed": true,
+	"release_requested": true}
 
 // Parse reads a webhooks file:
 //

@@ -40,7 +40,17 @@ func LeaseOf(l lock.Lease) api.Lease {
 	if l.Outcome == lock.Replayed {
 		out.Replayed = ptr(true)
 	}
+	out.ReleaseRequested = releaseRequestedOf(l.ReleaseRequested)
 	return out
+}
+
+// releaseRequestedOf is a pending request that the holder step aside, nil
+// for none.
+func releaseRequestedOf(r *lock.ReleaseRequest) *api.ReleaseRequested {
+	if r == nil {
+		return nil
+	}
+	return &api.ReleaseRequested{By: r.By, Reason: r.Reason, At: r.At}
 }
 
 // StateOf is a live lock's or semaphore's state on the wire: its holders
@@ -59,6 +69,7 @@ func StateOf(s lock.State) api.LockState {
 		out.Limit = ptr(s.Limit)
 	}
 	out.Value = valueOf(s.Value)
+	out.ReleaseRequested = releaseRequestedOf(s.ReleaseRequested)
 	holders := s.Holders
 	if len(holders) == 0 {
 		// An engine that lists no holders (Redlock) has one: the one

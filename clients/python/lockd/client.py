@@ -204,6 +204,25 @@ class Client:
         """force_release breaks every lease on key, or with fence only that holder's (admin scope)."""
         return self._force_release("lock", key, fence, reason)
 
+    def request_release(
+        self, key: str, by: Optional[str] = None, reason: Optional[str] = None, fence: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """request_release asks the exclusive holder of key to step aside (write scope); the holder decides.
+
+        Its lease learns it on its next renewal (``lease.release_requested``
+        is set, ``on_release_request`` called). Answers ``{"key", "owner",
+        "fence", "requested_at"}``; NotExclusive when the key is held
+        shared, NotFound when nobody holds it.
+        """
+        body: Dict[str, Any] = {}
+        if by is not None:
+            body["by"] = by
+        if reason is not None:
+            body["reason"] = reason
+        if fence is not None:
+            body["fence"] = fence
+        return self._t.request("POST", _KINDS["lock"].path + "/" + _quote(key) + "/request-release", body, timeout=self.timeout)
+
     def state(self, key: str) -> Dict[str, Any]:
         """state is the live lock on key: mode, holders, queue (never a token); NotFound when it has none."""
         return self._get("lock", "/" + _quote(key), {})

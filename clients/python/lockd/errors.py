@@ -34,6 +34,8 @@ __all__ = [
     "TooManyHolders",
     "LimitMismatch",
     "ModeMismatch",
+    "NotExclusive",
+    "NotCandidate",
     "LeaseLost",
     "LeaseNotFound",
     "SessionLost",
@@ -222,6 +224,18 @@ class ModeMismatch(LockdError):
     CODE = "mode_mismatch"
 
 
+class NotExclusive(LockdError):
+    """NotExclusive: request_release found the key held shared (409); its holders hold together, and nobody was asked."""
+
+    CODE = "not_exclusive"
+
+
+class NotCandidate(LockdError):
+    """NotCandidate: a handover named a candidate that is not campaigning (409); the leader still leads."""
+
+    CODE = "not_candidate"
+
+
 class LeaseLost(LockdError):
     """LeaseLost: the lease is no longer yours. Stop the protected work.
 
@@ -329,6 +343,8 @@ PROBLEM_CLASSES: Dict[str, Type[LockdError]] = {
         TooManyHolders,
         LimitMismatch,
         ModeMismatch,
+        NotExclusive,
+        NotCandidate,
         LeaseLost,
         SessionLost,
         IdempotencyMismatch,

@@ -140,6 +140,14 @@ class Lease:
         self.lost = threading.Event()
         self.error: Optional[LeaseLost] = None
         self._on_lost = on_lost
+        # A request that the holder step aside (Client.request_release), as
+        # the latest renewal answered it: release_requested is set on the
+        # first, release_request is the newest ({"by", "reason", "at"}),
+        # and on_release_request(lease, request), when set, is called once
+        # per request on the renewing thread. The holder decides.
+        self.release_requested = threading.Event()
+        self.release_request: Optional[Dict[str, Any]] = None
+        self.on_release_request: Optional[Callable[["Lease", Dict[str, Any]], None]] = None
         self._lock = threading.Lock()
         self._info = _without_token(answer)
         # The grant came after sent and before arrived (grant_expiry).
@@ -225,6 +233,17 @@ class Lease:
             self._info = _without_token(answer, self._info)
             self._expires = sent + self.ttl
             self._renewals += 1
+            request = answer.get("release_requested")
+            if request is None or (self.release_request is not None and self.release_request.get("at") == request.get("at")):
+                return
+            self.release_request = request
+            notify = self.on_release_request
+        self.release_requested.set()
+        if notify is not None:
+            try:
+                notify(self, request)
+            except Exception:
+                log.exception("%r: on_release_request callback failed", self)
 
     def proclaim(self, value: Any) -> None:
         """proclaim sets a leadership's value (any JSON, at most 4 KiB), keeping the leadership.
@@ -249,6 +268,23 @@ class Lease:
                 return
             self._info = _without_token(answer, self._info)
             self._expires = sent + self.ttl
+
+    def handover(self, to: str) -> Dict[str, Any]:
+        """handover gives up a leadership to the candidate ``to``, who leads next ahead of earlier candidates.
+
+        It returns ``{"key", "resigned"}`` and stops the renewer. NotCandidate
+        (the leadership goes on, renewed) when ``to`` is not campaigning.
+        """
+        if self.kind != "election":
+            raise ValueError(f"lockd: handover is for a leadership (client.campaign), not a {self.kind}")
+        self.check()
+        try:
+            answer = self._client._lease_call(self.kind, self.key, "handover", {"token": self.__token, "to": to}, self._client.timeout)
+        except LeaseLost as err:
+            self._lose(err)
+            raise
+        self.abandon()
+        return answer
 
     def release(self) -> Optional[Dict[str, Any]]:
         """release stops the renewer and gives the lease back; a leadership resigns.

@@ -36,6 +36,35 @@ class Locks(unittest.TestCase):
             lease.release()
         self.assertTrue(lease.lost.is_set())
 
+    def test_request_release_reaches_the_holder(self) -> None:
+        c = harness.client()
+        key = harness.unique("step-aside")
+        lease = c.acquire(key, ttl=0.6, owner="holder")
+        calls: List[dict] = []
+        lease.on_release_request = lambda _lease, request: calls.append(request)
+        try:
+            asked = c.request_release(key, by="deploy-42", reason="the deploy needs it")
+            self.assertEqual((asked["owner"], asked["fence"]), ("holder", lease.fence))
+            # The renewer learns it on its next renewal, every ttl/3.
+            self.assertTrue(lease.release_requested.wait(10), "the lease did not learn of the request")
+            request = lease.release_request
+            assert request is not None
+            self.assertEqual((request["by"], request["reason"], request["at"]), ("deploy-42", "the deploy needs it", asked["requested_at"]))
+            # Later renewals answer the same request: one call.
+            seen = lease.renewals
+            while lease.renewals < seen + 2:
+                time.sleep(0.05)
+            self.assertEqual(len(calls), 1, calls)
+            self.assertFalse(lease.lost.is_set())
+        finally:
+            lease.release()
+        with self.assertRaises(lockd.NotFound):
+            c.request_release(key)
+        with c.lock(key, mode="shared"):
+            with self.assertRaises(lockd.NotExclusive) as ctx:
+                c.request_release(key)
+            self.assertEqual((ctx.exception.status, ctx.exception.code), (409, "not_exclusive"))
+
     def test_held_names_holder_and_time_left(self) -> None:
         c = harness.client()
         key = harness.unique("held")

@@ -83,6 +83,32 @@ class Elections(unittest.TestCase):
         types = [(e["type"], e["owner"]) for e in one.election_history(name, limit=4)["events"]]
         self.assertEqual(types, [("released", "second"), ("acquired", "second"), ("released", "first"), ("acquired", "first")])
 
+    def test_handover_to_a_named_candidate(self) -> None:
+        c = harness.client()
+        name = harness.unique("handover")
+        first = c.elections.campaign(name, ttl=10, candidate="first")
+        led: List[str] = []
+
+        def campaign(who: str) -> None:
+            with c.campaign(name, ttl=10, wait=20, candidate=who):
+                led.append(who)
+
+        threads = []
+        for who in ("second", "third"):
+            threads.append(threading.Thread(target=campaign, args=(who,)))
+            threads[-1].start()
+            deadline = time.monotonic() + 10
+            while [x["candidate"] for x in c.leader(name).get("candidates", [])][-1:] != [who]:
+                self.assertLess(time.monotonic(), deadline, f"{who} not in line")
+                time.sleep(0.01)
+        with self.assertRaises(lockd.NotCandidate):
+            first.handover("nobody")
+        self.assertEqual(c.leader(name)["leader"], "first")
+        self.assertEqual(first.handover("third"), {"key": name, "resigned": True})
+        for t in threads:
+            t.join(20)
+        self.assertEqual(led, ["third", "second"])
+
     def test_not_granted_after_the_wait(self) -> None:
         c = harness.client()
         name = harness.unique("held")

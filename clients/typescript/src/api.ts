@@ -108,6 +108,35 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/locks/{key}/request-release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Ask the holder of a lock to step aside.
+         * @description The holder learns it and decides (nothing is broken): its renew
+         *     answers carry `release_requested` (`by`, `reason`, `at`) until its
+         *     lease ends, its hold stream gets a `release_requested` event, and
+         *     the event stream and webhooks a `release_requested` event (actor:
+         *     the API key or address that asked). A newer request replaces an
+         *     older one. With `fence`, only the holder with that fence is asked
+         *     (409 `lease_lost` otherwise). A key held shared is 409
+         *     `not_exclusive`: shared holders hold together, so a request to one
+         *     of them asks nobody in particular; break them with force-release,
+         *     or wait. 404 when nobody holds the key.
+         */
+        post: operations["requestReleaseLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/locks/{key}/hold": {
         parameters: {
             query?: never;
@@ -126,6 +155,11 @@ export interface paths {
          *     - `acquired` — data: the lease, token included;
          *     - `renewed` — data: the lease, each time the server renews it on the
          *       client's behalf, every ttl/3;
+         *     - `release_requested` — data: `ReleaseRequested` (`by`, `reason`,
+         *       `at`), once per request, after the renewal that learnt of it
+         *       (within ttl/3 of `POST …/request-release`): somebody asks the
+         *       holder to step aside; the holder decides (close the stream to
+         *       let go);
          *     - `lost` — data: a problem body, when the lease was broken or could
          *       not be renewed, or the server shuts down; the stream ends after it.
          *
@@ -537,6 +571,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/elections/{key}/handover": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Give up the leadership to a named candidate, who leads next.
+         * @description The leader with this token resigns to `to`, a candidate campaigning
+         *     now, who leads next ahead of earlier candidates (Kubernetes'
+         *     preferred holder). When `to` is not campaigning, 409
+         *     `not_candidate` and the leader still leads. A token that no longer
+         *     leads answers 409 `lease_lost` or 404 `not_found`.
+         */
+        post: operations["handover"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/elections/{key}/force-release": {
         parameters: {
             query?: never;
@@ -788,9 +846,11 @@ export interface paths {
         /**
          * Follow every lifecycle event, as server-sent events.
          * @description A `text/event-stream` of the lifecycle events (`acquired`,
-         *     `reentered`, `released`, `expired`, `force_released`; never a renewal,
-         *     never a token) of every lock and semaphore whose key or name starts
-         *     with `prefix` and that the API key may read, in the order lockd
+         *     `reentered`, `released`, `expired`, `force_released`, and
+         *     `release_requested` when somebody asks a holder to step aside; never
+         *     a renewal, never a token) of every lock and semaphore whose key or
+         *     name starts with `prefix` (or is one of the `key`s) and that the API
+         *     key may read, in the order lockd
          *     recorded them. Each event is `id:` (its ID), `event:` (its type) and
          *     `data:` (a `LockEvent`; its `kind` says whether `key` is a lock or a
          *     semaphore, which may share a name). A comment line (`: heartbeat`)
@@ -1087,6 +1147,11 @@ export interface components {
             /** @description Present and true when an Idempotency-Key replay answered. */
             replayed?: boolean;
         };
+        HandoverRequest: {
+            token: string;
+            /** @description The candidate (as it campaigns) that leads next. */
+            to: string;
+        };
         ResignResult: {
             key: string;
             resigned: boolean;
@@ -1236,6 +1301,35 @@ export interface components {
              */
             fence?: number;
         } | null;
+        RequestReleaseRequest: {
+            /** @description Who asks, as the holder will read it (default the API key's name or the caller's address). */
+            by?: string;
+            reason?: string;
+            /**
+             * Format: int64
+             * @description Ask only the holder with this fence; 409 `lease_lost` when another holds the key.
+             */
+            fence?: number;
+        } | null;
+        RequestReleaseResult: {
+            key: string;
+            /** @description The holder that was asked. */
+            owner: string;
+            /** Format: int64 */
+            fence: number;
+            /** Format: date-time */
+            requested_at: string;
+        };
+        /**
+         * @description A request that the holder step aside (`POST
+         *     /v1/locks/{key}/request-release`); the holder decides.
+         */
+        ReleaseRequested: {
+            by: string;
+            reason: string;
+            /** Format: date-time */
+            at: string;
+        };
         Lease: {
             /**
              * @description The lock key or semaphore name.
@@ -1268,6 +1362,7 @@ export interface components {
              *     doing the work.
              */
             replayed?: boolean;
+            release_requested?: components["schemas"]["ReleaseRequested"];
         };
         /**
          * @description The state of a live lock or semaphore. The top-level owner, fence,
@@ -1322,6 +1417,7 @@ export interface components {
              *     left).
              */
             at_risk: boolean;
+            release_requested?: components["schemas"]["ReleaseRequested"];
         };
         LockList: {
             locks: components["schemas"]["LockState"][];
@@ -1349,7 +1445,7 @@ export interface components {
             fence: number;
         };
         /** @enum {string} */
-        EventType: "acquired" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "proclaimed";
+        EventType: "acquired" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested";
         Event: {
             type: components["schemas"]["EventType"];
             /** Format: date-time */
@@ -1387,7 +1483,7 @@ export interface components {
              */
             id: string;
             /** @enum {string} */
-            type: "acquired" | "reentered" | "released" | "expired" | "force_released" | "proclaimed";
+            type: "acquired" | "reentered" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested";
             /**
              * @description Whether `key` names a lock, a semaphore or an election: they may have the same name.
              * @enum {string}
@@ -1414,7 +1510,7 @@ export interface components {
              * @description discriminator enum property added by openapi-typescript
              * @enum {string}
              */
-            event: "acquired" | "reentered" | "released" | "expired" | "force_released";
+            event: "acquired" | "reentered" | "released" | "expired" | "force_released" | "release_requested";
             data: components["schemas"]["LockEvent"];
         };
         /**
@@ -1450,7 +1546,16 @@ export interface components {
         /** @description One message of the event stream; `event` tells which. */
         EventStreamMessage: components["schemas"]["LockEventMessage"] | components["schemas"]["StreamResetMessage"];
         /** @description One event of a hold stream. */
-        HoldEvent: components["schemas"]["HoldLeaseEvent"] | components["schemas"]["HoldLostEvent"];
+        HoldEvent: components["schemas"]["HoldLeaseEvent"] | components["schemas"]["HoldReleaseRequestedEvent"] | components["schemas"]["HoldLostEvent"];
+        /** @description `release_requested` (a lock's hold only): somebody asks the holder to step aside; the holder decides. */
+        HoldReleaseRequestedEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            event: "release_requested";
+            data: components["schemas"]["ReleaseRequested"];
+        };
         /** @description `acquired` (first) and `renewed`: the lease, token included. */
         HoldLeaseEvent: {
             /**
@@ -1547,7 +1652,7 @@ export interface components {
             /** @example 409 */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
+            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "not_candidate" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
             detail?: string;
             key?: string;
             /** @description The request field that is wrong (invalid_request). */
@@ -1976,6 +2081,50 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["FenceMismatch"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    requestReleaseLock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The lock's name, e.g. `order:pay:12345`. */
+                key: components["parameters"]["Key"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RequestReleaseRequest"];
+            };
+        };
+        responses: {
+            /** @description The holder was asked; it decides. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "key": "deploy:prod",
+                     *       "owner": "ci-runner-3",
+                     *       "fence": 1795386459077923,
+                     *       "requested_at": "2026-11-22T22:27:39.077Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RequestReleaseResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
@@ -2664,6 +2813,45 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    handover: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The election's name, e.g. `billing:leader`: the alphabet of lock
+                 *     keys. An election and a lock of the same name are unrelated.
+                 */
+                key: components["parameters"]["ElectionKey"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HandoverRequest"];
+            };
+        };
+        responses: {
+            /** @description Resigned to `to`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResignResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     forceReleaseElection: {
         parameters: {
             query?: never;
@@ -3015,9 +3203,16 @@ export interface operations {
             query?: {
                 /**
                  * @description Only the locks and semaphores whose key or name starts with this
-                 *     text (the key alphabet, may be empty).
+                 *     text (the key alphabet, may be empty). `a:1` also matches
+                 *     `a:10`; follow exact keys with `key`.
                  */
                 prefix?: string;
+                /**
+                 * @description Only these exact keys or names (repeatable, at most 100:
+                 *     `?key=a:1&key=b:2`). With `prefix` too, an event must match
+                 *     both. Each key must be one the API key may read (403 otherwise).
+                 */
+                key?: string[];
             };
             header?: {
                 /**

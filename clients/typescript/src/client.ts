@@ -32,6 +32,7 @@ import type {
   LockMode,
   LockState,
   ReleaseResult,
+  RequestReleaseResult,
   ResignResult,
   SemaphoreList,
   SessionInfo,
@@ -166,6 +167,14 @@ export interface ForceReleaseOptions {
   fence?: number | undefined;
   /** Recorded in the history with the actor. */
   reason?: string | undefined;
+}
+
+export interface RequestReleaseOptions {
+  /** Who asks, as the holder reads it; left out: the API key's name or the caller's address. */
+  by?: string | undefined;
+  reason?: string | undefined;
+  /** Ask only the holder with this fence (LeaseLost when another holds the key). */
+  fence?: number | undefined;
 }
 
 /** What withLock, withPermit and withLeadership run: `signal` aborts the moment the lease is lost. */
@@ -317,6 +326,21 @@ export class Client {
   /** forceRelease breaks every lease on key, or with fence only that holder's (admin scope). */
   forceRelease(key: string, opts: ForceReleaseOptions = {}): Promise<ForceReleaseResult> {
     return this._forceRelease("lock", key, opts);
+  }
+
+  /**
+   * requestRelease asks the exclusive holder of key to step aside (write
+   * scope); the holder decides. Its lease learns it on its next renewal
+   * (`lease.releaseSignal` aborts with the request as its reason,
+   * `lease.onReleaseRequest` is called). NotExclusive when the key is held
+   * shared, NotFound when nobody holds it.
+   */
+  requestRelease(key: string, opts: RequestReleaseOptions = {}): Promise<RequestReleaseResult> {
+    const body: Record<string, unknown> = {};
+    if (opts.by !== undefined) body["by"] = opts.by;
+    if (opts.reason !== undefined) body["reason"] = opts.reason;
+    if (opts.fence !== undefined) body["fence"] = opts.fence;
+    return this.#t.request("POST", `${KINDS.lock.path}/${enc(key)}/request-release`, { body, timeoutMs: this.timeoutMs });
   }
 
   /** state is the live lock on key: mode, holders, queue (never a token); NotFound when it has none. */
@@ -861,6 +885,16 @@ export class Elections {
   /** proclaim sets the value of the leadership with token, keeping it; LeaseLost when it no longer leads. */
   async proclaim(name: string, token: string, value: Value): Promise<LeadershipInfo> {
     return strip(await this.#c._leaseCall<Grant>("election", name, "proclaim", { token, value })) as LeadershipInfo;
+  }
+
+  /**
+   * handover gives up the leadership with token to the candidate `to`, who
+   * leads next ahead of earlier candidates: `{key, resigned}`. NotCandidate
+   * (the leader still leads) when `to` is not campaigning. A Lease from
+   * campaign keeps renewing until you abandon() it.
+   */
+  handover(name: string, token: string, to: string): Promise<ResignResult> {
+    return this.#c._leaseCall<ResignResult>("election", name, "handover", { token, to });
   }
 
   /** resign ends the leadership with token: `{key, resigned}`; LeaseLost when it no longer leads. */

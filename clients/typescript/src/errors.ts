@@ -170,6 +170,16 @@ export class ModeMismatch extends LockdError {
   static override readonly CODE = "mode_mismatch";
 }
 
+/** NotExclusive: requestRelease found the key held shared (409); its holders hold together, and nobody was asked. */
+export class NotExclusive extends LockdError {
+  static override readonly CODE = "not_exclusive";
+}
+
+/** NotCandidate: a handover named a candidate that is not campaigning (409); the leader still leads. */
+export class NotCandidate extends LockdError {
+  static override readonly CODE = "not_candidate";
+}
+
 /**
  * LeaseLost: the lease is no longer yours. Stop the protected work.
  *
@@ -280,6 +290,8 @@ export const PROBLEM_CLASSES: Readonly<Record<ProblemCode, ErrorClass>> = Object
   no_permits: NoPermits,
   limit_mismatch: LimitMismatch,
   mode_mismatch: ModeMismatch,
+  not_exclusive: NotExclusive,
+  not_candidate: NotCandidate,
   too_many_holders: TooManyHolders,
   lease_lost: LeaseLost,
   idempotency_mismatch: IdempotencyMismatch,

@@ -29,7 +29,7 @@
 import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
 import { grantExpiry, ranOut, Renewer } from "./renewer.js";
-import type { GrantMode, LeaseInfo, LeadershipInfo, ReleaseResult, ResignResult, SessionInfo, Value } from "./types.js";
+import type { GrantMode, LeaseInfo, LeadershipInfo, ReleaseRequested, ReleaseResult, ResignResult, SessionInfo, Value } from "./types.js";
 
 /** What a lease is a grant of. */
 export type LeaseKind = "lock" | "semaphore" | "election";
@@ -111,12 +111,22 @@ export class Lease {
   readonly replayed: boolean;
   /** Aborted the moment the lease is lost; its reason is the LeaseLost. Not aborted by a release. */
   readonly signal: AbortSignal;
+  /**
+   * Aborted when somebody first asks the holder to step aside
+   * (client.requestRelease), learnt on the next renewal; its reason is the
+   * request (`{by, reason, at}`). The lease stays held: you decide.
+   */
+  readonly releaseSignal: AbortSignal;
+  /** Called once per request that the holder step aside, after the renewal that learnt of it. */
+  onReleaseRequest: ((lease: Lease, request: ReleaseRequested) => void) | undefined;
   /** The Session that keeps the lease alive; undefined when it renews itself (or is in a session known only by its id). */
   readonly session: LeaseSession | undefined;
 
   readonly #ops: LeaseOps;
   readonly #token: string;
   readonly #lost = new AbortController();
+  readonly #asked = new AbortController();
+  #request: ReleaseRequested | undefined;
   readonly #onLost: OnLost | undefined;
   #error: LeaseLost | undefined;
   #info: LeaseInfo | LeadershipInfo;
@@ -151,6 +161,8 @@ export class Lease {
     this.#value = "value" in grant && grant.value !== undefined ? grant.value : init.value;
     this.#onLost = init.onLost;
     this.signal = this.#lost.signal;
+    this.releaseSignal = this.#asked.signal;
+    this.onReleaseRequest = undefined;
     this.session = init.session;
     // The grant came after sentAt and before the answer arrived (grantExpiry).
     const { expiresAt, renewNow } = grantExpiry(sentAt, init.arrivedAt ?? sentAt, this.ttlMs);
@@ -277,6 +289,21 @@ export class Lease {
     }
     this.#expires = sent + this.ttlMs;
     this.#renewals++;
+    const request = "release_requested" in grant ? grant.release_requested : undefined;
+    if (request !== undefined && request.at !== this.#request?.at) {
+      this.#request = request;
+      this.#asked.abort(request); // once: later requests only call back
+      try {
+        this.onReleaseRequest?.(this, request);
+      } catch (cbErr) {
+        this.#ops.logger?.error?.(`${this}: onReleaseRequest callback failed: ${String(cbErr)}`, { key: this.key });
+      }
+    }
+  }
+
+  /** The newest request that the holder step aside, if any. */
+  get releaseRequest(): ReleaseRequested | undefined {
+    return this.#request;
   }
 
   /**

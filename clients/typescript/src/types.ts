@@ -26,6 +26,9 @@ export type LockList = Schemas["LockList"];
 export type SemaphoreList = Schemas["SemaphoreList"];
 export type ReleaseResult = Schemas["ReleaseResult"];
 export type ForceReleaseResult = Schemas["ForceReleaseResult"];
+/** A request that a lock's holder step aside: who asked, why, when. */
+export type ReleaseRequested = Schemas["ReleaseRequested"];
+export type RequestReleaseResult = Schemas["RequestReleaseResult"];
 export type History = Schemas["History"];
 export type HistoryEvent = Schemas["Event"];
 export type EventType = Schemas["EventType"];

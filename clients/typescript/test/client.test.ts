@@ -9,6 +9,42 @@ import { Client } from "lockd-client";
 import * as h from "./harness.js";
 
 describe("locks", () => {
+  test("requestRelease reaches the holder: releaseSignal, releaseRequest, onReleaseRequest once", async () => {
+    const c = h.client();
+    const key = h.unique("step-aside");
+    const lease = await c.acquire(key, { ttlMs: 600, owner: "holder" });
+    const calls: lockd.ReleaseRequested[] = [];
+    lease.onReleaseRequest = (_l, r) => calls.push(r);
+    try {
+      const asked = await c.requestRelease(key, { by: "deploy-42", reason: "the deploy needs it" });
+      assert.deepEqual([asked.owner, asked.fence], ["holder", lease.fence]);
+      // The renewer learns it on its next renewal, every ttl/3 (its timer
+      // is unref'd: poll with one that keeps the event loop alive).
+      for (const until = Date.now() + 10_000; !lease.releaseSignal.aborted && Date.now() < until; ) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.ok(lease.releaseSignal.aborted, "the lease did not learn of the request");
+      const reason = lease.releaseSignal.reason as lockd.ReleaseRequested;
+      assert.deepEqual([reason.by, reason.reason, reason.at], ["deploy-42", "the deploy needs it", asked.requested_at]);
+      assert.deepEqual(lease.releaseRequest, reason);
+      const seen = lease.renewals;
+      while (lease.renewals < seen + 2) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      assert.equal(calls.length, 1);
+      assert.equal(lease.lost, false);
+    } finally {
+      await lease.release();
+    }
+    await assert.rejects(c.requestRelease(key), lockd.NotFound);
+    const shared = await c.acquire(key, { mode: "shared" });
+    try {
+      await assert.rejects(c.requestRelease(key), lockd.NotExclusive);
+    } finally {
+      await shared.release();
+    }
+  });
+
   test("explicit acquire, renew, release", async () => {
     const c = h.client();
     const key = h.unique("explicit");

@@ -81,6 +81,33 @@ test("a waiting candidate leads after a resignation, with a higher term", async 
   ]);
 });
 
+test("handover: the named candidate leads next, ahead of an earlier one; NotCandidate otherwise", async () => {
+  const c = h.client();
+  const name = h.unique("handover");
+  const first = await c.elections.campaign(name, { ttlMs: 10_000, candidate: "first" });
+  const led: string[] = [];
+  const waiting: Promise<void>[] = [];
+  for (const who of ["second", "third"]) {
+    waiting.push(
+      c.withLeadership(name, { ttlMs: 10_000, waitMs: 20_000, candidate: who }, () => {
+        led.push(who);
+      }),
+    );
+    for (const until = Date.now() + 10_000; ; ) {
+      const line = (await c.leader(name)).candidates.map((x) => x.candidate);
+      if (line[line.length - 1] === who) break;
+      assert.ok(Date.now() < until, `${who} not in line`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+  await assert.rejects(c.elections.handover(name, first.token, "nobody"), lockd.NotCandidate);
+  assert.equal((await c.leader(name)).leader, "first");
+  first.abandon();
+  assert.deepEqual(await c.elections.handover(name, first.token, "third"), { key: name, resigned: true });
+  await Promise.all(waiting);
+  assert.deepEqual(led, ["third", "second"]);
+});
+
 test("not granted after the wait", async () => {
   const c = h.client();
   const name = h.unique("held");

@@ -9,7 +9,8 @@
 -- claimed it yet), w ("1": waiters may be queued, so a release or renewal
 -- wakes them), keep (until when the history lives, events.keep_for), d
 -- (the lock-delay), v (the value), s (the handle of the session it is
--- bound to, session.lua). Shared holders and permits keep a hash at the
+-- bound to, session.lua), rq (a request that the holder step aside:
+-- at RS by RS reason, force_release.lua; empty for none). Shared holders and permits keep a hash at the
 -- same name (multi.lua), and so did exclusive leases before this layout:
 -- read_lease reads all three, so a lease of the layout before is
 -- honoured, renewed and released until it ends.
@@ -17,20 +18,20 @@ local function pack_lease(l)
   return l.token .. US .. l.owner .. US .. l.fence .. US .. l.count .. US .. l.ttl .. US ..
     l.acquired .. US .. l.renewed .. US .. l.renewals .. US .. l.idem .. US .. l.ittl .. US ..
     l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep .. US .. (l.d or '') .. US .. (l.v or '') ..
-    US .. (l.s or '')
+    US .. (l.s or '') .. US .. (l.rq or '')
 end
 
 -- unpack_lease reads a lease as events.unpack reads an event, into the
 -- same table every time: a script reads one lease. A lease written before
--- d, v or s existed has them empty.
+-- d, v, s or rq existed has them empty (a grant writes no rq).
 local LEASE_PAT = '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31' ..
   '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31' ..
-  '([^\31]*)\31([^\31]*)\31([^\31]*)'
+  '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)'
 local lease_scratch = {}
 local function unpack_lease(s)
   local l = lease_scratch
   l.token, l.owner, l.fence, l.count, l.ttl, l.acquired, l.renewed, l.renewals, l.idem, l.ittl, l.left, l.exp, l.handed,
-    l.w, l.keep, l.d, l.v, l.s = string.match(s .. '\31\31\31', LEASE_PAT)
+    l.w, l.keep, l.d, l.v, l.s, l.rq = string.match(s .. '\31\31\31\31', LEASE_PAT)
   return l
 end
 
@@ -58,7 +59,7 @@ local function read_lease(lease, raw, now)
   return {token = h[4], owner = h[3], fence = h[5], count = h[6], ttl = h[7], acquired = h[8],
     renewed = h[9] or h[8], renewals = h[10] or '0', idem = h[11] or '', ittl = h[12] or h[7],
     left = h[13] or '', exp = int(now + pttl), handed = h[14] and '1' or '', w = '1', keep = '', d = '', v = '', s = '',
-    old = true}
+    rq = '', old = true}
 end
 
 -- read is the lease of c's key (read_lease), read once by every
@@ -271,7 +272,11 @@ function exclusive.renew(c, cur)
   if cur.w == '1' then
     redis.call(cfg.publish, c.channel, 'renewed:' .. ttl)
   end
-  return reply('ok', c, cur, ttl)
+  local r = reply('ok', c, cur, ttl)
+  if cur.rq ~= '' then
+    r[#r + 1] = cur.rq
+  end
+  return r
 end
 
 -- release gives back one level of cur, c's lease that take_lease took
@@ -364,5 +369,5 @@ end
 function exclusive.state(c, cur)
   return {'x', int(c.now_ms), queue.page(c.q, c.now_ms), cur.owner, cur.fence, tonumber(cur.count), tonumber(cur.ttl),
     cur.acquired, cur.renewed, tonumber(cur.renewals), tonumber(cur.exp) - c.now_ms, cur.left,
-    redis.call('ZCARD', c.q.queue), cur.v or ''}
+    redis.call('ZCARD', c.q.queue), cur.v or '', cur.rq or ''}
 end
