@@ -529,6 +529,9 @@ class _Ops:
     def proclaim(self, key: str, token: str, value: Any) -> Dict[str, Any]:
         return self._c._lease_call("election", key, "proclaim", {"token": token, "value": value}, self._c.timeout)
 
+    def handover(self, key: str, token: str, to: str) -> Dict[str, Any]:
+        return self._c._lease_call("election", key, "handover", {"token": token, "to": to}, self._c.timeout)
+
     def release(self, kind: str, key: str, token: str) -> Dict[str, Any]:
         return self._c._release(kind, key, token)
 

@@ -55,6 +55,8 @@ class LeaseOps(Protocol):
 
     def proclaim(self, key: str, token: str, value: Any) -> Dict[str, Any]: ...
 
+    def handover(self, key: str, token: str, to: str) -> Dict[str, Any]: ...
+
     def release(self, kind: str, key: str, token: str) -> Dict[str, Any]: ...
 
 
@@ -279,7 +281,7 @@ class Lease:
             raise ValueError(f"lockd: handover is for a leadership (client.campaign), not a {self.kind}")
         self.check()
         try:
-            answer = self._client._lease_call(self.kind, self.key, "handover", {"token": self.__token, "to": to}, self._client.timeout)
+            answer = self._ops.handover(self.key, self.__token, to)
         except LeaseLost as err:
             self._lose(err)
             raise
