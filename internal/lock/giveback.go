@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,10 +39,31 @@ func unanswered(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// lateTries notes whether any try of one acquire went unanswered. Every
+// try of an acquire carries the same token, so one give-back with it
+// undoes whichever of them Redis runs late.
+type lateTries struct{ any atomic.Bool }
+
+// note records a try's outcome and passes it on.
+func (lt *lateTries) note(l Lease, err error) (Lease, error) {
+	if lt != nil && unanswered(err) {
+		lt.any.Store(true)
+	}
+	return l, err
+}
+
 // giveBackIfUnanswered starts giveBack for an acquire that failed with an
-// error Redis may still act on.
+// error Redis may still act on, or whose answer (a 409, say) came from a
+// later try while an earlier, unanswered one may still have granted. A
+// waiter's late try that runs after its wait ended is refused in Redis
+// (leave.lua marks the waiter ended before the answer goes out); one that
+// ran between the waiter's last try and that mark may have granted, and
+// the answer is final: a 409 means nothing was granted, so the grant goes
+// back whatever the request's Idempotency-Key
+// (TestLateTryLeavesNoGrantBehindA409).
 func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token string, err error) {
-	if req.IdempotencyKey != "" || req.Token != "" || !unanswered(err) {
+	lateTry := req.late != nil && req.late.any.Load() && !unanswered(err)
+	if req.Token != "" || (!lateTry && (req.IdempotencyKey != "" || !unanswered(err))) {
 		return
 	}
 	e.leaveMu.Lock()

@@ -114,6 +114,11 @@ const (
 // errFree is a peek's answer when the key is free.
 var errFree = errors.New("lock: key is free")
 
+// errEnded answers a try of a waiter whose wait had ended when Redis ran
+// it (scripts/lib/queue.lua, queue.ended): only a try that went
+// unanswered, run late, meets it, and its caller has its answer already.
+var errEnded = fmt.Errorf("lock: a try of a wait that had ended: %w", ErrUnavailable)
+
 // try runs the acquire script once. mode is the script's mode ("x", "s"
 // or "p", modeArg); en is the caller's place in the key's queue, nil for a
 // request that does not wait.
