@@ -41,6 +41,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	opts = opts.withDefaults()
 	n := newNode(store.New(rdb, opts.Sentinel), opts)
 	e := &Engine{n: n, stop: make(chan struct{}), leaveStop: make(chan struct{})}
+	n.later = e.giveBackLater
 	hc := hubConfig(opts)
 	hc.Listen = n.subscribe
 	hc.Alive = n.alive
@@ -136,7 +137,7 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 		// answer cut short when the caller left): take it off again,
 		// or it counts as live, ahead of those after it, until its
 		// deadline.
-		e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false)
+		_ = e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false)
 	}
 	if err == nil || !waitable(err) {
 		return lease, err
@@ -201,7 +202,28 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 	if err != nil {
 		// Redis answered the last try (a refusal: the key is held, or
 		// others wait first): the waiter leaves before its answer goes out.
-		e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), !unanswered(err) && !errors.Is(err, wait.ErrClosed))
+		now := !unanswered(err) && !errors.Is(err, wait.ErrClosed)
+		left := e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), now)
+		if now && !left {
+			// Redis did not answer the leave: the key may have gone to this
+			// waiter, so a 409 would be a guess. 503: a retry with the
+			// request's Idempotency-Key replays such a grant, and one
+			// without is given back (giveBackIfUnanswered).
+			return Lease{}, fmt.Errorf("lock: %s: leaving the queue after the wait: %w", key, ErrUnavailable)
+		}
+		if left && ctx.Err() == nil {
+			// The key may be this waiter's after all: a release handed it
+			// over after the last try ran in Redis (its answer lost on the
+			// way back to the releasing lockd, or the waiter of another
+			// moment), or a try that went unanswered ran after the last
+			// one. The waiter is marked ended now, so no try of it grants
+			// any more; one more try finds such a grant (its token is
+			// this waiter's) and answers it, rather than a 409 with the
+			// key held by a lease nobody knows.
+			if l, terr := try(ctx); terr == nil {
+				return l, nil
+			}
+		}
 	}
 	return lease, fromHub(err)
 }

@@ -78,6 +78,47 @@ func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token st
 	}()
 }
 
+// giveBackOf is a grant to give back later (node.later): its token, the
+// actor the history names, its TTL, and whether it was handed to a waiter
+// (unclaimed: it goes back only if that waiter has not claimed it).
+type giveBackOf struct {
+	token, actor string
+	ttl          time.Duration
+	unclaimed    bool
+}
+
+// giveBackLater retries, in the background, a give-back that Redis did
+// not answer: a grant whose replica acks fell short (node.granted), or a
+// key handed to a waiter that had gone (node.releaseTo). It tries until a
+// release is answered or the grant's TTL has passed.
+func (e *Engine) giveBackLater(key string, gb giveBackOf) {
+	e.leaveMu.Lock()
+	defer e.leaveMu.Unlock()
+	if e.closing {
+		return
+	}
+	e.stopped.Add(1)
+	go func() {
+		defer e.stopped.Done()
+		until := time.Now().Add(gb.ttl + e.n.opts.CallTimeout)
+		for attempt := 0; time.Now().Before(until); attempt++ {
+			select {
+			case <-e.stop:
+				return
+			case <-time.After(min(100*time.Millisecond<<min(attempt, 5), giveBackMaxPause)):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
+			_, err := e.n.releaseAs(ctx, key, gb.token, gb.actor, gb.unclaimed, func(h *handed) bool {
+				return e.hub.HandOff(key, h.waiter, h.lease)
+			})
+			cancel()
+			if err == nil || !unanswered(err) {
+				return
+			}
+		}
+	}()
+}
+
 // giveBack releases the grant with token, if one landed, until it is
 // gone, the lease's TTL has passed (it lapsed by itself) or the engine
 // closes. A release that finds no such lease is tried once more a moment

@@ -78,20 +78,24 @@ func (en *entry) setPlace(at string) {
 // it runs in the background. A waiter left behind would count as live,
 // ahead of those after it, until its deadline, so a leave that Redis did
 // not answer is tried again in the background, with backoff, until then
-// (or the engine closes); past it the entry stops counting anyway.
-func (e *Engine) leave(key, id string, deadline time.Time, now bool) {
+// (or the engine closes); past it the entry stops counting anyway. It
+// says whether the waiter has left (now, and Redis answered).
+func (e *Engine) leave(key, id string, deadline time.Time, now bool) bool {
 	if now {
 		ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
 		err := e.n.leave(ctx, key, id)
 		cancel()
-		if err == nil || errors.Is(err, store.ErrClosed) {
-			return
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, store.ErrClosed) {
+			return false
 		}
 	}
 	e.leaveMu.Lock()
 	defer e.leaveMu.Unlock()
 	if e.closing {
-		return
+		return false
 	}
 	e.leaving.Add(1)
 	go func() {
@@ -114,6 +118,7 @@ func (e *Engine) leave(key, id string, deadline time.Time, now bool) {
 			}
 		}
 	}()
+	return false
 }
 
 // leave runs leave.lua: the waiter id leaves key's queue.
