@@ -968,6 +968,9 @@ type Problem struct {
 	Holder *string `json:"holder,omitempty"`
 	Key    *string `json:"key,omitempty"`
 
+	// MaxMs The largest value the field accepts, in milliseconds (invalid_request for a duration above its bound: `wait_ms` above the server's `--max-wait`, `ttl_ms` above `--max-ttl`). A client that waits longer than the server's longest wait sends rounds of at most `max_ms` with the same Idempotency-Key, which keep the request's place.
+	MaxMs *int64 `json:"max_ms,omitempty"`
+
 	// Next The first request queued for a key (queued). A waiter holds nothing.
 	Next *QueuedWaiter `json:"next,omitempty"`
 

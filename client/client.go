@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockd/lockd/api"
@@ -20,6 +21,9 @@ import (
 type Client struct {
 	raw      *api.Client
 	retryFor time.Duration
+	// maxWait is the server's longest wait (its --max-wait), learnt from
+	// the first wait it refused as too long (0: not known yet).
+	maxWait atomic.Int64
 }
 
 type options struct {
@@ -88,11 +92,14 @@ type AcquireOptions struct {
 	Owner string
 	// TTL is the lease's time to live; the watchdog renews every TTL/3.
 	TTL time.Duration
-	// Wait is how long the server waits for a held key before answering
-	// ErrHeld (ErrNoPermits for a semaphore), or ErrQueued when the key is
-	// free but kept for requests that began to wait earlier. Waiting
-	// requests are granted in the order they began to wait, across every
-	// lockd replica.
+	// Wait is how long to wait for a held key before answering ErrHeld
+	// (ErrNoPermits for a semaphore), or ErrQueued when the key is free
+	// but kept for requests that began to wait earlier. Waiting requests
+	// are granted in the order they began to wait, across every lockd
+	// replica. A wait longer than the server's longest (its --max-wait,
+	// 60 s by default) goes in rounds of at most that, all with one
+	// Idempotency-Key: the server keeps the request's place in line and
+	// its waiting-since from one round to the next.
 	Wait time.Duration
 	// Mode is Exclusive (the default) or Shared, for locks. A
 	// semaphore's permits have no other mode: leave it empty there.
@@ -188,6 +195,10 @@ func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send 
 			p.ttlMs = ptr(opts.TTL.Milliseconds())
 		}
 		if w := time.Until(waitUntil); w > 0 {
+			w = min(w, roundMax)
+			if m := time.Duration(c.maxWait.Load()); m > 0 {
+				w = min(w, m)
+			}
 			p.waitMs = ptr(w.Milliseconds())
 		}
 		sent := time.Now()
@@ -213,6 +224,10 @@ func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send 
 		if err == nil {
 			return newLease(c, k, l, sent, arrived, !opts.NoAutoRenew && opts.SessionID == ""), nil
 		}
+		if c.nextRound(err, p.waitMs, waitUntil) {
+			attempt = -1
+			continue
+		}
 		if !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
@@ -224,6 +239,29 @@ func (c *Client) acquire(ctx context.Context, k kind, opts AcquireOptions, send 
 			return nil, err
 		}
 	}
+}
+
+// roundMax bounds a round of a wait before the server has said its
+// longest: a day, far past any --max-wait.
+const roundMax = 24 * time.Hour
+
+// nextRound says whether an acquire answered err goes on at once with
+// another round of its wait: the server refused the wait as longer than
+// its longest (learnt here, from the answer's max_ms), or a round ended
+// with the key still taken while the caller's wait is not over. The next
+// round carries the same Idempotency-Key, so it keeps the request's place.
+func (c *Client) nextRound(err error, waitMs *int64, waitUntil time.Time) bool {
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Problem.Code == api.ProblemCodeInvalidRequest && ae.Problem.Field != nil &&
+		*ae.Problem.Field == "wait_ms" && ae.Problem.MaxMs != nil && *ae.Problem.MaxMs > 0 &&
+		waitMs != nil && *waitMs > *ae.Problem.MaxMs {
+		c.maxWait.Store(int64(time.Duration(*ae.Problem.MaxMs) * time.Millisecond))
+		return true
+	}
+	if waitMs == nil || *waitMs <= 0 || time.Until(waitUntil) < time.Millisecond {
+		return false
+	}
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrQueued) || errors.Is(err, ErrNoPermits) || errors.Is(err, ErrLockDelay)
 }
 
 // Renew extends the lease with token on key by ttl (0: the lease's own

@@ -18,6 +18,8 @@
 //     the same Redis (FIFO across replicas);
 //   - LOCKD_AUTH_URL: an in-process lockd with API keys, LOCKD_TEST_WRITE_KEY
 //     (write scope) and LOCKD_TEST_READ_KEY (read scope);
+//   - LOCKD_SHORT_WAIT_URL: an in-process lockd whose longest wait
+//     (--max-wait) is 1 s, so that a client's longer waits go in rounds;
 //   - LOCKD_CONTROL_URL: POST /redis/pause?ms=N stops redis-server (SIGSTOP)
 //     and answers once it is stopped; it is continued (SIGCONT) N ms later;
 //   - LOCKD_SCENARIO_RESULTS: the file where the client writes one JSON

@@ -76,6 +76,7 @@ func startHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	authed := lockdtest.Start(t, lockdtest.Options{Redis: rs, Configure: func(c *server.Config) { c.Keys = keys }})
+	short := lockdtest.Start(t, lockdtest.Options{Redis: rs, Configure: func(c *server.Config) { c.MaxWait = shortMaxWait }})
 
 	h := &harness{redis: rs, pauses: make(chan pauseRequest)}
 	ctl := httptest.NewServer(http.HandlerFunc(h.control))
@@ -88,9 +89,14 @@ func startHarness(t *testing.T) *harness {
 		"LOCKD_TEST_WRITE_KEY=" + writeKey,
 		"LOCKD_TEST_READ_KEY=" + readKey,
 		"LOCKD_CONTROL_URL=" + ctl.URL,
+		"LOCKD_SHORT_WAIT_URL=" + short.URL,
 	}
 	return h
 }
+
+// shortMaxWait is LOCKD_SHORT_WAIT_URL's --max-wait: waits longer than it
+// go in rounds.
+const shortMaxWait = time.Second
 
 // slowBy is how late LOCKD_SLOW_URL passes each request on: a network's
 // latency, more than a client that gives a request a millisecond waits.

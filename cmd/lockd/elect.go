@@ -46,9 +46,11 @@ func electCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return usageError("--wait must not be negative")
 	}
 	for o.wait == 0 {
-		// "As long as it takes": campaign in rounds of the longest wait a
-		// server takes (--max-wait, 60 s by default).
-		err := runUnder(ctx, withWait(o, time.Minute), stdout, stderr)
+		// "As long as it takes": one campaign whose wait never ends in
+		// practice. The client sends it in rounds of the server's longest
+		// wait (--max-wait), with one Idempotency-Key, so the candidate
+		// keeps its place in line and its waiting-since across rounds.
+		err := runUnder(ctx, withWait(o, foreverWait), stdout, stderr)
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == exitHeld && ctx.Err() == nil {
 			continue
@@ -57,6 +59,9 @@ func electCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	return runUnder(ctx, o, stdout, stderr)
 }
+
+// foreverWait is "as long as it takes": a century.
+const foreverWait = 100 * 365 * 24 * time.Hour
 
 func withWait(o runOptions, wait time.Duration) runOptions {
 	o.wait = wait

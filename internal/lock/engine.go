@@ -41,6 +41,7 @@ func New(rdb redis.UniversalClient, opts Options) *Engine {
 	opts = opts.withDefaults()
 	n := newNode(store.New(rdb, opts.Sentinel), opts)
 	e := &Engine{n: n, stop: make(chan struct{}), leaveStop: make(chan struct{})}
+	n.later = e.giveBackLater
 	hc := hubConfig(opts)
 	hc.Listen = n.subscribe
 	hc.Alive = n.alive
@@ -103,6 +104,7 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 	if err != nil {
 		return Lease{}, err
 	}
+	req.late = new(lateTries)
 	var lease Lease
 	if req.Session != "" {
 		lease, err = e.acquireInSession(ctx, res, req, token, mode)
@@ -119,7 +121,7 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, token, mode string) (Lease, error) {
 	key := res.id()
 	if req.Wait <= 0 || req.Token != "" {
-		return e.n.try(ctx, key, req, token, mode, grantFree, nil)
+		return req.late.note(e.n.try(ctx, key, req, token, mode, grantFree, nil))
 	}
 	// The first try queues the caller in Redis unless it is granted; a
 	// waiter queued before it, in this process or another, is granted
@@ -129,13 +131,13 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 		return Lease{}, err
 	}
 	seen := e.hub.Watch(key)
-	lease, err := e.n.try(ctx, key, req, token, mode, grantFree, en)
+	lease, err := req.late.note(e.n.try(ctx, key, req, token, mode, grantFree, en))
 	if err != nil && !waitable(err) {
 		// The try may have queued the caller before it failed (its
 		// answer cut short when the caller left): take it off again,
 		// or it counts as live, ahead of those after it, until its
 		// deadline.
-		e.leave(key, en.id, time.Now().Add(en.wait+entrySlack))
+		_ = e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false)
 	}
 	if err == nil || !waitable(err) {
 		return lease, err
@@ -183,7 +185,7 @@ func modeArg(res Resource, req AcquireRequest) (string, error) {
 // by the next one instead of blocking the key until its TTL ends.
 func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, token, mode string, en *entry, seen wait.Seen, first error) (Lease, error) {
 	try := func(ctx context.Context) (Lease, error) {
-		return e.n.try(ctx, key, req, token, mode, grantFree, en)
+		return req.late.note(e.n.try(ctx, key, req, token, mode, grantFree, en))
 	}
 	undo := func(l Lease) {
 		// Granted to a caller that has gone: give it straight back.
@@ -194,10 +196,35 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 	lease, err := e.hub.Wait(ctx, key, time.Now().Add(req.Wait), wait.Waiter[Lease]{
 		Try:   try,
 		Undo:  undo,
-		Leave: func() { e.leave(key, en.id, time.Now().Add(en.wait+entrySlack)) },
 		ID:    en.id,
 		Place: en.placed,
 	}, seen, first)
+	if err != nil {
+		// Redis answered the last try (a refusal: the key is held, or
+		// others wait first): the waiter leaves before its answer goes out.
+		now := !unanswered(err) && !errors.Is(err, wait.ErrClosed)
+		left := e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), now)
+		if now && !left {
+			// Redis did not answer the leave: the key may have gone to this
+			// waiter, so a 409 would be a guess. 503: a retry with the
+			// request's Idempotency-Key replays such a grant, and one
+			// without is given back (giveBackIfUnanswered).
+			return Lease{}, fmt.Errorf("lock: %s: leaving the queue after the wait: %w", key, ErrUnavailable)
+		}
+		if left && ctx.Err() == nil {
+			// The key may be this waiter's after all: a release handed it
+			// over after the last try ran in Redis (its answer lost on the
+			// way back to the releasing lockd, or the waiter of another
+			// moment), or a try that went unanswered ran after the last
+			// one. The waiter is marked ended now, so no try of it grants
+			// any more; one more try finds such a grant (its token is
+			// this waiter's) and answers it, rather than a 409 with the
+			// key held by a lease nobody knows.
+			if l, terr := try(ctx); terr == nil {
+				return l, nil
+			}
+		}
+	}
 	return lease, fromHub(err)
 }
 

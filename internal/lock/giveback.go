@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,10 +39,31 @@ func unanswered(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// lateTries notes whether any try of one acquire went unanswered. Every
+// try of an acquire carries the same token, so one give-back with it
+// undoes whichever of them Redis runs late.
+type lateTries struct{ any atomic.Bool }
+
+// note records a try's outcome and passes it on.
+func (lt *lateTries) note(l Lease, err error) (Lease, error) {
+	if lt != nil && unanswered(err) {
+		lt.any.Store(true)
+	}
+	return l, err
+}
+
 // giveBackIfUnanswered starts giveBack for an acquire that failed with an
-// error Redis may still act on.
+// error Redis may still act on, or whose answer (a 409, say) came from a
+// later try while an earlier, unanswered one may still have granted. A
+// waiter's late try that runs after its wait ended is refused in Redis
+// (leave.lua marks the waiter ended before the answer goes out); one that
+// ran between the waiter's last try and that mark may have granted, and
+// the answer is final: a 409 means nothing was granted, so the grant goes
+// back whatever the request's Idempotency-Key
+// (TestLateTryLeavesNoGrantBehindA409).
 func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token string, err error) {
-	if req.IdempotencyKey != "" || req.Token != "" || !unanswered(err) {
+	lateTry := req.late != nil && req.late.any.Load() && !unanswered(err)
+	if req.Token != "" || (!lateTry && (req.IdempotencyKey != "" || !unanswered(err))) {
 		return
 	}
 	e.leaveMu.Lock()
@@ -53,6 +75,47 @@ func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token st
 	go func() {
 		defer e.stopped.Done()
 		e.giveBack(res, token, time.Now().Add(req.TTL+e.n.opts.CallTimeout))
+	}()
+}
+
+// giveBackOf is a grant to give back later (node.later): its token, the
+// actor the history names, its TTL, and whether it was handed to a waiter
+// (unclaimed: it goes back only if that waiter has not claimed it).
+type giveBackOf struct {
+	token, actor string
+	ttl          time.Duration
+	unclaimed    bool
+}
+
+// giveBackLater retries, in the background, a give-back that Redis did
+// not answer: a grant whose replica acks fell short (node.granted), or a
+// key handed to a waiter that had gone (node.releaseTo). It tries until a
+// release is answered or the grant's TTL has passed.
+func (e *Engine) giveBackLater(key string, gb giveBackOf) {
+	e.leaveMu.Lock()
+	defer e.leaveMu.Unlock()
+	if e.closing {
+		return
+	}
+	e.stopped.Add(1)
+	go func() {
+		defer e.stopped.Done()
+		until := time.Now().Add(gb.ttl + e.n.opts.CallTimeout)
+		for attempt := 0; time.Now().Before(until); attempt++ {
+			select {
+			case <-e.stop:
+				return
+			case <-time.After(min(100*time.Millisecond<<min(attempt, 5), giveBackMaxPause)):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
+			_, err := e.n.releaseAs(ctx, key, gb.token, gb.actor, gb.unclaimed, func(h *handed) bool {
+				return e.hub.HandOff(key, h.waiter, h.lease)
+			})
+			cancel()
+			if err == nil || !unanswered(err) {
+				return
+			}
+		}
 	}()
 }
 

@@ -162,6 +162,9 @@ type AcquireRequest struct {
 	SessionScope string
 
 	sessionHandle string // the session's handle, once looked up
+	// late notes whether a try of this acquire went unanswered: Redis may
+	// still run it, and grant, after the caller has its answer.
+	late *lateTries
 }
 
 // MaxValue is the largest value a grant may carry, in bytes of compact

@@ -49,6 +49,9 @@ type node struct {
 	sweeper    sweeper
 	cursorKey  cursorKey // the list cursors' cipher (list.go)
 	missedAcks atomic.Int64
+	// later gives back, in the background, a grant whose give-back got no
+	// answer (giveback.go); nil: nobody does (a Redlock master's node).
+	later func(key string, gb giveBackOf)
 }
 
 // newNode returns a node on st; opts has its defaults.
@@ -114,6 +117,11 @@ const (
 // errFree is a peek's answer when the key is free.
 var errFree = errors.New("lock: key is free")
 
+// errEnded answers a try of a waiter whose wait had ended when Redis ran
+// it (scripts/lib/queue.lua, queue.ended): only a try that went
+// unanswered, run late, meets it, and its caller has its answer already.
+var errEnded = fmt.Errorf("lock: a try of a wait that had ended: %w", ErrUnavailable)
+
 // try runs the acquire script once. mode is the script's mode ("x", "s"
 // or "p", modeArg); en is the caller's place in the key's queue, nil for a
 // request that does not wait.
@@ -168,7 +176,11 @@ type acquireTry struct {
 // re-entry): a failover now could lose it while its holder works.
 func (n *node) granted(ctx context.Context, t acquireTry, g grantReply, o Outcome) (Lease, error) {
 	if t.unacked {
-		_, _ = n.releaseTo(context.WithoutCancel(ctx), t.key, g.token, t.req.Actor, nil)
+		if _, err := n.releaseTo(context.WithoutCancel(ctx), t.key, g.token, t.req.Actor, nil); err != nil && n.later != nil &&
+			unanswered(err) {
+			// A failover cut the give-back: the grant may still be there.
+			n.later(t.key, giveBackOf{token: g.token, actor: t.req.Actor, ttl: g.ttl})
+		}
 		return Lease{}, wrap("acquire", errNoAcks)
 	}
 	n.noted(t.key)
@@ -300,11 +312,24 @@ type handed struct {
 // (the waiter has gone meanwhile) or be nil, the key is given back, and may
 // go to the next one, unless the waiter's own try took it in the meantime.
 func (n *node) releaseTo(ctx context.Context, key, token, actor string, take func(*handed) bool) (Released, error) {
-	out, next, err := n.release(ctx, key, token, actor, false)
+	return n.releaseAs(ctx, key, token, actor, false, take)
+}
+
+// releaseAs is releaseTo; unclaimed gives back a key handed to a waiter
+// only if the waiter has not claimed it (release).
+func (n *node) releaseAs(ctx context.Context, key, token, actor string, unclaimed bool, take func(*handed) bool) (Released, error) {
+	out, next, err := n.release(ctx, key, token, actor, unclaimed)
 	for next != nil && (take == nil || !take(next)) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.CallTimeout)
-		_, next, _ = n.release(rctx, key, next.lease.Token, next.actor, true)
+		h := next
+		var gerr error
+		_, next, gerr = n.release(rctx, key, h.lease.Token, h.actor, true)
 		cancel()
+		if gerr != nil && unanswered(gerr) && n.later != nil {
+			// The key handed to a waiter that had gone stays handed, for
+			// its TTL, unless it goes back: a 409 answered that waiter.
+			n.later(key, giveBackOf{token: h.lease.Token, actor: h.actor, ttl: h.lease.TTL, unclaimed: true})
+		}
 	}
 	return out, err
 }

@@ -318,6 +318,7 @@ var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
 	"mismatch": func(*reply, acquireCall) acquireAnswer { return refuse(ErrIdempotencyMismatch) },
 	"limit":    func(*reply, acquireCall) acquireAnswer { return refuse(ErrLimitMismatch) },
 	"free":     func(*reply, acquireCall) acquireAnswer { return refuse(errFree) },
+	"ended":    func(*reply, acquireCall) acquireAnswer { return refuse(errEnded) },
 }
 
 // grantAs is the row of a grant reply (grant_reply) answered as o.

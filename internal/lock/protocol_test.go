@@ -184,14 +184,15 @@ func TestReplyShapes(t *testing.T) {
 		{[]any{"mismatch"}, acquireCall{}, Lease{}, ErrIdempotencyMismatch},
 		{[]any{"limit"}, acquireCall{}, Lease{}, ErrLimitMismatch},
 		{[]any{"free"}, acquireCall{}, Lease{}, errFree},
+		{[]any{"ended"}, acquireCall{}, Lease{}, errEnded},
 	} {
 		l, err := answer(c.reply, c.call)
 		if !reflect.DeepEqual(l, c.lease) || !reflect.DeepEqual(err, c.err) {
 			t.Errorf("%v: %+v, %v; want %+v, %v", c.reply[0], l, err, c.lease, c.err)
 		}
 	}
-	if len(acquireStatuses) != 14 {
-		t.Errorf("acquireStatuses has %d rows; this test reads 14", len(acquireStatuses))
+	if len(acquireStatuses) != 15 {
+		t.Errorf("acquireStatuses has %d rows; this test reads 15", len(acquireStatuses))
 	}
 	renewed, rq, err := decodeRenew([]any{"ok", "o", "tok", "17", int64(1), int64(3000), ms, int64(3000), ms, "", "p", int64(5)})
 	if err != nil || renewed.mode != Permit || renewed.limit != 5 || renewed.fence != 17 || rq != nil {

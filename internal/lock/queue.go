@@ -68,16 +68,34 @@ func (en *entry) setPlace(at string) {
 	en.at, en.num = at, n
 }
 
-// leave takes a waiter that stopped waiting off the key's queue, in the
-// background: its caller has its answer already. A waiter left behind
-// would count as live, ahead of those after it, until its deadline, so a
-// leave that Redis did not answer is tried again, with backoff, until
-// then (or the engine closes); past it the entry stops counting anyway.
-func (e *Engine) leave(key, id string, deadline time.Time) {
+// leave takes a waiter that stopped waiting off the key's queue and marks
+// it ended (leave.lua): from then on no try of the waiter that Redis runs
+// late queues or grants it, and the next round of the same request (its
+// Idempotency-Key) finds its place. With now set, the first attempt runs
+// before the caller has its answer: a refusal (409) must not go out while
+// a late try may still be granted, nor the next round arrive before the
+// place is kept. Otherwise (Redis did not answer the wait's last try)
+// it runs in the background. A waiter left behind would count as live,
+// ahead of those after it, until its deadline, so a leave that Redis did
+// not answer is tried again in the background, with backoff, until then
+// (or the engine closes); past it the entry stops counting anyway. It
+// says whether the waiter has left (now, and Redis answered).
+func (e *Engine) leave(key, id string, deadline time.Time, now bool) bool {
+	if now {
+		ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
+		err := e.n.leave(ctx, key, id)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, store.ErrClosed) {
+			return false
+		}
+	}
 	e.leaveMu.Lock()
 	defer e.leaveMu.Unlock()
 	if e.closing {
-		return
+		return false
 	}
 	e.leaving.Add(1)
 	go func() {
@@ -100,6 +118,7 @@ func (e *Engine) leave(key, id string, deadline time.Time) {
 			}
 		}
 	}()
+	return false
 }
 
 // leave runs leave.lua: the waiter id leaves key's queue.

@@ -3,6 +3,7 @@ package problem
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The edge's refusals: requests turned away before the engine sees them.
@@ -51,6 +52,9 @@ type Error struct {
 	Detail string
 	// Field names the request field or header at fault.
 	Field string
+	// Max is the largest value Field accepts, for a duration above its
+	// bound (0: none said).
+	Max time.Duration
 	// RetryAfter is the Retry-After in seconds; 0 means the kind's.
 	RetryAfter int
 }

@@ -31,6 +31,8 @@ type Problem struct {
 	Detail string
 	// Field names the request field at fault, for a 400.
 	Field string
+	// Max is the largest value Field accepts (a duration above its bound).
+	Max time.Duration
 	// RetryAfter is the Retry-After header's seconds; 0 means none.
 	RetryAfter int
 	// Holder and Remaining describe the lease that holds the key (Code
@@ -66,7 +68,7 @@ func Of(err error, res lock.Resource) Problem {
 		p.Detail = e.Detail
 	}
 	if e.Field != "" {
-		p.Field = e.Field
+		p.Field, p.Max = e.Field, e.Max
 	}
 	if e.RetryAfter > 0 {
 		p.RetryAfter = e.RetryAfter

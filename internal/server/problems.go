@@ -39,6 +39,9 @@ func toAPI(err error, res lock.Resource) (api.Problem, http.Header, bool) {
 	if c.Field != "" {
 		p.Field = ptr(c.Field)
 	}
+	if c.Max > 0 {
+		p.MaxMs = ptr(c.Max.Milliseconds())
+	}
 	if c.Code == api.ProblemCodeLockHeld || c.Code == api.ProblemCodeNoPermits {
 		p.Holder, p.RemainingMs = ptr(c.Holder), ptr(c.Remaining.Milliseconds())
 	}

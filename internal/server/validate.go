@@ -388,8 +388,12 @@ func msRange(field string, v *int64, def, lo, hi time.Duration) (time.Duration, 
 	if *v < lo.Milliseconds() || *v > hi.Milliseconds() {
 		// The durations beside the numbers: a person who typed --ttl 100h
 		// reads "got 360000000 (100h0m0s)", not a count of milliseconds alone.
-		return 0, invalid(field, "%s must be between %d and %d (%s and %s), got %d (%s)", field,
+		e := problem.Invalid(field, "%s must be between %d and %d (%s and %s), got %d (%s)", field,
 			lo.Milliseconds(), hi.Milliseconds(), msText(lo.Milliseconds()), msText(hi.Milliseconds()), *v, msText(*v))
+		if *v > hi.Milliseconds() {
+			e.Max = hi
+		}
+		return 0, e
 	}
 	return d, nil
 }

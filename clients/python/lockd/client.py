@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, NamedTuple, Optional, Type, TypeVar, Union
 
 from ._http import Transport, backoff
-from .errors import InvalidRequest, LeaseNotFound, NotFound, NotGranted, SessionLost, Unavailable
+from .errors import InvalidRequest, LeaseNotFound, NotFound, NotGranted, SessionLost, TooManyHolders, Unavailable
 from .lease import Lease, OnLost
 from .observe import Observer
 from .session import OnSessionLost, Session
@@ -52,11 +52,18 @@ _KINDS = {
     "election": _Kind("/v1/elections", acquire="campaign", release="resign"),
 }
 
-# A campaign that waits as long as it takes (wait=None) campaigns in
-# rounds of this many seconds: the longest wait lockd takes by default
-# (--max-wait 60s). A server with a shorter --max-wait answers a round
-# 400 wait_ms, and the rounds are halved until it takes them.
-_CAMPAIGN_ROUND = 60.0
+# A campaign that waits as long as it takes (wait=None) waits a century:
+# like every wait longer than the server's longest, it goes in rounds
+# (Client._acquire) that keep the candidate's place in line.
+_FOREVER = 100 * 365 * 24 * 3600.0
+
+# _WAIT_ROUND caps each round of a wait, in seconds (None: the server's
+# longest wait alone, learnt from its first refusal). Tests shorten it.
+_WAIT_ROUND: Optional[float] = None
+
+# _ROUND_MAX bounds a round before the server has said its longest wait:
+# a day, far past any --max-wait.
+_ROUND_MAX = 24 * 3600.0
 
 # The TTL of a grant, or of a session, when none is given.
 _DEFAULT_TTL = 30.0
@@ -97,6 +104,10 @@ class Client:
         self.timeout = timeout
         self.retries = max(0, retries)
         self.retry_for = max(0.0, retry_for)
+        # The server's longest wait (its --max-wait) in seconds, learnt
+        # from the first wait it refused as too long (max_ms); None: not
+        # known yet.
+        self._max_wait: Optional[float] = None
         self.semaphores = Semaphores(self)
         self.elections = Elections(self)
         self.sessions = Sessions(self)
@@ -408,6 +419,11 @@ class Client:
         409 by a lease held by ourselves. A grant in a Session joins it;
         a lost Session is not asked for, and one the server says is gone
         is lost.
+
+        A wait longer than the server's longest (its --max-wait, which a
+        400 on wait_ms states as max_ms) goes in rounds of at most that,
+        with the same Idempotency-Key: the server keeps the request's place
+        in line and its waiting-since from one round to the next.
         """
         in_session = session if isinstance(session, Session) else None
         if in_session is not None:
@@ -417,22 +433,38 @@ class Client:
         first = time.monotonic()  # an answer that replays an earlier attempt's grant: no earlier than this
         wait_until = first + max(0.0, wait)
         sent = 0.0
+        asked = 0  # the wait_ms of the last attempt
 
         def attempt() -> Dict[str, Any]:
-            nonlocal sent
+            nonlocal sent, asked
             b = dict(body)
             left = wait_until - time.monotonic()
+            for cap in (_ROUND_MAX, self._max_wait, _WAIT_ROUND):
+                if cap is not None:
+                    left = min(left, cap)
+            asked = 0
             if left > 0:
-                b["wait_ms"] = _ms(left, "wait")
+                b["wait_ms"] = asked = _ms(left, "wait")
             sent = time.monotonic()
             return self._t.request("POST", path, b, headers, timeout=self.timeout + max(left, 0.0))
 
-        try:
-            answer = self._retrying(f"acquire {kind} {key}", wait_until + self.retry_for, attempt)
-        except SessionLost as err:
-            if in_session is not None:
-                in_session._lose(err)
-            raise
+        while True:
+            try:
+                answer = self._retrying(f"acquire {kind} {key}", wait_until + self.retry_for, attempt)
+                break
+            except SessionLost as err:
+                if in_session is not None:
+                    in_session._lose(err)
+                raise
+            except InvalidRequest as err:
+                max_ms = err.problem.get("max_ms")
+                if err.field != "wait_ms" or not isinstance(max_ms, int) or max_ms <= 0 or asked <= max_ms:
+                    raise
+                self._max_wait = max_ms / 1000.0  # the server's longest wait: rounds of it
+            except NotGranted as err:
+                if asked <= 0 or isinstance(err, TooManyHolders) or wait_until - time.monotonic() < 0.001:
+                    raise
+                # A round ended; the wait goes on, in the same place.
         arrived = time.monotonic()
         if answer.get("replayed"):
             sent = first  # granted to an earlier attempt whose answer was lost
@@ -637,9 +669,9 @@ class Elections:
         """campaign waits in line up to wait seconds (None: as long as it takes) to lead name; the leadership, renewing itself.
 
         After the wait, LockHeld (someone leads) or Queued (earlier
-        candidates come first). Without a wait, it campaigns in rounds of
-        the longest wait the server takes, each a new place at the end of
-        the line. ``ttl`` defaults to 30 s; ``session=`` makes the
+        candidates come first). Without a wait, it waits as long as it
+        takes, in rounds of the longest wait the server takes, keeping its
+        place in line. ``ttl`` defaults to 30 s; ``session=`` makes the
         leadership live as long as a session instead (see Client.acquire).
         """
         body = _lifetime(ttl, session)
@@ -649,18 +681,9 @@ class Elections:
             body["value"] = value
         if lock_delay is not None:
             body["lock_delay_ms"] = _ms(lock_delay, "lock_delay")
-        if wait is not None:
-            return self._c._acquire("election", name, body, wait, idempotency_key, auto_renew, on_lost, session)
-        round_ = _CAMPAIGN_ROUND
-        while True:
-            try:
-                return self._c._acquire("election", name, body, round_, idempotency_key, auto_renew, on_lost, session)
-            except NotGranted:
-                continue  # another round
-            except InvalidRequest as err:
-                if err.field != "wait_ms" or round_ <= 1.0:
-                    raise
-                round_ /= 2  # the server's --max-wait is shorter
+        if wait is None:
+            wait = _FOREVER
+        return self._c._acquire("election", name, body, wait, idempotency_key, auto_renew, on_lost, session)
 
     def renew(self, name: str, token: str, ttl: Optional[float] = None, value: Any = None) -> Dict[str, Any]:
         """renew extends the leadership with token, once (a value proclaims it too); LeaseLost when it no longer leads."""

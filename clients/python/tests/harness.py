@@ -55,6 +55,11 @@ def slow_url() -> str:
     return env("LOCKD_SLOW_URL")
 
 
+def short_wait_url() -> str:
+    """short_wait_url is an in-process lockd whose longest wait (--max-wait) is 1 s."""
+    return env("LOCKD_SHORT_WAIT_URL")
+
+
 def url2() -> str:
     """url2 is the second lockd process (lockd serve) on the same Redis."""
     return env("LOCKD_URL_2")

@@ -167,8 +167,8 @@ class Elections(unittest.TestCase):
     def test_wait_none_campaigns_in_rounds(self) -> None:
         # Rounds of 0.3 s instead of a minute: the candidate campaigns
         # again after each 409 until it leads.
-        self.addCleanup(setattr, client_module, "_CAMPAIGN_ROUND", client_module._CAMPAIGN_ROUND)
-        client_module._CAMPAIGN_ROUND = 0.3
+        self.addCleanup(setattr, client_module, "_WAIT_ROUND", client_module._WAIT_ROUND)
+        client_module._WAIT_ROUND = 0.3
         proxy = harness.LosingProxy(harness.url(), lose=0)
         self.addCleanup(proxy.close)
         c = harness.client()
@@ -182,9 +182,9 @@ class Elections(unittest.TestCase):
 
     def test_wait_none_fits_its_rounds_to_the_server(self) -> None:
         # A round longer than the server's --max-wait (60 s) is answered
-        # 400 wait_ms; the rounds are halved until the server takes them.
-        self.addCleanup(setattr, client_module, "_CAMPAIGN_ROUND", client_module._CAMPAIGN_ROUND)
-        client_module._CAMPAIGN_ROUND = 240.0
+        # 400 wait_ms with max_ms; the rounds are then of that.
+        self.addCleanup(setattr, client_module, "_WAIT_ROUND", client_module._WAIT_ROUND)
+        client_module._WAIT_ROUND = 240.0
         c = harness.client()
         with c.campaign(harness.unique("fit"), ttl=10) as lead:
             self.assertGreater(lead.term, 0)

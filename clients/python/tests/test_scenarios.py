@@ -12,6 +12,7 @@ import statistics
 import threading
 import time
 import unittest
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -371,6 +372,43 @@ class Scenarios(unittest.TestCase):
         self.assertGreaterEqual(lease.renewals, spec["min_renewals"])
         self.assertEqual(c.state(key)["fence"], lease.fence)
         lease.release()
+
+    @scenario("wait-in-rounds")
+    def test_wait_in_rounds(self, spec: Dict[str, Any]) -> None:
+        c = harness.client(harness.short_wait_url())
+        key = harness.unique("wait-in-rounds")
+        holder = c.acquire(key, ttl=30, owner="py-holder")
+        order: List[str] = []
+        errors: List[BaseException] = []
+
+        def wait(owner: str) -> None:
+            try:
+                lease = harness.client(harness.short_wait_url()).acquire(
+                    key, ttl=10, wait=spec["wait_ms"] / 1000, owner=owner, auto_renew=False
+                )
+                order.append(owner)
+                lease.release()
+            except BaseException as err:  # reported by the test's thread
+                errors.append(err)
+
+        first = threading.Thread(target=wait, args=("py-first",))
+        first.start()
+        harness.eventually(lambda: c.state(key)["waiters"] == 1, within=5, what="the first waiter queues")
+        time.sleep(spec["later_ms"] / 1000)
+        second = threading.Thread(target=wait, args=("py-second",))
+        second.start()
+        harness.eventually(lambda: c.state(key)["waiters"] == 2, within=5, what="the second waiter queues")
+        time.sleep(spec["hold_ms"] / 1000)  # more than one round of the first waiter
+        queue = c.state(key)["queue"]
+        holder.release()
+        first.join()
+        second.join()
+        if errors:
+            raise errors[0]
+        self.assertEqual([w["owner"] for w in queue], ["py-first", "py-second"], queue)
+        since = [datetime.fromisoformat(w["waiting_since"].replace("Z", "+00:00")) for w in queue]
+        self.assertLessEqual(since[0], since[1], queue)
+        self.assertEqual(order, ["py-first", "py-second"])
 
     def test_every_scenario_has_a_test(self) -> None:
         # Import every test module, so that a scenario test in another file

@@ -1657,6 +1657,11 @@ export interface components {
             key?: string;
             /** @description The request field that is wrong (invalid_request). */
             field?: string;
+            /**
+             * Format: int64
+             * @description The largest value the field accepts, in milliseconds (invalid_request for a duration above its bound: `wait_ms` above the server's `--max-wait`, `ttl_ms` above `--max-ttl`). A client that waits longer than the server's longest wait sends rounds of at most `max_ms` with the same Idempotency-Key, which keep the request's place.
+             */
+            max_ms?: number;
             /** @description The current holder's owner (lock_held; no_permits, the permit that ends first). */
             holder?: string;
             /**

@@ -14,7 +14,16 @@
 // `session` on every acquire puts the grant in it instead of giving it a
 // TTL; `client.sessions` has the bare operations by id.
 
-import { InvalidRequest, LeaseNotFound, NotFound, NotGranted, SessionLost, Unavailable, Unreachable } from "./errors.js";
+import {
+  InvalidRequest,
+  LeaseNotFound,
+  NotFound,
+  NotGranted,
+  SessionLost,
+  TooManyHolders,
+  Unavailable,
+  Unreachable,
+} from "./errors.js";
 import { Transport, backoff, now, sleep, type Fetch, type Logger } from "./http.js";
 import { Lease, type Grant, type LeaseKind, type LeaseOps, type OnLost } from "./lease.js";
 import { Observer, type ObserveOptions } from "./observe.js";
@@ -55,11 +64,12 @@ export interface ClientOptions {
   /** The fetch to call (default: the platform's), e.g. one with a custom dispatcher. */
   fetch?: Fetch | undefined;
   /**
-   * A campaign without waitMs waits in rounds of this long (default
-   * 60000, lockd's default --max-wait); a server that takes less answers
-   * 400 wait_ms and the rounds are halved until it takes them.
+   * The longest round of a wait, ms (default: the server's longest wait,
+   * its --max-wait, learnt from the 400 wait_ms with max_ms that answers
+   * a longer one). A longer wait goes in rounds, all with one
+   * Idempotency-Key, which keep the request's place in line.
    */
-  campaignRoundMs?: number | undefined;
+  waitRoundMs?: number | undefined;
 }
 
 /**
@@ -223,7 +233,10 @@ export class Client {
   readonly sessions: Sessions;
 
   readonly #t: Transport;
-  readonly #campaignRoundMs: number;
+  readonly #waitRoundMs: number;
+  // The server's longest wait, ms, learnt from the first wait it refused
+  // as too long (0: not known yet).
+  #maxWaitMs = 0;
   readonly #ops: LeaseOps;
   readonly #sessionOps: SessionOps;
 
@@ -234,7 +247,7 @@ export class Client {
     this.retries = Math.max(0, Math.floor(opts.retries ?? 10));
     this.retryForMs = ms(opts.retryForMs ?? 30_000, "retryForMs");
     this.logger = opts.logger;
-    this.#campaignRoundMs = ms(opts.campaignRoundMs ?? 60_000, "campaignRoundMs");
+    this.#waitRoundMs = opts.waitRoundMs === undefined ? 0 : ms(opts.waitRoundMs, "waitRoundMs");
     this.semaphores = new Semaphores(this);
     this.elections = new Elections(this);
     this.sessions = new Sessions(this);
@@ -480,7 +493,10 @@ export class Client {
    * with what is left of the wait. The Idempotency-Key is the same on
    * every attempt of this call: an attempt whose answer was lost after the
    * server granted it is answered, on retry, with that same lease
-   * (`replayed`) rather than 409 by a lease held by ourselves.
+   * (`replayed`) rather than 409 by a lease held by ourselves. A wait
+   * longer than the server's longest goes in rounds of at most that (a
+   * 400 on wait_ms states it as max_ms), with the same Idempotency-Key:
+   * the server keeps the request's place in line and its waiting-since.
    */
   async _acquire(
     kind: LeaseKind,
@@ -505,27 +521,43 @@ export class Client {
     const first = now();
     const waitUntil = first + ms(waitMs, "waitMs");
     let sent = 0;
+    let asked = 0; // the wait_ms of the last attempt
     let grant: Grant;
-    try {
-      grant = await this._retrying(`acquire ${kind} ${key}`, waitUntil + this.retryForMs, opts.signal, () => {
-        const b = { ...body };
-        const left = Math.max(0, Math.round(waitUntil - now()));
-        if (left > 0) {
-          b["wait_ms"] = left;
-        }
-        sent = now();
-        return this.#t.request<Grant>("POST", path, {
-          body: b,
-          headers,
-          timeoutMs: this.timeoutMs + left,
-          signal: opts.signal,
+    for (;;) {
+      try {
+        grant = await this._retrying(`acquire ${kind} ${key}`, waitUntil + this.retryForMs, opts.signal, () => {
+          const b = { ...body };
+          let left = Math.max(0, Math.round(waitUntil - now()));
+          for (const cap of [ROUND_MAX_MS, this.#maxWaitMs, this.#waitRoundMs]) {
+            if (cap > 0) left = Math.min(left, cap);
+          }
+          asked = left;
+          if (left > 0) {
+            b["wait_ms"] = left;
+          }
+          sent = now();
+          return this.#t.request<Grant>("POST", path, {
+            body: b,
+            headers,
+            timeoutMs: this.timeoutMs + left,
+            signal: opts.signal,
+          });
         });
-      });
-    } catch (err) {
-      if (err instanceof SessionLost) {
-        inSession?._lose(err);
+        break;
+      } catch (err) {
+        if (err instanceof SessionLost) {
+          inSession?._lose(err);
+        }
+        const maxMs = err instanceof InvalidRequest ? err.problem["max_ms"] : undefined;
+        if (err instanceof InvalidRequest && err.field === "wait_ms" && typeof maxMs === "number" && maxMs > 0 && asked > maxMs) {
+          this.#maxWaitMs = maxMs; // the server's longest wait: rounds of it
+          continue;
+        }
+        if (err instanceof NotGranted && !(err instanceof TooManyHolders) && asked > 0 && waitUntil - now() >= 1 && !opts.signal?.aborted) {
+          continue; // a round ended; the wait goes on, in the same place
+        }
+        throw err;
       }
-      throw err;
     }
     const arrivedAt = now();
     if (grant.replayed === true) {
@@ -688,9 +720,6 @@ export class Client {
   }
 
   /** @internal */
-  get _campaignRoundMs(): number {
-    return this.#campaignRoundMs;
-  }
 
   /** @internal _retrying calls until an answer that is not Unavailable, at most `retries` more times and until giveUpAt. */
   async _retrying<T>(what: string, giveUpAt: number, signal: AbortSignal | undefined, call: () => Promise<T>): Promise<T> {
@@ -844,32 +873,15 @@ export class Elections {
   /**
    * campaign waits in line up to waitMs (left out: as long as it takes)
    * to lead name, and answers the leadership, renewing itself. Without
-   * waitMs it campaigns in rounds of the longest wait the server takes,
-   * each a new place at the end of the line.
+   * waitMs it waits in rounds of the longest wait the server takes,
+   * keeping its place in line.
    */
   async campaign(name: string, opts: CampaignOptions = {}): Promise<Lease> {
     const body: Record<string, unknown> = lifetime(opts.ttlMs, opts.session);
     if (opts.candidate !== undefined) body["candidate"] = opts.candidate;
     if (opts.value !== undefined) body["value"] = opts.value;
     if (opts.lockDelayMs !== undefined) body["lock_delay_ms"] = ms(opts.lockDelayMs, "lockDelayMs");
-    if (opts.waitMs !== undefined) {
-      return this.#c._acquire("election", name, body, opts.waitMs, opts);
-    }
-    let round = this.#c._campaignRoundMs;
-    for (;;) {
-      try {
-        return await this.#c._acquire("election", name, body, round, opts);
-      } catch (err) {
-        if (err instanceof NotGranted && !opts.signal?.aborted) {
-          continue; // another round
-        }
-        if (err instanceof InvalidRequest && err.field === "wait_ms" && round > 1000) {
-          round /= 2; // the server's --max-wait is shorter
-          continue;
-        }
-        throw err;
-      }
-    }
+    return this.#c._acquire("election", name, body, opts.waitMs ?? FOREVER_MS, opts);
   }
 
   /** withLeadership campaigns, runs fn while leading and resigns; fn's signal aborts the moment the leadership is lost. */
@@ -1022,6 +1034,15 @@ function strip(grant: Grant): LeaseInfo | LeadershipInfo {
   const { token: _token, ...rest } = grant;
   return rest;
 }
+
+/** FOREVER_MS is "as long as it takes": a century. */
+const FOREVER_MS = 100 * 365 * 24 * 3600 * 1000;
+
+/**
+ * ROUND_MAX_MS bounds a round of a wait before the server has said its
+ * longest (a day: far past any --max-wait, and within what a timer takes).
+ */
+const ROUND_MAX_MS = 24 * 3600 * 1000;
 
 /** randomKey is an Idempotency-Key: 144 random bits, URL-safe. */
 async function randomKey(): Promise<string> {

@@ -181,7 +181,7 @@ test("without waitMs a campaign goes on in rounds until it leads", async () => {
   const name = h.unique("rounds");
   const first = await c.elections.campaign(name, { ttlMs: 10_000, candidate: "first" });
   setTimeout(() => void first.release(), 1000);
-  const patient = h.client(undefined, { fetch: counting.fetch, campaignRoundMs: 300 });
+  const patient = h.client(undefined, { fetch: counting.fetch, waitRoundMs: 300 });
   const term = await patient.withLeadership(name, { ttlMs: 10_000, candidate: "patient" }, (_s, lead) => lead.term);
   assert.ok(term > first.term);
   const rounds = counting.seen.filter((x) => x.has("Idempotency-Key")).length;
@@ -190,8 +190,8 @@ test("without waitMs a campaign goes on in rounds until it leads", async () => {
 
 test("without waitMs the rounds fit the server's longest wait", async () => {
   // A round longer than the server's --max-wait (60 s) is answered 400
-  // wait_ms; the rounds are halved until the server takes them.
-  const c = h.client(undefined, { campaignRoundMs: 240_000 });
+  // wait_ms with max_ms; the rounds are then of that.
+  const c = h.client(undefined, { waitRoundMs: 240_000 });
   const term = await c.withLeadership(h.unique("fit"), { ttlMs: 10_000 }, (_s, lead) => lead.term);
   assert.ok(term > 0);
 });

@@ -40,6 +40,11 @@ export function slowUrl(): string {
   return env("LOCKD_SLOW_URL");
 }
 
+/** shortWaitUrl is an in-process lockd whose longest wait (--max-wait) is 1 s. */
+export function shortWaitUrl(): string {
+  return env("LOCKD_SHORT_WAIT_URL");
+}
+
 /** url2 is the second lockd process (lockd serve) on the same Redis. */
 export function url2(): string {
   return env("LOCKD_URL_2");

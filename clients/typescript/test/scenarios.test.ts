@@ -389,6 +389,34 @@ scenario("grant-after-wait", async (_t, spec) => {
   await lease.release();
 });
 
+scenario("wait-in-rounds", async (_t, spec) => {
+  const c = h.client(h.shortWaitUrl());
+  const key = h.unique("wait-in-rounds");
+  const holder = await c.acquire(key, { ttlMs: 30_000, owner: "ts-holder" });
+  const order: string[] = [];
+  const wait = async (owner: string): Promise<void> => {
+    const lease = await h.client(h.shortWaitUrl()).acquire(key, { ttlMs: 10_000, waitMs: figure(spec, "wait_ms"), owner, autoRenew: false });
+    order.push(owner);
+    await lease.release();
+  };
+  const first = wait("ts-first");
+  await h.eventually(async () => (await waiters(c, key)) === 1, "the first waiter queues");
+  await h.delay(figure(spec, "later_ms"));
+  const second = wait("ts-second");
+  await h.eventually(async () => (await waiters(c, key)) === 2, "the second waiter queues");
+  await h.delay(figure(spec, "hold_ms")); // more than one round of the first waiter
+  const queue = (await c.state(key)).queue;
+  await holder.release();
+  await Promise.all([first, second]);
+  assert.deepEqual(
+    queue.map((w) => w.owner),
+    ["ts-first", "ts-second"],
+    JSON.stringify(queue),
+  );
+  assert.ok(Date.parse(queue[0]!.waiting_since) <= Date.parse(queue[1]!.waiting_since), JSON.stringify(queue));
+  assert.deepEqual(order, ["ts-first", "ts-second"]);
+});
+
 test("every scenario of clients/scenarios.json has a test", () => {
   const missing = [...h.SCENARIOS.keys()].filter((id) => !h.COVERED.has(id));
   assert.deepEqual(missing, [], "scenarios of clients/scenarios.json without a TypeScript test");

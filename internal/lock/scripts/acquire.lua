@@ -25,7 +25,8 @@
 -- of what was asked, exclusive.fast); the grant reply (grant_reply) with
 -- "granted", "reentered" or "idempotent"; gate.held's, gate.behind's and
 -- gate.admit's refusals ("held", "queued", "free", "recovering", "delay");
--- {"lost"} (the re-entry token is not the live one); {"mismatch"} (the
+-- {"lost"} (the re-entry token is not the live one); {"ended"} (a late try
+-- of a waiter whose wait has ended: queue.ended); {"mismatch"} (the
 -- idempotency tag is the live lease's, but owner, ttl, value, or a named
 -- mode or limit is not); {"mode", mode} (a re-entry named another mode than the
 -- lease's); {"limit"} (held with another limit); {"full", n}
@@ -39,11 +40,12 @@ c.intent, c.mode, c.seen, c.epoch_args = ARGV[6], ARGV[7], ARGV[8], ARGV[10]
 c.trace, c.reentry, c.idem, c.waiter = ARGV[11] or '', ARGV[13] or '', ARGV[14] or '', ARGV[16] or ''
 c.delay, c.value, c.session = ARGV[19] or '', ARGV[20] or '', ARGV[21] or ''
 -- ... and learns (gate.lua), starting empty.
-c.last, c.epoch_id = nil, nil
+c.last, c.epoch_id, c.ended = nil, nil, nil
 c.ttl, c.key, c.now_ms, c.now_us = tonumber(c.ttl_ms), lock_of(c.lease), clock()
 
--- The common case first, before the lease is read: SET NX GET.
-if c.mode == 'x' and c.reentry == '' and c.intent ~= 'peek' then
+-- The common case first, before the lease is read: SET NX GET. A waiter
+-- whose wait has ended is not granted (queue.ended).
+if c.mode == 'x' and c.reentry == '' and c.intent ~= 'peek' and (c.waiter == '' or not queue.ended(c)) then
   local r = exclusive.fast(c)
   if r then
     return r
@@ -66,6 +68,9 @@ end
 -- Free, or shared holders let the caller in.
 if c.reentry ~= '' then
   return {'lost'}
+end
+if c.waiter ~= '' and queue.ended(c) then
+  return {'ended'}
 end
 local r = gate.admit(c)
 if r then

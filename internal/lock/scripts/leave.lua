@@ -5,6 +5,15 @@
 -- ARGV[1] waiter id    ARGV[2] wake channel
 --
 -- Reply: 1 when the waiter was queued, else 0
+--
+-- The waiter is marked ended (queue.mark_ended): a try of it that Redis
+-- runs late queues it no more, nor grants it. A request with an
+-- idempotency tag leaves its place for its next round (queue.keep).
+local place = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if place then
+  queue.keep(KEYS[1], place, cjson.decode(redis.call('HGET', KEYS[2], ARGV[1]) or '{}'))
+end
+queue.mark_ended(KEYS[1], ARGV[1])
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 -- Held exclusively: a string (exclusive.lua), or a hash with a token (the layout

@@ -337,6 +337,7 @@ function exclusive.hand_off(c, cur)
       value = nx.v or '', session = nx.sn or ''}
     redis.call('ZREM', q.queue, nx.id)
     redis.call('HDEL', q.info, nx.id)
+    queue.mark_ended(q.queue, nx.id)
     queue.forget(q)
     -- The grant keeps the waiter's trace id. The newest event is this
     -- release, with the released lease's fence.

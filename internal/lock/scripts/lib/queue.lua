@@ -131,23 +131,81 @@ function queue.of(c)
   return {queue = c.queue, info = c.qinfo, replicas = c.replicas, alive = {}, dead = {}}
 end
 
+-- A waiter that has ended (granted, or gone: leave.lua) is marked so for
+-- ended_ms: a try of it that Redis runs late (sent before a timeout or a
+-- dropped connection, it may run after the waiter's later tries, its
+-- answer and its holder's release) neither queues it again nor grants it
+-- (queue.ended). A wait that ended without a grant and carried an
+-- idempotency tag leaves its place and since for kept_ms (queue.keep): the
+-- next round of the same request takes them up again (queue.join).
+local ended_ms, kept_ms = 10000, 10000
+
+-- ended_key and kept_key are a waiter's mark and a request's kept place,
+-- beside its lock's queue (lockd:{K}:ended:<id>, lockd:{K}:kept:<tag>).
+function queue.ended_key(queue_key, wid)
+  return sibling(queue_key, 'ended:' .. wid)
+end
+
+function queue.kept_key(queue_key, tag)
+  return sibling(queue_key, 'kept:' .. tag)
+end
+
+-- mark_ended marks waiter wid of the queue queue_key ended.
+function queue.mark_ended(queue_key, wid)
+  redis.call('SET', queue.ended_key(queue_key, wid), '1', 'PX', ended_ms)
+end
+
+-- ended says whether the waiter of c has ended (read once a call).
+function queue.ended(c)
+  if c.ended == nil then
+    c.ended = redis.call('EXISTS', queue.ended_key(c.queue, c.waiter)) == 1
+  end
+  return c.ended
+end
+
+-- keep remembers the place and since of entry e, which leaves the queue
+-- of queue_key without a grant, under its idempotency tag.
+function queue.keep(queue_key, place, e)
+  if e and e.i and e.i ~= '' then
+    redis.call('SET', queue.kept_key(queue_key, e.i), place .. ' ' .. e.s, 'PX', kept_ms)
+  end
+end
+
+-- kept is the place and since (ms) an earlier round of c's request left,
+-- or its own: a new place at the end of the queue, since now.
+local function kept(c, q)
+  if c.idem ~= '' then
+    local v = redis.call('GET', queue.kept_key(q.queue, c.idem))
+    if v then
+      local place, since = string.match(v, '^(%S+) (%S+)$')
+      return place, tonumber(since)
+    end
+  end
+  -- Arrival order: Redis's clock, kept strictly increasing.
+  local last = redis.call('ZRANGE', q.queue, -1, -1, 'WITHSCORES')
+  return int(math.max(c.now_us, (tonumber(last[2]) or 0) + 1)), c.now_ms
+end
+
 -- join puts the caller of c on the queue (once) and keeps its lockd live;
--- it returns the caller's place, or "" for a request that does not wait.
+-- it returns the caller's place, or "" for a request that does not wait
+-- (or whose wait has ended: queue.ended).
 function queue.join(c, q)
   if c.waiter == '' then
     return ''
   end
   local place = redis.call('ZSCORE', q.queue, c.waiter)
   if not place then
+    if queue.ended(c) then
+      return ''
+    end
+    local since = c.now_ms
     place = c.place
     if place == '' then
-      -- Arrival order: Redis's clock, kept strictly increasing.
-      local last = redis.call('ZRANGE', q.queue, -1, -1, 'WITHSCORES')
-      place = int(math.max(c.now_us, (tonumber(last[2]) or 0) + 1))
+      place, since = kept(c, q)
     end
     redis.call('ZADD', q.queue, place, c.waiter)
     redis.call('HSET', q.info, c.waiter, cjson.encode({r = c.replica, d = int(c.now_ms + tonumber(c.deadline)),
-      m = c.mode, s = int(c.now_ms), o = c.owner, t = c.token, l = c.ttl_ms, i = c.idem, a = c.actor, ld = c.delay,
+      m = c.mode, s = int(since), o = c.owner, t = c.token, l = c.ttl_ms, i = c.idem, a = c.actor, ld = c.delay,
       v = c.value, sn = c.session, tr = c.trace}))
     redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
     redis.call('PEXPIRE', q.info, cfg.queue_ttl)
@@ -156,11 +214,12 @@ function queue.join(c, q)
   return place
 end
 
--- leave takes the caller of c, granted, off the queue.
+-- leave takes the caller of c, granted, off the queue, and marks it ended.
 function queue.leave(c)
   if c.waiter ~= '' then
     redis.call('ZREM', c.queue, c.waiter)
     redis.call('HDEL', c.qinfo, c.waiter)
+    queue.mark_ended(c.queue, c.waiter)
   end
 end
 

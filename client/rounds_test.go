@@ -1,0 +1,75 @@
+package client_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/internal/lockdtest"
+	"github.com/lockd/lockd/internal/server"
+)
+
+// TestWaitLongerThanTheServersGoesInRounds: a wait longer than the
+// server's --max-wait (1 s here) is not refused 400: it goes in rounds of
+// at most that, all with one Idempotency-Key, and keeps its place ahead
+// of a waiter that came after it (issue 35, item 2; newcomer #3, #4).
+func TestWaitLongerThanTheServersGoesInRounds(t *testing.T) {
+	ld := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) { c.MaxWait = time.Second }})
+	c, err := client.New(ld.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := uniqueKey(t)
+	holder, err := c.Acquire(ctx, key, client.AcquireOptions{Owner: "holder", TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		owner string
+		err   error
+	}
+	granted := make(chan result, 2)
+	wait := func(owner string) {
+		l, err := c.Acquire(ctx, key, client.AcquireOptions{Owner: owner, TTL: 10 * time.Second, Wait: 10 * time.Second, NoAutoRenew: true})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		granted <- result{owner, err}
+	}
+	queue := func() []string {
+		st, err := c.State(ctx, key)
+		if err != nil {
+			return nil
+		}
+		var owners []string
+		for _, q := range st.Queue {
+			owners = append(owners, q.Owner)
+		}
+		return owners
+	}
+	go wait("first")
+	lockdtest.Eventually(t, func() bool { return len(queue()) == 1 }, 5*time.Second, "the first waiter queued")
+	go wait("second")
+	lockdtest.Eventually(t, func() bool { return len(queue()) == 2 }, 5*time.Second, "the second waiter queued")
+	// Past two rounds of the first waiter.
+	time.Sleep(2500 * time.Millisecond)
+	st, err := c.State(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Queue) != 2 || st.Queue[0].Owner != "first" || st.Queue[1].Owner != "second" ||
+		st.Queue[0].WaitingSince.After(st.Queue[1].WaitingSince) {
+		t.Fatalf("queue after rounds: %+v, want first (since earlier) then second", st.Queue)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"first", "second"} {
+		r := <-granted
+		if r.err != nil || r.owner != want {
+			t.Fatalf("granted %s (%v), want %s first", r.owner, r.err, want)
+		}
+	}
+}

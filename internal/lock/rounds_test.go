@@ -1,0 +1,90 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+// TestNextRoundKeepsItsPlace: a wait longer than the server's longest
+// goes in rounds of one request (one Idempotency-Key). The next round
+// takes up the place and waiting-since that the round before it left, so
+// it stays ahead of a waiter that came after it, though that waiter
+// stayed queued while the first round had left (issue 35, item 2).
+func TestNextRoundKeepsItsPlace(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	ctx := context.Background()
+	key := lock.Lock("rounds:k")
+	h := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+
+	round := lock.AcquireRequest{Owner: "patient", TTL: 10 * time.Second, Wait: 300 * time.Millisecond, IdempotencyKey: "deploy-1"}
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, key, round)
+		first <- err
+	}()
+	var since time.Time
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, key)
+		if err != nil || len(st.Queue) != 1 {
+			return false
+		}
+		since = st.Queue[0].WaitingSince
+		return true
+	})
+	later := make(chan error, 1)
+	go func() {
+		l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "later", TTL: 10 * time.Second, Wait: 20 * time.Second})
+		if err == nil {
+			_, err = e.Release(ctx, key, l.Token, "later")
+		}
+		later <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, key)
+		return err == nil && len(st.Queue) == 2
+	})
+	if err := <-first; !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("the first round: %v, want held", err)
+	}
+	// The next round, as a client sends it at once.
+	round.Wait = 20 * time.Second
+	second := make(chan error, 1)
+	var granted lock.Lease
+	go func() {
+		var err error
+		granted, err = e.Acquire(ctx, key, round)
+		second <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := e.State(ctx, key)
+		return err == nil && len(st.Queue) == 2 && st.Queue[0].Owner == "patient"
+	})
+	st, err := e.State(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Queue[0].WaitingSince; !got.Equal(since) {
+		t.Errorf("the next round waits since %v, want the first round's %v", got, since)
+	}
+	if st.Queue[1].Owner != "later" {
+		t.Errorf("queue %+v, want patient then later", st.Queue)
+	}
+	if _, err := e.Release(ctx, key, h.Token, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("the next round: %v, want granted first", err)
+	}
+	if _, err := e.Release(ctx, key, granted.Token, "patient"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-later; err != nil {
+		t.Fatalf("the later waiter: %v", err)
+	}
+}
