@@ -202,7 +202,7 @@ func TestToolsList(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := []string{"claim", "renew", "release", "who_holds", "list_claims", "wait_until_free", "campaign", "leader", "resign"}
+			want := []string{"claim", "renew", "release", "who_holds", "list_claims", "wait_until_free", "campaign", "leader", "resign", "request_release"}
 			got := map[string]*sdk.Tool{}
 			for _, tool := range res.Tools {
 				got[tool.Name] = tool
@@ -456,6 +456,8 @@ func TestBadArguments(t *testing.T) {
 				{"wait_until_free", map[string]any{"key": "ok", "wait_ms": 9999999}, "wait_ms"},
 				{"campaign", map[string]any{"election": "no/slash"}, "election"},
 				{"who_holds", map[string]any{"key": strings.Repeat("k", 201)}, "key"},
+				{"request_release", map[string]any{"key": "a/b"}, "a:b"},
+				{"request_release", map[string]any{"key": "ok", "reason": strings.Repeat("r", 600)}, "reason"},
 			}
 			for _, tt := range tests {
 				res := a.call(t, tt.tool, tt.args)
@@ -606,5 +608,40 @@ func TestIdleAgentKeepsClaims(t *testing.T) {
 	}
 	if c := out[Claim](t, a.call(t, "claim", map[string]any{"key": "mcp:idle:task"})); !c.Granted {
 		t.Fatalf("the agent's session after %v idle: %+v", 2*ttl, c)
+	}
+}
+
+// TestRequestRelease: an agent that needs a key another holds asks it to
+// step aside, with a reason; the holder sees the request on its claim
+// (who_holds), and a key nobody holds says so.
+func TestRequestRelease(t *testing.T) {
+	f := start(t, 5*time.Second, "")
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			key := "mcp:" + tr + ":task:7"
+			a := f.connect(t, tr, "agent-a", "")
+			b := f.connect(t, tr, "agent-b", "")
+			if c := out[Claim](t, a.call(t, "claim", map[string]any{"key": key, "note": "long refactor"})); !c.Granted {
+				t.Fatalf("a's claim: %+v", c)
+			}
+			res := b.call(t, "request_release", map[string]any{"key": key, "reason": "release blocker"})
+			rq := out[ReleaseRequest](t, res)
+			if !rq.Requested || rq.Holder != "agent-a" || rq.Fence == 0 || !strings.Contains(textOf(res), "agent-a") {
+				t.Fatalf("request: %+v %q", rq, textOf(res))
+			}
+			who := out[KeyState](t, a.call(t, "who_holds", map[string]any{"key": key}))
+			if len(who.Holders) != 1 || !who.Holders[0].Yours || who.Holders[0].ReleaseRequested == nil ||
+				who.Holders[0].ReleaseRequested.By != "agent-b" || who.Holders[0].ReleaseRequested.Reason != "release blocker" {
+				t.Fatalf("the holder's view: %+v", who)
+			}
+			// The holder decides: it still holds the key.
+			if c := out[Claim](t, b.call(t, "claim", map[string]any{"key": key})); c.Granted || c.Holder != "agent-a" {
+				t.Fatalf("a request is not a release: %+v", c)
+			}
+			free := out[ReleaseRequest](t, b.call(t, "request_release", map[string]any{"key": key + ":free"}))
+			if free.Requested {
+				t.Fatalf("a key nobody holds: %+v", free)
+			}
+		})
 	}
 }

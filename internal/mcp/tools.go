@@ -23,7 +23,7 @@ import (
 // ClaimInput is the claim tool's input.
 type ClaimInput struct {
 	Key    string `json:"key" jsonschema:"what to claim: a file or a task, as a lock key of 1-200 characters of A-Z a-z 0-9 . _ : @ - (no slash: write src/app/main.go as src:app:main.go, task 42 as task:42)"`
-	WaitMs int64  `json:"wait_ms,omitempty" jsonschema:"how long to wait, in ms, while another agent holds the key (0, the default: answer at once; at most the server's --max-wait, 60000 by default); waiters are served first come, first served"`
+	WaitMs int64  `json:"wait_ms,omitempty" jsonschema:"how long to wait, in ms, while another agent holds the key (0, the default: answer at once; at most 300000); waiters are served first come, first served"`
 	TTLMs  int64  `json:"ttl_ms,omitempty" jsonschema:"leave out (recommended): the claim lasts as long as this MCP session and is let go when it ends. Given: the claim lasts this many ms (100 ... the server's --max-ttl) unless renewed with the renew tool"`
 	Note   any    `json:"note,omitempty" jsonschema:"what you are doing, shown to other agents and on the dashboard with your claim: a string or a JSON object of at most 4 KiB; never a secret"`
 	Agent  string `json:"agent,omitempty" jsonschema:"your name as others see it (1-128 printable characters); default the name your MCP client gave"`
@@ -79,6 +79,15 @@ type Holder struct {
 	ExpiresAt   string `json:"expires_at"`
 	RemainingMs int64  `json:"remaining_ms"`
 	Yours       bool   `json:"yours,omitempty" jsonschema:"true when this is your own claim"`
+	// ReleaseRequested is a request that this holder step aside.
+	ReleaseRequested *StepAside `json:"release_requested,omitempty" jsonschema:"somebody asked this holder to let go (request_release): who, why and when; the holder decides"`
+}
+
+// StepAside is a request that a holder let go of its key.
+type StepAside struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+	At     string `json:"at"`
 }
 
 // Waiter is one request waiting for a key.
@@ -132,7 +141,7 @@ type Free struct {
 // CampaignInput is the campaign tool's input.
 type CampaignInput struct {
 	Election string `json:"election" jsonschema:"the election's name (1-200 characters of A-Z a-z 0-9 . _ : @ -), e.g. role:coordinator"`
-	WaitMs   int64  `json:"wait_ms,omitempty" jsonschema:"how long to wait in line, in ms, while another candidate leads (0: answer at once)"`
+	WaitMs   int64  `json:"wait_ms,omitempty" jsonschema:"how long to wait in line, in ms, while another candidate leads (0: answer at once; at most 300000)"`
 	Note     any    `json:"note,omitempty" jsonschema:"the leader's value: how others reach you or what you decided (string or JSON object, at most 4 KiB)"`
 	Agent    string `json:"agent,omitempty" jsonschema:"your name as candidate; default the name your MCP client gave"`
 }
@@ -173,14 +182,41 @@ type ElectionState struct {
 	Yours      bool        `json:"yours,omitempty" jsonschema:"true when you lead"`
 }
 
+// RequestReleaseInput is the request_release tool's input.
+type RequestReleaseInput struct {
+	Key    string `json:"key" jsonschema:"the key whose holder you ask to step aside"`
+	Reason string `json:"reason,omitempty" jsonschema:"why you need it, shown to the holder (at most 500 printable characters)"`
+	Agent  string `json:"agent,omitempty" jsonschema:"your name as the holder sees it; default the name your MCP client gave"`
+}
+
+// ReleaseRequest is the request_release tool's answer.
+type ReleaseRequest struct {
+	Key         string `json:"key"`
+	Requested   bool   `json:"requested" jsonschema:"true when the holder was asked; false when nobody holds the key (claim it)"`
+	Holder      string `json:"holder,omitempty" jsonschema:"who was asked"`
+	Fence       int64  `json:"fence,omitempty" jsonschema:"the claim that was asked"`
+	RequestedAt string `json:"requested_at,omitempty"`
+}
+
 // Resigned is the resign tool's answer.
 type Resigned struct {
 	Election string `json:"election"`
 	Resigned bool   `json:"resigned"`
 }
 
-// maxWaitFree bounds wait_until_free, which polls.
+// maxWaitFree bounds one tool call's wait: wait_until_free's, which
+// polls, and a claim's or a campaign's wait in line. An agent host gives a
+// tool call a few minutes at most; /mcp's write deadline follows it. A
+// longer wait is several calls.
 const maxWaitFree = 5 * time.Minute
+
+// waitField checks a tool call's wait_ms.
+func waitField(v int64) error {
+	if v < 0 || v > maxWaitFree.Milliseconds() {
+		return fmt.Errorf("invalid: wait_ms must be within 0...%d, got %d", maxWaitFree.Milliseconds(), v)
+	}
+	return nil
+}
 
 // tools are the tools of one MCP server; agentOf finds the calling MCP
 // session's agent.
@@ -227,6 +263,12 @@ func (t *tools) add(s *sdk.Server) {
 		Description: "See who leads an election, its note and term, and the candidates in line.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, t.leader)
+	sdk.AddTool(s, &sdk.Tool{Name: "request_release", Title: "Ask a holder to step aside",
+		Description: "Ask the agent or service that holds a key to let go of it, with your reason, when you need it and it is held. " +
+			"The holder decides: it learns of the request (who_holds shows it on its claim) and may finish and release, or not. " +
+			"Then claim with wait_ms to take the key when it is let go. Only an exclusive holder can be asked.",
+		Annotations: &sdk.ToolAnnotations{IdempotentHint: true, DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+	}, t.requestRelease)
 	sdk.AddTool(s, &sdk.Tool{Name: "resign", Title: "Resign a leadership",
 		Description: "Stop leading an election you lead; the next candidate in line takes over.",
 		Annotations: &sdk.ToolAnnotations{IdempotentHint: true, DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
@@ -242,7 +284,7 @@ func (t *tools) claim(ctx context.Context, req *sdk.CallToolRequest, in ClaimInp
 	if err != nil {
 		return nil, Claim{}, err
 	}
-	if err := check(named("key", in.Key), nonNegative("wait_ms", in.WaitMs), nonNegative("ttl_ms", in.TTLMs), agentField(in.Agent)); err != nil {
+	if err := check(named("key", in.Key), waitField(in.WaitMs), nonNegative("ttl_ms", in.TTLMs), agentField(in.Agent)); err != nil {
 		return nil, Claim{}, err
 	}
 	owner := a.name
@@ -377,6 +419,32 @@ func (t *tools) release(ctx context.Context, req *sdk.CallToolRequest, in KeyInp
 	return text(fmt.Sprintf("Released %s.", in.Key)), Released{Key: in.Key, Released: true}, nil
 }
 
+func (t *tools) requestRelease(ctx context.Context, req *sdk.CallToolRequest, in RequestReleaseInput) (*sdk.CallToolResult, ReleaseRequest, error) {
+	a, err := t.agentOf(ctx, req.Session, req.Extra)
+	if err != nil {
+		return nil, ReleaseRequest{}, err
+	}
+	if err := check(named("key", in.Key), agentField(in.Agent)); err != nil {
+		return nil, ReleaseRequest{}, err
+	}
+	by := a.name
+	if in.Agent != "" {
+		by = in.Agent
+	}
+	r, err := a.ld.c.RequestRelease(ctx, in.Key, by, in.Reason)
+	if errors.Is(err, client.ErrNotFound) {
+		return text(fmt.Sprintf("Nobody holds %s: claim it.", in.Key)), ReleaseRequest{Key: in.Key}, nil
+	}
+	if errors.Is(err, client.ErrNotExclusive) {
+		return nil, ReleaseRequest{}, fmt.Errorf("key: %s is held by shared holders together; none of them can be asked alone", in.Key)
+	}
+	if err != nil {
+		return nil, ReleaseRequest{}, failure("request release of "+in.Key, err)
+	}
+	out := ReleaseRequest{Key: in.Key, Requested: true, Holder: r.Owner, Fence: r.Fence, RequestedAt: stamp(r.RequestedAt)}
+	return text(fmt.Sprintf("Asked %s to let go of %s; it decides. Claim with wait_ms to take it when it is let go.", r.Owner, in.Key)), out, nil
+}
+
 func (t *tools) whoHolds(ctx context.Context, req *sdk.CallToolRequest, in KeyInput) (*sdk.CallToolResult, KeyState, error) {
 	a, err := t.agentOf(ctx, req.Session, req.Extra)
 	if err != nil {
@@ -493,7 +561,7 @@ func (t *tools) campaign(ctx context.Context, req *sdk.CallToolRequest, in Campa
 	if err != nil {
 		return nil, Leadership{}, err
 	}
-	if err := check(named("election", in.Election), nonNegative("wait_ms", in.WaitMs), agentField(in.Agent)); err != nil {
+	if err := check(named("election", in.Election), waitField(in.WaitMs), agentField(in.Agent)); err != nil {
 		return nil, Leadership{}, err
 	}
 	if h := a.held(in.Election, true); h != nil {
@@ -785,11 +853,16 @@ func noteValue(v *api.Value) any {
 func holdersOf(st api.LockState, mine int64) []Holder {
 	out := make([]Holder, 0, len(st.Holders))
 	for _, h := range st.Holders {
-		out = append(out, Holder{
+		ho := Holder{
 			Owner: h.Owner, Note: noteValue(h.Value), Fence: h.Fence, Mode: string(h.Mode),
 			AcquiredAt: stamp(h.AcquiredAt), ExpiresAt: stamp(h.ExpiresAt), RemainingMs: h.RemainingMs,
 			Yours: mine != 0 && h.Fence == mine,
-		})
+		}
+		// A request to step aside is the exclusive holder's, in the state.
+		if rq := st.ReleaseRequested; rq != nil && h.Fence == st.Fence {
+			ho.ReleaseRequested = &StepAside{By: rq.By, Reason: rq.Reason, At: stamp(rq.At)}
+		}
+		out = append(out, ho)
 	}
 	return out
 }
@@ -804,7 +877,14 @@ func holdersText(hs []Holder) string {
 		if n, ok := h.Note.(string); ok && n != "" {
 			p += fmt.Sprintf(" %q", n)
 		}
-		parts = append(parts, p+", "+describe(ms(h.RemainingMs))+" left")
+		p += ", " + describe(ms(h.RemainingMs)) + " left"
+		if rq := h.ReleaseRequested; rq != nil {
+			p += fmt.Sprintf(", asked to let go by %s", rq.By)
+			if rq.Reason != "" {
+				p += fmt.Sprintf(" (%q)", rq.Reason)
+			}
+		}
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, " and ")
 }
