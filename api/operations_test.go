@@ -18,9 +18,11 @@ func TestOperations(t *testing.T) {
 		"releaseLock":      {Method: "POST", Path: "/v1/locks/{key}/release", Scope: "write", Kind: "lock", Body: true},
 		"forceReleaseLock": {Method: "POST", Path: "/v1/locks/{key}/force-release", Scope: "admin", Kind: "lock", Body: true},
 		"holdLock":         {Method: "POST", Path: "/v1/locks/{key}/hold", Scope: "write", Kind: "lock", Body: true},
-		"getLock":          {Method: "GET", Path: "/v1/locks/{key}", Scope: "read", Kind: "lock"},
-		"listLocks":        {Method: "GET", Path: "/v1/locks", Scope: "read", Kind: "lock"},
-		"getLockHistory":   {Method: "GET", Path: "/v1/locks/{key}/history", Scope: "read", Kind: "lock"},
+		// Asking the holder to step aside is a write, as taking the key is.
+		"requestReleaseLock": {Method: "POST", Path: "/v1/locks/{key}/request-release", Scope: "write", Kind: "lock", Body: true},
+		"getLock":            {Method: "GET", Path: "/v1/locks/{key}", Scope: "read", Kind: "lock"},
+		"listLocks":          {Method: "GET", Path: "/v1/locks", Scope: "read", Kind: "lock"},
+		"getLockHistory":     {Method: "GET", Path: "/v1/locks/{key}/history", Scope: "read", Kind: "lock"},
 		// Semaphores: the same scopes as locks.
 		"acquireSemaphore":      {Method: "POST", Path: "/v1/semaphores/{key}/acquire", Scope: "write", Kind: "semaphore", Body: true},
 		"renewSemaphore":        {Method: "POST", Path: "/v1/semaphores/{key}/renew", Scope: "write", Kind: "semaphore", Body: true},
@@ -54,6 +56,8 @@ func TestOperations(t *testing.T) {
 		"getOpenAPI":           {Method: "GET", Path: "/openapi.yaml", Scope: "none"},
 		"streamEvents":         {Method: "GET", Path: "/v1/events", Scope: "read"},
 		"endQuarantine":        {Method: "POST", Path: "/v1/admin/quarantine/end", Scope: "admin", Body: true},
+		// A leader hands over with its token: write, as resign.
+		"handover": {Method: "POST", Path: "/v1/elections/{key}/handover", Scope: "write", Kind: "election", Body: true},
 	}
 	ops := api.Operations()
 	if len(ops) != len(want) {
