@@ -65,6 +65,17 @@ func (e *Engine) background(f func()) {
 	}()
 }
 
+// backgroundUnlessClosing runs f as background does, unless Close has
+// begun: work a caller's answer leaves behind (a give-back) must not
+// start once Close waits for the goroutines it knows.
+func (e *Engine) backgroundUnlessClosing(f func()) {
+	e.leaveMu.Lock()
+	defer e.leaveMu.Unlock()
+	if !e.closing {
+		e.background(f)
+	}
+}
+
 // Close wakes every waiting caller with ErrClosed and stops the hub. It does
 // not close the Redis client, which the caller owns.
 func (e *Engine) Close() error {

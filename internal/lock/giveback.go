@@ -66,16 +66,7 @@ func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token st
 	if req.Token != "" || (!lateTry && (req.IdempotencyKey != "" || !unanswered(err))) {
 		return
 	}
-	e.leaveMu.Lock()
-	defer e.leaveMu.Unlock()
-	if e.closing {
-		return
-	}
-	e.stopped.Add(1)
-	go func() {
-		defer e.stopped.Done()
-		e.giveBack(res, token, time.Now().Add(req.TTL+e.n.opts.CallTimeout))
-	}()
+	e.backgroundUnlessClosing(func() { e.giveBack(res, token, time.Now().Add(req.TTL+e.n.opts.CallTimeout)) })
 }
 
 // giveBackOf is a grant to give back later (node.later): its token, the
@@ -92,14 +83,7 @@ type giveBackOf struct {
 // key handed to a waiter that had gone (node.releaseTo). It tries until a
 // release is answered or the grant's TTL has passed.
 func (e *Engine) giveBackLater(key string, gb giveBackOf) {
-	e.leaveMu.Lock()
-	defer e.leaveMu.Unlock()
-	if e.closing {
-		return
-	}
-	e.stopped.Add(1)
-	go func() {
-		defer e.stopped.Done()
+	e.backgroundUnlessClosing(func() {
 		until := time.Now().Add(gb.ttl + e.n.opts.CallTimeout)
 		for attempt := 0; time.Now().Before(until); attempt++ {
 			select {
@@ -116,7 +100,7 @@ func (e *Engine) giveBackLater(key string, gb giveBackOf) {
 				return
 			}
 		}
-	}()
+	})
 }
 
 // giveBack releases the grant with token, if one landed, until it is
