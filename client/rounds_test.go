@@ -66,10 +66,18 @@ func TestWaitLongerThanTheServersGoesInRounds(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"first", "second"} {
+	// Both are granted. Which first is not asserted: the place is kept
+	// in the queue (above), but a key that comes free in the moment
+	// between two of the first waiter's rounds goes to the next waiter
+	// (docs/api.md, "Waits longer than --max-wait"); on a loaded machine
+	// that moment is long enough for the release to fall into it.
+	var order []string
+	for range 2 {
 		r := <-granted
-		if r.err != nil || r.owner != want {
-			t.Fatalf("granted %s (%v), want %s first", r.owner, r.err, want)
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.owner, r.err)
 		}
+		order = append(order, r.owner)
 	}
+	t.Logf("granted in the order %v", order)
 }
