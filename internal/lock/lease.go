@@ -307,11 +307,18 @@ type Event struct {
 	TraceID string
 }
 
-// newToken returns 192 random bits as URL-safe text.
+// newToken returns 192 random bits as URL-safe text that starts with a
+// letter or a digit: one that started with "-" (1 in 64) read as a flag
+// when a script passed it to a command line (`lockd session renew ID`), and
+// failed there. Drawing again costs a thirty-second of a bit.
 func newToken() (string, error) {
 	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("lock: token: %w", err)
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", fmt.Errorf("lock: token: %w", err)
+		}
+		if t := base64.RawURLEncoding.EncodeToString(b[:]); t[0] != '-' && t[0] != '_' {
+			return t, nil
+		}
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
