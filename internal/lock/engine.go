@@ -141,19 +141,35 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 	if err != nil {
 		return Lease{}, err
 	}
-	seen := e.hub.Watch(key)
+	// From its first try on, the caller's place in Redis may be handed
+	// the key by a release of this process: the hub takes such a grant
+	// for it until it waits there.
+	seen := e.hub.Watch(key, en.id)
 	lease, err := req.late.note(e.n.try(ctx, key, req, token, mode, grantFree, en))
-	if err != nil && !waitable(err) {
-		// The try may have queued the caller before it failed (its
-		// answer cut short when the caller left): take it off again,
-		// or it counts as live, ahead of those after it, until its
-		// deadline.
-		_ = e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false)
-	}
 	if err == nil || !waitable(err) {
+		// A hand-off meanwhile is this lease (granted: one holder, one
+		// token) or one the caller, gone, gives back.
+		handed, ok := e.hub.Unwatch(seen)
+		if err != nil {
+			// The try may have queued the caller before it failed (its
+			// answer cut short when the caller left): take it off
+			// again, or it counts as live, ahead of those after it,
+			// until its deadline.
+			_ = e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false)
+			if ok {
+				e.undoGrant(handed, req.Actor)
+			}
+		}
 		return lease, err
 	}
 	return e.queue(ctx, key, req, token, mode, en, seen, err)
+}
+
+// undoGrant releases a lease granted to a caller that has gone.
+func (e *Engine) undoGrant(l Lease, actor string) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
+	defer cancel()
+	_, _ = e.Release(ctx, l.Resource, l.Token, actor)
 }
 
 // modeArg is the scripts' mode for what the caller asks (acquireCall's
@@ -198,12 +214,7 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 	try := func(ctx context.Context) (Lease, error) {
 		return req.late.note(e.n.try(ctx, key, req, token, mode, grantFree, en))
 	}
-	undo := func(l Lease) {
-		// Granted to a caller that has gone: give it straight back.
-		rctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
-		defer cancel()
-		_, _ = e.Release(rctx, l.Resource, l.Token, req.Actor)
-	}
+	undo := func(l Lease) { e.undoGrant(l, req.Actor) }
 	lease, err := e.hub.Wait(ctx, key, time.Now().Add(req.Wait), wait.Waiter[Lease]{
 		Try:   try,
 		Undo:  undo,

@@ -209,7 +209,7 @@ func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest)
 	if req.Wait <= 0 || req.Token != "" {
 		return r.try(ctx, key, req, token, grantFree)
 	}
-	seen := r.hub.Watch(key)
+	seen := r.hub.Watch(key, "")
 	i := grantFree
 	if seen.Queued() {
 		if req.IdempotencyKey == "" {

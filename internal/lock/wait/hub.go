@@ -114,12 +114,22 @@ type Waiter[T any] struct {
 }
 
 // Seen is what a caller saw of a key's queue before its own try, so that a
-// wake-up between that try and Wait is not lost.
+// wake-up between that try and Wait is not lost, and a hand-off between
+// them is not refused (Watch).
 type Seen struct {
 	queue  uint64 // the queue's id, 0 for none
 	wakes  uint64
 	queued bool
+	slot   slotKey // the caller's early slot, id "" for none
 }
+
+// slotKey names a caller that has tried but not yet joined the key's
+// queue here (Watch with an id).
+type slotKey struct{ key, id string }
+
+// early is such a caller's slot: the grant a release of this process
+// handed it before it joined, nil for none yet.
+type early[T any] struct{ handed *T }
 
 // Queued says whether others in this process already waited for the key.
 func (s Seen) Queued() bool { return s.queued }
@@ -133,7 +143,8 @@ type Hub[T any] struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue[T]
-	made   uint64 // queues made so far: the next one's id
+	early  map[slotKey]*early[T] // callers between their first try and Wait
+	made   uint64                // queues made so far: the next one's id
 	total  int
 	closed bool
 
@@ -183,6 +194,7 @@ func New[T any](c Config[T]) *Hub[T] {
 	h := &Hub[T]{
 		cfg:    c,
 		queues: map[string]*queue[T]{},
+		early:  map[slotKey]*early[T]{},
 		ctx:    ctx,
 		done:   make(chan struct{}),
 		cancel: cancel,
@@ -201,15 +213,48 @@ func (h *Hub[T]) Waiting() int {
 	return h.total
 }
 
-// Watch snapshots the key's queue before the caller's own try.
-func (h *Hub[T]) Watch(key string) Seen {
+// Watch snapshots the key's queue before the caller's own try. With an
+// id (the caller's place in the store's queue, which its first try may
+// take) the caller can be handed the key from then on: a release of this
+// process that runs between that try and Wait hands it over (HandOff)
+// instead of being told the waiter is not here, and Wait answers it. A
+// caller that does not go on to Wait takes such a grant with Unwatch.
+func (h *Hub[T]) Watch(key, id string) Seen {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.queues[key]
-	if q == nil {
-		return Seen{}
+	var s Seen
+	if id != "" {
+		s.slot = slotKey{key, id}
+		h.early[s.slot] = &early[T]{}
 	}
-	return Seen{queue: q.id, wakes: q.wakes, queued: q.count > 0}
+	if q := h.queues[key]; q != nil {
+		s.queue, s.wakes, s.queued = q.id, q.wakes, q.count > 0
+	}
+	return s
+}
+
+// Unwatch ends a Watch whose caller does not Wait: it answers the grant a
+// release handed the caller meanwhile, if any, for the caller to keep or
+// give back.
+func (h *Hub[T]) Unwatch(s Seen) (T, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.takeEarly(s)
+}
+
+// takeEarly removes the caller's early slot and answers its grant. Called
+// with h.mu.
+func (h *Hub[T]) takeEarly(s Seen) (T, bool) {
+	var zero T
+	if s.slot.id == "" {
+		return zero, false
+	}
+	e := h.early[s.slot]
+	delete(h.early, s.slot)
+	if e == nil || e.handed == nil {
+		return zero, false
+	}
+	return *e.handed, true
 }
 
 // Wait queues w until it is granted, the deadline passes, ctx ends (ctx's
@@ -234,6 +279,11 @@ func (h *Hub[T]) Wait(ctx context.Context, key string, deadline time.Time, w Wai
 	}
 
 	h.mu.Lock()
+	if g, ok := h.takeEarly(seen); ok {
+		// A release handed the caller the key before it joined.
+		h.mu.Unlock()
+		return g, nil
+	}
 	if h.closed {
 		h.mu.Unlock()
 		return zero, ErrClosed
@@ -537,8 +587,17 @@ func (h *Hub[T]) attempt(q *queue[T], en *entry[T]) {
 func (h *Hub[T]) HandOff(key, id string, grant T) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if id == "" {
+		return false
+	}
+	if e := h.early[slotKey{key, id}]; e != nil && e.handed == nil {
+		// The waiter has tried, and not yet joined the queue: Wait (or
+		// Unwatch) answers the grant.
+		e.handed = &grant
+		return true
+	}
 	q := h.queues[key]
-	if q == nil || id == "" {
+	if q == nil {
 		return false
 	}
 	if en := q.trying; en != nil && en.id == id {

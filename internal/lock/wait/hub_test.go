@@ -199,7 +199,7 @@ func waiterCtx(ctx context.Context, h *wait.Hub[grant], k *fakeKey, key, owner s
 	if w.Undo == nil {
 		w.Undo = func(grant) { k.free() }
 	}
-	seen := h.Watch(key)
+	seen := h.Watch(key, w.ID)
 	first := k.check()
 	out := make(chan result, 1)
 	go func() {
@@ -535,7 +535,7 @@ func TestHubNoLostWakeUp(t *testing.T) {
 		tries := len(k.tried())
 
 		// The next caller's own try sees the key held for an hour …
-		seen := h.Watch("k")
+		seen := h.Watch("k", "")
 		held := k.check()
 		if held == nil {
 			t.Fatal("the key should be held")
@@ -630,6 +630,56 @@ func TestHubHandOff(t *testing.T) {
 				t.Fatalf("w: %+v, want the handed grant", r)
 			}
 		})
+	})
+}
+
+// A release that runs between a caller's first try (which queued it in
+// the store) and its Wait hands the key to it all the same: the store has
+// marked that waiter served, so a refused hand-off would leave it waiting
+// for a key that can no longer be its (TestValues met this under load).
+// A caller that does not go on to wait takes the grant with Unwatch.
+func TestHubHandOffBeforeWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sub := &fakeSub{confirm: true}
+		h := newHub(t, sub)
+		k := &fakeKey{}
+		k.hold("holder", time.Hour)
+
+		seen := h.Watch("k", "w")
+		held := k.check()
+		handed := grant{owner: "w", until: time.Now().Add(5 * time.Second)}
+		if !h.HandOff("k", "w", handed) {
+			t.Fatal("HandOff to a caller between its try and Wait said false")
+		}
+		if h.HandOff("k", "w", handed) {
+			t.Fatal("a second HandOff to the same caller said true")
+		}
+		tries := len(k.tried())
+		g, err := h.Wait(context.Background(), "k", time.Now().Add(time.Minute), wait.Waiter[grant]{ID: "w", Try: k.try("w", time.Hour), Undo: func(grant) {}}, seen, held)
+		if err != nil || g != handed {
+			t.Fatalf("Wait: %+v %v, want the handed grant", g, err)
+		}
+		if got := len(k.tried()); got != tries {
+			t.Fatalf("the hand-off cost %d tries", got-tries)
+		}
+		if h.HandOff("k", "w", handed) {
+			t.Fatal("HandOff after Wait answered said true")
+		}
+
+		seen = h.Watch("k", "v")
+		if _, ok := h.Unwatch(seen); ok {
+			t.Fatal("Unwatch with no hand-off answered a grant")
+		}
+		seen = h.Watch("k", "v")
+		if !h.HandOff("k", "v", handed) {
+			t.Fatal("HandOff to a watching caller said false")
+		}
+		if g, ok := h.Unwatch(seen); !ok || g != handed {
+			t.Fatalf("Unwatch: %+v %v, want the handed grant", g, ok)
+		}
+		if h.HandOff("k", "v", handed) {
+			t.Fatal("HandOff after Unwatch said true")
+		}
 	})
 }
 
