@@ -29,6 +29,7 @@ const (
 	ReleaseRequestedEvent EventType = "release_requested"
 	Released              EventType = "released"
 	Renewed               EventType = "renewed"
+	RestoredEvent         EventType = "restored"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -49,6 +50,8 @@ func (e EventType) Valid() bool {
 	case Released:
 		return true
 	case Renewed:
+		return true
+	case RestoredEvent:
 		return true
 	default:
 		return false
@@ -165,31 +168,34 @@ func (e LockEventKind) Valid() bool {
 
 // Defines values for LockEventType.
 const (
-	LockEventAcquired         LockEventType = "acquired"
-	LockEventExpired          LockEventType = "expired"
-	LockEventForceReleased    LockEventType = "force_released"
-	LockEventProclaimed       LockEventType = "proclaimed"
-	LockEventReentered        LockEventType = "reentered"
-	LockEventReleaseRequested LockEventType = "release_requested"
-	LockEventReleased         LockEventType = "released"
+	LockEventTypeLockEventAcquired         LockEventType = "acquired"
+	LockEventTypeLockEventExpired          LockEventType = "expired"
+	LockEventTypeLockEventForceReleased    LockEventType = "force_released"
+	LockEventTypeLockEventProclaimed       LockEventType = "proclaimed"
+	LockEventTypeLockEventReentered        LockEventType = "reentered"
+	LockEventTypeLockEventReleaseRequested LockEventType = "release_requested"
+	LockEventTypeLockEventReleased         LockEventType = "released"
+	LockEventTypeRestored                  LockEventType = "restored"
 )
 
 // Valid indicates whether the value is a known member of the LockEventType enum.
 func (e LockEventType) Valid() bool {
 	switch e {
-	case LockEventAcquired:
+	case LockEventTypeLockEventAcquired:
 		return true
-	case LockEventExpired:
+	case LockEventTypeLockEventExpired:
 		return true
-	case LockEventForceReleased:
+	case LockEventTypeLockEventForceReleased:
 		return true
-	case LockEventProclaimed:
+	case LockEventTypeLockEventProclaimed:
 		return true
-	case LockEventReentered:
+	case LockEventTypeLockEventReentered:
 		return true
-	case LockEventReleaseRequested:
+	case LockEventTypeLockEventReleaseRequested:
 		return true
-	case LockEventReleased:
+	case LockEventTypeLockEventReleased:
+		return true
+	case LockEventTypeRestored:
 		return true
 	default:
 		return false
@@ -198,31 +204,34 @@ func (e LockEventType) Valid() bool {
 
 // Defines values for LockEventMessageEvent.
 const (
-	LockEventMessageAcquired         LockEventMessageEvent = "acquired"
-	LockEventMessageExpired          LockEventMessageEvent = "expired"
-	LockEventMessageForceReleased    LockEventMessageEvent = "force_released"
-	LockEventMessageProclaimed       LockEventMessageEvent = "proclaimed"
-	LockEventMessageReentered        LockEventMessageEvent = "reentered"
-	LockEventMessageReleaseRequested LockEventMessageEvent = "release_requested"
-	LockEventMessageReleased         LockEventMessageEvent = "released"
+	LockEventMessageEventLockEventMessageAcquired         LockEventMessageEvent = "acquired"
+	LockEventMessageEventLockEventMessageExpired          LockEventMessageEvent = "expired"
+	LockEventMessageEventLockEventMessageForceReleased    LockEventMessageEvent = "force_released"
+	LockEventMessageEventLockEventMessageProclaimed       LockEventMessageEvent = "proclaimed"
+	LockEventMessageEventLockEventMessageReentered        LockEventMessageEvent = "reentered"
+	LockEventMessageEventLockEventMessageReleaseRequested LockEventMessageEvent = "release_requested"
+	LockEventMessageEventLockEventMessageReleased         LockEventMessageEvent = "released"
+	LockEventMessageEventRestored                         LockEventMessageEvent = "restored"
 )
 
 // Valid indicates whether the value is a known member of the LockEventMessageEvent enum.
 func (e LockEventMessageEvent) Valid() bool {
 	switch e {
-	case LockEventMessageAcquired:
+	case LockEventMessageEventLockEventMessageAcquired:
 		return true
-	case LockEventMessageExpired:
+	case LockEventMessageEventLockEventMessageExpired:
 		return true
-	case LockEventMessageForceReleased:
+	case LockEventMessageEventLockEventMessageForceReleased:
 		return true
-	case LockEventMessageProclaimed:
+	case LockEventMessageEventLockEventMessageProclaimed:
 		return true
-	case LockEventMessageReentered:
+	case LockEventMessageEventLockEventMessageReentered:
 		return true
-	case LockEventMessageReleaseRequested:
+	case LockEventMessageEventLockEventMessageReleaseRequested:
 		return true
-	case LockEventMessageReleased:
+	case LockEventMessageEventLockEventMessageReleased:
+		return true
+	case LockEventMessageEventRestored:
 		return true
 	default:
 		return false

@@ -247,6 +247,9 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 			}
 		}
 	}
+	if err == nil {
+		e.n.ledger.fill(key, lease.Token, req)
+	}
 	return lease, fromHub(err)
 }
 
@@ -259,7 +262,7 @@ func (e *Engine) Renew(ctx context.Context, res Resource, req RenewRequest) (Lea
 	if err := res.check(); err != nil {
 		return Lease{}, err
 	}
-	return e.n.renewBy(ctx, res.id(), req, false)
+	return e.n.renewRestoring(ctx, res.id(), req, false)
 }
 
 // Release gives back one level of the lease; at count 0 the lease is deleted

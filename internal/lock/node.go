@@ -46,6 +46,7 @@ type node struct {
 	slotShared []atomic.Pointer[sharedKeys] // Cluster: per slot, made when first used
 
 	epochs     epochs
+	ledger     ledger // the live leases this process granted or renewed (restore.go)
 	sweeper    sweeper
 	cursorKey  cursorKey // the list cursors' cipher (list.go)
 	missedAcks atomic.Int64
@@ -62,6 +63,7 @@ func newNode(st *store.Store, opts Options) *node {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	n.epochs.seed = hex.EncodeToString(id[:])
+	n.epochs.kick = make(chan struct{}, 1)
 	n.id = hex.EncodeToString(id[:])
 	n.arg = args{
 		historyMax:  opts.HistoryMax,
@@ -142,6 +144,7 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, m
 	}
 	c.delay, c.value, c.session = delayArg(req.LockDelay), req.Value, req.sessionHandle
 	keys, argv := c.run(n)
+	sent := time.Now()
 	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
@@ -159,7 +162,7 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, m
 	if r.err != nil {
 		return Lease{}, r.err
 	}
-	return a(ctx, n, acquireTry{key: key, req: req, en: en, sh: sh, unacked: unacked})
+	return a(ctx, n, acquireTry{key: key, req: req, en: en, sh: sh, unacked: unacked, sent: sent})
 }
 
 // acquireTry is what an answer of acquire.lua needs of the try that got it.
@@ -168,7 +171,8 @@ type acquireTry struct {
 	req     AcquireRequest
 	en      *entry
 	sh      *sharedKeys
-	unacked bool // too few replicas acknowledged the write
+	unacked bool      // too few replicas acknowledged the write
+	sent    time.Time // when the try was sent
 }
 
 // granted answers a fresh grant or a re-entry, noting the epoch it names;
@@ -187,9 +191,10 @@ func (n *node) granted(ctx context.Context, t acquireTry, g grantReply, o Outcom
 	l := g.lease(t.key)
 	l.Outcome = o
 	if g.epoch != "" {
-		n.epochs.saw(t.sh, g.epoch)
+		n.saw(t.sh, g.epoch)
 	}
 	n.epochs.lease(t.sh, g.left)
+	n.ledger.note(t.key, l, g.left, t.req, t.sent)
 	return l, nil
 }
 
@@ -277,6 +282,7 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 		c.bySession = "1"
 	}
 	keys, argv := c.run()
+	sent := time.Now()
 	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -287,6 +293,7 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 	}
 	n.epochs.lease(sh, g.left)
 	l := g.lease(key)
+	n.ledger.renewed(key, l, g.left, req.Value, sent)
 	l.ReleaseRequested = rq
 	return l, nil
 }
@@ -367,6 +374,7 @@ func (n *node) handover(ctx context.Context, key, token, to, actor string) (Rele
 // runRelease runs the release call c and reads its answer.
 func (n *node) runRelease(ctx context.Context, key string, sh *sharedKeys, c releaseCall, actor string) (Released, *handed, error) {
 	keys, argv := c.run()
+	sent := time.Now()
 	v, err := n.write(ctx, n.scripts.release, keys, argv...)
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
@@ -379,6 +387,7 @@ func (n *node) runRelease(ctx context.Context, key string, sh *sharedKeys, c rel
 		return Released{}, nil, nil
 	}
 	n.noted(key)
+	n.ledger.released(key, c.token, r.count)
 	out := Released{Released: r.count == 0, Count: r.count}
 	if out.Released {
 		out.HeldFor = heldSince(r.acquiredAt.UnixMilli())
@@ -390,6 +399,8 @@ func (n *node) runRelease(ctx context.Context, key string, sh *sharedKeys, c rel
 			AcquiredAt: h.at, ExpiresAt: h.at.Add(h.ttl), Outcome: Granted, Mode: Exclusive,
 		}}
 		n.epochs.lease(sh, h.ttl)
+		// Its request's value and session are the waiter's (Engine.queue).
+		n.ledger.note(key, next.lease, h.ttl, AcquireRequest{}, sent)
 	}
 	return out, next, nil
 }
@@ -439,6 +450,7 @@ func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor,
 		return Broken{}, false, err
 	}
 	n.noted(key)
+	n.ledger.broken(key, r.fence)
 	return Broken{Owner: r.owner, Fence: r.fence, HeldFor: heldSince(r.acquiredAt.UnixMilli())}, r.more, nil
 }
 

@@ -36,7 +36,7 @@ type acquireCall struct {
 	mode      string // "x", "s" or "p" (modeOf)
 	seen      string // the epoch id this process saw last (epochArgs)
 	replica   string // this process's id in the queues
-	epochArgs string // "live_ms min_ms new_id" (epochArgs)
+	epochArgs string // "min_ms new_id" (epochArgs)
 	// Each "" when left off the end.
 	trace    string // the request's trace id (trace.go)
 	named    string // "1": the caller named its mode or a limit (named)
@@ -55,10 +55,10 @@ type acquireCall struct {
 // part of its arguments.
 func (n *node) acquireCallOf(key string, sh *sharedKeys) acquireCall {
 	k := keysOf(key)
-	seen, live, least := n.epochArgs(sh)
+	seen, least := n.epochArgs(sh)
 	return acquireCall{lease: k.lease, hist: k.hist, queue: k.queue, epoch: sh.epoch, sched: sh.expiries, stream: sh.events,
 		qinfo: k.qinfo, holders: k.holders, replicas: sh.replicas, channel: k.wake, seen: seen, replica: n.id,
-		epochArgs: strconv.FormatInt(live, 10) + " " + strconv.FormatInt(least, 10) + " " + n.newEpochID()}
+		epochArgs: strconv.FormatInt(least, 10) + " " + n.newEpochID()}
 }
 
 func (c acquireCall) run(*node) ([]string, []any) {
@@ -290,7 +290,7 @@ var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
 	"recovering": func(r *reply, _ acquireCall) acquireAnswer {
 		epoch, left := r.str(1), r.ms(2)
 		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
-			n.epochs.saw(t.sh, epoch)
+			n.saw(t.sh, epoch)
 			n.epochs.recovering(left)
 			return Lease{}, &RecoveringError{Remaining: left}
 		}

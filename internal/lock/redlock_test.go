@@ -543,12 +543,17 @@ func TestRedlockLateGrantGivenBack(t *testing.T) {
 }
 
 // N23: EndQuarantine ends the quarantine of a master restarted empty while
-// a long lease lived on it.
+// a long lease lived on it, granted through a lockd that died (none that
+// lives can put it back).
 func TestRedlockEndQuarantine(t *testing.T) {
 	servers := threeMasters(t)
-	r := redlockOn(t, servers, lock.Options{EpochRefresh: 100 * time.Millisecond})
+	opts := lock.Options{EpochRefresh: 100 * time.Millisecond}
+	r := redlockOn(t, servers, opts)
+	dead := redlockOn(t, servers, opts)
 	ctx := context.Background()
-	onEveryMaster(t, r, servers, "rl:q", lock.AcquireRequest{Owner: "long", TTL: time.Hour})
+	onEveryMaster(t, dead, servers, "rl:q", lock.AcquireRequest{Owner: "long", TTL: time.Hour})
+	time.Sleep(300 * time.Millisecond) // r reads the markers, and learns dead's leases
+	_ = dead.Close()
 	servers[0].Restart()
 	waitFor(t, func() bool { return r.Recovering() > 50*time.Minute })
 	left, err := r.EndQuarantine(ctx)

@@ -36,6 +36,9 @@ type scripts struct {
 	session *redis.Script
 	// epoch reads and keeps the restart-quarantine marker (epoch.go).
 	epoch *redis.Script
+	// restore puts back a lease Redis lost with its data, and validate
+	// says which leases the ledger knows Redis still holds (restore.go).
+	restore, validate *redis.Script
 	// sweep records due lapses (expiry.go). On a Cluster it reads the
 	// slots of one node in one call, so it carries the flag that lets a
 	// script touch keys of several slots (Redis 7; only on a Cluster: the
@@ -99,6 +102,8 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		fence:        s("fence"),
 		session:      s("session"),
 		epoch:        s("epoch"),
+		restore:      s("restore"),
+		validate:     redis.NewScript(mustRead("validate")),
 		sweep:        sweepScript(lib, sharded),
 	}
 	return sc, functionLibrary(lib, []libFunction{

@@ -451,7 +451,7 @@ func (s *Server) history(ctx context.Context, k lock.Kind, name string, limitPar
 	case typ == nil:
 		evs, err = s.engine.History(ctx, res, limit)
 	case !typ.Valid():
-		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released, proclaimed, release_requested")
+		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released, proclaimed, release_requested, restored")
 	case *typ == api.Renewed:
 		evs, err = s.engine.Renewals(ctx, res, limit)
 	default:

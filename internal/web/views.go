@@ -417,6 +417,12 @@ func newTerms(events []lock.Event, leader lock.State, now time.Time) []termRow {
 		switch e.Type {
 		case "acquired":
 			t.began = e.At
+		case "restored":
+			// Put back after Redis lost its data: the term goes on, from
+			// when it began if that is still known.
+			if t.began.IsZero() {
+				t.began = e.At
+			}
 		case "proclaimed":
 			t.row.Proclaimed = append([]clock{ago(e.At, now)}, t.row.Proclaimed...)
 		case "released":

@@ -1445,7 +1445,7 @@ export interface components {
             fence: number;
         };
         /** @enum {string} */
-        EventType: "acquired" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested";
+        EventType: "acquired" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested" | "restored";
         Event: {
             type: components["schemas"]["EventType"];
             /** Format: date-time */
@@ -1483,7 +1483,7 @@ export interface components {
              */
             id: string;
             /** @enum {string} */
-            type: "acquired" | "reentered" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested";
+            type: "acquired" | "reentered" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested" | "restored";
             /**
              * @description Whether `key` names a lock, a semaphore or an election: they may have the same name.
              * @enum {string}

@@ -372,3 +372,37 @@ function exclusive.state(c, cur)
     cur.acquired, cur.renewed, tonumber(cur.renewals), tonumber(cur.exp) - c.now_ms, cur.left,
     redis.call('ZCARD', c.q.queue), cur.v or '', cur.rq or ''}
 end
+
+-- restore puts back exclusive lease r (restore.lua: a lease a lockd knows,
+-- after Redis lost it) on c's key, as it was but for its renewals and
+-- idempotency tag, with a "restored" event: {"restored"}; {"present"}
+-- when the key has it already (its expiry made the later of the two), or
+-- {"conflict"} when another lease holds the key.
+function exclusive.restore(c, cur, r)
+  local now = c.now_ms
+  if cur then
+    if cur.multi or cur.token ~= r.token then
+      return {'conflict'}
+    end
+    if r.exp > tonumber(cur.exp) and not cur.old then
+      cur.exp = int(r.exp)
+      exclusive.save(c.lease, cur, r.exp - now)
+      events.schedule(c.sched, c.key, cur.exp)
+    end
+    return {'present'}
+  end
+  local exp_s = int(r.exp)
+  local keep, set = events.keep_for(nil, r.exp)
+  -- w: waiters queued before the loss are gone with it, but those that
+  -- queue again must be woken by the release.
+  redis.call('SET', c.lease, pack_lease({token = r.token, owner = r.owner, fence = r.fence, count = r.count, ttl = r.ttl,
+    acquired = r.acquired, renewed = int(now), renewals = '0', idem = '', ittl = r.ttl, left = '', exp = exp_s,
+    handed = '', w = '1', keep = keep, d = r.delay, v = r.value, s = r.session, rq = ''}), 'PX', int(r.exp - now))
+  events.schedule(c.sched, c.key, exp_s)
+  events.record(c, {'restored', int(now), r.owner, r.fence, r.ttl, r.count, 'lockd', r.reason, exp_s, '', '1', keep,
+    r.delay, r.session, ''})
+  if set then
+    redis.call('PEXPIREAT', c.hist, keep)
+  end
+  return {'restored'}
+end

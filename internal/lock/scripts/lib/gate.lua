@@ -131,7 +131,7 @@ function gate.admit(c)
   end
   if c.untl > c.now_ms and not cfg.quarantine_off then
     wait(c)
-    return {'recovering', c.epoch_id, int(c.untl - c.now_ms)}
+    return {'recovering', c.epoch_id, int(epoch.retry(c.epoch, c.untl, c.now_ms))}
   end
   -- An exclusive lease that lapsed unrecorded is recorded first.
   last = gate.last(c)

@@ -1,0 +1,189 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// After Redis loses its data (a restart without persistence, a flush, a
+// failover to a replica that missed writes), each lockd puts back the
+// leases it knows (its ledger) as soon as it notices (refreshEpochs), and
+// only then says so in the new epoch marker; until every lockd that had
+// leases live has done so, no key of the bucket is granted (epoch.lua).
+// So a holder's next renew, through any lockd, finds its lease as it was.
+
+// restoreCall is restore.lua's call, as acquireCall is acquire.lua's.
+type restoreCall struct {
+	lease, hist, sched, holders, stream string
+
+	mode, token, owner, fence, count, ttlMS, acquiredAt, leftMS, limit, delay, value, session, reason string
+}
+
+func restoreCallOf(key string, sh *sharedKeys, r restorable, reason string) restoreCall {
+	k := keysOf(key)
+	delay := ""
+	if r.delay > 0 {
+		delay = strconv.FormatInt(max(1, r.delay.Milliseconds()), 10)
+	}
+	return restoreCall{lease: k.lease, hist: k.hist, sched: sh.expiries, holders: k.holders, stream: sh.events,
+		mode: r.mode, token: r.token, owner: r.owner, fence: strconv.FormatInt(r.fence, 10), count: strconv.Itoa(max(1, r.count)),
+		ttlMS: strconv.FormatInt(r.ttl.Milliseconds(), 10), acquiredAt: strconv.FormatInt(r.acquired.UnixMilli(), 10),
+		leftMS: strconv.FormatInt(time.Until(r.expires).Milliseconds(), 10), limit: strconv.Itoa(r.limit), delay: delay,
+		value: r.value, session: r.session, reason: reason}
+}
+
+func (c restoreCall) args() ([]string, []any) {
+	return []string{c.lease, c.hist, c.sched, c.holders, c.stream},
+		[]any{c.mode, c.token, c.owner, c.fence, c.count, c.ttlMS, c.acquiredAt, c.leftMS, c.limit, c.delay, c.value,
+			c.session, c.reason}
+}
+
+// Restored counts what a restore did with the leases it was given.
+type Restored struct {
+	// Restored were put back; Present were there already (another lockd
+	// put them back, or Redis kept them); Conflicts found the key held by
+	// another lease, which stays; Ended had no time left.
+	Restored, Present, Conflicts, Ended int
+}
+
+// restoreBatch bounds the restore calls of one pipeline.
+const restoreBatch = 256
+
+// restoreReason is the "restored" event's reason.
+const restoreReason = "redis lost its data"
+
+// restoreBucket puts back the live leases of the ledger in the bucket of
+// marker, in pipelines of restoreBatch.
+func (n *node) restoreBucket(ctx context.Context, marker string) (Restored, error) {
+	leases, _ := n.ledger.live(func(key string) bool { return n.sharedOf(key).epoch == marker })
+	var out Restored
+	for len(leases) > 0 {
+		batch := leases[:min(len(leases), restoreBatch)]
+		leases = leases[len(batch):]
+		got, err := n.restoreLeases(ctx, batch)
+		out.Restored += got.Restored
+		out.Present += got.Present
+		out.Conflicts += got.Conflicts
+		out.Ended += got.Ended
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// restoreLeases runs restore.lua for each lease, in one pipeline (twice
+// when Redis lost the script, as it does with its data).
+func (n *node) restoreLeases(ctx context.Context, leases []restorable) (Restored, error) {
+	cmds := make([]*redis.Cmd, len(leases))
+	run := func() error {
+		return n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, r := range leases {
+				keys, argv := restoreCallOf(r.key, n.sharedOf(r.key), r, restoreReason).args()
+				cmds[i] = n.scripts.restore.EvalSha(ctx, p, keys, argv...)
+			}
+			return nil
+		})
+	}
+	err := run()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := n.st.Load(ctx, n.scripts.restore); err != nil {
+			return Restored{}, wrap("restore", err)
+		}
+		err = run()
+	}
+	if err != nil {
+		return Restored{}, wrap("restore", err)
+	}
+	var out Restored
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err != nil || len(v) == 0 {
+			return out, wrap("restore", fmt.Errorf("restore.lua answered %v: %w", v, err))
+		}
+		switch v[0] {
+		case "restored":
+			out.Restored++
+		case "present":
+			out.Present++
+		case "conflict":
+			// Another lease holds the key: this one ends here.
+			out.Conflicts++
+			n.ledger.released(leases[i].key, leases[i].token, 0)
+		default:
+			out.Ended++
+		}
+	}
+	return out, nil
+}
+
+// renewRestoring is renewBy for a lease Redis may have lost with its
+// data: a renew that finds nothing, for a lease this process knows,
+// first makes sure this process has noticed the loss and put its leases
+// back (refreshEpochs); one during the quarantine after a loss waits for
+// the lockd that knows the lease to put it back, as long as the call's
+// bound allows, and then answers ErrRecovering rather than a loss that
+// may not be one.
+func (n *node) renewRestoring(ctx context.Context, key string, req RenewRequest, bySession bool) (Lease, error) {
+	since := time.Now()
+	l, err := n.renewBy(ctx, key, req, bySession)
+	if !errors.Is(err, ErrNotFound) || n.opts.NoQuarantine {
+		return l, err
+	}
+	n.refreshSoon(ctx, since)
+	deadline := time.Now().Add(n.opts.CallTimeout)
+	for {
+		l, err = n.renewBy(ctx, key, req, bySession)
+		left := n.recovering()
+		if !errors.Is(err, ErrNotFound) || left <= 0 {
+			return l, err
+		}
+		if !time.Now().Before(deadline) {
+			return Lease{}, &RecoveringError{Remaining: left}
+		}
+		select {
+		case <-ctx.Done():
+			return Lease{}, &RecoveringError{Remaining: left}
+		case <-time.After(min(left, 100*time.Millisecond)):
+		}
+	}
+}
+
+// validateLedger drops from the ledger the leases of the bucket of marker
+// (whose id this process saw) that Redis no longer holds: released,
+// broken or replaced through another lockd. It runs with every refresh,
+// so a lease that ended more than a refresh before a loss is not put
+// back; one that ended within the refresh before is, and holds its key
+// until its own expiry (no overlap: its fence is below any later grant's,
+// which wins a conflict).
+func (n *node) validateLedger(ctx context.Context, marker, id string) {
+	leases, _ := n.ledger.live(func(key string) bool { return n.sharedOf(key).epoch == marker })
+	for len(leases) > 0 {
+		batch := leases[:min(len(leases), restoreBatch)]
+		leases = leases[len(batch):]
+		keys := make([]string, 0, len(batch)+1)
+		argv := make([]any, 0, 2*len(batch)+1)
+		keys, argv = append(keys, marker), append(argv, id)
+		for _, r := range batch {
+			keys, argv = append(keys, keysOf(r.key).lease), append(argv, r.mode, r.token)
+		}
+		v, err := n.st.Run(ctx, n.scripts.validate, keys, argv...)
+		if err != nil {
+			return
+		}
+		held, ok := v.([]any)
+		if !ok || len(held) != len(batch)+1 || held[0] != "ok" {
+			return
+		}
+		for i, r := range batch {
+			if h, _ := held[i+1].(int64); h == 0 {
+				n.ledger.drop(r.key, r.token, r.expires)
+			}
+		}
+	}
+}
