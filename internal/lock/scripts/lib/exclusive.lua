@@ -377,9 +377,14 @@ end
 -- after Redis lost it) on c's key, as it was but for its renewals and
 -- idempotency tag, with a "restored" event: {"restored"}; {"present"}
 -- when the key has it already (its expiry made the later of the two), or
--- {"conflict"} when another lease holds the key.
+-- {"conflict"} when another lease with a higher fence holds the key (one
+-- with a lower fence gives way: of two claims the newer wins).
 function exclusive.restore(c, cur, r)
   local now = c.now_ms
+  if cur and not cur.multi and cur.token ~= r.token and tonumber(cur.fence) < tonumber(r.fence) then
+    -- Of two claims the higher fence wins: the key's newer lease.
+    cur = nil
+  end
   if cur then
     if cur.multi or cur.token ~= r.token then
       return {'conflict'}
