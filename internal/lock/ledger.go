@@ -1,6 +1,8 @@
 package lock
 
 import (
+	"maps"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -13,8 +15,88 @@ import (
 // its expiry has passed: its size is bounded by the live leases this
 // process granted or renewed, about 300 bytes each plus the value.
 type ledger struct {
-	mu     sync.Mutex
-	leases map[string]map[string]*known // key → token → lease
+	mu       sync.Mutex
+	leases   map[string]map[string]*known // key → token → lease
+	sessions map[string]*knownSession     // handle → session
+}
+
+// knownSession is a session of the ledger: its record and its grants
+// (token → resource id), as session.lua keeps them.
+type knownSession struct {
+	owner   string
+	ttl     time.Duration
+	created time.Time
+	expires time.Time
+	grants  map[string]string
+}
+
+// sessionSeen records what op of session.lua answered (r) for the session
+// with handle h, sent at sent; a, b are the op's arguments.
+func (lg *ledger) sessionSeen(h, op, a, b string, r sessionReply, sent time.Time) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if lg.sessions == nil {
+		lg.sessions = map[string]*knownSession{}
+	}
+	if op == "end" {
+		delete(lg.sessions, h)
+		return
+	}
+	k := lg.sessions[h]
+	if k == nil {
+		if op != "create" && op != "renew" {
+			return
+		}
+		k = &knownSession{grants: map[string]string{}}
+		lg.sessions[h] = k
+	}
+	k.expires = sent.Add(r.expiresAt.Sub(r.now))
+	switch op {
+	case "create":
+		k.owner, k.created = a, r.now
+		if ms, err := strconv.ParseInt(b, 10, 64); err == nil {
+			k.ttl = time.Duration(ms) * time.Millisecond
+		}
+	case "renew":
+		k.owner, k.ttl, k.created = r.owner, r.ttl, r.createdAt
+		clear(k.grants)
+		for _, g := range r.grants {
+			k.grants[g.token] = g.id
+		}
+	case "attach":
+		k.grants[b] = a
+	case "detach":
+		delete(k.grants, b)
+	}
+}
+
+// liveSessions drops the sessions whose expiry has passed and answers
+// those left whose handle is in (a copy of each).
+func (lg *ledger) liveSessions(in func(handle string) bool) map[string]knownSession {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	now := time.Now()
+	out := map[string]knownSession{}
+	for h, k := range lg.sessions {
+		if !k.expires.After(now) {
+			delete(lg.sessions, h)
+			continue
+		}
+		if in(h) {
+			c := *k
+			c.grants = maps.Clone(k.grants)
+			out[h] = c
+		}
+	}
+	return out
+}
+
+// hasSession says whether the ledger knows the session with handle h.
+func (lg *ledger) hasSession(h string) bool {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	k := lg.sessions[h]
+	return k != nil && k.expires.After(time.Now())
 }
 
 // known is one lease of the ledger. Its expiry is this process's reading,
@@ -187,6 +269,15 @@ func (lg *ledger) lastBy(bucketOf func(key string) string) map[string]time.Durat
 			b := bucketOf(key)
 			out[b] = max(out[b], left)
 		}
+	}
+	for h, k := range lg.sessions {
+		left := k.expires.Sub(now)
+		if left <= 0 {
+			delete(lg.sessions, h)
+			continue
+		}
+		b := bucketOf("sess/" + h)
+		out[b] = max(out[b], left)
 	}
 	return out
 }

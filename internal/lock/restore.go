@@ -61,7 +61,10 @@ const restoreReason = "redis lost its data"
 // marker, in pipelines of restoreBatch.
 func (n *node) restoreBucket(ctx context.Context, marker string) (Restored, error) {
 	leases, _ := n.ledger.live(func(key string) bool { return n.sharedOf(key).epoch == marker })
-	var out Restored
+	out, err := n.restoreSessions(ctx, marker)
+	if err != nil {
+		return out, err
+	}
 	for len(leases) > 0 {
 		batch := leases[:min(len(leases), restoreBatch)]
 		leases = leases[len(batch):]
@@ -123,35 +126,103 @@ func (n *node) restoreLeases(ctx context.Context, leases []restorable) (Restored
 }
 
 // renewRestoring is renewBy for a lease Redis may have lost with its
-// data: a renew that finds nothing, for a lease this process knows,
-// first makes sure this process has noticed the loss and put its leases
-// back (refreshEpochs); one during the quarantine after a loss waits for
-// the lockd that knows the lease to put it back, as long as the call's
-// bound allows, and then answers ErrRecovering rather than a loss that
-// may not be one.
+// data (restoring).
 func (n *node) renewRestoring(ctx context.Context, key string, req RenewRequest, bySession bool) (Lease, error) {
+	var l Lease
+	err := n.restoring(ctx, func() error {
+		var err error
+		l, err = n.renewBy(ctx, key, req, bySession)
+		return err
+	})
+	return l, err
+}
+
+// restoring runs op, a renewal, for a lease or session Redis may have
+// lost with its data: when it finds nothing, this process makes sure it
+// has noticed any loss and put back what it knows (refreshEpochs) and
+// runs op again; during the quarantine after a loss it runs op until the
+// lockd that knows the lease has put it back, as long as the call's bound
+// allows, and then answers ErrRecovering rather than a loss that may not
+// be one.
+func (n *node) restoring(ctx context.Context, op func() error) error {
 	since := time.Now()
-	l, err := n.renewBy(ctx, key, req, bySession)
-	if !errors.Is(err, ErrNotFound) || n.opts.NoQuarantine {
-		return l, err
+	err := op()
+	if !missing(err) || n.opts.NoQuarantine {
+		return err
 	}
 	n.refreshSoon(ctx, since)
 	deadline := time.Now().Add(n.opts.CallTimeout)
 	for {
-		l, err = n.renewBy(ctx, key, req, bySession)
+		err = op()
 		left := n.recovering()
-		if !errors.Is(err, ErrNotFound) || left <= 0 {
-			return l, err
+		if !missing(err) || left <= 0 {
+			return err
 		}
 		if !time.Now().Before(deadline) {
-			return Lease{}, &RecoveringError{Remaining: left}
+			return &RecoveringError{Remaining: left}
 		}
 		select {
 		case <-ctx.Done():
-			return Lease{}, &RecoveringError{Remaining: left}
+			return &RecoveringError{Remaining: left}
 		case <-time.After(min(left, 100*time.Millisecond)):
 		}
 	}
+}
+
+// missing says whether err means that Redis has no such lease or session.
+func missing(err error) bool {
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrSessionNotFound)
+}
+
+// restoreSessions puts back the sessions of the ledger in the bucket of
+// marker, with their lists of grants, in one pipeline.
+func (n *node) restoreSessions(ctx context.Context, marker string) (Restored, error) {
+	sessions := n.ledger.liveSessions(func(h string) bool { return n.sharedOf("sess/"+h).epoch == marker })
+	if len(sessions) == 0 {
+		return Restored{}, nil
+	}
+	var cmds []*redis.Cmd
+	run := func() error {
+		cmds = cmds[:0]
+		return n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for h, s := range sessions {
+				left := time.Until(s.expires).Milliseconds()
+				if left <= 0 {
+					continue
+				}
+				keys, argv := sessionCall{handle: h, op: "restore", a: s.owner,
+					b: fmt.Sprintf("%d %d %d", s.ttl.Milliseconds(), s.created.UnixMilli(), left)}.run(n)
+				for token, id := range s.grants {
+					argv = append(argv, token, id)
+				}
+				cmds = append(cmds, n.scripts.session.EvalSha(ctx, p, keys, argv...))
+			}
+			return nil
+		})
+	}
+	err := run()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := n.st.Load(ctx, n.scripts.session); err != nil {
+			return Restored{}, wrap("restore sessions", err)
+		}
+		err = run()
+	}
+	if err != nil {
+		return Restored{}, wrap("restore sessions", err)
+	}
+	var out Restored
+	for _, c := range cmds {
+		v, err := c.Slice()
+		if err != nil || len(v) == 0 {
+			return out, wrap("restore sessions", fmt.Errorf("session.lua answered %v: %w", v, err))
+		}
+		if v[0] == "restored" {
+			out.Restored++
+		} else {
+			out.Present++
+		}
+	}
+	return out, nil
 }
 
 // validateLedger drops from the ledger the leases of the bucket of marker
