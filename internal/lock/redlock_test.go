@@ -564,3 +564,20 @@ func TestRedlockEndQuarantine(t *testing.T) {
 		t.Fatalf("Recovering %v after EndQuarantine", d)
 	}
 }
+
+// A Redlock master restarted empty gets its leases back from the lockd
+// that granted them at once, with no TTL-long wait: the lease is on it
+// again and renews on every master.
+func TestRedlockMasterGetsItsLeasesBack(t *testing.T) {
+	servers := threeMasters(t)
+	r := redlockOn(t, servers, lock.Options{EpochRefresh: 100 * time.Millisecond})
+	ctx := context.Background()
+	l := onEveryMaster(t, r, servers, "rl:back", lock.AcquireRequest{Owner: "o", TTL: time.Hour})
+	servers[0].Restart()
+	waitFor(t, func() bool { return lock.LeaseToken(ctx, servers[0].Client(t), "rl:back") == l.Token })
+	if _, err := r.Renew(ctx, lock.Lock("rl:back"), lock.RenewRequest{Token: l.Token}); err != nil {
+		t.Fatalf("renew after a master restarted empty: %v", err)
+	}
+	waitFor(t, func() bool { return r.Recovering() == 0 })
+	mustAcquire(t, r, lock.Lock("rl:free"), lock.AcquireRequest{TTL: time.Second})
+}

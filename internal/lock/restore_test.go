@@ -262,3 +262,43 @@ func TestRestartsUnderLoad(t *testing.T) {
 		t.Fatalf("only %d grants", grants.Load())
 	}
 }
+
+// A waiter queued at the loss keeps waiting (no 5xx for it) and is granted
+// when the restored holder releases.
+func TestWaiterAcrossALoss(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := lock.Options{EpochRefresh: 200 * time.Millisecond}
+	a, b := lock.New(srv.Client(t), opts), lock.New(srv.Client(t), opts)
+	t.Cleanup(func() { _, _ = a.Close(), b.Close() })
+	ctx := context.Background()
+	h := mustAcquire(t, a, lock.Lock("rw:k"), lock.AcquireRequest{Owner: "holder", TTL: 10 * time.Second})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, lock.Lock("rw:k"), lock.AcquireRequest{Owner: "waiter", TTL: time.Second, Wait: 15 * time.Second})
+		done <- err
+	}()
+	waitFor(t, func() bool { st, _ := a.State(ctx, lock.Lock("rw:k")); return len(st.Queue) == 1 })
+	srv.Restart()
+	// The holder renews (its lease is put back), then releases.
+	var err error
+	for range 100 {
+		if _, err = a.Renew(ctx, lock.Lock("rw:k"), lock.RenewRequest{Token: h.Token}); !errors.Is(err, lock.ErrUnavailable) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("the holder's renew after the loss: %v", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the waiter answered %v while the key was held", err)
+	default:
+	}
+	if _, err := a.Release(ctx, lock.Lock("rw:k"), h.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the waiter queued at the loss: %v", err)
+	}
+}
