@@ -155,7 +155,7 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 			// answer cut short when the caller left): take it off
 			// again, or it counts as live, ahead of those after it,
 			// until its deadline.
-			_ = e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false)
+			_ = e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false, false)
 			if ok {
 				e.undoGrant(handed, req.Actor)
 			}
@@ -225,7 +225,12 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 		// Redis answered the last try (a refusal: the key is held, or
 		// others wait first): the waiter leaves before its answer goes out.
 		now := !unanswered(err) && !errors.Is(err, wait.ErrClosed)
-		left := e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), now)
+		// A wait that ran the longest this server allows, with an
+		// Idempotency-Key, is likely one round of a longer one (the
+		// clients wait in rounds past --max-wait): its place stays queued
+		// for the next round, and nothing behind it moves up meanwhile.
+		hold := now && ctx.Err() == nil && req.IdempotencyKey != "" && req.Wait >= e.n.opts.MaxWait
+		left := e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), now, hold)
 		if now && !left {
 			// Redis did not answer the leave: the key may have gone to this
 			// waiter, so a 409 would be a guess. 503: a retry with the
