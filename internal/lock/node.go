@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,11 +46,14 @@ type node struct {
 	shared     [1]*sharedKeys               // one server or Sentinel: the one bucket
 	slotShared []atomic.Pointer[sharedKeys] // Cluster: per slot, made when first used
 
-	epochs     epochs
-	ledger     ledger // the live leases this process granted or renewed (restore.go)
-	sweeper    sweeper
-	cursorKey  cursorKey // the list cursors' cipher (list.go)
-	missedAcks atomic.Int64
+	epochs epochs
+	ledger ledger // the live leases this process granted or renewed (restore.go)
+	// restoredSum counts what restoreBucket put back since the start.
+	restoredMu  sync.Mutex
+	restoredSum Restored
+	sweeper     sweeper
+	cursorKey   cursorKey // the list cursors' cipher (list.go)
+	missedAcks  atomic.Int64
 	// later gives back, in the background, a grant whose give-back got no
 	// answer (giveback.go); nil: nobody does (a Redlock master's node).
 	later func(key string, gb giveBackOf)

@@ -51,6 +51,22 @@ type Restored struct {
 	Restored, Present, Conflicts, Ended int
 }
 
+func (r Restored) plus(o Restored) Restored {
+	return Restored{Restored: r.Restored + o.Restored, Present: r.Present + o.Present,
+		Conflicts: r.Conflicts + o.Conflicts, Ended: r.Ended + o.Ended}
+}
+
+// restored is what this node put back since it started.
+func (n *node) restored() Restored {
+	n.restoredMu.Lock()
+	defer n.restoredMu.Unlock()
+	return n.restoredSum
+}
+
+// RestoredLeases counts what this process put back after Redis lost its
+// data, since it started.
+func (e *Engine) RestoredLeases() Restored { return e.n.restored() }
+
 // restoreBatch bounds the restore calls of one pipeline.
 const restoreBatch = 256
 
@@ -65,14 +81,16 @@ func (n *node) restoreBucket(ctx context.Context, marker string) (Restored, erro
 	if err != nil {
 		return out, err
 	}
+	defer func() {
+		n.restoredMu.Lock()
+		n.restoredSum = n.restoredSum.plus(out)
+		n.restoredMu.Unlock()
+	}()
 	for len(leases) > 0 {
 		batch := leases[:min(len(leases), restoreBatch)]
 		leases = leases[len(batch):]
 		got, err := n.restoreLeases(ctx, batch)
-		out.Restored += got.Restored
-		out.Present += got.Present
-		out.Conflicts += got.Conflicts
-		out.Ended += got.Ended
+		out = out.plus(got)
 		if err != nil {
 			return out, err
 		}

@@ -68,6 +68,12 @@ func TestRestoreAfterLoss(t *testing.T) {
 	srv.Restart()
 	lost := time.Now()
 
+	// Each lease is put back once, by the lockd that granted it.
+	waitFor(t, func() bool { return a.RestoredLeases().Restored+b.RestoredLeases().Restored >= 1000 })
+	if got := a.RestoredLeases().Restored + b.RestoredLeases().Restored; got != 1000 {
+		t.Fatalf("%d leases put back, want 1,000", got)
+	}
+
 	// A key nobody held comes back within 5 s.
 	_, free := afterLoss(t, a, "rs:free", lost, 5*time.Second)
 	freeAfter := free.AcquiredAt.Sub(lost)

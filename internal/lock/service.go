@@ -65,6 +65,9 @@ type Service interface {
 	// MissedAcks counts writes that fewer replicas acknowledged than
 	// Options.ReplicaAcks asked for.
 	MissedAcks() (int64, error)
+	// RestoredLeases counts what this process put back after Redis lost
+	// its data, since it started.
+	RestoredLeases() Restored
 	// HeldKeys counts the keys that hold a lease now, store-wide, or
 	// answers ErrUnsupported.
 	HeldKeys(ctx context.Context) (int64, error)
@@ -114,6 +117,15 @@ func (r *Redlock) Handover(context.Context, Resource, string, string, string) (R
 // lease, and each master keeps its own.
 func (r *Redlock) RequestRelease(context.Context, Resource, int64, string, string, string) (RequestedRelease, error) {
 	return RequestedRelease{}, ErrNoReleaseRequests
+}
+
+// RestoredLeases counts what this process put back on its masters.
+func (r *Redlock) RestoredLeases() Restored {
+	var out Restored
+	for _, n := range r.nodes {
+		out = out.plus(n.restored())
+	}
+	return out
 }
 
 // MissedAcks answers ErrNoReplicaAcks: Redlock refuses replica acks at the

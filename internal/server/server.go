@@ -42,6 +42,9 @@ type Engine interface {
 	// without replica acks answers lock.ErrUnsupported, and the metric is
 	// not exported.
 	MissedAcks() (int64, error)
+	// RestoredLeases counts what this lockd put back after Redis lost its
+	// data (the restored metric).
+	RestoredLeases() lock.Restored
 	HeldKeys(ctx context.Context) (int64, error)
 	// OnLapse sets the function told of every lapse (the lapse metrics).
 	OnLapse(f lock.LapseFunc)
