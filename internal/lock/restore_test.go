@@ -269,8 +269,9 @@ func TestRestartsUnderLoad(t *testing.T) {
 	}
 }
 
-// A waiter queued at the loss keeps waiting (no 5xx for it) and is granted
-// when the restored holder releases.
+// Waiters queued at the loss keep waiting (no 5xx for them), keep their
+// order (each re-joins at the place it had), and are granted in it when
+// the restored holder releases.
 func TestWaiterAcrossALoss(t *testing.T) {
 	srv := redistest.Start(t)
 	opts := lock.Options{EpochRefresh: 200 * time.Millisecond}
@@ -278,12 +279,22 @@ func TestWaiterAcrossALoss(t *testing.T) {
 	t.Cleanup(func() { _, _ = a.Close(), b.Close() })
 	ctx := context.Background()
 	h := mustAcquire(t, a, lock.Lock("rw:k"), lock.AcquireRequest{Owner: "holder", TTL: 10 * time.Second})
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Acquire(ctx, lock.Lock("rw:k"), lock.AcquireRequest{Owner: "waiter", TTL: time.Second, Wait: 15 * time.Second})
-		done <- err
-	}()
+	type grant struct {
+		owner string
+		err   error
+	}
+	done := make(chan grant, 2)
+	wait := func(e *lock.Engine, owner string) {
+		l, err := e.Acquire(ctx, lock.Lock("rw:k"), lock.AcquireRequest{Owner: owner, TTL: time.Second, Wait: 15 * time.Second})
+		if err == nil {
+			_, err = e.Release(ctx, lock.Lock("rw:k"), l.Token, owner)
+		}
+		done <- grant{owner, err}
+	}
+	go wait(b, "first")
 	waitFor(t, func() bool { st, _ := a.State(ctx, lock.Lock("rw:k")); return len(st.Queue) == 1 })
+	go wait(a, "second")
+	waitFor(t, func() bool { st, _ := a.State(ctx, lock.Lock("rw:k")); return len(st.Queue) == 2 })
 	srv.Restart()
 	// The holder renews (its lease is put back), then releases.
 	var err error
@@ -297,14 +308,21 @@ func TestWaiterAcrossALoss(t *testing.T) {
 		t.Fatalf("the holder's renew after the loss: %v", err)
 	}
 	select {
-	case err := <-done:
-		t.Fatalf("the waiter answered %v while the key was held", err)
+	case g := <-done:
+		t.Fatalf("%s answered %v while the key was held", g.owner, g.err)
 	default:
 	}
+	// Both waiters are queued again, in their order.
+	waitFor(t, func() bool {
+		st, _ := a.State(ctx, lock.Lock("rw:k"))
+		return len(st.Queue) == 2 && st.Queue[0].Owner == "first"
+	})
 	if _, err := a.Release(ctx, lock.Lock("rw:k"), h.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("the waiter queued at the loss: %v", err)
+	for _, want := range []string{"first", "second"} {
+		if g := <-done; g.err != nil || g.owner != want {
+			t.Fatalf("granted %s (%v), want %s: the waiters queued at the loss, in their order", g.owner, g.err, want)
+		}
 	}
 }
