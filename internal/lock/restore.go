@@ -22,6 +22,7 @@ type restoreCall struct {
 	lease, hist, sched, holders, stream string
 
 	mode, token, owner, fence, count, ttlMS, acquiredAt, leftMS, limit, delay, value, session, reason string
+	one                                                                                               string // "1": a write a failover lost (restoreOne)
 }
 
 func restoreCallOf(key string, sh *sharedKeys, r restorable, reason string) restoreCall {
@@ -40,7 +41,7 @@ func restoreCallOf(key string, sh *sharedKeys, r restorable, reason string) rest
 func (c restoreCall) args() ([]string, []any) {
 	return []string{c.lease, c.hist, c.sched, c.holders, c.stream},
 		[]any{c.mode, c.token, c.owner, c.fence, c.count, c.ttlMS, c.acquiredAt, c.leftMS, c.limit, c.delay, c.value,
-			c.session, c.reason}
+			c.session, c.reason, c.one}
 }
 
 // Restored counts what a restore did with the leases it was given.
@@ -147,7 +148,7 @@ func (n *node) restoreLeases(ctx context.Context, leases []restorable) (Restored
 // data (restoring).
 func (n *node) renewRestoring(ctx context.Context, key string, req RenewRequest, bySession bool) (Lease, error) {
 	var l Lease
-	err := n.restoring(ctx, func() error {
+	err := n.restoring(ctx, key, req.Token, func() error {
 		var err error
 		l, err = n.renewBy(ctx, key, req, bySession)
 		return err
@@ -162,29 +163,71 @@ func (n *node) renewRestoring(ctx context.Context, key string, req RenewRequest,
 // lockd that knows the lease has put it back, as long as the call's bound
 // allows, and then answers ErrRecovering rather than a loss that may not
 // be one.
-func (n *node) restoring(ctx context.Context, op func() error) error {
+func (n *node) restoring(ctx context.Context, key, token string, op func() error) error {
 	since := time.Now()
 	err := op()
 	if !missing(err) || n.opts.NoQuarantine {
 		return err
 	}
 	n.refreshSoon(ctx, since)
+	if err = op(); !missing(err) {
+		return err
+	}
+	if n.recovering() <= 0 {
+		if n.restoreOne(ctx, key, token) {
+			// Redis kept its data but not this lease: a failover to a
+			// replica that missed the last writes.
+			return op()
+		}
+		return err
+	}
 	deadline := time.Now().Add(n.opts.CallTimeout)
 	for {
-		err = op()
 		left := n.recovering()
-		if !missing(err) || left <= 0 {
-			return err
-		}
 		if !time.Now().Before(deadline) {
 			return &RecoveringError{Remaining: left}
 		}
 		select {
 		case <-ctx.Done():
 			return &RecoveringError{Remaining: left}
-		case <-time.After(min(left, 100*time.Millisecond)):
+		case <-time.After(min(max(left, time.Millisecond), 100*time.Millisecond)):
+		}
+		if err = op(); !missing(err) || n.recovering() <= 0 {
+			return err
 		}
 	}
+}
+
+// restoreOne puts back key's lease token, which this process knows, when
+// Redis lacks it though its data was not lost (a failover to a replica
+// that missed the last writes): only if the key's history shows neither
+// its end nor a later lease (restore.lua, one). It reports whether it did.
+func (n *node) restoreOne(ctx context.Context, key, token string) bool {
+	if key == "" {
+		return false
+	}
+	leases, _ := n.ledger.live(func(k string) bool { return k == key })
+	for _, r := range leases {
+		if r.token != token {
+			continue
+		}
+		c := restoreCallOf(key, n.sharedOf(key), r, "a failover lost the grant")
+		c.one = "1"
+		keys, argv := c.args()
+		v, err := n.st.Run(ctx, n.scripts.restore, keys, argv...)
+		if err != nil {
+			return false
+		}
+		out, _ := v.([]any)
+		if len(out) > 0 && out[0] == "restored" {
+			n.restoredMu.Lock()
+			n.restoredSum.Restored++
+			n.restoredMu.Unlock()
+			return true
+		}
+		return false
+	}
+	return false
 }
 
 // missing says whether err means that Redis has no such lease or session.
@@ -245,7 +288,8 @@ func (n *node) restoreSessions(ctx context.Context, marker string) (Restored, er
 
 // validateLedger drops from the ledger the leases of the bucket of marker
 // (whose id this process saw) that Redis no longer holds: released,
-// broken or replaced through another lockd. It runs with every refresh,
+// broken or replaced through another lockd; and puts back an exclusive
+// lease that Redis lacks with no trace of its end (restoreOne). It runs with every refresh,
 // so a lease that ended more than a refresh before a loss is not put
 // back; one that ended within the refresh before is, and holds its key
 // until its own expiry (no overlap: its fence is below any later grant's,
@@ -256,10 +300,10 @@ func (n *node) validateLedger(ctx context.Context, marker, id string) {
 		batch := leases[:min(len(leases), restoreBatch)]
 		leases = leases[len(batch):]
 		keys := make([]string, 0, len(batch)+1)
-		argv := make([]any, 0, 2*len(batch)+1)
+		argv := make([]any, 0, 3*len(batch)+1)
 		keys, argv = append(keys, marker), append(argv, id)
 		for _, r := range batch {
-			keys, argv = append(keys, keysOf(r.key).lease), append(argv, r.mode, r.token)
+			keys, argv = append(keys, keysOf(r.key).lease), append(argv, r.mode, r.token, strconv.FormatInt(r.fence, 10))
 		}
 		v, err := n.st.Run(ctx, n.scripts.validate, keys, argv...)
 		if err != nil {
@@ -270,8 +314,12 @@ func (n *node) validateLedger(ctx context.Context, marker, id string) {
 			return
 		}
 		for i, r := range batch {
-			if h, _ := held[i+1].(int64); h == 0 {
+			switch h, _ := held[i+1].(int64); h {
+			case 0:
 				n.ledger.drop(r.key, r.token, r.expires)
+			case 2:
+				// Gone with no trace of its end: a write a failover lost.
+				n.restoreOne(ctx, r.key, r.token)
 			}
 		}
 	}

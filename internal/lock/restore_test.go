@@ -326,3 +326,44 @@ func TestWaiterAcrossALoss(t *testing.T) {
 		}
 	}
 }
+
+// A failover to a replica that missed the last writes keeps the marker and
+// loses a grant (here: its lease and its history's event deleted, as the
+// replica never had them): the holder's renew puts it back from what the
+// granting lockd knows. A lease whose history shows its end, or a later
+// lease, is not put back.
+func TestLostWriteIsPutBack(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEngine(t, srv.Client(t))
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	mustAcquire(t, e, lock.Lock("lw:k"), lock.AcquireRequest{Owner: "before", TTL: time.Second})
+	if _, err := e.Release(ctx, lock.Lock("lw:k"), mustAcquire(t, e, lock.Lock("lw:other"), lock.AcquireRequest{}).Token, "t"); err != nil && !errors.Is(err, lock.ErrLeaseLost) {
+		t.Log(err)
+	}
+	l := mustAcquire(t, e, lock.Lock("lw:new"), lock.AcquireRequest{Owner: "o", TTL: 30 * time.Second, Value: `"v"`})
+	// The replica never had the grant.
+	if err := rdb.Del(ctx, "lockd:{lw:new}:lease", "lockd:{lw:new}:history").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Renew(ctx, lock.Lock("lw:new"), lock.RenewRequest{Token: l.Token})
+	if err != nil || r.Fence != l.Fence {
+		t.Fatalf("renew of a grant a failover lost: %+v, %v", r, err)
+	}
+	if st, err := e.State(ctx, lock.Lock("lw:new")); err != nil || st.Value != `"v"` {
+		t.Fatalf("the grant put back: %+v, %v", st, err)
+	}
+
+	// The key's history shows the lease ended: nothing is put back.
+	ended := mustAcquire(t, e, lock.Lock("lw:ended"), lock.AcquireRequest{TTL: 30 * time.Second})
+	if err := rdb.Del(ctx, "lockd:{lw:ended}:lease").Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := mustAcquire(t, e, lock.Lock("lw:ended"), lock.AcquireRequest{Owner: "next", TTL: time.Second})
+	if _, err := e.Release(ctx, lock.Lock("lw:ended"), other.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Renew(ctx, lock.Lock("lw:ended"), lock.RenewRequest{Token: ended.Token}); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("renew of a lease after which the key had another: %v", err)
+	}
+}

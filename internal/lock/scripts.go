@@ -103,7 +103,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		session:      s("session"),
 		epoch:        s("epoch"),
 		restore:      s("restore"),
-		validate:     redis.NewScript(mustRead("validate")),
+		validate:     s("validate"),
 		sweep:        sweepScript(lib, sharded),
 	}
 	return sc, functionLibrary(lib, []libFunction{
