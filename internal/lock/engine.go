@@ -185,6 +185,9 @@ func modeArg(res Resource, req AcquireRequest) (string, error) {
 	if req.LockDelay > 0 && (res.Kind == KindSemaphore || req.Mode == Shared) {
 		return "", errors.New("lock: a lock-delay applies to exclusive locks and elections only")
 	}
+	if err := checkMinHold(res, req); err != nil {
+		return "", err
+	}
 	if res.Kind == KindElection {
 		if req.Mode != "" && req.Mode != Exclusive {
 			return "", errors.New("lock: an election has one leader: no shared mode")
@@ -205,6 +208,23 @@ func modeArg(res Resource, req AcquireRequest) (string, error) {
 	default:
 		return "", fmt.Errorf("lock: unknown mode %q", req.Mode)
 	}
+}
+
+// checkMinHold holds a hold window to what it applies to: an exclusive
+// lock's grant, not in a session (whose end is no holder's release), of at
+// most its TTL.
+func checkMinHold(res Resource, req AcquireRequest) error {
+	switch {
+	case req.MinHold == 0:
+		return nil
+	case res.Kind != KindLock || req.Mode == Shared:
+		return errors.New("lock: a hold window applies to exclusive locks only")
+	case req.Session != "":
+		return errors.New("lock: a hold window does not apply to a grant in a session")
+	case req.MinHold < 0 || req.MinHold > req.TTL:
+		return fmt.Errorf("lock: hold window %v is not within 0…%v (the TTL)", req.MinHold, req.TTL)
+	}
+	return nil
 }
 
 // queue waits in the hub. Every try of one waiter uses the same token, so a

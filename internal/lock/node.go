@@ -140,7 +140,7 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, m
 	if en != nil {
 		c.waiter, c.place, c.deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
-	c.delay, c.value, c.session = delayArg(req.LockDelay), req.Value, req.sessionHandle
+	c.delay, c.value, c.session, c.hold = delayArg(req.LockDelay), req.Value, req.sessionHandle, delayArg(req.MinHold)
 	keys, argv := c.run(n)
 	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
@@ -251,7 +251,8 @@ func named(req AcquireRequest) string {
 	return ""
 }
 
-// delayArg is acquire.lua's lock-delay argument: ms, or "" for none.
+// delayArg is acquire.lua's lock-delay or hold window argument: ms, or ""
+// for none.
 func delayArg(d time.Duration) string {
 	if d <= 0 {
 		return ""
@@ -513,7 +514,8 @@ func stateFrom(key string, v any) (State, error) {
 
 // exclusiveState reads {"x", now_ms, queue, owner, fence, count, ttl_ms,
 // acquired_at_ms, renewed_at_ms, renewals, pttl_ms, left_ms, waiters,
-// value}.
+// value, rq, mh}; count 0 is a key kept by a hold window after its
+// holder's release.
 func exclusiveState(s *State, r *reply) {
 	now := r.time(1)
 	if r.len() > 12 {
@@ -540,6 +542,16 @@ func exclusiveState(s *State, r *reply) {
 	s.Holders[0].Value = s.Value
 	if r.len() > 14 {
 		s.ReleaseRequested = releaseRequestOf(r.str(14))
+	}
+	if r.len() > 15 && r.str(15) != "" {
+		if until := r.time(15); until.After(now) {
+			s.MinHoldUntil = until
+		}
+	}
+	if s.Count == 0 {
+		// Released inside its hold window: nobody holds the key.
+		s.Holders, s.HoldersTotal = []Holder{}, 0
+		return
 	}
 	s.AtRisk = atRisk(*s)
 }

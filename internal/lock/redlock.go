@@ -193,6 +193,9 @@ func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest)
 	if req.LockDelay > 0 {
 		return Lease{}, ErrNoLockDelay
 	}
+	if req.MinHold > 0 {
+		return Lease{}, ErrNoMinHold
+	}
 	if res.Kind == KindElection {
 		return Lease{}, ErrNoElections
 	}
