@@ -169,7 +169,16 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 func (e *Engine) undoGrant(l Lease, actor string) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
 	defer cancel()
-	_, _ = e.Release(ctx, l.Resource, l.Token, actor)
+	_, _ = e.releaseBack(ctx, l.Resource, l.Token, actor)
+}
+
+// releaseBack is Release of a grant whose caller never had it: no hold
+// window keeps the key after it, since nobody worked under the grant.
+func (e *Engine) releaseBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	key := res.id()
+	return e.n.releaseAs(ctx, key, token, actor, givenBack, func(h *handed) bool {
+		return e.hub.HandOff(key, h.waiter, h.lease)
+	})
 }
 
 // modeArg is the scripts' mode for what the caller asks (acquireCall's
@@ -321,7 +330,7 @@ func (e *Engine) Handover(ctx context.Context, res Resource, token, to, actor st
 		// The candidate's request has gone meanwhile: the key is given
 		// back, and may go to the next one.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.n.opts.CallTimeout)
-		_, next, _ = e.n.release(rctx, key, next.lease.Token, next.actor, true)
+		_, next, _ = e.n.release(rctx, key, next.lease.Token, next.actor, unclaimedHandOff)
 		cancel()
 	}
 	return out, err

@@ -133,7 +133,7 @@ type releaseCall struct {
 	// Each "" when left off the end.
 	handTo    string // this process's id: hand the key to its next waiter if it waits here
 	trace     string
-	unclaimed string // giveBack
+	unclaimed string // releaseKind
 	to        string // an election's handover: the candidate that leads next
 }
 
