@@ -172,8 +172,17 @@ func (e *Engine) undoGrant(l Lease, actor string) {
 	_, _ = e.releaseBack(ctx, l.Resource, l.Token, actor)
 }
 
-// releaseBack is Release of a grant whose caller never had it: no hold
-// window keeps the key after it, since nobody worked under the grant.
+// GiveBack is Release of a grant whose caller never had it (it left
+// before the answer): no hold window keeps the key after it, since nobody
+// worked under the grant.
+func (e *Engine) GiveBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	if err := res.check(); err != nil {
+		return Released{}, err
+	}
+	return e.releaseBack(ctx, res, token, actor)
+}
+
+// releaseBack is GiveBack, of a resource already checked.
 func (e *Engine) releaseBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
 	key := res.id()
 	return e.n.releaseAs(ctx, key, token, actor, givenBack, func(h *handed) bool {

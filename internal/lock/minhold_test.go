@@ -239,3 +239,20 @@ func TestMinHoldRefused(t *testing.T) {
 		t.Fatalf("Redlock: %v", err)
 	}
 }
+
+// A grant given back because its caller never had it (GiveBack) keeps no
+// window: nobody worked under it.
+func TestMinHoldNotAfterAGiveBack(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEngine(t, b.open(t))
+			ctx := context.Background()
+			res := lock.Lock("mh:back")
+			l := mustAcquire(t, e, res, lock.AcquireRequest{Owner: "gone", TTL: time.Minute, MinHold: time.Minute})
+			if rel, err := e.GiveBack(ctx, res, l.Token, "lockd"); err != nil || !rel.Released {
+				t.Fatalf("give-back: %+v, %v", rel, err)
+			}
+			mustAcquire(t, e, res, lock.AcquireRequest{Owner: "next", TTL: time.Minute})
+		})
+	}
+}

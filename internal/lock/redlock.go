@@ -466,6 +466,11 @@ func (r *Redlock) Renew(ctx context.Context, res Resource, req RenewRequest) (Le
 	return Lease{}, r.lostOr(errs, "renew")
 }
 
+// GiveBack is Release: Redlock has no hold windows.
+func (r *Redlock) GiveBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	return r.Release(ctx, res, token, actor)
+}
+
 // Release gives back one level of the lease on every master; a majority
 // must confirm.
 func (r *Redlock) Release(ctx context.Context, res Resource, token, actor string) (Released, error) {

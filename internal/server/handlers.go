@@ -249,7 +249,7 @@ func (s *Server) acquire(ctx context.Context, res lock.Resource, req lock.Acquir
 		// The client left while Redis granted it: nobody will release it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_, _ = s.engine.Release(rctx, res, l.Token, req.Actor)
+		_, _ = s.engine.GiveBack(rctx, res, l.Token, req.Actor)
 		return lock.Lease{}, ctx.Err()
 	}
 	return l, nil
