@@ -310,8 +310,10 @@ end
 -- min_hold (gate.min_hold) and the token, renewed or released, finds no
 -- lease. The window's end is no event: the key frees as a released one
 -- did. The release event flags waiters (w), so that the first acquire
--- after the window looks at the queue, whoever joined it meanwhile; the
--- waiters hear when the window ends, as from a renewal.
+-- after the window looks at the queue, whoever joined it meanwhile. The
+-- waiters are woken: each lockd's next try learns when the window ends
+-- (a "renewed" message would be lost on a lockd whose try is under way,
+-- which would then wait for the lease's TTL).
 local function keep_window(c, cur)
   local left = tonumber(cur.mh) - c.now_ms
   cur.token, cur.count, cur.exp, cur.handed, cur.idem, cur.d, cur.rq = '', '0', cur.mh, '', '', '', ''
@@ -320,7 +322,7 @@ local function keep_window(c, cur)
     '', '', c.trace})
   redis.call('ZREM', c.sched, c.key)
   if cur.w == '1' then
-    redis.call(cfg.publish, c.channel, 'renewed:' .. int(left))
+    redis.call(cfg.publish, c.channel, 'released')
   end
   return {'ok', 0, cur.acquired}
 end
