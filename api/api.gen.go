@@ -290,6 +290,7 @@ const (
 	ProblemCodeLockDelay            ProblemCode = "lock_delay"
 	ProblemCodeLockHeld             ProblemCode = "lock_held"
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
+	ProblemCodeMinHold              ProblemCode = "min_hold"
 	ProblemCodeModeMismatch         ProblemCode = "mode_mismatch"
 	ProblemCodeNoPermits            ProblemCode = "no_permits"
 	ProblemCodeNotCandidate         ProblemCode = "not_candidate"
@@ -329,6 +330,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeLockHeld:
 		return true
 	case ProblemCodeMethodNotAllowed:
+		return true
+	case ProblemCodeMinHold:
 		return true
 	case ProblemCodeModeMismatch:
 		return true
@@ -481,6 +484,19 @@ type AcquireRequest struct {
 	// 409 `lock_delay` with `Retry-After`; a waiting one waits it out.
 	// Default the server's --lock-delay (0).
 	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+
+	// MinHoldMs Hold window, exclusive holds only, at most `ttl_ms`, not with
+	// `session` (ShedLock's lockAtLeastFor): a release earlier than
+	// this after the grant ends the lease (its token no longer
+	// renews or releases: 404) but keeps the key taken, by nobody,
+	// until the window ends; meanwhile an acquire answers 409
+	// `min_hold` with `Retry-After`, a waiting one is granted when it
+	// ends, and the state shows `min_hold_until`. A re-entry keeps
+	// the first grant's window; a renewal does not move it, and the
+	// lease lives at least until it ends. A force-release ends it.
+	// A lease that expires lapses at its TTL. Default 0 (none); a
+	// server in Redlock mode refuses it with 400 `unsupported`.
+	MinHoldMs *int64 `json:"min_hold_ms,omitempty"`
 
 	// Mode How to hold a lock: `exclusive` (the default) alone, or `shared`
 	// with any number of other shared holders.
@@ -921,6 +937,12 @@ type LockState struct {
 	// Limit The semaphore's limit (semaphores only); `holders` has at most this many entries.
 	Limit *int `json:"limit,omitempty"`
 
+	// MinHoldUntil When the exclusive lease's hold window (`min_hold_ms`) ends,
+	// while it runs. When its holder released inside it, `count` is 0
+	// and `holders` is empty: nobody holds the key, which frees then
+	// (`expires_at`); `owner` and `fence` are the released lease's.
+	MinHoldUntil *time.Time `json:"min_hold_until,omitempty"`
+
 	// Mode How a grant holds its key; `permit` is a semaphore's.
 	Mode  GrantMode `json:"mode"`
 	Owner string    `json:"owner"`
@@ -983,7 +1005,7 @@ type Problem struct {
 	// Next The first request queued for a key (queued). A waiter holds nothing.
 	Next *QueuedWaiter `json:"next,omitempty"`
 
-	// RemainingMs How long the current lease has left (lock_held; no_permits, the permit that ends first).
+	// RemainingMs How long the current lease has left (lock_held; no_permits, the permit that ends first), the lock-delay (lock_delay) or the hold window (min_hold).
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 
 	// Status Example: 409
@@ -2372,6 +2394,13 @@ type ClientInterface interface {
 	// arrives while an exclusive one waits queues behind it. A server in
 	// Redlock mode refuses `shared` with 400 `unsupported`.
 	//
+	// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+	// release earlier than that after the grant ends the lease but keeps
+	// the key taken, by nobody, until the window ends, so that a job that
+	// many nodes start at the same moment runs once per window. Until
+	// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+	// waiting one is granted when the window ends.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -2397,6 +2426,13 @@ type ClientInterface interface {
 	// they began to wait, across every replica; a shared request that
 	// arrives while an exclusive one waits queues behind it. A server in
 	// Redlock mode refuses `shared` with 400 `unsupported`.
+	//
+	// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+	// release earlier than that after the grant ends the lease but keeps
+	// the key taken, by nobody, until the window ends, so that a job that
+	// many nodes start at the same moment runs once per window. Until
+	// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+	// waiting one is granted when the window ends.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3486,6 +3522,13 @@ func (c *Client) GetLock(ctx context.Context, key Key, reqEditors ...RequestEdit
 // arrives while an exclusive one waits queues behind it. A server in
 // Redlock mode refuses `shared` with 400 `unsupported`.
 //
+// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+// release earlier than that after the grant ends the lease but keeps
+// the key taken, by nobody, until the window ends, so that a job that
+// many nodes start at the same moment runs once per window. Until
+// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+// waiting one is granted when the window ends.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -3521,6 +3564,13 @@ func (c *Client) AcquireLockWithBody(ctx context.Context, key Key, params *Acqui
 // they began to wait, across every replica; a shared request that
 // arrives while an exclusive one waits queues behind it. A server in
 // Redlock mode refuses `shared` with 400 `unsupported`.
+//
+// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+// release earlier than that after the grant ends the lease but keeps
+// the key taken, by nobody, until the window ends, so that a job that
+// many nodes start at the same moment runs once per window. Until
+// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+// waiting one is granted when the window ends.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6625,6 +6675,13 @@ type ClientWithResponsesInterface interface {
 	// arrives while an exclusive one waits queues behind it. A server in
 	// Redlock mode refuses `shared` with 400 `unsupported`.
 	//
+	// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+	// release earlier than that after the grant ends the lease but keeps
+	// the key taken, by nobody, until the window ends, so that a job that
+	// many nodes start at the same moment runs once per window. Until
+	// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+	// waiting one is granted when the window ends.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -6650,6 +6707,13 @@ type ClientWithResponsesInterface interface {
 	// they began to wait, across every replica; a shared request that
 	// arrives while an exclusive one waits queues behind it. A server in
 	// Redlock mode refuses `shared` with 400 `unsupported`.
+	//
+	// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+	// release earlier than that after the grant ends the lease but keeps
+	// the key taken, by nobody, until the window ends, so that a job that
+	// many nodes start at the same moment runs once per window. Until
+	// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+	// waiting one is granted when the window ends.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11953,6 +12017,13 @@ func (c *ClientWithResponses) GetLockWithResponse(ctx context.Context, key Key, 
 // arrives while an exclusive one waits queues behind it. A server in
 // Redlock mode refuses `shared` with 400 `unsupported`.
 //
+// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+// release earlier than that after the grant ends the lease but keeps
+// the key taken, by nobody, until the window ends, so that a job that
+// many nodes start at the same moment runs once per window. Until
+// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+// waiting one is granted when the window ends.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -11984,6 +12055,13 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // they began to wait, across every replica; a shared request that
 // arrives while an exclusive one waits queues behind it. A server in
 // Redlock mode refuses `shared` with 400 `unsupported`.
+//
+// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+// release earlier than that after the grant ends the lease but keeps
+// the key taken, by nobody, until the window ends, so that a job that
+// many nodes start at the same moment runs once per window. Until
+// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+// waiting one is granted when the window ends.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

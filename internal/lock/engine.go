@@ -169,7 +169,25 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 func (e *Engine) undoGrant(l Lease, actor string) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
 	defer cancel()
-	_, _ = e.Release(ctx, l.Resource, l.Token, actor)
+	_, _ = e.releaseBack(ctx, l.Resource, l.Token, actor)
+}
+
+// GiveBack is Release of a grant whose caller never had it (it left
+// before the answer): no hold window keeps the key after it, since nobody
+// worked under the grant.
+func (e *Engine) GiveBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	if err := res.check(); err != nil {
+		return Released{}, err
+	}
+	return e.releaseBack(ctx, res, token, actor)
+}
+
+// releaseBack is GiveBack, of a resource already checked.
+func (e *Engine) releaseBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	key := res.id()
+	return e.n.releaseAs(ctx, key, token, actor, givenBack, func(h *handed) bool {
+		return e.hub.HandOff(key, h.waiter, h.lease)
+	})
 }
 
 // modeArg is the scripts' mode for what the caller asks (acquireCall's
@@ -184,6 +202,9 @@ func modeArg(res Resource, req AcquireRequest) (string, error) {
 	}
 	if req.LockDelay > 0 && (res.Kind == KindSemaphore || req.Mode == Shared) {
 		return "", errors.New("lock: a lock-delay applies to exclusive locks and elections only")
+	}
+	if err := checkMinHold(res, req); err != nil {
+		return "", err
 	}
 	if res.Kind == KindElection {
 		if req.Mode != "" && req.Mode != Exclusive {
@@ -205,6 +226,23 @@ func modeArg(res Resource, req AcquireRequest) (string, error) {
 	default:
 		return "", fmt.Errorf("lock: unknown mode %q", req.Mode)
 	}
+}
+
+// checkMinHold holds a hold window to what it applies to: an exclusive
+// lock's grant, not in a session (whose end is no holder's release), of at
+// most its TTL.
+func checkMinHold(res Resource, req AcquireRequest) error {
+	switch {
+	case req.MinHold == 0:
+		return nil
+	case res.Kind != KindLock || req.Mode == Shared:
+		return errors.New("lock: a hold window applies to exclusive locks only")
+	case req.Session != "":
+		return errors.New("lock: a hold window does not apply to a grant in a session")
+	case req.MinHold < 0 || req.MinHold > req.TTL:
+		return fmt.Errorf("lock: hold window %v is not within 0…%v (the TTL)", req.MinHold, req.TTL)
+	}
+	return nil
 }
 
 // queue waits in the hub. Every try of one waiter uses the same token, so a
@@ -309,7 +347,7 @@ func (e *Engine) Handover(ctx context.Context, res Resource, token, to, actor st
 		// The candidate's request has gone meanwhile: the key is given
 		// back, and may go to the next one.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.n.opts.CallTimeout)
-		_, next, _ = e.n.release(rctx, key, next.lease.Token, next.actor, true)
+		_, next, _ = e.n.release(rctx, key, next.lease.Token, next.actor, unclaimedHandOff)
 		cancel()
 	}
 	return out, err

@@ -49,6 +49,7 @@ type acquireCall struct {
 	delay    string // the lock-delay in ms
 	value    string // the grant's value (JSON)
 	session  string // the handle of the session it is bound to
+	hold     string // the hold window in ms (min_hold_ms)
 }
 
 // acquireCallOf is the call of a try on key: its keys, and the node's
@@ -77,7 +78,7 @@ func (c acquireCall) args() ([]string, []any) {
 	}
 	return []string{c.lease, c.hist, c.queue, c.epoch, c.sched, c.stream, c.qinfo, c.holders, c.replicas},
 		[]any{c.token, c.owner, c.ttlMS, c.actor, c.channel, string(c.intent), c.mode, c.seen, c.replica, c.epochArgs,
-			c.trace, c.named, c.reentry, c.idem, limit, c.waiter, deadline, c.place, c.delay, c.value, c.session}
+			c.trace, c.named, c.reentry, c.idem, limit, c.waiter, deadline, c.place, c.delay, c.value, c.session, c.hold}
 }
 
 // trimmed is argv without the empty strings at its end.
@@ -132,7 +133,7 @@ type releaseCall struct {
 	// Each "" when left off the end.
 	handTo    string // this process's id: hand the key to its next waiter if it waits here
 	trace     string
-	unclaimed string // giveBack
+	unclaimed string // releaseKind
 	to        string // an election's handover: the candidate that leads next
 }
 
@@ -271,6 +272,15 @@ var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
 		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
 			n.waits(t, epoch, place)
 			return Lease{}, &HeldError{Resource: resourceOf(t.key), Owner: owner, Remaining: retry}
+		}
+	},
+	// {"min_hold", owner, retry_ms, epoch_id or "", place or ""}: released
+	// inside its hold window, the key kept by nobody.
+	"min_hold": func(r *reply, _ acquireCall) acquireAnswer {
+		owner, retry, epoch, place := r.str(1), r.ms(2), r.str(3), r.str(4)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.waits(t, epoch, place)
+			return Lease{}, &MinHoldError{Resource: resourceOf(t.key), Owner: owner, Remaining: retry}
 		}
 	},
 	// {"queued", next owner or "", retry_ms, epoch_id or "", place or "",

@@ -26,6 +26,9 @@ type Service interface {
 	Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error)
 	// Release gives back one level of the lease.
 	Release(ctx context.Context, res Resource, token, actor string) (Released, error)
+	// GiveBack is Release of a grant whose caller never had it: no hold
+	// window keeps the key after it.
+	GiveBack(ctx context.Context, res Resource, token, actor string) (Released, error)
 	// ForceReleaseFence breaks the lease with this fence (0: whoever
 	// holds the resource).
 	ForceReleaseFence(ctx context.Context, res Resource, fence int64, actor, reason string) (Broken, error)

@@ -21,6 +21,9 @@ type Engine interface {
 	Acquire(ctx context.Context, res lock.Resource, req lock.AcquireRequest) (lock.Lease, error)
 	Renew(ctx context.Context, res lock.Resource, req lock.RenewRequest) (lock.Lease, error)
 	Release(ctx context.Context, res lock.Resource, token, actor string) (lock.Released, error)
+	// GiveBack is Release of a grant whose caller never had it (it left
+	// before the answer): no hold window keeps the key after it.
+	GiveBack(ctx context.Context, res lock.Resource, token, actor string) (lock.Released, error)
 	ForceReleaseFence(ctx context.Context, res lock.Resource, fence int64, actor, reason string) (lock.Broken, error)
 	RequestRelease(ctx context.Context, res lock.Resource, fence int64, by, reason, actor string) (lock.RequestedRelease, error)
 	Handover(ctx context.Context, res lock.Resource, token, to, actor string) (lock.Released, error)

@@ -61,6 +61,7 @@ export {
   LockHeld,
   LockdError,
   MethodNotAllowed,
+  MinHold,
   ModeMismatch,
   NoPermits,
   NotCandidate,

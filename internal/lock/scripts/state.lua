@@ -5,8 +5,11 @@
 --
 -- Reply: {} when nobody holds the key, else
 --   {"x", now_ms, queue, owner, fence, count, ttl_ms, acquired_at_ms,
---    renewed_at_ms, renewals, pttl_ms, left_ms, waiters, value} one
---    exclusive holder (value: JSON, or "")
+--    renewed_at_ms, renewals, pttl_ms, left_ms, waiters, value, rq, mh}
+--    one exclusive holder (value: JSON, or ""; rq its release request,
+--    exclusive.lua; mh when its hold window ends, or ""); count 0: the
+--    holder released inside its hold window, and nobody holds the key
+--    until mh (exclusive.lua's keep_window)
 --   {"m", now_ms, queue, mode, limit, holders, waiters, holders_total}
 --                                                       shared holders or permits
 -- queue: {owner, mode, since_ms, …} flat, live waiters in grant order among
