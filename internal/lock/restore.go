@@ -211,6 +211,11 @@ func (n *node) restoreOne(ctx context.Context, key, token string) bool {
 		if r.token != token {
 			continue
 		}
+		if time.Until(r.expires) < lapseMargin {
+			// Gone at its expiry: it lapsed, and the lapse is not yet
+			// recorded.
+			return false
+		}
 		c := restoreCallOf(key, n.sharedOf(key), r, "a failover lost the grant")
 		c.one = "1"
 		keys, argv := c.args()
@@ -229,6 +234,12 @@ func (n *node) restoreOne(ctx context.Context, key, token string) bool {
 	}
 	return false
 }
+
+// lapseMargin: a lease that Redis lacks this close to its expiry, as this
+// process reads it, is taken to have lapsed (the two clocks' readings of
+// its expiry differ by the milliseconds of its grant's round trip), not
+// lost by a failover.
+const lapseMargin = 250 * time.Millisecond
 
 // missing says whether err means that Redis has no such lease or session.
 func missing(err error) bool {
