@@ -187,3 +187,52 @@ func TestServeReplicasShareLeaseSecret(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIProofs: `acquire --json` and `renew --json` print the lease's
+// proof; renew and release take it back with --proof or LOCKD_PROOF, and
+// the server got it (the renewal's proof carries the value from it), for
+// a lock and a semaphore's permit.
+func TestCLIProofs(t *testing.T) {
+	ls := startCLIServer(t)
+	for _, tc := range []struct {
+		name     string
+		noun     []string
+		acquire  []string
+		resource string
+	}{
+		{"lock", nil, nil, "cli:proof"},
+		{"permit", []string{"sem"}, []string{"--limit", "2"}, "sem/cli:proof"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"LOCKD_SERVER": ls.url}
+			key := strings.TrimPrefix(tc.resource, "sem/")
+			args := append(append(append([]string{}, tc.noun...), "acquire", "--json", "--value", `{"n":1}`), tc.acquire...)
+			code, out, errOut := cli(t, env, append(args, key)...)
+			var l struct{ Token, Proof string }
+			if code != exitOK || json.Unmarshal([]byte(out), &l) != nil || l.Proof == "" {
+				t.Fatalf("acquire --json: %d %s %s", code, out, errOut)
+			}
+			renew := func(env map[string]string, extra ...string) string {
+				t.Helper()
+				code, out, errOut := cli(t, env, append(append(append(append([]string{}, tc.noun...), "renew", "--json", "--token", l.Token), extra...), key)...)
+				var r struct{ Proof string }
+				if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Proof == "" {
+					t.Fatalf("renew --json: %d %s %s", code, out, errOut)
+				}
+				c, err := lockdtest.Signer().Verify(r.Proof, tc.resource, l.Token, time.Now())
+				if err != nil {
+					t.Fatalf("renewal's proof: %v", err)
+				}
+				if c.Value != `{"n":1}` {
+					t.Fatalf("renewal's claim %+v: the server did not get the proof sent", c)
+				}
+				return r.Proof
+			}
+			p := renew(env, "--proof", l.Proof)
+			p = renew(map[string]string{"LOCKD_SERVER": ls.url, "LOCKD_PROOF": p})
+			if code, out, errOut := cli(t, env, append(append(append([]string{}, tc.noun...), "release", "--token", l.Token, "--proof", p), key)...); code != exitOK {
+				t.Fatalf("release --proof: %d %s %s", code, out, errOut)
+			}
+		})
+	}
+}
