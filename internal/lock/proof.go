@@ -39,7 +39,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"math"
+	"sync"
 	"time"
 )
 
@@ -143,8 +145,8 @@ type Signer struct {
 }
 
 type proofKey struct {
-	id     [proofIDLen]byte
-	secret []byte
+	id   [proofIDLen]byte
+	macs *sync.Pool // of *macState keyed with the secret
 }
 
 // NewSigner returns a Signer that signs with current and also accepts
@@ -163,10 +165,7 @@ func NewSigner(current []byte, previous ...[]byte) (*Signer, error) {
 			}
 			return nil, fmt.Errorf("lock: proofs: the %s secret has %d bytes, at least %d are needed", which, len(secret), MinSecret)
 		}
-		k := proofKey{secret: bytes.Clone(secret)}
-		sum := sha256.Sum256(secret)
-		copy(k.id[:], sum[:proofIDLen])
-		s.keys = append(s.keys, k)
+		s.keys = append(s.keys, newProofKey(secret))
 	}
 	return s, nil
 }
@@ -179,68 +178,65 @@ func (s *Signer) Sign(c Claim, token string) string {
 		return ""
 	}
 	k := s.keys[0]
-	head := make([]byte, 0, 64)
-	head = append(head, proofVersion)
-	head = append(head, k.id[:]...)
-	head = append(head, keyHash(c.Resource)...)
+	// One buffer for the whole proof: within the budget it never grows.
+	b := make([]byte, 0, proofBudget*3/4+digestLen)
+	b = append(b, proofVersion)
+	b = append(b, k.id[:]...)
+	b = append(b, keyHash(c.Resource)...)
 	flags := byte(modeIndex(c.Mode))
 	if c.Session != "" {
 		flags |= flagSession
 	}
-	head = append(head, 0) // flags, set below
-	head = binary.AppendUvarint(head, uint64(max(c.Fence, 0)))
-	head = binary.AppendUvarint(head, uint64(max(c.Count, 0)))
-	head = binary.AppendUvarint(head, uint64(max(c.ExpiresMS, 0)))
-	head = binary.AppendUvarint(head, uint64(max(c.TTL.Milliseconds(), 0)))
+	b = append(b, 0) // flags, set below
+	b = binary.AppendUvarint(b, uint64(max(c.Fence, 0)))
+	b = binary.AppendUvarint(b, uint64(max(c.Count, 0)))
+	b = binary.AppendUvarint(b, uint64(max(c.ExpiresMS, 0)))
+	b = binary.AppendUvarint(b, uint64(max(c.TTL.Milliseconds(), 0)))
 	if c.Mode == "p" {
-		head = binary.AppendUvarint(head, uint64(max(c.Limit, 0)))
+		b = binary.AppendUvarint(b, uint64(max(c.Limit, 0)))
 	}
 	if c.Session != "" {
-		head = append(head, handleBytes(c.Session)...)
+		b = appendHandle(b, c.Session)
 	}
 	// Budget in raw bytes: base64 takes 4 characters per 3.
-	room := proofBudget*3/4 - len(head) - proofMACLen
+	room := proofBudget*3/4 - len(b) - proofMACLen
 	// The owner leaves room for the value's digest.
-	owner, ownerWhole := appendText(nil, c.Owner, nil, room-digestLen)
+	n := len(b)
+	b, ownerWhole := appendText(b, c.Owner, room-digestLen)
 	if !ownerWhole {
 		flags |= flagOwnerDigest
 	}
-	room -= len(owner)
-	var value []byte
+	room -= len(b) - n
 	vk := valueNone
 	switch {
 	case c.ValueUnknown:
 		vk = valueUnknown
 	case c.ValueDigest != nil:
-		vk, value = valueDigest, digestOf(c.ValueDigest)
+		vk = valueDigest
+		b = append(b, digestOf(c.ValueDigest)...)
 	case c.Value != "":
 		var whole bool
-		value, whole = appendText(nil, c.Value, nil, room)
+		b, whole = appendText(b, c.Value, room)
 		vk = valueWhole
 		if !whole {
 			vk = valueDigest
 		}
 	}
 	flags |= byte(vk) << flagValueShift
-	head[1+proofIDLen+4] = flags
-	body := append(append(head, owner...), value...)
-	body = append(body, k.mac(c.Resource, token, body)...)
-	return base64.RawURLEncoding.EncodeToString(body)
+	b[1+proofIDLen+4] = flags
+	b = k.appendMAC(b, c.Resource, token, b)
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // appendText appends s whole (uvarint length, bytes) when that takes at
-// most room bytes, else the first digestLen bytes of its SHA-256; digest,
-// when not nil, is s's digest already.
-func appendText(b []byte, s string, digest []byte, room int) ([]byte, bool) {
+// most room bytes, else the first digestLen bytes of its SHA-256.
+func appendText(b []byte, s string, room int) ([]byte, bool) {
 	if l := uvarintLen(uint64(len(s))) + len(s); l <= room {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		return append(b, s...), true
 	}
-	if digest == nil {
-		sum := sha256.Sum256([]byte(s))
-		digest = sum[:digestLen]
-	}
-	return append(b, digest...), false
+	sum := sha256.Sum256([]byte(s))
+	return append(b, sum[:digestLen]...), false
 }
 
 // digestOf is d as a proof carries a digest: digestLen bytes.
@@ -294,7 +290,8 @@ func (s *Signer) open(proof, resourceID, token string) (Claim, error) {
 	if !bytes.Equal(body[1+proofIDLen:1+proofIDLen+4], keyHash(resourceID)) {
 		return Claim{}, ErrProofOtherKey
 	}
-	if !hmac.Equal(mac, k.mac(resourceID, token, body)) {
+	var want [proofMACLen]byte
+	if !hmac.Equal(mac, k.appendMAC(want[:0], resourceID, token, body)) {
 		return Claim{}, ErrProofForged
 	}
 	c.Resource = resourceID
@@ -387,16 +384,39 @@ func cut(b []byte, n int) ([]byte, []byte, bool) {
 	return bytes.Clone(b[:n]), b[n:], true
 }
 
-// mac is the proof's MAC over the resource, the token and body.
-func (k proofKey) mac(resourceID, token string, body []byte) []byte {
-	m := hmac.New(sha256.New, k.secret)
-	m.Write([]byte("lockd proof v1\x00"))
-	m.Write([]byte(resourceID))
-	m.Write([]byte{0})
-	m.Write([]byte(token))
-	m.Write([]byte{0})
-	m.Write(body)
-	return m.Sum(nil)[:proofMACLen]
+// newProofKey is secret as a Signer holds it: its id, and its MAC states.
+func newProofKey(secret []byte) proofKey {
+	key := bytes.Clone(secret)
+	k := proofKey{macs: &sync.Pool{New: func() any { return &macState{h: hmac.New(sha256.New, key)} }}}
+	sum := sha256.Sum256(secret)
+	copy(k.id[:], sum[:proofIDLen])
+	return k
+}
+
+// appendMAC appends to b the proof's MAC over the resource, the token
+// and body, with a hash state from k's pool: a proof is signed on every
+// grant and renewal.
+func (k proofKey) appendMAC(b []byte, resourceID, token string, body []byte) []byte {
+	st := k.macs.Get().(*macState)
+	st.in = append(append(append(append(append(st.in[:0], macLabel...), resourceID...), 0), token...), 0)
+	st.in = append(st.in, body...)
+	st.h.Reset()
+	st.h.Write(st.in)
+	b = append(b, st.h.Sum(st.sum[:0])[:proofMACLen]...)
+	if cap(st.in) <= 4<<10 {
+		k.macs.Put(st)
+	}
+	return b
+}
+
+// macLabel starts every MAC's input: version 1 of the layout.
+const macLabel = "lockd proof v1\x00"
+
+// macState is one HMAC-SHA256 of a secret and its buffers, reused.
+type macState struct {
+	h   hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
 }
 
 // keyHash is the first 4 bytes of SHA-256 of a resource id.
@@ -416,12 +436,14 @@ func modeIndex(mode string) int {
 	return 0
 }
 
-// handleBytes is a session handle (32 hex digits) as 16 bytes; a handle
-// of another shape (none is made) is hashed to that length.
-func handleBytes(handle string) []byte {
-	if b, err := hex.DecodeString(handle); err == nil && len(b) == handleLen {
-		return b
+// appendHandle appends a session handle (32 hex digits) as 16 bytes; a
+// handle of another shape (none is made) is hashed to that length.
+func appendHandle(b []byte, handle string) []byte {
+	if len(handle) == 2*handleLen {
+		if out, err := hex.AppendDecode(b, []byte(handle)); err == nil {
+			return out
+		}
 	}
 	sum := sha256.Sum256([]byte(handle))
-	return sum[:handleLen]
+	return append(b, sum[:handleLen]...)
 }

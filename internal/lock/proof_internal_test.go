@@ -103,6 +103,13 @@ func TestProofSize(t *testing.T) {
 	}
 }
 
+// forgedID is a Signer with another secret under the id of secretA.
+func forgedID(t *testing.T) *Signer {
+	k := newProofKey([]byte(secretC))
+	k.id = testSigner(t, secretA).keys[0].id
+	return &Signer{keys: []proofKey{k}}
+}
+
 // TestProofRefusals has one row per reason a proof restores nothing.
 func TestProofRefusals(t *testing.T) {
 	now := time.Now()
@@ -144,7 +151,7 @@ func TestProofRefusals(t *testing.T) {
 		{"another token", testSigner(t, secretA), signedA, c.Resource, "tok2", ErrProofForged},
 		{"altered fence", testSigner(t, secretA), flip(10), c.Resource, "tok", ErrProofForged},
 		{"altered MAC", testSigner(t, secretA), flip(len(raw) - 1), c.Resource, "tok", ErrProofForged},
-		{"same id, other secret", &Signer{keys: []proofKey{{id: testSigner(t, secretA).keys[0].id, secret: []byte(secretC)}}}, signedA, c.Resource, "tok", ErrProofForged},
+		{"same id, other secret", forgedID(t), signedA, c.Resource, "tok", ErrProofForged},
 		{"expired", testSigner(t, secretA), testSigner(t, secretA).Sign(expired, "tok"), c.Resource, "tok", ErrProofExpired},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -223,6 +230,26 @@ func FuzzVerify(f *testing.F) {
 		}
 		if got.Resource != c.Resource {
 			t.Fatalf("claim of %q", got.Resource)
+		}
+	})
+}
+
+func BenchmarkProof(b *testing.B) {
+	s := testSigner(b, secretA)
+	c := sampleClaim(time.Now())
+	p := s.Sign(c, "tok")
+	b.Run("sign", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_ = s.Sign(c, "tok")
+		}
+	})
+	b.Run("verify", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := s.Verify(p, c.Resource, "tok", time.Now()); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }
