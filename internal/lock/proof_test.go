@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
 )
 
 func proofSigner(t *testing.T) *lock.Signer {
@@ -149,5 +150,50 @@ func TestNoProofsWithoutSigner(t *testing.T) {
 	}
 	if _, err := e.ClaimOf(l.Resource, l.Token, "x", time.Now()); !errors.Is(err, lock.ErrBadProof) {
 		t.Fatalf("claimOf without a signer: %v", err)
+	}
+}
+
+// TestProofOutlivesRedis: after Redis lost its data (FLUSHALL), a lockd
+// with the same secret that never saw the lease (the granting one is gone)
+// reads back from the holder's proof the lease as it was: what a restore
+// re-installs. Until the restore is wired, the renewal answers as today,
+// and a proof, good or bad, never makes it an error of another kind.
+func TestProofOutlivesRedis(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	granting := lock.New(rs.Client(t), lock.Options{Proofs: proofSigner(t)})
+	res := lock.Semaphore("proof:flush")
+	l := mustAcquire(t, granting, res, lock.AcquireRequest{Owner: "w1", TTL: 20 * time.Second, Limit: 4, Value: `{"job":7}`})
+	again := mustAcquire(t, granting, res, lock.AcquireRequest{Token: l.Token, Proof: l.Proof, Limit: 4, TTL: 20 * time.Second})
+	r, err := granting.Renew(ctx, res, lock.RenewRequest{Token: l.Token, Proof: again.Proof})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = granting.Close()
+	if err := rs.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	other := lock.New(rs.Client(t), lock.Options{Proofs: proofSigner(t)})
+	t.Cleanup(func() { _ = other.Close() })
+	c, err := other.ClaimOf(res, l.Token, r.Proof, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lock.Claim{Resource: "sem/proof:flush", Mode: "p", Fence: l.Fence, Owner: "w1", Count: 2,
+		ExpiresMS: r.ExpiresAt.UnixMilli(), TTL: 20 * time.Second, Limit: 4, Value: `{"job":7}`}
+	if c.Resource != want.Resource || c.Mode != want.Mode || c.Fence != want.Fence || c.Owner != want.Owner || c.Count != want.Count ||
+		c.ExpiresMS != want.ExpiresMS || c.TTL != want.TTL || c.Limit != want.Limit || c.Value != want.Value || c.ValueUnknown {
+		t.Fatalf("claim after the loss:\n got %+v\nwant %+v", c, want)
+	}
+	for _, proof := range []string{r.Proof, "garbage", ""} {
+		_, err := other.Renew(ctx, res, lock.RenewRequest{Token: l.Token, Proof: proof})
+		if !errors.Is(err, lock.ErrNotFound) && !errors.Is(err, lock.ErrLeaseLost) && !errors.Is(err, lock.ErrRecovering) {
+			t.Fatalf("renew after the loss with proof %.12q: %v", proof, err)
+		}
+		_, err = other.Release(lock.WithProof(ctx, proof), res, l.Token, "t")
+		if !errors.Is(err, lock.ErrNotFound) && !errors.Is(err, lock.ErrLeaseLost) && !errors.Is(err, lock.ErrRecovering) {
+			t.Fatalf("release after the loss with proof %.12q: %v", proof, err)
+		}
 	}
 }
