@@ -60,16 +60,16 @@ func scriptMode(m Mode) string {
 	}
 }
 
-// acquiredProof is the proof of a lease Acquire answers with req: a
-// fresh grant or a replay carries req's value (a replay that asked for
-// another is refused), a re-entry sets it only when req has one.
+// acquiredProof is the proof of a lease Acquire answers with req. A fresh
+// grant has req's value and session; a re-entry or a replay takes over the
+// lease's, known only when req names them.
 func (s *Signer) acquiredProof(l Lease, req AcquireRequest) string {
-	session := ""
+	known := grantKnown{value: req.Value}
 	if req.Session != "" {
-		session = sessionHandle(req.SessionScope, req.Session)
+		known.session = sessionHandle(req.SessionScope, req.Session)
 	}
-	known := grantKnown{value: req.Value, session: session, hasSession: true}
-	known.hasValue = l.Outcome != Reentered || req.Value != ""
+	known.hasValue = l.Outcome == Granted || req.Value != ""
+	known.hasSession = l.Outcome == Granted || req.Session != ""
 	return s.proofOf(l, known, req.Proof)
 }
 
