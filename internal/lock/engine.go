@@ -124,8 +124,13 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 	}
 	if err != nil {
 		e.giveBackIfUnanswered(res, req, token, err)
+		if req.Token != "" {
+			err = e.n.lostWithProof(res.id(), req.Token, req.Proof, err)
+		}
+		return lease, err
 	}
-	return lease, err
+	lease.Proof = e.n.opts.Proofs.acquiredProof(lease, req)
+	return lease, nil
 }
 
 // acquire tries once, or queues and waits, for Acquire.
@@ -301,24 +306,36 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 func (e *Engine) MissedAcks() (int64, error) { return e.n.missedAcks.Load(), nil }
 
 // Renew sets the lease's expiry to now + ttl (ttl 0: the lease's own TTL).
+// req.Proof is consulted only when Redis no longer has the lease, and
+// for what the new proof carries on.
 func (e *Engine) Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error) {
 	if err := res.check(); err != nil {
 		return Lease{}, err
 	}
-	return e.n.renewRestoring(ctx, res.id(), req, false)
+	l, err := e.n.renewRestoring(ctx, res.id(), req, false)
+	if err != nil {
+		return Lease{}, e.n.lostWithProof(res.id(), req.Token, req.Proof, err)
+	}
+	l.Proof = e.n.opts.Proofs.renewedProof(l, req)
+	return l, nil
 }
 
 // Release gives back one level of the lease; at count 0 the lease is deleted
-// and waiters are woken.
+// and waiters are woken. The holder's proof, if any, comes in ctx
+// (WithProof), consulted only when Redis no longer has the lease.
 func (e *Engine) Release(ctx context.Context, res Resource, token, actor string) (Released, error) {
 	if err := res.check(); err != nil {
 		return Released{}, err
 	}
 	key := res.id()
 	// A key that went to a waiter of this process is handed over to it.
-	return e.n.releaseTo(ctx, key, token, actor, func(h *handed) bool {
+	rel, err := e.n.releaseTo(ctx, key, token, actor, func(h *handed) bool {
 		return e.hub.HandOff(key, h.waiter, h.lease)
 	})
+	if err != nil {
+		return Released{}, e.n.lostWithProof(key, token, proofFrom(ctx), err)
+	}
+	return rel, nil
 }
 
 // ForceReleaseFence deletes the lease with this fence (0: whoever holds

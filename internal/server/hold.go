@@ -118,7 +118,7 @@ func (h *holdStream) run(w http.ResponseWriter) error {
 		stopRenewing()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 2*time.Second)
 		defer cancel()
-		if rel, err := h.s.engine.Release(ctx, res, l.Token, h.actor); err == nil {
+		if rel, err := h.s.engine.Release(lock.WithProof(ctx, l.Proof), res, l.Token, h.actor); err == nil {
 			h.s.contention.ended(res, "released", rel.HeldFor)
 		}
 	}
@@ -202,7 +202,7 @@ func (h *holdStream) renew(ctx context.Context, renewed chan lock.Lease, lost ch
 		case <-tick.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		next, err := h.s.engine.Renew(rctx, l.Resource, lock.RenewRequest{Token: l.Token, TTL: l.TTL, Actor: h.actor})
+		next, err := h.s.engine.Renew(rctx, l.Resource, lock.RenewRequest{Token: l.Token, TTL: l.TTL, Actor: h.actor, Proof: l.Proof})
 		cancel()
 		switch {
 		case err == nil:

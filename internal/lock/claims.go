@@ -1,0 +1,129 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// How the engine uses proofs (proof.go): it signs one into every lease it
+// answers a grant or renewal with, from Redis's answer, and reads back the
+// one a holder sends when Redis no longer has the holder's lease.
+
+// proofOf is l's proof for its holder. Redis's answer gives the fence,
+// mode, owner, count, expiry, TTL and limit; the grant's value and session
+// the caller knows or not (known). What it does not know, prev, the proof
+// the holder sent with the request, gives when it verifies for this
+// lease; otherwise the new proof says the value is unknown (and names no
+// session). A proof that does not verify changes nothing else.
+func (s *Signer) proofOf(l Lease, known grantKnown, prev string) string {
+	if s == nil {
+		return ""
+	}
+	c := Claim{
+		Resource: l.Resource.id(), Mode: scriptMode(l.Mode), Fence: l.Fence, Owner: l.Owner, Count: l.Count,
+		ExpiresMS: l.ExpiresAt.UnixMilli(), TTL: l.TTL, Limit: l.Limit, Session: known.session, Value: known.value,
+	}
+	if known.hasValue && known.hasSession {
+		return s.Sign(c, l.Token)
+	}
+	p, err := s.open(prev, c.Resource, l.Token)
+	if prev == "" || err != nil {
+		c.ValueUnknown = !known.hasValue
+		return s.Sign(c, l.Token)
+	}
+	if !known.hasValue {
+		c.Value, c.ValueDigest, c.ValueUnknown = p.Value, p.ValueDigest, p.ValueUnknown
+	}
+	if !known.hasSession {
+		c.Session = p.Session
+	}
+	return s.Sign(c, l.Token)
+}
+
+// grantKnown is what the engine knows of a grant beyond Redis's answer.
+type grantKnown struct {
+	value, session       string
+	hasValue, hasSession bool
+}
+
+// scriptMode is the scripts' mode of a lease's Mode ("" is Redlock's
+// exclusive lease).
+func scriptMode(m Mode) string {
+	switch m {
+	case Shared:
+		return "s"
+	case Permit:
+		return "p"
+	default:
+		return "x"
+	}
+}
+
+// acquiredProof is the proof of a lease Acquire answers with req. A fresh
+// grant has req's value and session; a re-entry or a replay takes over the
+// lease's, known only when req names them.
+func (s *Signer) acquiredProof(l Lease, req AcquireRequest) string {
+	known := grantKnown{value: req.Value}
+	if req.Session != "" {
+		known.session = sessionHandle(req.SessionScope, req.Session)
+	}
+	known.hasValue = l.Outcome == Granted || req.Value != ""
+	known.hasSession = l.Outcome == Granted || req.Session != ""
+	return s.proofOf(l, known, req.Proof)
+}
+
+// renewedProof is the proof of a lease Renew answers with req: a
+// renewal that sets the value knows it; the session is the previous
+// proof's.
+func (s *Signer) renewedProof(l Lease, req RenewRequest) string {
+	return s.proofOf(l, grantKnown{value: req.Value, hasValue: req.Value != ""}, req.Proof)
+}
+
+// claimOf is the hook of a restore from a holder's proof: it verifies
+// proof, sent with token for the lease on key (a resource id) that Redis
+// no longer has, and returns what it vouches for. An error (errors.Is
+// ErrBadProof; no Signer is ErrProofRetired) means it restores nothing,
+// and the caller answers as it would without it. A claim that verifies
+// is evidence, not an order: the restore still checks that nobody holds
+// the key with a higher fence.
+func (n *node) claimOf(key, token, proof string, now time.Time) (Claim, error) {
+	if proof == "" {
+		return Claim{}, ErrProofMalformed
+	}
+	return n.opts.Proofs.Verify(proof, key, token, now)
+}
+
+// lostWithProof is where a renewal, release or re-entry of (key, token)
+// that Redis answered "not found" or "lost" meets the proof its holder
+// sent. It answers err unchanged: the restore of the claim (and the
+// retry of the call it makes possible) goes here, so that a proof, good
+// or bad, never changes an answer to a lease Redis has.
+func (n *node) lostWithProof(key, token, proof string, err error) error {
+	if proof != "" && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost)) {
+		// The restore of a claim that verifies goes here, then the
+		// call's retry.
+		_, _ = n.claimOf(key, token, proof, time.Now())
+	}
+	return err
+}
+
+// proofCtxKey carries the proof sent with a release in its context.
+type proofCtxKey struct{}
+
+// WithProof returns ctx carrying the holder's proof for the Release it
+// is passed to (Release's arguments are the token and the actor, for its
+// many callers; the proof is optional evidence, read only when Redis no
+// longer has the lease).
+func WithProof(ctx context.Context, proof string) context.Context {
+	if proof == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, proofCtxKey{}, proof)
+}
+
+// proofFrom is the proof WithProof put in ctx, or "".
+func proofFrom(ctx context.Context) string {
+	p, _ := ctx.Value(proofCtxKey{}).(string)
+	return p
+}
