@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -80,7 +81,7 @@ func (s *Signer) renewedProof(l Lease, req RenewRequest) string {
 	return s.proofOf(l, grantKnown{value: req.Value, hasValue: req.Value != ""}, req.Proof)
 }
 
-// claimOf is the hook of a restore from a holder's proof: it verifies
+// claimOf verifies, for a restore from a holder's proof (restoreFromProof),
 // proof, sent with token for the lease on key (a resource id) that Redis
 // no longer has, and returns what it vouches for. An error (errors.Is
 // ErrBadProof; no Signer is ErrProofRetired) means it restores nothing,
@@ -94,18 +95,50 @@ func (n *node) claimOf(key, token, proof string, now time.Time) (Claim, error) {
 	return n.opts.Proofs.Verify(proof, key, token, now)
 }
 
-// lostWithProof is where a renewal, release or re-entry of (key, token)
-// that Redis answered "not found" or "lost" meets the proof its holder
-// sent. It answers err unchanged: the restore of the claim (and the
-// retry of the call it makes possible) goes here, so that a proof, good
-// or bad, never changes an answer to a lease Redis has.
-func (n *node) lostWithProof(key, token, proof string, err error) error {
-	if proof != "" && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost)) {
-		// The restore of a claim that verifies goes here, then the
-		// call's retry.
-		_, _ = n.claimOf(key, token, proof, time.Now())
+// restoreFromProof puts back the lease that proof, sent with token for
+// the lease on key (a resource id) that Redis answered "not found" or
+// "lost" (err), vouches for: when the lockd that granted or last renewed
+// it died with Redis's data, the holder's proof is the evidence. It
+// reports whether it did, for the caller to run its call again. A proof
+// that does not verify, a lease this process saw end (or whose tombstone
+// another lockd wrote back after the loss), a key held by a lease with a
+// higher fence, or (when no loss was seen since the proof was signed) a
+// key whose history shows the lease's end or a later one: nothing is put
+// back, and the caller answers as it would have.
+func (n *node) restoreFromProof(ctx context.Context, key, token, proof string, err error) bool {
+	if proof == "" || !(errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost)) {
+		return false
 	}
-	return err
+	c, verr := n.claimOf(key, token, proof, time.Now())
+	if verr != nil || n.ledger.isEnded(key, token) {
+		return false
+	}
+	r := restorable{key: key, token: token, known: known{mode: c.Mode, owner: c.Owner, fence: c.Fence, count: c.Count,
+		ttl: c.TTL, acquired: time.UnixMilli(c.ExpiresMS - c.TTL.Milliseconds()), limit: c.Limit, session: c.Session}}
+	if len(c.ValueDigest) == 0 && !c.ValueUnknown {
+		r.value = c.Value
+	}
+	rc := restoreCallOf(key, n.sharedOf(key), r, "a holder's proof after redis lost its data")
+	// The expiry the proof names, by Redis's clock.
+	rc.leftMS = "@" + strconv.FormatInt(c.ExpiresMS, 10)
+	if signed := time.UnixMilli(c.ExpiresMS - c.TTL.Milliseconds()); !n.lostSince(signed) {
+		// No loss since the proof was signed: Redis kept its data, and
+		// the lease may have ended by its holder's hand.
+		rc.one = "1"
+	}
+	keys, argv := rc.args()
+	v, rerr := n.st.Run(ctx, n.scripts.restore, keys, argv...)
+	if rerr != nil {
+		return false
+	}
+	out, _ := v.([]any)
+	if len(out) == 0 || out[0] != "restored" {
+		return false
+	}
+	n.restoredMu.Lock()
+	n.restoredSum.Restored++
+	n.restoredMu.Unlock()
+	return true
 }
 
 // proofCtxKey carries the proof sent with a release in its context.

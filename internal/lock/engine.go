@@ -122,11 +122,12 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 	} else {
 		lease, err = e.acquire(ctx, res, req, token, mode)
 	}
+	if err != nil && req.Token != "" && e.n.restoreFromProof(ctx, res.id(), req.Token, req.Proof, err) {
+		// The re-entry's lease, put back from its holder's proof.
+		lease, err = e.acquire(ctx, res, req, token, mode)
+	}
 	if err != nil {
 		e.giveBackIfUnanswered(res, req, token, err)
-		if req.Token != "" {
-			err = e.n.lostWithProof(res.id(), req.Token, req.Proof, err)
-		}
 		return lease, err
 	}
 	lease.Proof = e.n.opts.Proofs.acquiredProof(lease, req)
@@ -314,7 +315,7 @@ func (e *Engine) Renew(ctx context.Context, res Resource, req RenewRequest) (Lea
 	}
 	l, err := e.n.renewRestoring(ctx, res.id(), req, false)
 	if err != nil {
-		return Lease{}, e.n.lostWithProof(res.id(), req.Token, req.Proof, err)
+		return Lease{}, err
 	}
 	l.Proof = e.n.opts.Proofs.renewedProof(l, req)
 	return l, nil
@@ -332,8 +333,13 @@ func (e *Engine) Release(ctx context.Context, res Resource, token, actor string)
 	rel, err := e.n.releaseTo(ctx, key, token, actor, func(h *handed) bool {
 		return e.hub.HandOff(key, h.waiter, h.lease)
 	})
+	if err != nil && e.n.restoreFromProof(ctx, key, token, proofFrom(ctx), err) {
+		rel, err = e.n.releaseTo(ctx, key, token, actor, func(h *handed) bool {
+			return e.hub.HandOff(key, h.waiter, h.lease)
+		})
+	}
 	if err != nil {
-		return Released{}, e.n.lostWithProof(key, token, proofFrom(ctx), err)
+		return Released{}, err
 	}
 	return rel, nil
 }

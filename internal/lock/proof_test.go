@@ -155,10 +155,12 @@ func TestNoProofsWithoutSigner(t *testing.T) {
 
 // TestProofOutlivesRedis: after Redis lost its data (FLUSHALL), a lockd
 // with the same secret that never saw the lease (the granting one is gone)
-// reads back from the holder's proof the lease as it was: what a restore
-// re-installs. Until the restore is wired, the renewal answers as today,
-// and a proof, good or bad, never makes it an error of another kind.
+// reads back from the holder's proof the lease as it was, and puts it
+// back when the holder renews with it; a proof that does not verify
+// restores nothing.
 func TestProofOutlivesRedis(t *testing.T) {
+	// Redis and the lockd that granted and renewed a permit are lost
+	// together; the holder's proof restores it through another lockd.
 	ctx := context.Background()
 	rs := redistest.Start(t)
 	granting := lock.New(rs.Client(t), lock.Options{Proofs: proofSigner(t)})
@@ -186,14 +188,25 @@ func TestProofOutlivesRedis(t *testing.T) {
 		c.ExpiresMS != want.ExpiresMS || c.TTL != want.TTL || c.Limit != want.Limit || c.Value != want.Value || c.ValueUnknown {
 		t.Fatalf("claim after the loss:\n got %+v\nwant %+v", c, want)
 	}
-	for _, proof := range []string{r.Proof, "garbage", ""} {
+	// A proof that does not verify restores nothing.
+	for _, proof := range []string{"garbage", ""} {
 		_, err := other.Renew(ctx, res, lock.RenewRequest{Token: l.Token, Proof: proof})
 		if !errors.Is(err, lock.ErrNotFound) && !errors.Is(err, lock.ErrLeaseLost) && !errors.Is(err, lock.ErrRecovering) {
 			t.Fatalf("renew after the loss with proof %.12q: %v", proof, err)
 		}
-		_, err = other.Release(lock.WithProof(ctx, proof), res, l.Token, "t")
-		if !errors.Is(err, lock.ErrNotFound) && !errors.Is(err, lock.ErrLeaseLost) && !errors.Is(err, lock.ErrRecovering) {
-			t.Fatalf("release after the loss with proof %.12q: %v", proof, err)
+	}
+	// The holder's proof puts the permit back, as it was, through a
+	// lockd that never knew it.
+	back, err := other.Renew(ctx, res, lock.RenewRequest{Token: l.Token, Proof: r.Proof})
+	if err != nil || back.Fence != l.Fence || back.Count != 2 || back.Owner != "w1" {
+		t.Fatalf("renew with the proof after the loss: %+v, %v", back, err)
+	}
+	if st, err := other.State(ctx, res); err != nil || st.Value != `{"job":7}` {
+		t.Fatalf("the permit put back: %+v, %v", st, err)
+	}
+	for range 2 {
+		if _, err := other.Release(lock.WithProof(ctx, back.Proof), res, l.Token, "t"); err != nil {
+			t.Fatalf("release after the loss with the proof: %v", err)
 		}
 	}
 }
