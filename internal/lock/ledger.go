@@ -96,14 +96,6 @@ func (lg *ledger) liveSessions(in func(handle string) bool) map[string]knownSess
 	return out
 }
 
-// hasSession says whether the ledger knows the session with handle h.
-func (lg *ledger) hasSession(h string) bool {
-	lg.mu.Lock()
-	defer lg.mu.Unlock()
-	k := lg.sessions[h]
-	return k != nil && k.expires.After(time.Now())
-}
-
 // known is one lease of the ledger. Its expiry is this process's reading,
 // taken before the request that set it was sent: never later than the
 // one Redis keeps.
