@@ -560,6 +560,13 @@ func TestQueuedIsNotHeld(t *testing.T) {
 		return err == nil && len(st.Queue) == 1 && st.Queue[0].Owner == "doomed"
 	})
 	redistest.StopProcess(t, cmd.Process)
+	// A try the helper wrote just before it stopped must run before the
+	// release, not after it (Redis serves the sockets that are ready in
+	// one turn of its loop in no set order): one round trip after the
+	// stop lets Redis read everything that was written before it.
+	if err := srv.Client(t).Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.Release(ctx, lock.Lock(key), h.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
