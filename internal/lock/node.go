@@ -541,6 +541,9 @@ func exclusiveState(s *State, r *reply) {
 	if r.len() > 14 {
 		s.ReleaseRequested = releaseRequestOf(r.str(14))
 	}
+	if r.len() > 15 {
+		s.Set = int(r.int(15))
+	}
 	s.AtRisk = atRisk(*s)
 }
 
@@ -644,9 +647,9 @@ func (n *node) readHistory(ctx context.Context, key string, limit int, renewals 
 // left_ms and then fields for the scripts only, joined by US (\x1f).
 func unpackEvent(s string) (Event, error) {
 	// type, at, owner, fence, ttl_ms, count, actor, reason, exp, left_ms,
-	// w, keep, d, s, t (events.lua, pack); entries of older layouts stop
-	// after left_ms or later.
-	f := strings.SplitN(s, eventSep, 16)
+	// w, keep, d, s, t, ls (events.lua, pack); entries of older layouts
+	// stop after left_ms or later.
+	f := strings.SplitN(s, eventSep, 17)
 	if len(f) < 10 {
 		return Event{}, fmt.Errorf("lock: history entry has %d fields, want at least 10", len(f))
 	}
@@ -657,6 +660,9 @@ func unpackEvent(s string) (Event, error) {
 	}
 	if len(f) > 14 && validTraceID(f[14]) {
 		e.TraceID = f[14]
+	}
+	if len(f) > 15 {
+		e.Set = int(atoi(f[15]))
 	}
 	return e, nil
 }

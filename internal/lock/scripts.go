@@ -36,6 +36,8 @@ type scripts struct {
 	session *redis.Script
 	// epoch reads and keeps the restart-quarantine marker (epoch.go).
 	epoch *redis.Script
+	// lockset takes a lock set's keys of one slot (lockset.go).
+	lockset *redis.Script
 	// sweep records due lapses (expiry.go). On a Cluster it reads the
 	// slots of one node in one call, so it carries the flag that lets a
 	// script touch keys of several slots (Redis 7; only on a Cluster: the
@@ -99,6 +101,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		fence:        s("fence"),
 		session:      s("session"),
 		epoch:        s("epoch"),
+		lockset:      s("lockset"),
 		sweep:        sweepScript(lib, sharded),
 	}
 	return sc, functionLibrary(lib, []libFunction{
@@ -114,6 +117,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		{"alive", sc.alive, ""},
 		{"fence", sc.fence, ""},
 		{"session", sc.session, ""},
+		{"lockset", sc.lockset, ""},
 	})
 }
 
