@@ -625,6 +625,9 @@ type Event struct {
 	// RemainingMs `renewed` only: how much of the lease was left when the renewal came.
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 
+	// Set `acquired` of a key taken as part of a lock set: the set's size.
+	Set *int `json:"set,omitempty"`
+
 	// TraceId The W3C trace id of the request that caused the event (its
 	// `traceparent`'s, or one lockd made): the same as in that
 	// request's access log line and spans. Absent for a lapse.
@@ -852,7 +855,10 @@ type LockEvent struct {
 	Kind   LockEventKind `json:"kind"`
 	Owner  string        `json:"owner"`
 	Reason string        `json:"reason"`
-	Type   LockEventType `json:"type"`
+
+	// Set `acquired` of a key taken as part of a lock set: the set's size.
+	Set  *int          `json:"set,omitempty"`
+	Type LockEventType `json:"type"`
 }
 
 // LockEventKind Whether `key` names a lock, a semaphore or an election: they may have the same name.
@@ -883,6 +889,80 @@ type LockList struct {
 // LockMode How to hold a lock: `exclusive` (the default) alone, or `shared`
 // with any number of other shared holders.
 type LockMode string
+
+// LockSet defines model for LockSet.
+type LockSet struct {
+	AcquiredAt *time.Time `json:"acquired_at,omitempty"`
+
+	// ExpiresAt When the first of the set's leases expires.
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Leases Every key with its fence, in the order the request named them.
+	Leases []LockSetLease `json:"leases"`
+	Owner  string         `json:"owner"`
+
+	// Token The secret that renews, releases and holds the whole set. Only ever returned to the acquirer.
+	Token string `json:"token"`
+	TtlMs int64  `json:"ttl_ms"`
+}
+
+// LockSetLease defines model for LockSetLease.
+type LockSetLease struct {
+	Fence int64  `json:"fence"`
+	Key   string `json:"key"`
+}
+
+// LockSetReleaseResult defines model for LockSetReleaseResult.
+type LockSetReleaseResult struct {
+	// Released How many of the set's keys it still held and gave back.
+	Released int `json:"released"`
+}
+
+// LockSetRenewRequest defines model for LockSetRenewRequest.
+type LockSetRenewRequest struct {
+	Token string `json:"token"`
+
+	// TtlMs New TTL of every key from now. Default the set's own TTL.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// LockSetRequest defines model for LockSetRequest.
+type LockSetRequest struct {
+	// Keys The lock keys, distinct, in any order; a bad or repeated one is 400 naming it (`field` `keys[3]`).
+	Keys []string `json:"keys"`
+
+	// Mode How to hold a lock: `exclusive` (the default) alone, or `shared`
+	// with any number of other shared holders.
+	Mode *LockMode `json:"mode,omitempty"`
+
+	// Owner Holder's label on every key. Default the caller's API-key name or address.
+	Owner *string `json:"owner,omitempty"`
+
+	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
+	// long as the session, and `ttl_ms` must be left out. 404
+	// `session_not_found` when the session ended or lapsed, or another
+	// API key made it. Not with
+	// `/hold`, which keeps its own lease.
+	Session *SessionRef `json:"session,omitempty"`
+
+	// TtlMs Every lease's TTL. Default 30000; at most the server's --max-ttl.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
+	Value *Value `json:"value,omitempty"`
+
+	// WaitMs How long to wait for the keys. Default 0 (try once); at most --max-wait.
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
 
 // LockState The state of a live lock or semaphore. The top-level owner, fence,
 // count and times describe the newest holder; `holders` lists them
@@ -926,7 +1006,10 @@ type LockState struct {
 	RemainingMs      int64             `json:"remaining_ms"`
 	Renewals         int64             `json:"renewals"`
 	RenewedAt        time.Time         `json:"renewed_at"`
-	TtlMs            int64             `json:"ttl_ms"`
+
+	// Set Present when the exclusive holder took the key as part of a lock set (`/v1/lock-sets/acquire`); the set's size.
+	Set   *int  `json:"set,omitempty"`
+	TtlMs int64 `json:"ttl_ms"`
 
 	// Value A value on a grant: any JSON (object, array, string, number,
 	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
@@ -1327,6 +1410,9 @@ type NoSuchEndpoint = Problem
 // NotFound RFC 9457 problem details.
 type NotFound = Problem
 
+// NotImplemented RFC 9457 problem details.
+type NotImplemented = Problem
+
 // PayloadTooLarge RFC 9457 problem details.
 type PayloadTooLarge = Problem
 
@@ -1485,6 +1571,15 @@ type RenewLeadershipJSONRequestBody = RenewRequest
 
 // ResignJSONRequestBody defines body for Resign for application/json ContentType.
 type ResignJSONRequestBody = ReleaseRequest
+
+// AcquireLockSetJSONRequestBody defines body for AcquireLockSet for application/json ContentType.
+type AcquireLockSetJSONRequestBody = LockSetRequest
+
+// ReleaseLockSetJSONRequestBody defines body for ReleaseLockSet for application/json ContentType.
+type ReleaseLockSetJSONRequestBody = ReleaseRequest
+
+// RenewLockSetJSONRequestBody defines body for RenewLockSet for application/json ContentType.
+type RenewLockSetJSONRequestBody = LockSetRenewRequest
 
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
 type AcquireLockJSONRequestBody = AcquireRequest
@@ -2319,6 +2414,118 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
 	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireLockSetWithBody Take several locks all or nothing, with one token.
+	//
+	// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+	// exclusively, or none of them. Each key gets an ordinary exclusive
+	// lease with its own fence, the same token and TTL for all, marked as
+	// part of a set (`set`: the set's size) in its state, history and
+	// events. A key that is not free answers the 409 a lone acquire of it
+	// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+	// `key` and its holder, and none of the set's keys is taken.
+	//
+	// With `wait_ms` > 0 the request waits. Every set takes its keys in
+	// one order (by Cluster slot, then by name), waiting first in each
+	// key's queue in turn, so two sets never wait for each other ({a, b}
+	// and {b, a} both complete), and a set waiting on a key is served in
+	// its turn, ahead of requests that came after it. While it waits, a
+	// set holds none of its keys: its places in the queues are waiters,
+	// shown in each key's `queue`, and a release never hands one key of a
+	// set over alone. On a Cluster the keys may be in different slots.
+	// A lockd that dies while a set waits leaves its places within
+	// 1.6 s, and nothing held past the set's TTL.
+	//
+	// `mode` is `exclusive` (the default); `shared` sets, a `session` and
+	// a lock-delay are not offered for sets yet (400). With API keys
+	// limited to prefixes, every key must be under one of them (403). A
+	// server in Redlock mode answers 501 `unsupported`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+	AcquireLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireLockSet Take several locks all or nothing, with one token.
+	//
+	// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+	// exclusively, or none of them. Each key gets an ordinary exclusive
+	// lease with its own fence, the same token and TTL for all, marked as
+	// part of a set (`set`: the set's size) in its state, history and
+	// events. A key that is not free answers the 409 a lone acquire of it
+	// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+	// `key` and its holder, and none of the set's keys is taken.
+	//
+	// With `wait_ms` > 0 the request waits. Every set takes its keys in
+	// one order (by Cluster slot, then by name), waiting first in each
+	// key's queue in turn, so two sets never wait for each other ({a, b}
+	// and {b, a} both complete), and a set waiting on a key is served in
+	// its turn, ahead of requests that came after it. While it waits, a
+	// set holds none of its keys: its places in the queues are waiters,
+	// shown in each key's `queue`, and a release never hands one key of a
+	// set over alone. On a Cluster the keys may be in different slots.
+	// A lockd that dies while a set waits leaves its places within
+	// 1.6 s, and nothing held past the set's TTL.
+	//
+	// `mode` is `exclusive` (the default); `shared` sets, a `session` and
+	// a lock-delay are not offered for sets yet (400). With API keys
+	// limited to prefixes, every key must be under one of them (403). A
+	// server in Redlock mode answers 501 `unsupported`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+	AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseLockSetWithBody Release every lease of a lock set.
+	//
+	// Releases every key the set still holds, by its token alone, and
+	// forgets the set; `released` counts the keys it still held. 409
+	// `lease_lost` when the set is gone.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+	ReleaseLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseLockSet Release every lease of a lock set.
+	//
+	// Releases every key the set still holds, by its token alone, and
+	// forgets the set; `released` counts the keys it still held. 409
+	// `lease_lost` when the set is gone.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+	ReleaseLockSet(ctx context.Context, body ReleaseLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLockSetWithBody Extend every lease of a lock set.
+	//
+	// Sets every key's expiry to now + `ttl_ms` (default the set's own
+	// TTL), by the set's token alone: lockd keeps the set's keys under a
+	// hash of its token for as long as the set lives. 409 `lease_lost`
+	// when the set is gone; when one of its keys was lost (broken or
+	// lapsed) the set ends: its other keys are released, and the answer
+	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+	RenewLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLockSet Extend every lease of a lock set.
+	//
+	// Sets every key's expiry to now + `ttl_ms` (default the set's own
+	// TTL), by the set's token alone: lockd keeps the set's keys under a
+	// hash of its token for as long as the set lives. 409 `lease_lost`
+	// when the set is gone; when one of its keys was lost (broken or
+	// lapsed) the set ends: its other keys are released, and the answer
+	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+	RenewLockSet(ctx context.Context, body RenewLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLocks List live locks, paged.
 	//
@@ -3404,6 +3611,178 @@ func (c *Client) Resign(ctx context.Context, key ElectionKey, body ResignJSONReq
 // Corresponds with GET /v1/events (the `StreamEvents` operationId).
 func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStreamEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireLockSetWithBody Take several locks all or nothing, with one token.
+//
+// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+// exclusively, or none of them. Each key gets an ordinary exclusive
+// lease with its own fence, the same token and TTL for all, marked as
+// part of a set (`set`: the set's size) in its state, history and
+// events. A key that is not free answers the 409 a lone acquire of it
+// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+// `key` and its holder, and none of the set's keys is taken.
+//
+// With `wait_ms` > 0 the request waits. Every set takes its keys in
+// one order (by Cluster slot, then by name), waiting first in each
+// key's queue in turn, so two sets never wait for each other ({a, b}
+// and {b, a} both complete), and a set waiting on a key is served in
+// its turn, ahead of requests that came after it. While it waits, a
+// set holds none of its keys: its places in the queues are waiters,
+// shown in each key's `queue`, and a release never hands one key of a
+// set over alone. On a Cluster the keys may be in different slots.
+// A lockd that dies while a set waits leaves its places within
+// 1.6 s, and nothing held past the set's TTL.
+//
+// `mode` is `exclusive` (the default); `shared` sets, a `session` and
+// a lock-delay are not offered for sets yet (400). With API keys
+// limited to prefixes, every key must be under one of them (403). A
+// server in Redlock mode answers 501 `unsupported`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+func (c *Client) AcquireLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireLockSetRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireLockSet Take several locks all or nothing, with one token.
+//
+// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+// exclusively, or none of them. Each key gets an ordinary exclusive
+// lease with its own fence, the same token and TTL for all, marked as
+// part of a set (`set`: the set's size) in its state, history and
+// events. A key that is not free answers the 409 a lone acquire of it
+// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+// `key` and its holder, and none of the set's keys is taken.
+//
+// With `wait_ms` > 0 the request waits. Every set takes its keys in
+// one order (by Cluster slot, then by name), waiting first in each
+// key's queue in turn, so two sets never wait for each other ({a, b}
+// and {b, a} both complete), and a set waiting on a key is served in
+// its turn, ahead of requests that came after it. While it waits, a
+// set holds none of its keys: its places in the queues are waiters,
+// shown in each key's `queue`, and a release never hands one key of a
+// set over alone. On a Cluster the keys may be in different slots.
+// A lockd that dies while a set waits leaves its places within
+// 1.6 s, and nothing held past the set's TTL.
+//
+// `mode` is `exclusive` (the default); `shared` sets, a `session` and
+// a lock-delay are not offered for sets yet (400). With API keys
+// limited to prefixes, every key must be under one of them (403). A
+// server in Redlock mode answers 501 `unsupported`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+func (c *Client) AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireLockSetRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseLockSetWithBody Release every lease of a lock set.
+//
+// Releases every key the set still holds, by its token alone, and
+// forgets the set; `released` counts the keys it still held. 409
+// `lease_lost` when the set is gone.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+func (c *Client) ReleaseLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseLockSetRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseLockSet Release every lease of a lock set.
+//
+// Releases every key the set still holds, by its token alone, and
+// forgets the set; `released` counts the keys it still held. 409
+// `lease_lost` when the set is gone.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+func (c *Client) ReleaseLockSet(ctx context.Context, body ReleaseLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseLockSetRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLockSetWithBody Extend every lease of a lock set.
+//
+// Sets every key's expiry to now + `ttl_ms` (default the set's own
+// TTL), by the set's token alone: lockd keeps the set's keys under a
+// hash of its token for as long as the set lives. 409 `lease_lost`
+// when the set is gone; when one of its keys was lost (broken or
+// lapsed) the set ends: its other keys are released, and the answer
+// is 409 `lease_lost`. Stop the protected work.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+func (c *Client) RenewLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLockSetRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLockSet Extend every lease of a lock set.
+//
+// Sets every key's expiry to now + `ttl_ms` (default the set's own
+// TTL), by the set's token alone: lockd keeps the set's keys under a
+// hash of its token for as long as the set lives. 409 `lease_lost`
+// when the set is gone; when one of its keys was lost (broken or
+// lapsed) the set ends: its other keys are released, and the answer
+// is 409 `lease_lost`. Stop the protected work.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+func (c *Client) RenewLockSet(ctx context.Context, body RenewLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLockSetRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5056,6 +5435,126 @@ func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Re
 	return req, nil
 }
 
+// NewAcquireLockSetRequest calls the generic AcquireLockSet builder with application/json body
+func NewAcquireLockSetRequest(server string, body AcquireLockSetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcquireLockSetRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAcquireLockSetRequestWithBody constructs an http.Request for the AcquireLockSet method, with any body, and a specified content type
+func NewAcquireLockSetRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lock-sets/acquire")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReleaseLockSetRequest calls the generic ReleaseLockSet builder with application/json body
+func NewReleaseLockSetRequest(server string, body ReleaseLockSetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReleaseLockSetRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewReleaseLockSetRequestWithBody constructs an http.Request for the ReleaseLockSet method, with any body, and a specified content type
+func NewReleaseLockSetRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lock-sets/release")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRenewLockSetRequest calls the generic RenewLockSet builder with application/json body
+func NewRenewLockSetRequest(server string, body RenewLockSetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewLockSetRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRenewLockSetRequestWithBody constructs an http.Request for the RenewLockSet method, with any body, and a specified content type
+func NewRenewLockSetRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lock-sets/renew")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListLocksRequest constructs an http.Request for the ListLocks method
 func NewListLocksRequest(server string, params *ListLocksParams) (*http.Request, error) {
 	var err error
@@ -6568,6 +7067,118 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
 	StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
+	// AcquireLockSetWithBodyWithResponse Take several locks all or nothing, with one token.
+	//
+	// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+	// exclusively, or none of them. Each key gets an ordinary exclusive
+	// lease with its own fence, the same token and TTL for all, marked as
+	// part of a set (`set`: the set's size) in its state, history and
+	// events. A key that is not free answers the 409 a lone acquire of it
+	// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+	// `key` and its holder, and none of the set's keys is taken.
+	//
+	// With `wait_ms` > 0 the request waits. Every set takes its keys in
+	// one order (by Cluster slot, then by name), waiting first in each
+	// key's queue in turn, so two sets never wait for each other ({a, b}
+	// and {b, a} both complete), and a set waiting on a key is served in
+	// its turn, ahead of requests that came after it. While it waits, a
+	// set holds none of its keys: its places in the queues are waiters,
+	// shown in each key's `queue`, and a release never hands one key of a
+	// set over alone. On a Cluster the keys may be in different slots.
+	// A lockd that dies while a set waits leaves its places within
+	// 1.6 s, and nothing held past the set's TTL.
+	//
+	// `mode` is `exclusive` (the default); `shared` sets, a `session` and
+	// a lock-delay are not offered for sets yet (400). With API keys
+	// limited to prefixes, every key must be under one of them (403). A
+	// server in Redlock mode answers 501 `unsupported`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+	AcquireLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error)
+
+	// AcquireLockSetWithResponse Take several locks all or nothing, with one token.
+	//
+	// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+	// exclusively, or none of them. Each key gets an ordinary exclusive
+	// lease with its own fence, the same token and TTL for all, marked as
+	// part of a set (`set`: the set's size) in its state, history and
+	// events. A key that is not free answers the 409 a lone acquire of it
+	// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+	// `key` and its holder, and none of the set's keys is taken.
+	//
+	// With `wait_ms` > 0 the request waits. Every set takes its keys in
+	// one order (by Cluster slot, then by name), waiting first in each
+	// key's queue in turn, so two sets never wait for each other ({a, b}
+	// and {b, a} both complete), and a set waiting on a key is served in
+	// its turn, ahead of requests that came after it. While it waits, a
+	// set holds none of its keys: its places in the queues are waiters,
+	// shown in each key's `queue`, and a release never hands one key of a
+	// set over alone. On a Cluster the keys may be in different slots.
+	// A lockd that dies while a set waits leaves its places within
+	// 1.6 s, and nothing held past the set's TTL.
+	//
+	// `mode` is `exclusive` (the default); `shared` sets, a `session` and
+	// a lock-delay are not offered for sets yet (400). With API keys
+	// limited to prefixes, every key must be under one of them (403). A
+	// server in Redlock mode answers 501 `unsupported`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+	AcquireLockSetWithResponse(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error)
+
+	// ReleaseLockSetWithBodyWithResponse Release every lease of a lock set.
+	//
+	// Releases every key the set still holds, by its token alone, and
+	// forgets the set; `released` counts the keys it still held. 409
+	// `lease_lost` when the set is gone.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+	ReleaseLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseLockSetResponse, error)
+
+	// ReleaseLockSetWithResponse Release every lease of a lock set.
+	//
+	// Releases every key the set still holds, by its token alone, and
+	// forgets the set; `released` counts the keys it still held. 409
+	// `lease_lost` when the set is gone.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+	ReleaseLockSetWithResponse(ctx context.Context, body ReleaseLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseLockSetResponse, error)
+
+	// RenewLockSetWithBodyWithResponse Extend every lease of a lock set.
+	//
+	// Sets every key's expiry to now + `ttl_ms` (default the set's own
+	// TTL), by the set's token alone: lockd keeps the set's keys under a
+	// hash of its token for as long as the set lives. 409 `lease_lost`
+	// when the set is gone; when one of its keys was lost (broken or
+	// lapsed) the set ends: its other keys are released, and the answer
+	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+	RenewLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLockSetResponse, error)
+
+	// RenewLockSetWithResponse Extend every lease of a lock set.
+	//
+	// Sets every key's expiry to now + `ttl_ms` (default the set's own
+	// TTL), by the set's token alone: lockd keeps the set's keys under a
+	// hash of its token for as long as the set lives. 409 `lease_lost`
+	// when the set is gone; when one of its keys was lost (broken or
+	// lapsed) the set ends: its other keys are released, and the answer
+	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+	RenewLockSetWithResponse(ctx context.Context, body RenewLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockSetResponse, error)
 
 	// ListLocksWithResponse List live locks, paged.
 	//
@@ -8749,6 +9360,402 @@ func (r StreamEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StreamEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcquireLockSetResponse401Headers the declared response headers of an HTTP 401 response for AcquireLockSet
+type AcquireLockSetResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// AcquireLockSetResponse409Headers the declared response headers of an HTTP 409 response for AcquireLockSet
+type AcquireLockSetResponse409Headers struct {
+	RetryAfter *int
+}
+
+// AcquireLockSetResponse429Headers the declared response headers of an HTTP 429 response for AcquireLockSet
+type AcquireLockSetResponse429Headers struct {
+	RetryAfter int
+}
+
+// AcquireLockSetResponse503Headers the declared response headers of an HTTP 503 response for AcquireLockSet
+type AcquireLockSetResponse503Headers struct {
+	RetryAfter int
+}
+
+type AcquireLockSetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockSet
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotImplemented
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireLockSetResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AcquireLockSetResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquireLockSetResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquireLockSetResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcquireLockSetResponse) GetJSON200() *LockSet {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON501() *NotImplemented {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AcquireLockSetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcquireLockSetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcquireLockSetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcquireLockSetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseLockSetResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLockSet
+type ReleaseLockSetResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ReleaseLockSetResponse409Headers the declared response headers of an HTTP 409 response for ReleaseLockSet
+type ReleaseLockSetResponse409Headers struct {
+	RetryAfter *int
+}
+
+// ReleaseLockSetResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLockSet
+type ReleaseLockSetResponse429Headers struct {
+	RetryAfter int
+}
+
+// ReleaseLockSetResponse503Headers the declared response headers of an HTTP 503 response for ReleaseLockSet
+type ReleaseLockSetResponse503Headers struct {
+	RetryAfter int
+}
+
+type ReleaseLockSetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockSetReleaseResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotImplemented
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseLockSetResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReleaseLockSetResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseLockSetResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseLockSetResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseLockSetResponse) GetJSON200() *LockSetReleaseResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON501() *NotImplemented {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseLockSetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseLockSetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseLockSetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseLockSetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewLockSetResponse401Headers the declared response headers of an HTTP 401 response for RenewLockSet
+type RenewLockSetResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// RenewLockSetResponse409Headers the declared response headers of an HTTP 409 response for RenewLockSet
+type RenewLockSetResponse409Headers struct {
+	RetryAfter *int
+}
+
+// RenewLockSetResponse429Headers the declared response headers of an HTTP 429 response for RenewLockSet
+type RenewLockSetResponse429Headers struct {
+	RetryAfter int
+}
+
+// RenewLockSetResponse503Headers the declared response headers of an HTTP 503 response for RenewLockSet
+type RenewLockSetResponse503Headers struct {
+	RetryAfter int
+}
+
+type RenewLockSetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockSet
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotImplemented
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewLockSetResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RenewLockSetResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewLockSetResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewLockSetResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewLockSetResponse) GetJSON200() *LockSet {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON501() *NotImplemented {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewLockSetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewLockSetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewLockSetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewLockSetResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11885,6 +12892,154 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, para
 	return ParseStreamEventsResponse(rsp)
 }
 
+// AcquireLockSetWithBodyWithResponse Take several locks all or nothing, with one token.
+//
+// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+// exclusively, or none of them. Each key gets an ordinary exclusive
+// lease with its own fence, the same token and TTL for all, marked as
+// part of a set (`set`: the set's size) in its state, history and
+// events. A key that is not free answers the 409 a lone acquire of it
+// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+// `key` and its holder, and none of the set's keys is taken.
+//
+// With `wait_ms` > 0 the request waits. Every set takes its keys in
+// one order (by Cluster slot, then by name), waiting first in each
+// key's queue in turn, so two sets never wait for each other ({a, b}
+// and {b, a} both complete), and a set waiting on a key is served in
+// its turn, ahead of requests that came after it. While it waits, a
+// set holds none of its keys: its places in the queues are waiters,
+// shown in each key's `queue`, and a release never hands one key of a
+// set over alone. On a Cluster the keys may be in different slots.
+// A lockd that dies while a set waits leaves its places within
+// 1.6 s, and nothing held past the set's TTL.
+//
+// `mode` is `exclusive` (the default); `shared` sets, a `session` and
+// a lock-delay are not offered for sets yet (400). With API keys
+// limited to prefixes, every key must be under one of them (403). A
+// server in Redlock mode answers 501 `unsupported`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+func (c *ClientWithResponses) AcquireLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error) {
+	rsp, err := c.AcquireLockSetWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireLockSetResponse(rsp)
+}
+
+// AcquireLockSetWithResponse Take several locks all or nothing, with one token.
+//
+// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+// exclusively, or none of them. Each key gets an ordinary exclusive
+// lease with its own fence, the same token and TTL for all, marked as
+// part of a set (`set`: the set's size) in its state, history and
+// events. A key that is not free answers the 409 a lone acquire of it
+// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+// `key` and its holder, and none of the set's keys is taken.
+//
+// With `wait_ms` > 0 the request waits. Every set takes its keys in
+// one order (by Cluster slot, then by name), waiting first in each
+// key's queue in turn, so two sets never wait for each other ({a, b}
+// and {b, a} both complete), and a set waiting on a key is served in
+// its turn, ahead of requests that came after it. While it waits, a
+// set holds none of its keys: its places in the queues are waiters,
+// shown in each key's `queue`, and a release never hands one key of a
+// set over alone. On a Cluster the keys may be in different slots.
+// A lockd that dies while a set waits leaves its places within
+// 1.6 s, and nothing held past the set's TTL.
+//
+// `mode` is `exclusive` (the default); `shared` sets, a `session` and
+// a lock-delay are not offered for sets yet (400). With API keys
+// limited to prefixes, every key must be under one of them (403). A
+// server in Redlock mode answers 501 `unsupported`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+func (c *ClientWithResponses) AcquireLockSetWithResponse(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error) {
+	rsp, err := c.AcquireLockSet(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireLockSetResponse(rsp)
+}
+
+// ReleaseLockSetWithBodyWithResponse Release every lease of a lock set.
+//
+// Releases every key the set still holds, by its token alone, and
+// forgets the set; `released` counts the keys it still held. 409
+// `lease_lost` when the set is gone.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+func (c *ClientWithResponses) ReleaseLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseLockSetResponse, error) {
+	rsp, err := c.ReleaseLockSetWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseLockSetResponse(rsp)
+}
+
+// ReleaseLockSetWithResponse Release every lease of a lock set.
+//
+// Releases every key the set still holds, by its token alone, and
+// forgets the set; `released` counts the keys it still held. 409
+// `lease_lost` when the set is gone.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+func (c *ClientWithResponses) ReleaseLockSetWithResponse(ctx context.Context, body ReleaseLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseLockSetResponse, error) {
+	rsp, err := c.ReleaseLockSet(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseLockSetResponse(rsp)
+}
+
+// RenewLockSetWithBodyWithResponse Extend every lease of a lock set.
+//
+// Sets every key's expiry to now + `ttl_ms` (default the set's own
+// TTL), by the set's token alone: lockd keeps the set's keys under a
+// hash of its token for as long as the set lives. 409 `lease_lost`
+// when the set is gone; when one of its keys was lost (broken or
+// lapsed) the set ends: its other keys are released, and the answer
+// is 409 `lease_lost`. Stop the protected work.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+func (c *ClientWithResponses) RenewLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLockSetResponse, error) {
+	rsp, err := c.RenewLockSetWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLockSetResponse(rsp)
+}
+
+// RenewLockSetWithResponse Extend every lease of a lock set.
+//
+// Sets every key's expiry to now + `ttl_ms` (default the set's own
+// TTL), by the set's token alone: lockd keeps the set's keys under a
+// hash of its token for as long as the set lives. 409 `lease_lost`
+// when the set is gone; when one of its keys was lost (broken or
+// lapsed) the set ends: its other keys are released, and the answer
+// is 409 `lease_lost`. Stop the protected work.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+func (c *ClientWithResponses) RenewLockSetWithResponse(ctx context.Context, body RenewLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockSetResponse, error) {
+	rsp, err := c.RenewLockSet(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLockSetResponse(rsp)
+}
+
 // ListLocksWithResponse List live locks, paged.
 //
 // Walks Redis with `SCAN`, never `KEYS`. Every lock that stays live for
@@ -14210,6 +15365,402 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers StreamEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAcquireLockSetResponse parses an HTTP response from a AcquireLockSetWithResponse call
+func ParseAcquireLockSetResponse(rsp *http.Response) (*AcquireLockSetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcquireLockSetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockSet
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AcquireLockSetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers AcquireLockSetResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquireLockSetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquireLockSetResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseLockSetResponse parses an HTTP response from a ReleaseLockSetWithResponse call
+func ParseReleaseLockSetResponse(rsp *http.Response) (*ReleaseLockSetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseLockSetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockSetReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReleaseLockSetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers ReleaseLockSetResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseLockSetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseLockSetResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewLockSetResponse parses an HTTP response from a RenewLockSetWithResponse call
+func ParseRenewLockSetResponse(rsp *http.Response) (*RenewLockSetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewLockSetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockSet
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RenewLockSetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers RenewLockSetResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewLockSetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewLockSetResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -16881,6 +18432,15 @@ type ServerInterface interface {
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	// (GET /v1/events)
 	StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams)
+	// AcquireLockSet Take several locks all or nothing, with one token.
+	// (POST /v1/lock-sets/acquire)
+	AcquireLockSet(w http.ResponseWriter, r *http.Request)
+	// ReleaseLockSet Release every lease of a lock set.
+	// (POST /v1/lock-sets/release)
+	ReleaseLockSet(w http.ResponseWriter, r *http.Request)
+	// RenewLockSet Extend every lease of a lock set.
+	// (POST /v1/lock-sets/renew)
+	RenewLockSet(w http.ResponseWriter, r *http.Request)
 	// ListLocks List live locks, paged.
 	// (GET /v1/locks)
 	ListLocks(w http.ResponseWriter, r *http.Request, params ListLocksParams)
@@ -17049,6 +18609,24 @@ func (_ Unimplemented) Resign(w http.ResponseWriter, r *http.Request, key Electi
 // StreamEvents Follow every lifecycle event, as server-sent events.
 // (GET /v1/events)
 func (_ Unimplemented) StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AcquireLockSet Take several locks all or nothing, with one token.
+// (POST /v1/lock-sets/acquire)
+func (_ Unimplemented) AcquireLockSet(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ReleaseLockSet Release every lease of a lock set.
+// (POST /v1/lock-sets/release)
+func (_ Unimplemented) ReleaseLockSet(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RenewLockSet Extend every lease of a lock set.
+// (POST /v1/lock-sets/renew)
+func (_ Unimplemented) RenewLockSet(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -17685,6 +19263,48 @@ func (siw *ServerInterfaceWrapper) StreamEvents(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.StreamEvents(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AcquireLockSet operation middleware
+func (siw *ServerInterfaceWrapper) AcquireLockSet(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AcquireLockSet(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReleaseLockSet operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseLockSet(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseLockSet(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RenewLockSet operation middleware
+func (siw *ServerInterfaceWrapper) RenewLockSet(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RenewLockSet(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -18593,6 +20213,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/locks/{key}/history", wrapper.GetLockHistory)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lock-sets/acquire", wrapper.AcquireLockSet)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lock-sets/renew", wrapper.RenewLockSet)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lock-sets/release", wrapper.ReleaseLockSet)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/semaphores/{key}/acquire", wrapper.AcquireSemaphore)
 	})
 	r.Group(func(r chi.Router) {
@@ -18713,6 +20342,8 @@ type MethodNotAllowedApplicationProblemPlusJSONResponse struct {
 type NoSuchEndpointApplicationProblemPlusJSONResponse Problem
 
 type NotFoundApplicationProblemPlusJSONResponse Problem
+
+type NotImplementedApplicationProblemPlusJSONResponse Problem
 
 type PayloadTooLargeApplicationProblemPlusJSONResponse Problem
 
@@ -20782,6 +22413,522 @@ type StreamEvents503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response StreamEvents503ApplicationProblemPlusJSONResponse) VisitStreamEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSetRequestObject struct {
+	Body *AcquireLockSetJSONRequestBody
+}
+
+type AcquireLockSetResponseObject interface {
+	VisitAcquireLockSetResponse(w http.ResponseWriter) error
+}
+
+type AcquireLockSet200JSONResponse LockSet
+
+func (response AcquireLockSet200JSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet400ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet401ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet403ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet409ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet413ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet415ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet429ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet501ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet503ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSetRequestObject struct {
+	Body *ReleaseLockSetJSONRequestBody
+}
+
+type ReleaseLockSetResponseObject interface {
+	VisitReleaseLockSetResponse(w http.ResponseWriter) error
+}
+
+type ReleaseLockSet200JSONResponse LockSetReleaseResult
+
+func (response ReleaseLockSet200JSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet400ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet401ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet403ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet409ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet413ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet415ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet429ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet501ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet503ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSetRequestObject struct {
+	Body *RenewLockSetJSONRequestBody
+}
+
+type RenewLockSetResponseObject interface {
+	VisitRenewLockSetResponse(w http.ResponseWriter) error
+}
+
+type RenewLockSet200JSONResponse LockSet
+
+func (response RenewLockSet200JSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet400ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet401ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet403ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet409ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet413ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet415ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet429ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet501ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet503ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -24224,6 +26371,15 @@ type StrictServerInterface interface {
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	// (GET /v1/events)
 	StreamEvents(ctx context.Context, request StreamEventsRequestObject) (StreamEventsResponseObject, error)
+	// AcquireLockSet Take several locks all or nothing, with one token.
+	// (POST /v1/lock-sets/acquire)
+	AcquireLockSet(ctx context.Context, request AcquireLockSetRequestObject) (AcquireLockSetResponseObject, error)
+	// ReleaseLockSet Release every lease of a lock set.
+	// (POST /v1/lock-sets/release)
+	ReleaseLockSet(ctx context.Context, request ReleaseLockSetRequestObject) (ReleaseLockSetResponseObject, error)
+	// RenewLockSet Extend every lease of a lock set.
+	// (POST /v1/lock-sets/renew)
+	RenewLockSet(ctx context.Context, request RenewLockSetRequestObject) (RenewLockSetResponseObject, error)
 	// ListLocks List live locks, paged.
 	// (GET /v1/locks)
 	ListLocks(ctx context.Context, request ListLocksRequestObject) (ListLocksResponseObject, error)
@@ -24802,6 +26958,99 @@ func (sh *strictHandler) StreamEvents(w http.ResponseWriter, r *http.Request, pa
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(StreamEventsResponseObject); ok {
 		if err := validResponse.VisitStreamEventsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AcquireLockSet operation middleware
+func (sh *strictHandler) AcquireLockSet(w http.ResponseWriter, r *http.Request) {
+	var request AcquireLockSetRequestObject
+
+	var body AcquireLockSetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AcquireLockSet(ctx, request.(AcquireLockSetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AcquireLockSet")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AcquireLockSetResponseObject); ok {
+		if err := validResponse.VisitAcquireLockSetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReleaseLockSet operation middleware
+func (sh *strictHandler) ReleaseLockSet(w http.ResponseWriter, r *http.Request) {
+	var request ReleaseLockSetRequestObject
+
+	var body ReleaseLockSetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReleaseLockSet(ctx, request.(ReleaseLockSetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReleaseLockSet")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReleaseLockSetResponseObject); ok {
+		if err := validResponse.VisitReleaseLockSetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RenewLockSet operation middleware
+func (sh *strictHandler) RenewLockSet(w http.ResponseWriter, r *http.Request) {
+	var request RenewLockSetRequestObject
+
+	var body RenewLockSetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RenewLockSet(ctx, request.(RenewLockSetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RenewLockSet")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RenewLockSetResponseObject); ok {
+		if err := validResponse.VisitRenewLockSetResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -93,8 +93,9 @@ func (e *SetInputError) Error() string { return "lock: lock set: " + e.Field + "
 // ErrNoLockSets is Redlock's ErrUnsupported for lock sets.
 var ErrNoLockSets = fmt.Errorf("%w: Redlock has no lock sets", ErrUnsupported)
 
-// checkSet refuses a request that is not a lock set lockd can take.
-func checkSet(req SetRequest) error {
+// CheckSet refuses a request that is not a lock set lockd can take: a
+// *SetInputError naming the field.
+func CheckSet(req SetRequest) error {
 	if n := len(req.Keys); n < MinSetKeys || n > MaxSetKeys {
 		return &SetInputError{Field: "keys", Reason: fmt.Sprintf("a lock set has %d … %d keys, not %d", MinSetKeys, MaxSetKeys, n)}
 	}
@@ -241,7 +242,7 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 // waits, first in each key's queue in turn, holding none of them until it
 // holds all.
 func (e *Engine) AcquireSet(ctx context.Context, req SetRequest) (SetLease, error) {
-	if err := checkSet(req); err != nil {
+	if err := CheckSet(req); err != nil {
 		return SetLease{}, err
 	}
 	token, err := newToken()

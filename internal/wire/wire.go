@@ -70,6 +70,9 @@ func StateOf(s lock.State) api.LockState {
 	}
 	out.Value = valueOf(s.Value)
 	out.ReleaseRequested = releaseRequestedOf(s.ReleaseRequested)
+	if s.Set > 0 {
+		out.Set = ptr(s.Set)
+	}
 	holders := s.Holders
 	if len(holders) == 0 {
 		// An engine that lists no holders (Redlock) has one: the one
@@ -101,10 +104,14 @@ func LockEventOf(c lock.Change) api.LockEvent {
 	case lock.KindElection:
 		kind = api.LockEventKindElection
 	}
-	return api.LockEvent{
+	out := api.LockEvent{
 		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: c.Resource.Name, At: c.At,
 		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
 	}
+	if c.Set > 0 {
+		out.Set = ptr(c.Set)
+	}
+	return out
 }
 
 // EventOf is an event of a key's history on the wire; a renewal carries
@@ -119,6 +126,9 @@ func EventOf(e lock.Event) api.Event {
 	}
 	if e.TraceID != "" {
 		out.TraceId = ptr(e.TraceID)
+	}
+	if e.Set > 0 {
+		out.Set = ptr(e.Set)
 	}
 	return out
 }
