@@ -466,10 +466,11 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	l := SetLease{Token: token, Owner: r.Owner, TTL: ttl}
 	for _, k := range r.Keys {
 		kl, err := e.n.renewBy(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor}, false)
+		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+			_, _ = e.ReleaseSet(context.WithoutCancel(ctx), token, actor)
+			return SetLease{}, fmt.Errorf("%w: the set's key %s: %w", ErrLeaseLost, k, err)
+		}
 		if err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				_, _ = e.ReleaseSet(context.WithoutCancel(ctx), token, actor)
-			}
 			return SetLease{}, err
 		}
 		l.Leases = append(l.Leases, SetKey{Key: k, Fence: kl.Fence})
@@ -501,7 +502,7 @@ func (e *Engine) ReleaseSet(ctx context.Context, token, actor string) (int, erro
 		switch {
 		case err == nil:
 			held++
-		case errors.Is(err, ErrLeaseLost):
+		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
 		default:
 			first = cmp.Or(first, err)
 		}
