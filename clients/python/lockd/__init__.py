@@ -75,6 +75,7 @@ from .errors import (
     UnsupportedMediaType,
 )
 from .lease import Lease
+from .lockset import LockSet
 from .observe import Observer
 from .session import Session
 
@@ -84,6 +85,7 @@ __all__ = [
     "Client",
     "Elections",
     "Lease",
+    "LockSet",
     "LeaseContext",
     "Observer",
     "Semaphores",
