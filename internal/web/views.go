@@ -51,6 +51,9 @@ type lockRow struct {
 	Mode string
 	// Holders counts the live grants; the fields above describe the newest.
 	Holders int
+	// Set is the size of the lock set the holder took the key with (0:
+	// a lone grant).
+	Set int
 }
 
 // holderRow is one holder of a key: a lock's exclusive holder, one of its
@@ -549,6 +552,7 @@ func newLockRow(s lock.State) lockRow {
 		ForceURL:  forceURL(s.Resource.Name),
 		Mode:      modeOf(s, lock.Exclusive),
 		Holders:   max(s.HoldersTotal, len(holdersOf(s, lock.Exclusive))),
+		Set:       s.Set,
 	}
 	if r.Renewed {
 		r.LastRenewal = ago(s.RenewedAt, now)
