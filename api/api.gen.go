@@ -247,6 +247,24 @@ func (e LockMode) Valid() bool {
 	}
 }
 
+// Defines values for LockSetHoldGrantEventEvent.
+const (
+	SetHoldAcquired LockSetHoldGrantEventEvent = "acquired"
+	SetHoldRenewed  LockSetHoldGrantEventEvent = "renewed"
+)
+
+// Valid indicates whether the value is a known member of the LockSetHoldGrantEventEvent enum.
+func (e LockSetHoldGrantEventEvent) Valid() bool {
+	switch e {
+	case SetHoldAcquired:
+		return true
+	case SetHoldRenewed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ObserveEventEvent.
 const (
 	ObserveLeader     ObserveEventEvent = "leader"
@@ -905,6 +923,20 @@ type LockSet struct {
 	Token string `json:"token"`
 	TtlMs int64  `json:"ttl_ms"`
 }
+
+// LockSetHoldEvent One event of a lock set's hold stream.
+type LockSetHoldEvent struct {
+	union json.RawMessage
+}
+
+// LockSetHoldGrantEvent `acquired` (first) and `renewed`: the set, token included.
+type LockSetHoldGrantEvent struct {
+	Data  LockSet                    `json:"data"`
+	Event LockSetHoldGrantEventEvent `json:"event"`
+}
+
+// LockSetHoldGrantEventEvent defines model for LockSetHoldGrantEvent.Event.
+type LockSetHoldGrantEventEvent string
 
 // LockSetLease defines model for LockSetLease.
 type LockSetLease struct {
@@ -1575,6 +1607,9 @@ type ResignJSONRequestBody = ReleaseRequest
 // AcquireLockSetJSONRequestBody defines body for AcquireLockSet for application/json ContentType.
 type AcquireLockSetJSONRequestBody = LockSetRequest
 
+// HoldLockSetJSONRequestBody defines body for HoldLockSet for application/json ContentType.
+type HoldLockSetJSONRequestBody = LockSetRequest
+
 // ReleaseLockSetJSONRequestBody defines body for ReleaseLockSet for application/json ContentType.
 type ReleaseLockSetJSONRequestBody = ReleaseRequest
 
@@ -1910,6 +1945,93 @@ func (t LeadershipEvent) MarshalJSON() ([]byte, error) {
 }
 
 func (t *LeadershipEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsLockSetHoldGrantEvent returns the union data inside the LockSetHoldEvent as a LockSetHoldGrantEvent
+func (t LockSetHoldEvent) AsLockSetHoldGrantEvent() (LockSetHoldGrantEvent, error) {
+	var body LockSetHoldGrantEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromLockSetHoldGrantEvent overwrites any union data inside the LockSetHoldEvent as the provided LockSetHoldGrantEvent
+func (t *LockSetHoldEvent) FromLockSetHoldGrantEvent(v LockSetHoldGrantEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeLockSetHoldGrantEvent performs a merge with any union data inside the LockSetHoldEvent, using the provided LockSetHoldGrantEvent
+func (t *LockSetHoldEvent) MergeLockSetHoldGrantEvent(v LockSetHoldGrantEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsHoldLostEvent returns the union data inside the LockSetHoldEvent as a HoldLostEvent
+func (t LockSetHoldEvent) AsHoldLostEvent() (HoldLostEvent, error) {
+	var body HoldLostEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHoldLostEvent overwrites any union data inside the LockSetHoldEvent as the provided HoldLostEvent
+func (t *LockSetHoldEvent) FromHoldLostEvent(v HoldLostEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHoldLostEvent performs a merge with any union data inside the LockSetHoldEvent, using the provided HoldLostEvent
+func (t *LockSetHoldEvent) MergeHoldLostEvent(v HoldLostEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t LockSetHoldEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t LockSetHoldEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "acquired":
+		return t.AsLockSetHoldGrantEvent()
+	case "lost":
+		return t.AsHoldLostEvent()
+	case "renewed":
+		return t.AsLockSetHoldGrantEvent()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t LockSetHoldEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *LockSetHoldEvent) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -2476,6 +2598,42 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
 	AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HoldLockSetWithBody Take a lock set and keep it renewed while the connection stays open.
+	//
+	// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+	// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+	// `acquired` (data: the set, token included), `renewed` (the set,
+	// each time the server renews every key on the client's behalf,
+	// every ttl/3) and `lost` (a problem body, when one of the set's
+	// keys was broken or lapsed, or the server shuts down; the stream
+	// ends after it). When the client disconnects, the server releases
+	// every key at once. If the acquire fails the answer is the same
+	// problem+json as acquire, not a stream. Holds count against
+	// `--max-holds`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+	HoldLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+	//
+	// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+	// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+	// `acquired` (data: the set, token included), `renewed` (the set,
+	// each time the server renews every key on the client's behalf,
+	// every ttl/3) and `lost` (a problem body, when one of the set's
+	// keys was broken or lapsed, or the server shuts down; the stream
+	// ends after it). When the client disconnects, the server releases
+	// every key at once. If the acquire fails the answer is the same
+	// problem+json as acquire, not a stream. Holds count against
+	// `--max-holds`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+	HoldLockSet(ctx context.Context, body HoldLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleaseLockSetWithBody Release every lease of a lock set.
 	//
@@ -3693,6 +3851,62 @@ func (c *Client) AcquireLockSetWithBody(ctx context.Context, contentType string,
 // Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
 func (c *Client) AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAcquireLockSetRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HoldLockSetWithBody Take a lock set and keep it renewed while the connection stays open.
+//
+// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+// `acquired` (data: the set, token included), `renewed` (the set,
+// each time the server renews every key on the client's behalf,
+// every ttl/3) and `lost` (a problem body, when one of the set's
+// keys was broken or lapsed, or the server shuts down; the stream
+// ends after it). When the client disconnects, the server releases
+// every key at once. If the acquire fails the answer is the same
+// problem+json as acquire, not a stream. Holds count against
+// `--max-holds`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+func (c *Client) HoldLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHoldLockSetRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+//
+// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+// `acquired` (data: the set, token included), `renewed` (the set,
+// each time the server renews every key on the client's behalf,
+// every ttl/3) and `lost` (a problem body, when one of the set's
+// keys was broken or lapsed, or the server shuts down; the stream
+// ends after it). When the client disconnects, the server releases
+// every key at once. If the acquire fails the answer is the same
+// problem+json as acquire, not a stream. Holds count against
+// `--max-holds`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+func (c *Client) HoldLockSet(ctx context.Context, body HoldLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHoldLockSetRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5475,6 +5689,46 @@ func NewAcquireLockSetRequestWithBody(server string, contentType string, body io
 	return req, nil
 }
 
+// NewHoldLockSetRequest calls the generic HoldLockSet builder with application/json body
+func NewHoldLockSetRequest(server string, body HoldLockSetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewHoldLockSetRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewHoldLockSetRequestWithBody constructs an http.Request for the HoldLockSet method, with any body, and a specified content type
+func NewHoldLockSetRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lock-sets/hold")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewReleaseLockSetRequest calls the generic ReleaseLockSet builder with application/json body
 func NewReleaseLockSetRequest(server string, body ReleaseLockSetJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7129,6 +7383,42 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
 	AcquireLockSetWithResponse(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error)
+
+	// HoldLockSetWithBodyWithResponse Take a lock set and keep it renewed while the connection stays open.
+	//
+	// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+	// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+	// `acquired` (data: the set, token included), `renewed` (the set,
+	// each time the server renews every key on the client's behalf,
+	// every ttl/3) and `lost` (a problem body, when one of the set's
+	// keys was broken or lapsed, or the server shuts down; the stream
+	// ends after it). When the client disconnects, the server releases
+	// every key at once. If the acquire fails the answer is the same
+	// problem+json as acquire, not a stream. Holds count against
+	// `--max-holds`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+	HoldLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HoldLockSetResponse, error)
+
+	// HoldLockSetWithResponse Take a lock set and keep it renewed while the connection stays open.
+	//
+	// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+	// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+	// `acquired` (data: the set, token included), `renewed` (the set,
+	// each time the server renews every key on the client's behalf,
+	// every ttl/3) and `lost` (a problem body, when one of the set's
+	// keys was broken or lapsed, or the server shuts down; the stream
+	// ends after it). When the client disconnects, the server releases
+	// every key at once. If the acquire fails the answer is the same
+	// problem+json as acquire, not a stream. Holds count against
+	// `--max-holds`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+	HoldLockSetWithResponse(ctx context.Context, body HoldLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*HoldLockSetResponse, error)
 
 	// ReleaseLockSetWithBodyWithResponse Release every lease of a lock set.
 	//
@@ -9492,6 +9782,131 @@ func (r AcquireLockSetResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AcquireLockSetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HoldLockSetResponse401Headers the declared response headers of an HTTP 401 response for HoldLockSet
+type HoldLockSetResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// HoldLockSetResponse409Headers the declared response headers of an HTTP 409 response for HoldLockSet
+type HoldLockSetResponse409Headers struct {
+	RetryAfter *int
+}
+
+// HoldLockSetResponse429Headers the declared response headers of an HTTP 429 response for HoldLockSet
+type HoldLockSetResponse429Headers struct {
+	RetryAfter int
+}
+
+// HoldLockSetResponse503Headers the declared response headers of an HTTP 503 response for HoldLockSet
+type HoldLockSetResponse503Headers struct {
+	RetryAfter int
+}
+
+type HoldLockSetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotImplemented
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HoldLockSetResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *HoldLockSetResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HoldLockSetResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HoldLockSetResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON501() *NotImplemented {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r HoldLockSetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HoldLockSetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HoldLockSetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HoldLockSetResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12966,6 +13381,54 @@ func (c *ClientWithResponses) AcquireLockSetWithResponse(ctx context.Context, bo
 	return ParseAcquireLockSetResponse(rsp)
 }
 
+// HoldLockSetWithBodyWithResponse Take a lock set and keep it renewed while the connection stays open.
+//
+// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+// `acquired` (data: the set, token included), `renewed` (the set,
+// each time the server renews every key on the client's behalf,
+// every ttl/3) and `lost` (a problem body, when one of the set's
+// keys was broken or lapsed, or the server shuts down; the stream
+// ends after it). When the client disconnects, the server releases
+// every key at once. If the acquire fails the answer is the same
+// problem+json as acquire, not a stream. Holds count against
+// `--max-holds`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+func (c *ClientWithResponses) HoldLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HoldLockSetResponse, error) {
+	rsp, err := c.HoldLockSetWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHoldLockSetResponse(rsp)
+}
+
+// HoldLockSetWithResponse Take a lock set and keep it renewed while the connection stays open.
+//
+// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+// `acquired` (data: the set, token included), `renewed` (the set,
+// each time the server renews every key on the client's behalf,
+// every ttl/3) and `lost` (a problem body, when one of the set's
+// keys was broken or lapsed, or the server shuts down; the stream
+// ends after it). When the client disconnects, the server releases
+// every key at once. If the acquire fails the answer is the same
+// problem+json as acquire, not a stream. Holds count against
+// `--max-holds`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+func (c *ClientWithResponses) HoldLockSetWithResponse(ctx context.Context, body HoldLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*HoldLockSetResponse, error) {
+	rsp, err := c.HoldLockSet(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHoldLockSetResponse(rsp)
+}
+
 // ReleaseLockSetWithBodyWithResponse Release every lease of a lock set.
 //
 // Releases every key the set still holds, by its token alone, and
@@ -15497,6 +15960,131 @@ func ParseAcquireLockSetResponse(rsp *http.Response) (*AcquireLockSetResponse, e
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireLockSetResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHoldLockSetResponse parses an HTTP response from a HoldLockSetWithResponse call
+func ParseHoldLockSetResponse(rsp *http.Response) (*HoldLockSetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HoldLockSetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers HoldLockSetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers HoldLockSetResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers HoldLockSetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers HoldLockSetResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -18435,6 +19023,9 @@ type ServerInterface interface {
 	// AcquireLockSet Take several locks all or nothing, with one token.
 	// (POST /v1/lock-sets/acquire)
 	AcquireLockSet(w http.ResponseWriter, r *http.Request)
+	// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+	// (POST /v1/lock-sets/hold)
+	HoldLockSet(w http.ResponseWriter, r *http.Request)
 	// ReleaseLockSet Release every lease of a lock set.
 	// (POST /v1/lock-sets/release)
 	ReleaseLockSet(w http.ResponseWriter, r *http.Request)
@@ -18615,6 +19206,12 @@ func (_ Unimplemented) StreamEvents(w http.ResponseWriter, r *http.Request, para
 // AcquireLockSet Take several locks all or nothing, with one token.
 // (POST /v1/lock-sets/acquire)
 func (_ Unimplemented) AcquireLockSet(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+// (POST /v1/lock-sets/hold)
+func (_ Unimplemented) HoldLockSet(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -19277,6 +19874,20 @@ func (siw *ServerInterfaceWrapper) AcquireLockSet(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.AcquireLockSet(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// HoldLockSet operation middleware
+func (siw *ServerInterfaceWrapper) HoldLockSet(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.HoldLockSet(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -20220,6 +20831,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/lock-sets/release", wrapper.ReleaseLockSet)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lock-sets/hold", wrapper.HoldLockSet)
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/semaphores/{key}/acquire", wrapper.AcquireSemaphore)
@@ -22585,6 +23199,207 @@ type AcquireLockSet503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response AcquireLockSet503ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSetRequestObject struct {
+	Body *HoldLockSetJSONRequestBody
+}
+
+type HoldLockSetResponseObject interface {
+	VisitHoldLockSetResponse(w http.ResponseWriter) error
+}
+
+type HoldLockSet200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response HoldLockSet200TexteventStreamResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type HoldLockSet400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet400ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet401ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet403ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet409ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet413ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet415ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet429ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet501ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet503ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -26374,6 +27189,9 @@ type StrictServerInterface interface {
 	// AcquireLockSet Take several locks all or nothing, with one token.
 	// (POST /v1/lock-sets/acquire)
 	AcquireLockSet(ctx context.Context, request AcquireLockSetRequestObject) (AcquireLockSetResponseObject, error)
+	// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+	// (POST /v1/lock-sets/hold)
+	HoldLockSet(ctx context.Context, request HoldLockSetRequestObject) (HoldLockSetResponseObject, error)
 	// ReleaseLockSet Release every lease of a lock set.
 	// (POST /v1/lock-sets/release)
 	ReleaseLockSet(ctx context.Context, request ReleaseLockSetRequestObject) (ReleaseLockSetResponseObject, error)
@@ -26989,6 +27807,37 @@ func (sh *strictHandler) AcquireLockSet(w http.ResponseWriter, r *http.Request) 
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(AcquireLockSetResponseObject); ok {
 		if err := validResponse.VisitAcquireLockSetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// HoldLockSet operation middleware
+func (sh *strictHandler) HoldLockSet(w http.ResponseWriter, r *http.Request) {
+	var request HoldLockSetRequestObject
+
+	var body HoldLockSetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.HoldLockSet(ctx, request.(HoldLockSetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "HoldLockSet")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HoldLockSetResponseObject); ok {
+		if err := validResponse.VisitHoldLockSetResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -31,6 +31,8 @@ func NewRequestBody(operationID string) any {
 		return new(HandoverJSONRequestBody)
 	case "holdLock":
 		return new(HoldLockJSONRequestBody)
+	case "holdLockSet":
+		return new(HoldLockSetJSONRequestBody)
 	case "holdSemaphore":
 		return new(HoldSemaphoreJSONRequestBody)
 	case "proclaim":

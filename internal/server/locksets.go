@@ -80,6 +80,52 @@ func (s *Server) lockSetRequest(ctx context.Context, body *api.LockSetRequest) (
 	return set, nil
 }
 
+// HoldLockSet takes a lock set, then answers with an event stream while
+// the server renews every key every ttl/3 on the client's behalf (as a
+// lock's hold does).
+func (s *Server) HoldLockSet(ctx context.Context, r api.HoldLockSetRequestObject) (api.HoldLockSetResponseObject, error) {
+	req, err := s.lockSetRequest(ctx, r.Body)
+	if err != nil {
+		return nil, err
+	}
+	releaseHold, err := s.takeHold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set, err := s.acquireLockSet(ctx, req)
+	if err != nil {
+		releaseHold()
+		return nil, err
+	}
+	return &holdStream{s: s, ctx: ctx, h: &setHolding{s: s, set: set, actor: req.Actor}, releaseHold: releaseHold}, nil
+}
+
+// setHolding is a lock set held by a stream.
+type setHolding struct {
+	s     *Server
+	set   lock.SetLease
+	actor string
+}
+
+func (h *setHolding) first() (string, any) { return "acquired", lockSetOf(h.set) }
+
+func (h *setHolding) renew(ctx context.Context) (any, *lock.ReleaseRequest, error) {
+	next, err := h.s.engine.RenewSet(ctx, h.set.Token, h.set.TTL, h.actor)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.set = next
+	return lockSetOf(next), nil, nil
+}
+
+func (h *setHolding) release(ctx context.Context) {
+	_, _ = h.s.engine.ReleaseSet(ctx, h.set.Token, h.actor)
+}
+
+func (h *setHolding) ttl() time.Duration      { return h.set.TTL }
+func (h *setHolding) expiresAt() time.Time    { return h.set.ExpiresAt }
+func (h *setHolding) resource() lock.Resource { return lock.Resource{} }
+
 // RenewLockSet renews every lease of a set by its token.
 func (s *Server) RenewLockSet(ctx context.Context, r api.RenewLockSetRequestObject) (api.RenewLockSetResponseObject, error) {
 	if r.Body == nil {

@@ -3,12 +3,17 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 )
 
 // A lock set over HTTP: all or nothing, one token to renew and release,
@@ -124,4 +129,90 @@ func TestRedlockLockSetsUnsupported(t *testing.T) {
 			t.Fatalf("%s on Redlock: %s", path, b)
 		}
 	}
+}
+
+// A lock set's hold renews every key while the client reads, is lost when
+// one key is broken, and releases every key when the client leaves.
+func TestLockSetHold(t *testing.T) {
+	f := newFixture(t)
+	open := func(t *testing.T, ctx context.Context, body string) chan sse {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/lock-sets/hold", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+			b, _ := io.ReadAll(res.Body)
+			t.Fatalf("hold: %d %s", res.StatusCode, b)
+		}
+		events := make(chan sse, 16)
+		go readEvents(res.Body, events)
+		return events
+	}
+	next := func(t *testing.T, events chan sse) sse {
+		t.Helper()
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			return ev
+		case <-time.After(3 * time.Second):
+			t.Fatal("no event in 3 s")
+		}
+		return sse{}
+	}
+
+	t.Run("renews and releases on disconnect", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		events := open(t, ctx, `{"keys":["hh:a","hh:b"],"owner":"sh","ttl_ms":300}`)
+		ev := next(t, events)
+		var set api.LockSet
+		if ev.event != "acquired" || json.Unmarshal([]byte(ev.data), &set) != nil || set.Token == "" || len(set.Leases) != 2 {
+			t.Fatalf("first event %+v", ev)
+		}
+		for range 4 {
+			if ev := next(t, events); ev.event != "renewed" {
+				t.Fatalf("event %+v", ev)
+			}
+		}
+		st, err := f.engine.State(context.Background(), lock.Lock("hh:b"))
+		if err != nil || st.Set != 2 || st.Renewals < 4 {
+			t.Fatalf("state after 4 renewals: %+v %v", st, err)
+		}
+		cancel()
+		lockdtest.Eventually(t, func() bool {
+			_, ea := f.engine.State(context.Background(), lock.Lock("hh:a"))
+			_, eb := f.engine.State(context.Background(), lock.Lock("hh:b"))
+			return errors.Is(ea, lock.ErrNotFound) && errors.Is(eb, lock.ErrNotFound)
+		}, 5*time.Second, "the hold's keys are released")
+	})
+
+	t.Run("lost when a key is broken", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		events := open(t, ctx, `{"keys":["hh:c","hh:d"],"ttl_ms":300}`)
+		if ev := next(t, events); ev.event != "acquired" {
+			t.Fatalf("%+v", ev)
+		}
+		if _, err := f.engine.ForceReleaseFence(context.Background(), lock.Lock("hh:d"), 0, "t", "test"); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			ev := next(t, events)
+			if ev.event == "renewed" {
+				continue
+			}
+			if ev.event != "lost" || !strings.Contains(ev.data, "lease_lost") {
+				t.Fatalf("%+v", ev)
+			}
+			break
+		}
+		if _, err := f.engine.State(context.Background(), lock.Lock("hh:c")); !errors.Is(err, lock.ErrNotFound) {
+			t.Fatalf("the set's other key after the loss: %v", err)
+		}
+	})
 }
