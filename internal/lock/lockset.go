@@ -299,7 +299,13 @@ func (e *Engine) acquireSet(ctx context.Context, s *setTry) (SetLease, error) {
 		// The set's places in the queues of its keys in other buckets
 		// than the one it waits on live while this process says so.
 		alive.Do(func() { go e.keepSetAlive(s, stopAlive) })
-		if err := e.waitSet(ctx, s, s.groups[g], a.key); err != nil {
+		key := a.key
+		if key == "" {
+			// Redis did not answer (or is recovering): the hub retries
+			// with backoff, from the group's first key.
+			key = s.groups[g].keys[0]
+		}
+		if err := e.waitSet(ctx, s, s.groups[g], key); err != nil {
 			return SetLease{}, err
 		}
 	}
