@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/redistest"
 )
 
 // TestLockSets runs the lock set's guarantees on real Redis and on the
@@ -256,5 +257,80 @@ func setBadInput(t *testing.T, e lock.Service) {
 				t.Fatalf("error %q does not name %s", ie.Error(), c.field)
 			}
 		})
+	}
+}
+
+// The event stream's "acquired" of each key of a set carries the set's
+// size, and never its token.
+func TestLockSetEvents(t *testing.T) {
+	e := newEngine(t, redistest.Start(t).Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sub, err := e.Subscribe(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	s, err := e.AcquireSet(ctx, setReq("ev", "ls:ev:a", "ls:ev:b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := map[string]int{}
+	for len(marked) < 2 {
+		c, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Type == "acquired" {
+			marked[c.Resource.Name] = c.Set
+		}
+	}
+	if marked["ls:ev:a"] != 2 || marked["ls:ev:b"] != 2 {
+		t.Fatalf("acquired events: %v", marked)
+	}
+	if _, err := e.ReleaseSet(ctx, s.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lockd that dies while its set waits (first on one key, queued on the
+// other) blocks nobody past its liveness: its places lapse, and it never
+// held a key.
+func TestLockSetWaiterDies(t *testing.T) {
+	srv := redistest.Start(t)
+	b := newEngine(t, srv.Client(t))
+	doomed := srv.Client(t)
+	a := lock.New(doomed, lock.Options{})
+	t.Cleanup(func() { _ = a.Close() })
+	ctx := context.Background()
+	held := mustAcquire(t, b, lock.Lock("ls:die:2"), lock.AcquireRequest{Owner: "holder"})
+	go func() {
+		req := setReq("doomed", "ls:die:1", "ls:die:2")
+		req.Wait = 30 * time.Second
+		_, _ = a.AcquireSet(ctx, req)
+	}()
+	waitFor(t, func() bool {
+		st, err := b.State(ctx, lock.Lock("ls:die:2"))
+		return err == nil && st.Waiters == 1
+	})
+	// The set is first on ls:die:1, which nobody holds.
+	if _, err := b.Acquire(ctx, lock.Lock("ls:die:1"), lock.AcquireRequest{Owner: "lone", TTL: time.Second}); !errors.Is(err, lock.ErrQueued) {
+		t.Fatalf("a lone acquire of the key the set is first on: %v, want queued", err)
+	}
+	if _, err := b.State(ctx, lock.Lock("ls:die:1")); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("ls:die:1 while the set waits: %v", err)
+	}
+	// The set's lockd loses Redis for good: its places lapse within its
+	// liveness (1.6 s), and the lone acquire gets the key.
+	_ = doomed.Close()
+	l, err := b.Acquire(ctx, lock.Lock("ls:die:1"), lock.AcquireRequest{Owner: "lone", TTL: time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("after the set's lockd died: %v", err)
+	}
+	if _, err := b.Release(ctx, l.Resource, l.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctx, held.Resource, held.Token, "t"); err != nil {
+		t.Fatal(err)
 	}
 }
