@@ -2558,8 +2558,11 @@ type ClientInterface interface {
 	// A lockd that dies while a set waits leaves its places within
 	// 1.6 s, and nothing held past the set's TTL.
 	//
-	// `mode` is `exclusive` (the default); `shared` sets, a `session` and
-	// a lock-delay are not offered for sets yet (400). With API keys
+	// `mode` is `exclusive` (the default) or `shared`: every key held
+	// shared, beside other shared holders (an exclusive request waits for
+	// them all, and shared requests that come after a waiting exclusive
+	// one wait behind it). A `session` and a lock-delay are not offered
+	// for sets yet (400). With API keys
 	// limited to prefixes, every key must be under one of them (403). A
 	// server in Redlock mode answers 501 `unsupported`.
 	//
@@ -2589,8 +2592,11 @@ type ClientInterface interface {
 	// A lockd that dies while a set waits leaves its places within
 	// 1.6 s, and nothing held past the set's TTL.
 	//
-	// `mode` is `exclusive` (the default); `shared` sets, a `session` and
-	// a lock-delay are not offered for sets yet (400). With API keys
+	// `mode` is `exclusive` (the default) or `shared`: every key held
+	// shared, beside other shared holders (an exclusive request waits for
+	// them all, and shared requests that come after a waiting exclusive
+	// one wait behind it). A `session` and a lock-delay are not offered
+	// for sets yet (400). With API keys
 	// limited to prefixes, every key must be under one of them (403). A
 	// server in Redlock mode answers 501 `unsupported`.
 	//
@@ -3800,8 +3806,11 @@ func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, r
 // A lockd that dies while a set waits leaves its places within
 // 1.6 s, and nothing held past the set's TTL.
 //
-// `mode` is `exclusive` (the default); `shared` sets, a `session` and
-// a lock-delay are not offered for sets yet (400). With API keys
+// `mode` is `exclusive` (the default) or `shared`: every key held
+// shared, beside other shared holders (an exclusive request waits for
+// them all, and shared requests that come after a waiting exclusive
+// one wait behind it). A `session` and a lock-delay are not offered
+// for sets yet (400). With API keys
 // limited to prefixes, every key must be under one of them (403). A
 // server in Redlock mode answers 501 `unsupported`.
 //
@@ -3841,8 +3850,11 @@ func (c *Client) AcquireLockSetWithBody(ctx context.Context, contentType string,
 // A lockd that dies while a set waits leaves its places within
 // 1.6 s, and nothing held past the set's TTL.
 //
-// `mode` is `exclusive` (the default); `shared` sets, a `session` and
-// a lock-delay are not offered for sets yet (400). With API keys
+// `mode` is `exclusive` (the default) or `shared`: every key held
+// shared, beside other shared holders (an exclusive request waits for
+// them all, and shared requests that come after a waiting exclusive
+// one wait behind it). A `session` and a lock-delay are not offered
+// for sets yet (400). With API keys
 // limited to prefixes, every key must be under one of them (403). A
 // server in Redlock mode answers 501 `unsupported`.
 //
@@ -7343,8 +7355,11 @@ type ClientWithResponsesInterface interface {
 	// A lockd that dies while a set waits leaves its places within
 	// 1.6 s, and nothing held past the set's TTL.
 	//
-	// `mode` is `exclusive` (the default); `shared` sets, a `session` and
-	// a lock-delay are not offered for sets yet (400). With API keys
+	// `mode` is `exclusive` (the default) or `shared`: every key held
+	// shared, beside other shared holders (an exclusive request waits for
+	// them all, and shared requests that come after a waiting exclusive
+	// one wait behind it). A `session` and a lock-delay are not offered
+	// for sets yet (400). With API keys
 	// limited to prefixes, every key must be under one of them (403). A
 	// server in Redlock mode answers 501 `unsupported`.
 	//
@@ -7374,8 +7389,11 @@ type ClientWithResponsesInterface interface {
 	// A lockd that dies while a set waits leaves its places within
 	// 1.6 s, and nothing held past the set's TTL.
 	//
-	// `mode` is `exclusive` (the default); `shared` sets, a `session` and
-	// a lock-delay are not offered for sets yet (400). With API keys
+	// `mode` is `exclusive` (the default) or `shared`: every key held
+	// shared, beside other shared holders (an exclusive request waits for
+	// them all, and shared requests that come after a waiting exclusive
+	// one wait behind it). A `session` and a lock-delay are not offered
+	// for sets yet (400). With API keys
 	// limited to prefixes, every key must be under one of them (403). A
 	// server in Redlock mode answers 501 `unsupported`.
 	//
@@ -13328,8 +13346,11 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, para
 // A lockd that dies while a set waits leaves its places within
 // 1.6 s, and nothing held past the set's TTL.
 //
-// `mode` is `exclusive` (the default); `shared` sets, a `session` and
-// a lock-delay are not offered for sets yet (400). With API keys
+// `mode` is `exclusive` (the default) or `shared`: every key held
+// shared, beside other shared holders (an exclusive request waits for
+// them all, and shared requests that come after a waiting exclusive
+// one wait behind it). A `session` and a lock-delay are not offered
+// for sets yet (400). With API keys
 // limited to prefixes, every key must be under one of them (403). A
 // server in Redlock mode answers 501 `unsupported`.
 //
@@ -13365,8 +13386,11 @@ func (c *ClientWithResponses) AcquireLockSetWithBodyWithResponse(ctx context.Con
 // A lockd that dies while a set waits leaves its places within
 // 1.6 s, and nothing held past the set's TTL.
 //
-// `mode` is `exclusive` (the default); `shared` sets, a `session` and
-// a lock-delay are not offered for sets yet (400). With API keys
+// `mode` is `exclusive` (the default) or `shared`: every key held
+// shared, beside other shared holders (an exclusive request waits for
+// them all, and shared requests that come after a waiting exclusive
+// one wait behind it). A `session` and a lock-delay are not offered
+// for sets yet (400). With API keys
 // limited to prefixes, every key must be under one of them (403). A
 // server in Redlock mode answers 501 `unsupported`.
 //

@@ -33,21 +33,26 @@ type LockSet struct {
 	released bool
 }
 
-// LockMany takes every key of keys (2 … 64 distinct lock keys) exclusively,
-// or none of them, waiting up to opts.Wait: sets wait for their keys in
+// LockMany takes every key of keys (2 … 64 distinct lock keys), exclusively
+// (or with opts.Mode Shared, shared), or none of them, waiting up to opts.Wait: sets wait for their keys in
 // one order, so two sets never wait for each other, and a waiting set
 // holds none of its keys. A key that is not free answers the error a lone
 // Acquire of it would (ErrHeld, ErrQueued, ErrLockDelay), naming that key.
-// opts.Owner, TTL, Wait, Value and NoAutoRenew apply; a shared mode, a
-// lock-delay, an idempotency key and sessions are not offered for sets.
+// opts.Owner, TTL, Wait, Mode, Value and NoAutoRenew apply; a lock-delay,
+// an idempotency key and sessions are not offered for sets.
 func (c *Client) LockMany(ctx context.Context, keys []string, opts AcquireOptions) (*LockSet, error) {
-	if opts.Mode != "" && opts.Mode != Exclusive {
-		return nil, fmt.Errorf("%w: mode %q: a lock set is exclusive", ErrInvalid, opts.Mode)
+	var mode *api.LockMode
+	switch opts.Mode {
+	case "", Exclusive:
+	case Shared:
+		mode = ptr(api.LockModeShared)
+	default:
+		return nil, fmt.Errorf("%w: mode %q: a lock set is held exclusive or shared", ErrInvalid, opts.Mode)
 	}
 	if opts.Session != nil || opts.SessionID != "" || opts.LockDelay > 0 || opts.IdempotencyKey != "" {
 		return nil, fmt.Errorf("%w: a lock set takes no session, lock-delay or idempotency key", ErrInvalid)
 	}
-	body := api.LockSetRequest{Keys: keys}
+	body := api.LockSetRequest{Keys: keys, Mode: mode}
 	if opts.Owner != "" {
 		body.Owner = &opts.Owner
 	}

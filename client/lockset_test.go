@@ -72,4 +72,19 @@ func TestLockMany(t *testing.T) {
 	if _, err := c.State(ctx, "many:a"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("the set's other keys after its loss: %v", err)
 	}
+
+	// Shared sets hold their keys together.
+	s1, err := c.LockMany(ctx, []string{"many:s1", "many:s2"}, client.AcquireOptions{Mode: client.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := c.LockMany(ctx, []string{"many:s2", "many:s3"}, client.AcquireOptions{Mode: client.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.State(ctx, "many:s2"); err != nil || len(st.Holders) != 2 || st.Set == nil || *st.Set != 2 {
+		t.Fatalf("a key of two shared sets: %+v, %v", st, err)
+	}
+	_ = s1.Release(ctx)
+	_ = s2.Release(ctx)
 }

@@ -109,7 +109,7 @@ type runOptions struct {
 // --help) is an *exitError.
 func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runOptions, error) {
 	cf := newClientFlags("run", "[--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] [--on-request SIGNAL] KEY -- COMMAND [ARGS...]\n"+
-		"       lockd run --key KEY --key KEY [--key KEY...] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]\n"+
+		"       lockd run --key KEY --key KEY [--key KEY...] [--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]\n"+
 		"       lockd run --semaphore NAME --limit N [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]", getenv, stderr)
 	o := runOptions{cf: cf}
 	cf.fs.DurationVar(&o.ttl, "ttl", cf.env.dur("ttl", 30*time.Second), "lease TTL; renewed every ttl/3 while COMMAND runs")
@@ -121,7 +121,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	semaphore := cf.fs.String("semaphore", cf.env.str("semaphore", ""), "hold a permit of this semaphore instead of a lock (then no KEY); needs --limit")
 	cf.fs.IntVar(&o.limit, "limit", cf.env.int("limit", 0), "with --semaphore: the most permits held at once, 1-10000 (every holder must use the same)")
 	var setKeys keyList
-	cf.fs.Var(&setKeys, "key", "a key of a lock set, repeatable: every --key (and KEY, if given) is held all or nothing with one token, exclusively")
+	cf.fs.Var(&setKeys, "key", "a key of a lock set, repeatable: every --key (and KEY, if given) is held all or nothing with one token (exclusively, or with --shared shared)")
 	onRequest := cf.fs.String("on-request", cf.env.str("on_request", ""), "send COMMAND's process group this signal (TERM, INT, HUP, USR1, USR2 or a number) when somebody asks the holder to step aside (lockd request-release); the lease stays held until COMMAND ends")
 	if err := parseFlags(cf.fs, args); err != nil {
 		return o, err
@@ -165,8 +165,8 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 			return o, usageError("run --key KEY --key KEY… wants two or more keys and -- COMMAND [ARGS...]")
 		}
 		o.key, o.keys, o.argv = setKeys[0], setKeys, rest
-		if o.limit != 0 || o.shared || *onRequest != "" {
-			return o, usageError("a lock set (--key) is held exclusively: no --shared, --limit or --on-request")
+		if o.limit != 0 || *onRequest != "" {
+			return o, usageError("a lock set (--key) takes no --limit or --on-request")
 		}
 	} else {
 		if len(rest) > 1 && rest[1] == "--" {
@@ -341,12 +341,12 @@ func (o runOptions) take(ctx context.Context, c *client.Client, opts client.Acqu
 		return runHold{lease: l, what: "the permit of semaphore " + o.key,
 			history: func(ctx context.Context, _ string, limit int) (api.History, error) { return s.History(ctx, limit) }}, err
 	}
+	if o.shared {
+		opts.Mode = client.Shared
+	}
 	if len(o.keys) > 0 {
 		set, err := c.LockMany(ctx, o.keys, opts)
 		return runHold{set: set, what: "the lock set " + strings.Join(o.keys, ", "), history: c.History}, err
-	}
-	if o.shared {
-		opts.Mode = client.Shared
 	}
 	l, err := c.Acquire(ctx, o.key, opts)
 	return runHold{lease: l, what: "the lease on " + o.key, history: c.History}, err

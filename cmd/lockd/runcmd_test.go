@@ -417,7 +417,7 @@ func TestRunLockSet(t *testing.T) {
 	}{
 		{"a key held after the wait", []string{"--wait", "200ms", "--key", "run:set:a", "--key", "run:set:c", "--", "true"}, exitHeld, "run:set:c is held by other"},
 		{"one key", []string{"--key", "run:set:a", "--", "true"}, exitUsage, "two or more keys"},
-		{"shared", []string{"--shared", "--key", "run:set:a", "--key", "run:set:b", "--", "true"}, exitUsage, "exclusively"},
+		{"on-request", []string{"--on-request", "USR1", "--key", "run:set:a", "--key", "run:set:b", "--", "true"}, exitUsage, "--on-request"},
 		{"a duplicate", []string{"--key", "run:set:a", "--key", "run:set:a", "--", "true"}, exitUsage, "keys[1]"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -56,7 +56,8 @@ type SetRequest struct {
 	Wait time.Duration
 	// Actor is who asks, for history.
 	Actor string
-	// Mode is Exclusive (the default, ""); Shared is not offered yet.
+	// Mode is Exclusive (the default, "") or Shared: every key held
+	// shared, beside other shared holders.
 	Mode Mode
 	// Value is each grant's value (compact JSON), or "".
 	Value string
@@ -110,8 +111,8 @@ func CheckSet(req SetRequest) error {
 		}
 		seen[k] = i
 	}
-	if req.Mode != "" && req.Mode != Exclusive {
-		return &SetInputError{Field: "mode", Reason: "a lock set is exclusive; shared lock sets are not offered yet"}
+	if req.Mode != "" && req.Mode != Exclusive && req.Mode != Shared {
+		return &SetInputError{Field: "mode", Reason: fmt.Sprintf("mode must be exclusive or shared, not %q", req.Mode)}
 	}
 	if req.Session != "" {
 		return &SetInputError{Field: "session", Reason: "a lock set cannot be bound to a session yet"}
@@ -170,6 +171,14 @@ type setTry struct {
 	granting bool
 }
 
+// mode is the scripts' mode of the set: "x" or "s".
+func (s *setTry) mode() string {
+	if s.req.Mode == Shared {
+		return "s"
+	}
+	return "x"
+}
+
 // setAnswer is what one call of lockset.lua said.
 type setAnswer struct {
 	status string // "granted", "reserved" or "refused"
@@ -190,7 +199,7 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 	}
 	argv := trimmed([]any{s.token, packable(s.req.Owner), s.req.TTL.Milliseconds(), packable(s.req.Actor), intent, seen, n.id,
 		strconv.FormatInt(live, 10) + " " + strconv.FormatInt(least, 10) + " " + n.newEpochID(), s.waiter, deadline,
-		strconv.Itoa(len(s.req.Keys)), traceOf(ctx), s.req.Value})
+		strconv.Itoa(len(s.req.Keys)), s.mode(), traceOf(ctx), s.req.Value})
 	v, err := n.write(ctx, n.scripts.lockset, g.call, argv...)
 	if errors.Is(err, errNoAcks) {
 		// Too few replicas have the grant: a failover could lose it while
@@ -226,7 +235,7 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 		if status == nil {
 			return setAnswer{}, fmt.Errorf("lock: lock set script said %q", sub.str(0))
 		}
-		answer := status(sub, acquireCall{mode: "x"})
+		answer := status(sub, acquireCall{mode: s.mode()})
 		if sub.err != nil {
 			return setAnswer{}, sub.err
 		}

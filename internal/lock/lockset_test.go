@@ -31,6 +31,7 @@ func runLockSets(t *testing.T, a, b lock.Service) {
 	t.Run("waits for a release", func(t *testing.T) { setWaits(t, a, b) })
 	t.Run("opposite orders both complete", func(t *testing.T) { setNoDeadlock(t, a, b) })
 	t.Run("not starved by single keys", func(t *testing.T) { setNotStarved(t, a, b) })
+	t.Run("shared sets", func(t *testing.T) { setShared(t, a, b) })
 	t.Run("bad input", func(t *testing.T) { setBadInput(t, a) })
 }
 
@@ -244,7 +245,7 @@ func setBadInput(t *testing.T, e lock.Service) {
 		{"65 keys", setReq("o", many...), "keys"},
 		{"duplicate", setReq("o", "ls:b:1", "ls:b:2", "ls:b:3", "ls:b:1"), "keys[3]"},
 		{"bad key", setReq("o", "ls:b:1", "-bad"), "keys[1]"},
-		{"shared", lock.SetRequest{Keys: []string{"ls:b:1", "ls:b:2"}, TTL: time.Second, Mode: lock.Shared}, "mode"},
+		{"bad mode", lock.SetRequest{Keys: []string{"ls:b:1", "ls:b:2"}, TTL: time.Second, Mode: "both"}, "mode"},
 		{"no ttl", lock.SetRequest{Keys: []string{"ls:b:1", "ls:b:2"}}, "ttl_ms"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -331,6 +332,67 @@ func TestLockSetWaiterDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := b.Release(ctx, held.Resource, held.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Shared sets hold their keys together with other shared holders; an
+// exclusive set waits until they have all let go, and holds none of its
+// keys meanwhile.
+func setShared(t *testing.T, a, b lock.Service) {
+	ctx := context.Background()
+	shared := func(owner string, keys ...string) lock.SetRequest {
+		r := setReq(owner, keys...)
+		r.Mode = lock.Shared
+		return r
+	}
+	s1, err := a.AcquireSet(ctx, shared("r1", "ls:sh:1", "ls:sh:2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := b.AcquireSet(ctx, shared("r2", "ls:sh:2", "ls:sh:3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.State(ctx, lock.Lock("ls:sh:2"))
+	if err != nil || st.Mode != lock.Shared || len(st.Holders) != 2 || st.Set != 2 {
+		t.Fatalf("a key of two shared sets: %+v, %v", st, err)
+	}
+	if _, err := a.AcquireSet(ctx, setReq("w", "ls:sh:0", "ls:sh:3")); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("an exclusive set over a shared one: %v", err)
+	}
+	type result struct {
+		s   lock.SetLease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		req := setReq("writer", "ls:sh:0", "ls:sh:2")
+		req.Wait = 10 * time.Second
+		s, err := b.AcquireSet(ctx, req)
+		done <- result{s, err}
+	}()
+	waitFor(t, func() bool {
+		st, err := a.State(ctx, lock.Lock("ls:sh:2"))
+		return err == nil && st.Waiters == 1
+	})
+	// Behind the waiting writer, a new shared set on its key waits too.
+	if _, err := a.AcquireSet(ctx, shared("r3", "ls:sh:2", "ls:sh:4")); !errors.Is(err, lock.ErrQueued) {
+		t.Fatalf("a shared set behind a waiting exclusive one: %v", err)
+	}
+	for _, s := range []lock.SetLease{s1, s2} {
+		if _, err := a.ReleaseSet(ctx, s.Token, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if st, _ := a.State(ctx, lock.Lock("ls:sh:2")); st.Mode != lock.Exclusive || st.Owner != "writer" || st.Set != 2 {
+		t.Fatalf("after the readers: %+v", st)
+	}
+	if _, err := b.ReleaseSet(ctx, r.s.Token, "t"); err != nil {
 		t.Fatal(err)
 	}
 }

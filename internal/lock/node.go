@@ -513,7 +513,7 @@ func stateFrom(key string, v any) (State, error) {
 
 // exclusiveState reads {"x", now_ms, queue, owner, fence, count, ttl_ms,
 // acquired_at_ms, renewed_at_ms, renewals, pttl_ms, left_ms, waiters,
-// value}.
+// value, release request, set}.
 func exclusiveState(s *State, r *reply) {
 	now := r.time(1)
 	if r.len() > 12 {
@@ -548,7 +548,7 @@ func exclusiveState(s *State, r *reply) {
 }
 
 // sharedState reads {"m", now_ms, queue, mode, limit, holders, waiters,
-// holders_total}, each holder {owner, fence, count, ttl, acquired,
+// holders_total, set}, each holder {owner, fence, count, ttl, acquired,
 // renewed, renewals, expires, left, value}; the state describes the
 // newest.
 func sharedState(s *State, r *reply) error {
@@ -565,6 +565,9 @@ func sharedState(s *State, r *reply) error {
 	}
 	if r.len() > 7 {
 		s.Waiters, s.HoldersTotal = int(r.int(6)), int(r.int(7))
+	}
+	if r.len() > 8 {
+		s.Set = int(r.int(8))
 	}
 	for i := 0; i+9 < hs.len(); i += 10 {
 		exp := hs.time(i + 7)

@@ -93,7 +93,6 @@ func TestLockSetBadInput(t *testing.T) {
 		{"65 keys", "acquire", `{"keys":[` + strings.Join(many, ",") + `]}`, "keys"},
 		{"duplicate", "acquire", `{"keys":["hb:1","hb:2","hb:3","hb:1"]}`, "keys[3]"},
 		{"bad key", "acquire", `{"keys":["hb:1","-x"]}`, "keys[1]"},
-		{"shared", "acquire", `{"keys":["hb:1","hb:2"],"mode":"shared"}`, "mode"},
 		{"bad mode", "acquire", `{"keys":["hb:1","hb:2"],"mode":"both"}`, "mode"},
 		{"ttl", "acquire", `{"keys":["hb:1","hb:2"],"ttl_ms":5}`, "ttl_ms"},
 		{"unknown field", "acquire", `{"keys":["hb:1","hb:2"],"limit":2}`, "limit"},

@@ -206,10 +206,14 @@ class Client:
         wait: float = 0.0,
         owner: Optional[str] = None,
         value: Any = None,
+        mode: Optional[str] = None,
         auto_renew: bool = True,
         on_lost: Optional[Callable[[LockSet, LeaseLost], None]] = None,
     ) -> LockSet:
-        """lock_many takes every key of keys (2 … 64 distinct lock keys) exclusively, or none of them, and returns the LockSet.
+        """lock_many takes every key of keys (2 … 64 distinct lock keys), or none of them, and returns the LockSet.
+
+        ``mode`` is "exclusive" (the default) or "shared" (every key held
+        beside other shared holders).
 
         It waits up to ``wait`` seconds: sets wait for their keys in one
         order, so two sets never wait for each other, and a waiting set
@@ -228,6 +232,8 @@ class Client:
             body["owner"] = owner
         if value is not None:
             body["value"] = value
+        if mode is not None:
+            body["mode"] = mode
         wait_until = time.monotonic() + max(0.0, wait)
         sent = 0.0
         asked = 0

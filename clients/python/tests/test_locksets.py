@@ -48,6 +48,15 @@ class LockSets(unittest.TestCase):
         with self.assertRaises(lockd.NotFound):
             c.state(a)
 
+    def test_shared_sets_hold_together(self) -> None:
+        c = harness.client()
+        a, b, k = harness.unique("sh-a"), harness.unique("sh-b"), harness.unique("sh-c")
+        with c.lock_many([a, b], ttl=5, mode="shared"), c.lock_many([b, k], ttl=5, mode="shared"):
+            state = c.state(b)
+            self.assertEqual((state["mode"], len(state["holders"]), state["set"]), ("shared", 2, 2))
+            with self.assertRaises(lockd.LockHeld):
+                c.lock_many([a, k])
+
     def test_bad_keys_name_the_field(self) -> None:
         c = harness.client()
         for keys, field in ((["x"], "keys"), (["x", "y", "x"], "keys[2]"), (["x", "-bad"], "keys[1]")):

@@ -293,8 +293,11 @@ export interface paths {
          *     A lockd that dies while a set waits leaves its places within
          *     1.6 s, and nothing held past the set's TTL.
          *
-         *     `mode` is `exclusive` (the default); `shared` sets, a `session` and
-         *     a lock-delay are not offered for sets yet (400). With API keys
+         *     `mode` is `exclusive` (the default) or `shared`: every key held
+         *     shared, beside other shared holders (an exclusive request waits for
+         *     them all, and shared requests that come after a waiting exclusive
+         *     one wait behind it). A `session` and a lock-delay are not offered
+         *     for sets yet (400). With API keys
          *     limited to prefixes, every key must be under one of them (403). A
          *     server in Redlock mode answers 501 `unsupported`.
          */
@@ -346,6 +349,35 @@ export interface paths {
          *     `lease_lost` when the set is gone.
          */
         post: operations["releaseLockSet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lock-sets/hold": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take a lock set and keep it renewed while the connection stays open.
+         * @description As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+         *     `/v1/lock-sets/acquire`; answers `text/event-stream` with
+         *     `acquired` (data: the set, token included), `renewed` (the set,
+         *     each time the server renews every key on the client's behalf,
+         *     every ttl/3) and `lost` (a problem body, when one of the set's
+         *     keys was broken or lapsed, or the server shuts down; the stream
+         *     ends after it). When the client disconnects, the server releases
+         *     every key at once. If the acquire fails the answer is the same
+         *     problem+json as acquire, not a stream. Holds count against
+         *     `--max-holds`.
+         */
+        post: operations["holdLockSet"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1217,6 +1249,17 @@ export interface components {
         LockSetReleaseResult: {
             /** @description How many of the set's keys it still held and gave back. */
             released: number;
+        };
+        /** @description One event of a lock set's hold stream. */
+        LockSetHoldEvent: components["schemas"]["LockSetHoldGrantEvent"] | components["schemas"]["HoldLostEvent"];
+        /** @description `acquired` (first) and `renewed`: the set, token included. */
+        LockSetHoldGrantEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            event: "acquired" | "renewed";
+            data: components["schemas"]["LockSet"];
         };
         SemaphoreAcquireRequest: {
             /**
@@ -2556,6 +2599,39 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["LockSetReleaseResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    holdLockSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LockSetRequest"];
+            };
+        };
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["LockSetHoldEvent"][];
                 };
             };
             400: components["responses"]["BadRequest"];

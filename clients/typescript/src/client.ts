@@ -91,6 +91,8 @@ export interface LockManyOptions {
   owner?: string | undefined;
   /** Any JSON for every key's state. */
   value?: Value | undefined;
+  /** "exclusive" (the default) or "shared": every key held beside other shared holders. */
+  mode?: LockMode | undefined;
   /** false: no renewer; call set.renew() yourself. */
   autoRenew?: boolean | undefined;
   onLost?: OnSetLost | undefined;
@@ -339,8 +341,8 @@ export class Client {
   }
 
   /**
-   * lockMany takes every key of keys (2 … 64 distinct lock keys)
-   * exclusively, or none of them, and answers the LockSet, renewing
+   * lockMany takes every key of keys (2 … 64 distinct lock keys),
+   * exclusively (or with mode "shared", shared), or none of them, and answers the LockSet, renewing
    * itself every ttl/3 and lost when any key is. It waits up to waitMs:
    * sets wait for their keys in one order, so two sets never wait for
    * each other, and a waiting set holds none of its keys. A key that is
@@ -352,6 +354,7 @@ export class Client {
     if (opts.ttlMs !== undefined) body["ttl_ms"] = ms(opts.ttlMs, "ttlMs");
     if (opts.owner !== undefined) body["owner"] = opts.owner;
     if (opts.value !== undefined) body["value"] = opts.value;
+    if (opts.mode !== undefined) body["mode"] = opts.mode;
     const waitUntil = now() + ms(opts.waitMs ?? 0, "waitMs");
     let sent = 0;
     let asked = 0;

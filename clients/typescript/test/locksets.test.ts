@@ -49,6 +49,21 @@ describe("lock sets", () => {
     await assert.rejects(c.state(a), lockd.NotFound);
   });
 
+  test("shared sets hold their keys together", async () => {
+    const c = h.client();
+    const [a, b, k] = [h.unique("sh-a"), h.unique("sh-b"), h.unique("sh-c")];
+    const s1 = await c.lockMany([a, b], { ttlMs: 5_000, mode: "shared" });
+    const s2 = await c.lockMany([b, k], { ttlMs: 5_000, mode: "shared" });
+    try {
+      const st = await c.state(b);
+      assert.deepEqual([st.mode, st.holders.length, st.set], ["shared", 2, 2]);
+      await assert.rejects(c.lockMany([a, k]), lockd.LockHeld);
+    } finally {
+      await s1.release();
+      await s2.release();
+    }
+  });
+
   test("a bad key names its field", async () => {
     const c = h.client();
     const err = await c.lockMany(["x", "y", "x"]).catch((e: unknown) => e);

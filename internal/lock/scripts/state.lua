@@ -5,10 +5,11 @@
 --
 -- Reply: {} when nobody holds the key, else
 --   {"x", now_ms, queue, owner, fence, count, ttl_ms, acquired_at_ms,
---    renewed_at_ms, renewals, pttl_ms, left_ms, waiters, value} one
---    exclusive holder (value: JSON, or "")
---   {"m", now_ms, queue, mode, limit, holders, waiters, holders_total}
---                                                       shared holders or permits
+--    renewed_at_ms, renewals, pttl_ms, left_ms, waiters, value, rq, set}
+--    one exclusive holder (value: JSON, or ""; rq: a request to step
+--    aside, or ""; set: the size of its lock set, or "")
+--   {"m", now_ms, queue, mode, limit, holders, waiters, holders_total, set}
+--    shared holders or permits (set: the newest holder's lock set size)
 -- queue: {owner, mode, since_ms, …} flat, live waiters in grant order among
 --        the first entries (queue.page); waiters: the queue's length
 -- holders: {owner, fence, count, ttl_ms, acquired_at_ms, renewed_at_ms,

@@ -383,7 +383,8 @@ end
 
 -- A lock set (lockset.lua) takes its keys that share a slot in one call,
 -- in the set's order, all or nothing: its grant is each key's ordinary
--- exclusive grant, marked with the set's size (c.set).
+-- grant, exclusive (c.mode "x") or shared ("s", multi.take), marked with
+-- the set's size (c.set).
 
 -- set_key points c, the set's call, at its i-th key and reads its lease.
 function exclusive.set_key(c, i)
@@ -395,20 +396,23 @@ function exclusive.set_key(c, i)
   c.cur = exclusive.read(c)
 end
 
--- set_admit says whether the set may take c's key now: nil (free, and
--- nobody queued before the set), "mine" (the set holds it: a grant of an
--- earlier call, on another slot's turn), or the refusal, which queued the
--- set on the key.
+-- set_admit says whether the set may take c's key now: nil (free, or
+-- held shared for a shared set, and nobody queued before the set in its
+-- way), "mine" and the fence (the set holds it: a grant of an earlier
+-- call, on another slot's turn), or the refusal, which queued the set on
+-- the key.
 local function set_admit(c)
   local cur = c.cur
   if cur and cur.multi then
     local r = multi.acquire(c)
-    if r then
+    if r and r[1] == 'granted' then
+      return 'mine', r[4]
+    elseif r then
       return r
     end
   elseif cur then
     if cur.token == c.token then
-      return 'mine'
+      return 'mine', cur.fence
     end
     return gate.held(c, cur.owner, tonumber(cur.exp) - c.now_ms)
   end
@@ -416,6 +420,22 @@ local function set_admit(c)
     return {'ended'}
   end
   return gate.admit(c)
+end
+
+-- set_take grants c's key to the set once it is admitted; it returns the
+-- fence.
+local function set_take(c)
+  local fence
+  if c.mode == 'x' then
+    fence = exclusive.take(c)
+    queue.leave(c)
+  else
+    fence = multi.take(c)
+    queue.leave(c)
+    multi.wake(c)
+  end
+  queue.forget(c.q)
+  return fence
 end
 
 -- set_try runs the set's call over its n keys. When every key admits the
@@ -445,13 +465,11 @@ function exclusive.set_try(c, n)
     exclusive.set_key(c, i)
     -- Admitted a moment ago in this same call: the gate reads the key
     -- again for the grant (c.last, c.walked), and answers the same.
-    local r = set_admit(c)
+    local r, fence = set_admit(c)
     if r == 'mine' then
-      out[#out + 1] = c.cur.fence
+      out[#out + 1] = fence
     elseif c.intent == 'grant' then
-      out[#out + 1] = exclusive.take(c)
-      queue.leave(c)
-      queue.forget(c.q)
+      out[#out + 1] = set_take(c)
     else
       gate.reserve(c)
     end
