@@ -478,17 +478,23 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	if ttl <= 0 {
 		ttl = time.Duration(r.TTLMS) * time.Millisecond
 	}
-	l := SetLease{Token: token, Owner: r.Owner, TTL: ttl}
-	for _, k := range r.Keys {
-		kl, err := e.n.renewBy(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor}, false)
+	leases := make([]Lease, len(r.Keys))
+	errs := eachKey(r.Keys, func(i int, k string) (err error) {
+		leases[i], err = e.n.renewBy(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor}, false)
+		return err
+	})
+	for i, err := range errs {
 		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
 			_, _ = e.ReleaseSet(context.WithoutCancel(ctx), token, actor)
-			return SetLease{}, fmt.Errorf("%w: the set's key %s: %w", ErrLeaseLost, k, err)
+			return SetLease{}, fmt.Errorf("%w: the set's key %s: %w", ErrLeaseLost, r.Keys[i], err)
 		}
-		if err != nil {
-			return SetLease{}, err
-		}
-		l.Leases = append(l.Leases, SetKey{Key: k, Fence: kl.Fence})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return SetLease{}, err
+	}
+	l := SetLease{Token: token, Owner: r.Owner, TTL: ttl}
+	for i, kl := range leases {
+		l.Leases = append(l.Leases, SetKey{Key: r.Keys[i], Fence: kl.Fence})
 		if l.ExpiresAt.IsZero() || kl.ExpiresAt.Before(l.ExpiresAt) {
 			l.AcquiredAt, l.ExpiresAt = kl.AcquiredAt, kl.ExpiresAt
 		}
@@ -508,12 +514,15 @@ func (e *Engine) ReleaseSet(ctx context.Context, token, actor string) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	held := 0
-	var first error
-	for _, k := range r.Keys {
+	errs := eachKey(r.Keys, func(_ int, k string) error {
 		_, err := e.n.releaseTo(ctx, k, token, actor, func(h *handed) bool {
 			return e.hub.HandOff(k, h.waiter, h.lease)
 		})
+		return err
+	})
+	held := 0
+	var first error
+	for _, err := range errs {
 		switch {
 		case err == nil:
 			held++
@@ -531,6 +540,23 @@ func (e *Engine) ReleaseSet(ctx context.Context, token, actor string) (int, erro
 		return held, wrap("lock set", err)
 	}
 	return held, nil
+}
+
+// eachKey runs f on every key at once, so that the store sends their
+// scripts in one pipeline (one round trip on one server, one per master on
+// a Cluster) rather than one after another; it answers each key's error.
+func eachKey(keys []string, f func(i int, key string) error) []error {
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i, k)
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // AcquireSet answers ErrNoLockSets: a set's keys would each need a
