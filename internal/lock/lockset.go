@@ -383,14 +383,27 @@ func (e *Engine) grantSet(ctx context.Context, s *setTry, a setAnswer) (SetLease
 	last := len(s.groups) - 1
 	put(s.groups[last], a)
 	acquired := a.now
+	// The other slots' calls at once: the moment between the first
+	// slot's grant and the last one's is as short as one round trip.
+	answers := make([]setAnswer, last)
+	errs := make([]error, last)
+	var wg sync.WaitGroup
 	for g := range last {
-		b, err := e.n.trySet(ctx, s, s.groups[g], "grant")
-		if err == nil && b.status != "granted" {
-			err = cmp.Or(b.err, fmt.Errorf("lock: lock set: %s answered %q", b.key, b.status))
-		}
-		if err != nil {
-			return SetLease{}, err
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := e.n.trySet(ctx, s, s.groups[g], "grant")
+			if err == nil && b.status != "granted" {
+				err = cmp.Or(b.err, fmt.Errorf("lock: lock set: %s answered %q", b.key, b.status))
+			}
+			answers[g], errs[g] = b, err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return SetLease{}, err
+	}
+	for g, b := range answers {
 		put(s.groups[g], b)
 	}
 	l := SetLease{Token: s.token, Owner: s.req.Owner, TTL: s.req.TTL, AcquiredAt: acquired, ExpiresAt: acquired.Add(s.req.TTL)}
@@ -406,7 +419,7 @@ func (e *Engine) grantSet(ctx context.Context, s *setTry, a setAnswer) (SetLease
 // abandonSet undoes what a set that failed left in Redis: its places in
 // the queues, and any key granted to it.
 func (e *Engine) abandonSet(s *setTry) {
-	for _, k := range s.req.Keys {
+	eachKey(s.req.Keys, func(_ int, k string) error {
 		if s.waiter != "" {
 			e.leave(k, s.waiter, s.deadline.Add(entrySlack), true)
 		}
@@ -420,7 +433,8 @@ func (e *Engine) abandonSet(s *setTry) {
 				e.n.later(k, giveBackOf{token: s.token, actor: s.req.Actor, ttl: s.req.TTL})
 			}
 		}
-	}
+		return nil
+	})
 }
 
 // setRecord is what Redis keeps of a live set under its token's hash:
