@@ -34,7 +34,16 @@ func (s *Server) acquireLockSet(ctx context.Context, req lock.SetRequest) (lock.
 		}
 		defer release()
 	}
+	start := time.Now()
 	set, err := s.engine.AcquireSet(ctx, req)
+	// The contention metrics count each key's grant, or the refusal of
+	// the key that was not free.
+	if res := refusedResource(err); err != nil && res != (lock.Resource{}) {
+		s.contention.acquired(res, "", err, time.Since(start), req.Wait > 0)
+	}
+	for _, l := range set.Leases {
+		s.contention.acquired(lock.Lock(l.Key), lock.Granted, nil, time.Since(start), req.Wait > 0)
+	}
 	if err != nil {
 		return set, err
 	}
