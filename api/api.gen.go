@@ -29,6 +29,7 @@ const (
 	ReleaseRequestedEvent EventType = "release_requested"
 	Released              EventType = "released"
 	Renewed               EventType = "renewed"
+	RestoredEvent         EventType = "restored"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -49,6 +50,8 @@ func (e EventType) Valid() bool {
 	case Released:
 		return true
 	case Renewed:
+		return true
+	case RestoredEvent:
 		return true
 	default:
 		return false
@@ -165,31 +168,34 @@ func (e LockEventKind) Valid() bool {
 
 // Defines values for LockEventType.
 const (
-	LockEventAcquired         LockEventType = "acquired"
-	LockEventExpired          LockEventType = "expired"
-	LockEventForceReleased    LockEventType = "force_released"
-	LockEventProclaimed       LockEventType = "proclaimed"
-	LockEventReentered        LockEventType = "reentered"
-	LockEventReleaseRequested LockEventType = "release_requested"
-	LockEventReleased         LockEventType = "released"
+	LockEventTypeLockEventAcquired         LockEventType = "acquired"
+	LockEventTypeLockEventExpired          LockEventType = "expired"
+	LockEventTypeLockEventForceReleased    LockEventType = "force_released"
+	LockEventTypeLockEventProclaimed       LockEventType = "proclaimed"
+	LockEventTypeLockEventReentered        LockEventType = "reentered"
+	LockEventTypeLockEventReleaseRequested LockEventType = "release_requested"
+	LockEventTypeLockEventReleased         LockEventType = "released"
+	LockEventTypeRestored                  LockEventType = "restored"
 )
 
 // Valid indicates whether the value is a known member of the LockEventType enum.
 func (e LockEventType) Valid() bool {
 	switch e {
-	case LockEventAcquired:
+	case LockEventTypeLockEventAcquired:
 		return true
-	case LockEventExpired:
+	case LockEventTypeLockEventExpired:
 		return true
-	case LockEventForceReleased:
+	case LockEventTypeLockEventForceReleased:
 		return true
-	case LockEventProclaimed:
+	case LockEventTypeLockEventProclaimed:
 		return true
-	case LockEventReentered:
+	case LockEventTypeLockEventReentered:
 		return true
-	case LockEventReleaseRequested:
+	case LockEventTypeLockEventReleaseRequested:
 		return true
-	case LockEventReleased:
+	case LockEventTypeLockEventReleased:
+		return true
+	case LockEventTypeRestored:
 		return true
 	default:
 		return false
@@ -198,31 +204,34 @@ func (e LockEventType) Valid() bool {
 
 // Defines values for LockEventMessageEvent.
 const (
-	LockEventMessageAcquired         LockEventMessageEvent = "acquired"
-	LockEventMessageExpired          LockEventMessageEvent = "expired"
-	LockEventMessageForceReleased    LockEventMessageEvent = "force_released"
-	LockEventMessageProclaimed       LockEventMessageEvent = "proclaimed"
-	LockEventMessageReentered        LockEventMessageEvent = "reentered"
-	LockEventMessageReleaseRequested LockEventMessageEvent = "release_requested"
-	LockEventMessageReleased         LockEventMessageEvent = "released"
+	LockEventMessageEventLockEventMessageAcquired         LockEventMessageEvent = "acquired"
+	LockEventMessageEventLockEventMessageExpired          LockEventMessageEvent = "expired"
+	LockEventMessageEventLockEventMessageForceReleased    LockEventMessageEvent = "force_released"
+	LockEventMessageEventLockEventMessageProclaimed       LockEventMessageEvent = "proclaimed"
+	LockEventMessageEventLockEventMessageReentered        LockEventMessageEvent = "reentered"
+	LockEventMessageEventLockEventMessageReleaseRequested LockEventMessageEvent = "release_requested"
+	LockEventMessageEventLockEventMessageReleased         LockEventMessageEvent = "released"
+	LockEventMessageEventRestored                         LockEventMessageEvent = "restored"
 )
 
 // Valid indicates whether the value is a known member of the LockEventMessageEvent enum.
 func (e LockEventMessageEvent) Valid() bool {
 	switch e {
-	case LockEventMessageAcquired:
+	case LockEventMessageEventLockEventMessageAcquired:
 		return true
-	case LockEventMessageExpired:
+	case LockEventMessageEventLockEventMessageExpired:
 		return true
-	case LockEventMessageForceReleased:
+	case LockEventMessageEventLockEventMessageForceReleased:
 		return true
-	case LockEventMessageProclaimed:
+	case LockEventMessageEventLockEventMessageProclaimed:
 		return true
-	case LockEventMessageReentered:
+	case LockEventMessageEventLockEventMessageReentered:
 		return true
-	case LockEventMessageReleaseRequested:
+	case LockEventMessageEventLockEventMessageReleaseRequested:
 		return true
-	case LockEventMessageReleased:
+	case LockEventMessageEventLockEventMessageReleased:
+		return true
+	case LockEventMessageEventRestored:
 		return true
 	default:
 		return false
@@ -299,6 +308,7 @@ const (
 	ProblemCodeLockDelay            ProblemCode = "lock_delay"
 	ProblemCodeLockHeld             ProblemCode = "lock_held"
 	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
+	ProblemCodeMinHold              ProblemCode = "min_hold"
 	ProblemCodeModeMismatch         ProblemCode = "mode_mismatch"
 	ProblemCodeNoPermits            ProblemCode = "no_permits"
 	ProblemCodeNotCandidate         ProblemCode = "not_candidate"
@@ -338,6 +348,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeLockHeld:
 		return true
 	case ProblemCodeMethodNotAllowed:
+		return true
+	case ProblemCodeMinHold:
 		return true
 	case ProblemCodeModeMismatch:
 		return true
@@ -490,6 +502,19 @@ type AcquireRequest struct {
 	// 409 `lock_delay` with `Retry-After`; a waiting one waits it out.
 	// Default the server's --lock-delay (0).
 	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+
+	// MinHoldMs Hold window, exclusive holds only, at most `ttl_ms`, not with
+	// `session` (ShedLock's lockAtLeastFor): a release earlier than
+	// this after the grant ends the lease (its token no longer
+	// renews or releases: 404) but keeps the key taken, by nobody,
+	// until the window ends; meanwhile an acquire answers 409
+	// `min_hold` with `Retry-After`, a waiting one is granted when it
+	// ends, and the state shows `min_hold_until`. A re-entry keeps
+	// the first grant's window; a renewal does not move it, and the
+	// lease lives at least until it ends. A force-release ends it.
+	// A lease that expires lapses at its TTL. Default 0 (none); a
+	// server in Redlock mode refuses it with 400 `unsupported`.
+	MinHoldMs *int64 `json:"min_hold_ms,omitempty"`
 
 	// Mode How to hold a lock: `exclusive` (the default) alone, or `shared`
 	// with any number of other shared holders.
@@ -1024,6 +1049,12 @@ type LockState struct {
 	// Limit The semaphore's limit (semaphores only); `holders` has at most this many entries.
 	Limit *int `json:"limit,omitempty"`
 
+	// MinHoldUntil When the exclusive lease's hold window (`min_hold_ms`) ends,
+	// while it runs. When its holder released inside it, `count` is 0
+	// and `holders` is empty: nobody holds the key, which frees then
+	// (`expires_at`); `owner` and `fence` are the released lease's.
+	MinHoldUntil *time.Time `json:"min_hold_until,omitempty"`
+
 	// Mode How a grant holds its key; `permit` is a semaphore's.
 	Mode  GrantMode `json:"mode"`
 	Owner string    `json:"owner"`
@@ -1089,7 +1120,7 @@ type Problem struct {
 	// Next The first request queued for a key (queued). A waiter holds nothing.
 	Next *QueuedWaiter `json:"next,omitempty"`
 
-	// RemainingMs How long the current lease has left (lock_held; no_permits, the permit that ends first).
+	// RemainingMs How long the current lease has left (lock_held; no_permits, the permit that ends first), the lock-delay (lock_delay) or the hold window (min_hold).
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 
 	// Status Example: 409
@@ -2734,6 +2765,13 @@ type ClientInterface interface {
 	// arrives while an exclusive one waits queues behind it. A server in
 	// Redlock mode refuses `shared` with 400 `unsupported`.
 	//
+	// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+	// release earlier than that after the grant ends the lease but keeps
+	// the key taken, by nobody, until the window ends, so that a job that
+	// many nodes start at the same moment runs once per window. Until
+	// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+	// waiting one is granted when the window ends.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -2759,6 +2797,13 @@ type ClientInterface interface {
 	// they began to wait, across every replica; a shared request that
 	// arrives while an exclusive one waits queues behind it. A server in
 	// Redlock mode refuses `shared` with 400 `unsupported`.
+	//
+	// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+	// release earlier than that after the grant ends the lease but keeps
+	// the key taken, by nobody, until the window ends, so that a job that
+	// many nodes start at the same moment runs once per window. Until
+	// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+	// waiting one is granted when the window ends.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4082,6 +4127,13 @@ func (c *Client) GetLock(ctx context.Context, key Key, reqEditors ...RequestEdit
 // arrives while an exclusive one waits queues behind it. A server in
 // Redlock mode refuses `shared` with 400 `unsupported`.
 //
+// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+// release earlier than that after the grant ends the lease but keeps
+// the key taken, by nobody, until the window ends, so that a job that
+// many nodes start at the same moment runs once per window. Until
+// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+// waiting one is granted when the window ends.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -4117,6 +4169,13 @@ func (c *Client) AcquireLockWithBody(ctx context.Context, key Key, params *Acqui
 // they began to wait, across every replica; a shared request that
 // arrives while an exclusive one waits queues behind it. A server in
 // Redlock mode refuses `shared` with 400 `unsupported`.
+//
+// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+// release earlier than that after the grant ends the lease but keeps
+// the key taken, by nobody, until the window ends, so that a job that
+// many nodes start at the same moment runs once per window. Until
+// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+// waiting one is granted when the window ends.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7535,6 +7594,13 @@ type ClientWithResponsesInterface interface {
 	// arrives while an exclusive one waits queues behind it. A server in
 	// Redlock mode refuses `shared` with 400 `unsupported`.
 	//
+	// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+	// release earlier than that after the grant ends the lease but keeps
+	// the key taken, by nobody, until the window ends, so that a job that
+	// many nodes start at the same moment runs once per window. Until
+	// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+	// waiting one is granted when the window ends.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -7560,6 +7626,13 @@ type ClientWithResponsesInterface interface {
 	// they began to wait, across every replica; a shared request that
 	// arrives while an exclusive one waits queues behind it. A server in
 	// Redlock mode refuses `shared` with 400 `unsupported`.
+	//
+	// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+	// release earlier than that after the grant ends the lease but keeps
+	// the key taken, by nobody, until the window ends, so that a job that
+	// many nodes start at the same moment runs once per window. Until
+	// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+	// waiting one is granted when the window ends.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13586,6 +13659,13 @@ func (c *ClientWithResponses) GetLockWithResponse(ctx context.Context, key Key, 
 // arrives while an exclusive one waits queues behind it. A server in
 // Redlock mode refuses `shared` with 400 `unsupported`.
 //
+// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+// release earlier than that after the grant ends the lease but keeps
+// the key taken, by nobody, until the window ends, so that a job that
+// many nodes start at the same moment runs once per window. Until
+// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+// waiting one is granted when the window ends.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/locks/{key}/acquire (the `AcquireLock` operationId).
@@ -13617,6 +13697,13 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // they began to wait, across every replica; a shared request that
 // arrives while an exclusive one waits queues behind it. A server in
 // Redlock mode refuses `shared` with 400 `unsupported`.
+//
+// `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+// release earlier than that after the grant ends the lease but keeps
+// the key taken, by nobody, until the window ends, so that a job that
+// many nodes start at the same moment runs once per window. Until
+// then an acquire answers 409 `min_hold` with `Retry-After`, and a
+// waiting one is granted when the window ends.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -108,6 +108,13 @@ type AcquireOptions struct {
 	// lease ends by expiry or force-release, nobody is granted the key
 	// for this long (ErrLockDelay meanwhile). Zero: the server's default.
 	LockDelay time.Duration
+	// MinHold is a hold window (exclusive locks only, at most TTL, not in
+	// a session; ShedLock's lockAtLeastFor): a release earlier than this
+	// after the grant ends the lease but keeps the key taken, by nobody,
+	// until the window ends (ErrMinHold meanwhile, a waiting acquire is
+	// granted then), so that a job many nodes start at once runs once per
+	// window. Zero: none.
+	MinHold time.Duration
 	// Value is any JSON for the grant's state (at most 4 KiB compact),
 	// e.g. where the holder can be reached: read-scope callers see it, so
 	// never a secret. Nil: none.
@@ -147,6 +154,9 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 		body := api.AcquireRequest{Owner: p.owner, TtlMs: p.ttlMs, WaitMs: p.waitMs, Mode: mode, Session: p.session}
 		if opts.LockDelay > 0 {
 			body.LockDelayMs = ptr(opts.LockDelay.Milliseconds())
+		}
+		if opts.MinHold > 0 {
+			body.MinHoldMs = ptr(opts.MinHold.Milliseconds())
 		}
 		if opts.Value != nil {
 			body.Value = &opts.Value
@@ -261,7 +271,8 @@ func (c *Client) nextRound(err error, waitMs *int64, waitUntil time.Time) bool {
 	if waitMs == nil || *waitMs <= 0 || time.Until(waitUntil) < time.Millisecond {
 		return false
 	}
-	return errors.Is(err, ErrHeld) || errors.Is(err, ErrQueued) || errors.Is(err, ErrNoPermits) || errors.Is(err, ErrLockDelay)
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrQueued) || errors.Is(err, ErrNoPermits) || errors.Is(err, ErrLockDelay) ||
+		errors.Is(err, ErrMinHold)
 }
 
 // Renew extends the lease with token on key by ttl (0: the lease's own

@@ -23,6 +23,10 @@ var (
 	// force-release and its lock-delay has not passed: retry after the
 	// error's RetryAfter, or wait.
 	ErrLockDelay = errors.New("lockd: held off by a lock-delay")
+	// ErrMinHold means the key's holder released it inside its hold
+	// window (AcquireOptions.MinHold), which keeps it taken, by nobody,
+	// until it ends: retry after the error's RetryAfter, or wait.
+	ErrMinHold = errors.New("lockd: kept until its hold window ends")
 	// ErrNoPermits means every permit of the semaphore is held (after the
 	// wait, if any). The error is a *NoPermitsError.
 	ErrNoPermits = errors.New("lockd: no permit free")
@@ -103,6 +107,8 @@ func (e *APIError) Unwrap() error {
 		return ErrQueued
 	case api.ProblemCodeLockDelay:
 		return ErrLockDelay
+	case api.ProblemCodeMinHold:
+		return ErrMinHold
 	case api.ProblemCodeNoPermits:
 		return ErrNoPermits
 	case api.ProblemCodeLimitMismatch:

@@ -39,7 +39,7 @@ type LockSet struct {
 // holds none of its keys. A key that is not free answers the error a lone
 // Acquire of it would (ErrHeld, ErrQueued, ErrLockDelay), naming that key.
 // opts.Owner, TTL, Wait, Mode, Value and NoAutoRenew apply; a lock-delay,
-// an idempotency key and sessions are not offered for sets.
+// a hold window, an idempotency key and sessions are not offered for sets.
 func (c *Client) LockMany(ctx context.Context, keys []string, opts AcquireOptions) (*LockSet, error) {
 	var mode *api.LockMode
 	switch opts.Mode {
@@ -49,8 +49,8 @@ func (c *Client) LockMany(ctx context.Context, keys []string, opts AcquireOption
 	default:
 		return nil, fmt.Errorf("%w: mode %q: a lock set is held exclusive or shared", ErrInvalid, opts.Mode)
 	}
-	if opts.Session != nil || opts.SessionID != "" || opts.LockDelay > 0 || opts.IdempotencyKey != "" {
-		return nil, fmt.Errorf("%w: a lock set takes no session, lock-delay or idempotency key", ErrInvalid)
+	if opts.Session != nil || opts.SessionID != "" || opts.LockDelay > 0 || opts.MinHold > 0 || opts.IdempotencyKey != "" {
+		return nil, fmt.Errorf("%w: a lock set takes no session, lock-delay, hold window or idempotency key", ErrInvalid)
 	}
 	body := api.LockSetRequest{Keys: keys, Mode: mode}
 	if opts.Owner != "" {

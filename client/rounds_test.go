@@ -12,8 +12,9 @@ import (
 
 // TestWaitLongerThanTheServersGoesInRounds: a wait longer than the
 // server's --max-wait (1 s here) is not refused 400: it goes in rounds of
-// at most that, all with one Idempotency-Key, and keeps its place ahead
-// of a waiter that came after it (issue 35, item 2; newcomer #3, #4).
+// at most that, all with one Idempotency-Key, keeps its place ahead of a
+// waiter that came after it, and is granted first (issue 35, item 2;
+// newcomer #3, #4).
 func TestWaitLongerThanTheServersGoesInRounds(t *testing.T) {
 	ld := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) { c.MaxWait = time.Second }})
 	c, err := client.New(ld.URL)
@@ -66,11 +67,10 @@ func TestWaitLongerThanTheServersGoesInRounds(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Both are granted. Which first is not asserted: the place is kept
-	// in the queue (above), but a key that comes free in the moment
-	// between two of the first waiter's rounds goes to the next waiter
-	// (docs/api.md, "Waits longer than --max-wait"); on a loaded machine
-	// that moment is long enough for the release to fall into it.
+	// Both are granted, the first first: its place stays queued between
+	// two of its rounds, so a release in that moment waits for its next
+	// round rather than go to the second (docs/api.md, "Waits longer than
+	// --max-wait").
 	var order []string
 	for range 2 {
 		r := <-granted
@@ -78,6 +78,9 @@ func TestWaitLongerThanTheServersGoesInRounds(t *testing.T) {
 			t.Fatalf("%s: %v", r.owner, r.err)
 		}
 		order = append(order, r.owner)
+	}
+	if order[0] != "first" {
+		t.Fatalf("granted in the order %v, want first, then second", order)
 	}
 	t.Logf("granted in the order %v", order)
 }

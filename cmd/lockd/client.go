@@ -90,7 +90,8 @@ func printJSON(w io.Writer, v any) error {
 func failed(err error) error {
 	code := exitUnreachable
 	switch {
-	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrQueued), errors.Is(err, client.ErrNoPermits), errors.Is(err, client.ErrTooManyHolders):
+	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrQueued), errors.Is(err, client.ErrNoPermits), errors.Is(err, client.ErrTooManyHolders),
+		errors.Is(err, client.ErrMinHold):
 		code = exitHeld
 	case errors.Is(err, client.ErrLeaseLost), errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrSessionNotFound):
 		code = exitLeaseLost

@@ -114,7 +114,7 @@ func acquireCmd(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 func acquire(ctx context.Context, n noun, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	synopsis := "[--shared] [--ttl 30s | --session ID] [--wait 0s] [--owner NAME] [--value JSON] [--lock-delay D] [--idempotency-key K] [--json] KEY"
+	synopsis := "[--shared] [--ttl 30s | --session ID] [--wait 0s] [--owner NAME] [--value JSON] [--lock-delay D] [--min-hold D] [--idempotency-key K] [--json] KEY"
 	if n.sem {
 		synopsis = "--limit N [--ttl 30s | --session ID] [--wait 0s] [--owner NAME] [--value JSON] [--idempotency-key K] [--json] NAME"
 	}
@@ -128,12 +128,13 @@ func acquire(ctx context.Context, n noun, args []string, getenv func(string) str
 	session := cf.fs.String("session", cf.env.str("session", ""), "take the grant in this session (lockd session create): it lives as long as the session, and --ttl is not used")
 	var shared *bool
 	var limit *int
-	var lockDelay *time.Duration
+	var lockDelay, minHold *time.Duration
 	if n.sem {
 		limit = cf.fs.Int("limit", cf.env.int("limit", 0), "the most permits held at once, 1-10000 (required; every holder must use the same)")
 	} else {
 		shared = cf.fs.Bool("shared", cf.env.bool("shared", false), "hold the key together with other shared holders (a read lock); default exclusive")
 		lockDelay = cf.fs.Duration("lock-delay", cf.env.dur("lock-delay", 0), "after this lease ends by expiry or force-release, nobody gets the key for this long (0: the server's default)")
+		minHold = cf.fs.Duration("min-hold", cf.env.dur("min-hold", 0), minHoldUsage)
 	}
 	pos, err := cf.parse(args, n.arg())
 	if err != nil {
@@ -155,7 +156,7 @@ func acquire(ctx context.Context, n noun, args []string, getenv func(string) str
 		opts.Value = json.RawMessage(*value)
 	}
 	if lockDelay != nil {
-		opts.LockDelay = *lockDelay
+		opts.LockDelay, opts.MinHold = *lockDelay, *minHold
 	}
 	var l *client.Lease
 	if n.sem {
@@ -406,13 +407,19 @@ func forceRelease(ctx context.Context, n noun, args []string, getenv func(string
 // holders are st's holders, or for a server from before shared holds its
 // one holder from the top-level fields.
 func holders(st api.LockState) []api.Holder {
-	if len(st.Holders) > 0 {
+	if len(st.Holders) > 0 || released(st) {
 		return st.Holders
 	}
 	return []api.Holder{{
 		Owner: st.Owner, Mode: st.Mode, Fence: st.Fence, Count: st.Count, TtlMs: st.TtlMs,
 		AcquiredAt: st.AcquiredAt, ExpiresAt: st.ExpiresAt, RemainingMs: st.RemainingMs,
 	}}
+}
+
+// released says whether st is a key that a hold window keeps after its
+// holder's release: nobody holds it.
+func released(st api.LockState) bool {
+	return st.MinHoldUntil != nil && st.Count == 0
 }
 
 // printState is the table of status: a row per holder, then the queue.
@@ -443,6 +450,12 @@ func printState(w io.Writer, st api.LockState) error {
 		held = fmt.Sprintf("%s: %d of %d permits held", st.Key, len(hs), *st.Limit)
 	}
 	fmt.Fprintf(w, "\n%s, %d waiting\n", held, st.Waiters)
+	switch {
+	case released(st):
+		fmt.Fprintf(w, "released by %s inside its hold window: nobody holds it until %s\n", st.Owner, clock(*st.MinHoldUntil))
+	case st.MinHoldUntil != nil:
+		fmt.Fprintf(w, "hold window until %s: a release before then keeps the key until then\n", clock(*st.MinHoldUntil))
+	}
 	if len(st.Queue) == 0 {
 		return nil
 	}

@@ -66,11 +66,12 @@ Server:
 
 Client (--server URL, default http://127.0.0.1:8080; --api-key K; or LOCKD_SERVER,
 LOCKD_API_KEY; these and --json may also come before the command: lockd --server URL ls):
-  lockd run     [--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] KEY -- COMMAND [ARGS...]
+  lockd run     [--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--min-hold D] [--grace 10s] KEY -- COMMAND [ARGS...]
                                 hold KEY while COMMAND runs; exit with its status
+                                (--min-hold 50s: keep KEY that long even if COMMAND ends sooner)
   lockd run     --semaphore NAME --limit N [flags] -- COMMAND [ARGS...]
                                 hold a permit of semaphore NAME while COMMAND runs
-  lockd acquire [--shared] [--ttl 30s] [--wait 0s] [--owner NAME] [--value JSON] [--lock-delay D] [--json] KEY
+  lockd acquire [--shared] [--ttl 30s] [--wait 0s] [--owner NAME] [--value JSON] [--lock-delay D] [--min-hold D] [--json] KEY
                                 take KEY (--shared: with other shared holders);
                                 print its token (alone) on stdout
   lockd renew   --token T [--ttl D] [--json] KEY

@@ -48,7 +48,8 @@ func runUnder(ctx context.Context, o runOptions, stdout, stderr io.Writer) error
 	}
 	h, err := o.acquire(ctx, c, stderr)
 	if err != nil {
-		if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrQueued) || errors.Is(err, client.ErrNoPermits) {
+		if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrQueued) || errors.Is(err, client.ErrNoPermits) ||
+			errors.Is(err, client.ErrMinHold) {
 			return &exitError{code: exitHeld, msg: fmt.Sprintf("%v (waited %v)", err, o.wait)}
 		}
 		return failed(err)
@@ -103,12 +104,19 @@ type runOptions struct {
 	// onRequest is the signal COMMAND's process group gets when somebody
 	// asks the holder to step aside (0: none; --on-request).
 	onRequest syscall.Signal
+	// minHold is the lease's hold window (--min-hold): COMMAND runs at
+	// most once in it, however soon it ends.
+	minHold time.Duration
 }
+
+// minHoldUsage describes --min-hold, of lockd run and lockd acquire.
+const minHoldUsage = "hold window (exclusive locks only, at most --ttl; ShedLock's lockAtLeastFor): a release earlier than this " +
+	"after the grant keeps the key taken until the window ends, so that a job many nodes start at once runs once per window (0: none)"
 
 // parseRun reads `lockd run`'s flags and arguments; a usage error (or
 // --help) is an *exitError.
 func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runOptions, error) {
-	cf := newClientFlags("run", "[--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] [--on-request SIGNAL] KEY -- COMMAND [ARGS...]\n"+
+	cf := newClientFlags("run", "[--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--min-hold D] [--grace 10s] [--retry 30s] [--on-request SIGNAL] KEY -- COMMAND [ARGS...]\n"+
 		"       lockd run --key KEY --key KEY [--key KEY...] [--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]\n"+
 		"       lockd run --semaphore NAME --limit N [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]", getenv, stderr)
 	o := runOptions{cf: cf}
@@ -117,6 +125,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	cf.fs.StringVar(&o.owner, "owner", cf.env.str("owner", ""), "holder's label (default: the server's name for the caller)")
 	cf.fs.DurationVar(&o.grace, "grace", cf.env.dur("grace", 10*time.Second), "after a lost lease, how long COMMAND has between SIGTERM and SIGKILL")
 	cf.fs.DurationVar(&o.retry, "retry", cf.env.dur("retry", 30*time.Second), "how long to keep retrying the acquire while the server answers 503 or cannot be reached")
+	cf.fs.DurationVar(&o.minHold, "min-hold", cf.env.dur("min-hold", 0), minHoldUsage)
 	cf.fs.BoolVar(&o.shared, "shared", cf.env.bool("shared", false), "hold KEY together with other shared holders (a read lock); default exclusive")
 	semaphore := cf.fs.String("semaphore", cf.env.str("semaphore", ""), "hold a permit of this semaphore instead of a lock (then no KEY); needs --limit")
 	cf.fs.IntVar(&o.limit, "limit", cf.env.int("limit", 0), "with --semaphore: the most permits held at once, 1-10000 (every holder must use the same)")
@@ -165,8 +174,8 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 			return o, usageError("run --key KEY --key KEY… wants two or more keys and -- COMMAND [ARGS...]")
 		}
 		o.key, o.keys, o.argv = setKeys[0], setKeys, rest
-		if o.limit != 0 || *onRequest != "" {
-			return o, usageError("a lock set (--key) takes no --limit or --on-request")
+		if o.limit != 0 || *onRequest != "" || o.minHold != 0 {
+			return o, usageError("a lock set (--key) takes no --limit, --min-hold or --on-request")
 		}
 	} else {
 		if len(rest) > 1 && rest[1] == "--" {
@@ -183,6 +192,12 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	}
 	if o.grace < 0 {
 		return o, usageError("--grace must not be negative")
+	}
+	if o.minHold != 0 && (o.sem || o.shared) {
+		return o, usageError("--min-hold is for an exclusive lock: shared holders and permits have no hold window")
+	}
+	if o.minHold < 0 || o.minHold > o.ttl {
+		return o, usageError("--min-hold must be between 0 and --ttl (%v), got %v", o.ttl, o.minHold)
 	}
 	if o.onRequest != 0 && (o.sem || o.shared) {
 		return o, usageError("--on-request is for an exclusive lock: shared holders and permits are not asked to step aside")
@@ -281,7 +296,7 @@ func (h runHold) env(key string) []string {
 // stderr, as consul lock says, and then the wait begins. (An election's
 // --wait 0 means as long as it takes: it has no try-once to start with.)
 func (o runOptions) acquire(ctx context.Context, c *client.Client, stderr io.Writer) (runHold, error) {
-	opts := client.AcquireOptions{Owner: o.owner, TTL: o.ttl, Wait: o.wait}
+	opts := client.AcquireOptions{Owner: o.owner, TTL: o.ttl, Wait: o.wait, MinHold: o.minHold}
 	if !o.elect && o.wait > 0 {
 		once := opts
 		once.Wait = 0
@@ -315,7 +330,10 @@ func waitingLine(key string, err error) string {
 	var held *client.HeldError
 	var queued *client.QueuedError
 	var full *client.NoPermitsError
+	var window *client.APIError
 	switch {
+	case errors.Is(err, client.ErrMinHold) && errors.As(err, &window):
+		return fmt.Sprintf("lockd: waiting for %s (released inside its hold window, which ends in %v)…", key, window.RetryAfter)
 	case errors.As(err, &held):
 		return fmt.Sprintf("lockd: waiting for %s (held by %s, %v left)…", key, held.Holder, held.Remaining.Round(time.Second))
 	case errors.As(err, &queued):

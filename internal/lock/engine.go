@@ -155,7 +155,7 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 			// answer cut short when the caller left): take it off
 			// again, or it counts as live, ahead of those after it,
 			// until its deadline.
-			_ = e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false)
+			_ = e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), false, false)
 			if ok {
 				e.undoGrant(handed, req.Actor)
 			}
@@ -169,7 +169,25 @@ func (e *Engine) acquire(ctx context.Context, res Resource, req AcquireRequest, 
 func (e *Engine) undoGrant(l Lease, actor string) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
 	defer cancel()
-	_, _ = e.Release(ctx, l.Resource, l.Token, actor)
+	_, _ = e.releaseBack(ctx, l.Resource, l.Token, actor)
+}
+
+// GiveBack is Release of a grant whose caller never had it (it left
+// before the answer): no hold window keeps the key after it, since nobody
+// worked under the grant.
+func (e *Engine) GiveBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	if err := res.check(); err != nil {
+		return Released{}, err
+	}
+	return e.releaseBack(ctx, res, token, actor)
+}
+
+// releaseBack is GiveBack, of a resource already checked.
+func (e *Engine) releaseBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	key := res.id()
+	return e.n.releaseAs(ctx, key, token, actor, givenBack, func(h *handed) bool {
+		return e.hub.HandOff(key, h.waiter, h.lease)
+	})
 }
 
 // modeArg is the scripts' mode for what the caller asks (acquireCall's
@@ -184,6 +202,9 @@ func modeArg(res Resource, req AcquireRequest) (string, error) {
 	}
 	if req.LockDelay > 0 && (res.Kind == KindSemaphore || req.Mode == Shared) {
 		return "", errors.New("lock: a lock-delay applies to exclusive locks and elections only")
+	}
+	if err := checkMinHold(res, req); err != nil {
+		return "", err
 	}
 	if res.Kind == KindElection {
 		if req.Mode != "" && req.Mode != Exclusive {
@@ -207,6 +228,23 @@ func modeArg(res Resource, req AcquireRequest) (string, error) {
 	}
 }
 
+// checkMinHold holds a hold window to what it applies to: an exclusive
+// lock's grant, not in a session (whose end is no holder's release), of at
+// most its TTL.
+func checkMinHold(res Resource, req AcquireRequest) error {
+	switch {
+	case req.MinHold == 0:
+		return nil
+	case res.Kind != KindLock || req.Mode == Shared:
+		return errors.New("lock: a hold window applies to exclusive locks only")
+	case req.Session != "":
+		return errors.New("lock: a hold window does not apply to a grant in a session")
+	case req.MinHold < 0 || req.MinHold > req.TTL:
+		return fmt.Errorf("lock: hold window %v is not within 0…%v (the TTL)", req.MinHold, req.TTL)
+	}
+	return nil
+}
+
 // queue waits in the hub. Every try of one waiter uses the same token, so a
 // try whose answer was lost (a timeout after Redis granted) is found again
 // by the next one instead of blocking the key until its TTL ends.
@@ -225,7 +263,12 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 		// Redis answered the last try (a refusal: the key is held, or
 		// others wait first): the waiter leaves before its answer goes out.
 		now := !unanswered(err) && !errors.Is(err, wait.ErrClosed)
-		left := e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), now)
+		// A wait that ran the longest this server allows, with an
+		// Idempotency-Key, is likely one round of a longer one (the
+		// clients wait in rounds past --max-wait): its place stays queued
+		// for the next round, and nothing behind it moves up meanwhile.
+		hold := now && ctx.Err() == nil && req.IdempotencyKey != "" && req.Wait >= e.n.opts.MaxWait
+		left := e.leave(key, en.id, time.Now().Add(en.wait+entrySlack), now, hold)
 		if now && !left {
 			// Redis did not answer the leave: the key may have gone to this
 			// waiter, so a 409 would be a guess. 503: a retry with the
@@ -247,6 +290,9 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 			}
 		}
 	}
+	if err == nil {
+		e.n.ledger.fill(key, lease.Token, req)
+	}
 	return lease, fromHub(err)
 }
 
@@ -259,7 +305,7 @@ func (e *Engine) Renew(ctx context.Context, res Resource, req RenewRequest) (Lea
 	if err := res.check(); err != nil {
 		return Lease{}, err
 	}
-	return e.n.renewBy(ctx, res.id(), req, false)
+	return e.n.renewRestoring(ctx, res.id(), req, false)
 }
 
 // Release gives back one level of the lease; at count 0 the lease is deleted
@@ -301,7 +347,7 @@ func (e *Engine) Handover(ctx context.Context, res Resource, token, to, actor st
 		// The candidate's request has gone meanwhile: the key is given
 		// back, and may go to the next one.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.n.opts.CallTimeout)
-		_, next, _ = e.n.release(rctx, key, next.lease.Token, next.actor, true)
+		_, next, _ = e.n.release(rctx, key, next.lease.Token, next.actor, unclaimedHandOff)
 		cancel()
 	}
 	return out, err

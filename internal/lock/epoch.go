@@ -2,7 +2,10 @@ package lock
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +36,11 @@ type epochs struct {
 	// reply, or by the last refresh, which replaces it (EndQuarantine
 	// brings it forward in Redis, for every lockd).
 	until time.Time
+
+	// refresh serializes refreshes; started is when the last one began.
+	refresh sync.Mutex
+	started time.Time
+	kick    chan struct{} // keepEpochs refreshes at once (kickEpochs)
 }
 
 type epochSeen struct {
@@ -41,6 +49,32 @@ type epochSeen struct {
 	read  time.Time // the bucket's last lease ends, as last read
 	own   time.Time // the last lease this process granted or renewed since ends
 	used  time.Time // when this process last met the marker
+	// known is the lockds the marker knew at the last read, and until
+	// when each one's leases may be live (epoch.lua's r:<replica>).
+	known map[string]time.Time
+}
+
+// setKnown reads epoch.lua's "replica=ms_left …", read at now.
+func (s *epochSeen) setKnown(list string, now time.Time) {
+	s.known = map[string]time.Time{}
+	for _, f := range strings.Fields(list) {
+		rid, ms, ok := strings.Cut(f, "=")
+		if v, err := strconv.ParseInt(ms, 10, 64); ok && err == nil {
+			s.known[rid] = now.Add(time.Duration(v) * time.Millisecond)
+		}
+	}
+}
+
+// knownArg is known as epoch.lua's ARGV[6], with what is left from now.
+func (s *epochSeen) knownArg() string {
+	var b strings.Builder
+	now := time.Now()
+	for rid, until := range s.known {
+		if left := until.Sub(now).Milliseconds(); left > 0 {
+			fmt.Fprintf(&b, "%s=%d ", rid, left)
+		}
+	}
+	return b.String()
 }
 
 // newEpochID is the id of a marker this process would make (acquire.lua
@@ -86,13 +120,20 @@ func (p *epochs) get(sh *sharedKeys) (string, time.Duration) {
 	return s.id, max(0, time.Until(s.read), time.Until(s.own))
 }
 
-// saw notes the id of a reply that checked the marker (check_epoch): a new
-// id is taken only from scripts that have already added what this process
-// knows to the new marker's quarantine, so nothing known is lost.
-func (p *epochs) saw(sh *sharedKeys, id string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.of(sh).id = id
+// saw notes the id of a reply that checked the marker (epoch.check): it
+// counts only if this process knew none; another id says Redis lost its
+// data, which only a refresh takes in (it puts back what this process
+// knows first), so it asks for one now. No id (a marker gone) too.
+func (n *node) saw(sh *sharedKeys, id string) {
+	n.epochs.mu.Lock()
+	defer n.epochs.mu.Unlock()
+	s := n.epochs.of(sh)
+	switch {
+	case s.id == "" && id != "":
+		s.id = id
+	case s.id != id:
+		n.kickEpochs()
+	}
 }
 
 // met notes the id read by a script that does not check the marker (a
@@ -138,16 +179,15 @@ func (n *node) recovering() time.Duration {
 // last heard of lasts; 0 when none.
 func (e *Engine) Recovering() time.Duration { return e.n.recovering() }
 
-// epochArgs are what acquire.lua and epoch.lua need of this process's
-// knowledge of sh's bucket: the id it saw ("" with the quarantine off,
-// which then never starts one), how long what it knows of may be live,
-// and the shortest quarantine after a loss.
-func (n *node) epochArgs(sh *sharedKeys) (seen string, liveMs, minMs int64) {
-	seen, live := n.epochs.get(sh)
+// epochArgs are what acquire.lua needs of this process's knowledge of sh's
+// bucket: the id it saw ("" with the quarantine off, which then never
+// starts one), and the shortest quarantine after a loss.
+func (n *node) epochArgs(sh *sharedKeys) (seen string, minMs int64) {
+	seen, _ = n.epochs.get(sh)
 	if n.opts.NoQuarantine {
 		seen = ""
 	}
-	return seen, min(live, n.opts.MaxTTL).Milliseconds(), n.minQuarantine().Milliseconds()
+	return seen, n.minQuarantine().Milliseconds()
 }
 
 // minQuarantine is the shortest quarantine after a loss: long enough for
@@ -185,8 +225,9 @@ func (n *node) keepEpochs(done <-chan struct{}) {
 		case <-done:
 			return
 		case <-t.C:
+		case <-n.epochs.kick:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), n.opts.CallTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*n.opts.CallTimeout)
 		n.refreshEpochs(ctx)
 		cancel()
 	}
@@ -195,98 +236,185 @@ func (n *node) keepEpochs(done <-chan struct{}) {
 // refreshEpochs runs epoch.lua on every marker this process knows, in one
 // pipeline (twice when Redis lost the script, as it does with its data).
 // What it reads replaces what this process read before, and its own
-// grants before the read: a lease released since no longer counts.
+// grants before the read: a lease released since no longer counts. A
+// marker that says Redis lost its data has this process put back the
+// leases it knows there (restoreBucket), then say so (epoch.restored):
+// only then does it take the new marker's id.
 func (n *node) refreshEpochs(ctx context.Context) {
-	type call struct {
-		marker string
-		s      *epochSeen
-		own    time.Time // s.own before the read
-		cmd    *redis.Cmd
+	n.epochs.refresh.Lock()
+	defer n.epochs.refresh.Unlock()
+	n.epochs.started = time.Now()
+	calls := n.epochCalls()
+	if len(calls) == 0 {
+		return
 	}
+	lost := n.runEpochCalls(ctx, calls, false)
+	for _, c := range calls {
+		if !slices.Contains(lost, c) && c.seen != "" && c.seen == c.s.id {
+			n.validateLedger(ctx, c.marker, c.seen)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	for _, c := range lost {
+		got, err := n.restoreBucket(ctx, c.marker)
+		if err != nil {
+			c.err = err
+			continue
+		}
+		c.restored = got
+		c.seen = c.newID
+	}
+	var ok []*epochCall
+	for _, c := range lost {
+		if c.err == nil {
+			ok = append(ok, c)
+		}
+	}
+	n.runEpochCalls(ctx, ok, true)
+}
+
+// epochCall is one marker's refresh.
+type epochCall struct {
+	marker   string
+	s        *epochSeen
+	own      time.Time // s.own before the read
+	seen     string    // the id this process saw, sent
+	newID    string    // the marker's id, when it says Redis lost data
+	restored Restored
+	err      error
+	cmd      *redis.Cmd
+}
+
+// epochCalls lists the markers to refresh, forgetting a Cluster's idle ones.
+func (n *node) epochCalls() []*epochCall {
 	n.epochs.mu.Lock()
-	calls := make([]call, 0, len(n.epochs.markers))
+	defer n.epochs.mu.Unlock()
 	now := time.Now()
-	// A reply's quarantine noted while the refresh runs may be newer than
-	// what it reads: then the refresh only extends.
-	before := n.epochs.until
+	calls := make([]*epochCall, 0, len(n.epochs.markers))
 	for m, s := range n.epochs.markers {
 		if n.st.Sharded() && s.idle(now) {
 			delete(n.epochs.markers, m)
 			continue
 		}
-		calls = append(calls, call{marker: m, s: s})
+		seen := s.id
+		if n.opts.NoQuarantine {
+			seen = ""
+		}
+		calls = append(calls, &epochCall{marker: m, s: s, seen: seen})
 	}
-	n.epochs.mu.Unlock()
+	return calls
+}
+
+// runEpochCalls runs epoch.lua for calls (restored: each says it has put
+// its leases back) and notes what they read; it answers the markers that
+// say Redis lost data this process must put back.
+func (n *node) runEpochCalls(ctx context.Context, calls []*epochCall, restored bool) []*epochCall {
 	if len(calls) == 0 {
-		return
+		return nil
+	}
+	n.epochs.mu.Lock()
+	// A reply's quarantine noted while the refresh runs may be newer than
+	// what it reads: then the refresh only extends.
+	before := n.epochs.until
+	n.epochs.mu.Unlock()
+	lastBy := n.ledger.lastBy(func(key string) string { return n.sharedOf(key).epoch })
+	flag := ""
+	if restored {
+		flag = "restored"
 	}
 	run := func() error {
 		return n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range calls {
-				c := &calls[i]
-				sh := &sharedKeys{epoch: c.marker, expiries: c.s.sched}
-				seen, live, least := n.epochArgs(sh)
-				// Grants noted from now on may come after the read.
+			for _, c := range calls {
 				n.epochs.mu.Lock()
+				// Grants noted from now on may come after the read.
 				c.own, c.s.own = c.s.own, time.Time{}
+				known := c.s.knownArg()
 				n.epochs.mu.Unlock()
-				c.cmd = n.scripts.epoch.EvalSha(ctx, p, []string{c.marker, c.s.sched}, seen, live, least, n.newEpochID())
+				c.cmd = n.scripts.epoch.EvalSha(ctx, p, []string{c.marker, c.s.sched}, c.seen,
+					n.minQuarantine().Milliseconds(), n.newEpochID(), n.id, lastBy[c.marker].Milliseconds(), known, flag)
 			}
 			return nil
 		})
 	}
-	restore := func(c *call) {
+	restore := func(c *epochCall) {
 		if c.own.After(c.s.own) {
 			c.s.own = c.own
 		}
 	}
 	if err := run(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && n.st.Load(ctx, n.scripts.epoch) == nil {
 		n.epochs.mu.Lock()
-		for i := range calls {
-			restore(&calls[i])
+		for _, c := range calls {
+			restore(c)
 		}
 		n.epochs.mu.Unlock()
 		_ = run()
 	}
-	now = time.Now()
+	now := time.Now()
 	n.epochs.mu.Lock()
 	defer n.epochs.mu.Unlock()
 	var until time.Time // the latest quarantine end read
+	var lost []*epochCall
 	read := 0
-	for i := range calls {
-		c := &calls[i]
+	for _, c := range calls {
 		v, err := c.cmd.Result()
 		if err != nil {
 			restore(c)
 			continue
 		}
 		r, err := newReply(v)
-		if err != nil || r.len() < 3 {
+		if err != nil || r.len() < 5 {
 			restore(c)
 			continue
 		}
-		id, left, live := r.str(0), r.ms(1), r.ms(2)
+		id, left, live, known, isNew := r.str(0), r.ms(1), r.ms(2), r.str(3), r.str(4) == "1"
 		if r.err != nil {
 			restore(c)
 			continue
 		}
 		read++
-		if id != "" {
+		if isNew {
+			c.newID = id
+			lost = append(lost, c)
+		} else if id != "" {
 			c.s.id = id
+			c.s.setKnown(known, now)
 		}
 		c.s.read = now.Add(live)
 		if u := now.Add(left); left > 0 && u.After(until) {
 			until = u
 		}
 	}
-	// What Redis holds is the quarantine: it only ever extends there,
-	// unless an operator ended it (EndQuarantine), which this process
-	// follows here. With a marker unread, or a reply's newer news, it only
-	// extends.
-	if read == len(calls) && n.epochs.until.Equal(before) {
+	// What Redis holds is the quarantine, unless an operator ended it
+	// (EndQuarantine), which this process follows here. With a marker
+	// unread, or a reply's newer news, it only extends.
+	if read == len(calls) && n.epochs.until.Equal(before) && !restored {
 		n.epochs.until = until
 	} else if until.After(n.epochs.until) {
 		n.epochs.until = until
+	}
+	return lost
+}
+
+// refreshSoon refreshes the markers unless a refresh began after since
+// (it has seen what since saw, and has ended once this one has the lock).
+func (n *node) refreshSoon(ctx context.Context, since time.Time) {
+	n.epochs.refresh.Lock()
+	began := n.epochs.started
+	n.epochs.refresh.Unlock()
+	if began.After(since) {
+		return
+	}
+	n.refreshEpochs(ctx)
+}
+
+// kickEpochs asks keepEpochs to refresh now: a reply said that Redis lost
+// its data.
+func (n *node) kickEpochs() {
+	select {
+	case n.epochs.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -26,6 +26,10 @@ var (
 	// ErrLockDelay means a key's last lease ended by expiry or
 	// force-release and its lock-delay has not passed (*DelayError).
 	ErrLockDelay = errors.New("lock: held off by a lock-delay")
+	// ErrMinHold means a key's holder released it inside its hold window
+	// (AcquireRequest.MinHold): nobody holds it, but it stays taken until
+	// the window ends (*MinHoldError).
+	ErrMinHold = errors.New("lock: kept until the hold window ends")
 	// ErrClosed means the engine is shutting down.
 	ErrClosed = errors.New("lock: engine closed")
 	// ErrTooManyWaiters means the process already has as many waiting
@@ -65,6 +69,9 @@ var (
 	// ErrNoLockDelay answers a lock-delay on Redlock: a lapse is seen by
 	// each master apart, so no one of them can hold the key off for all.
 	ErrNoLockDelay = fmt.Errorf("%w: Redlock has no lock-delay", ErrUnsupported)
+	// ErrNoMinHold answers a hold window on Redlock: a release reaches
+	// each master apart, so no quorum could keep the key for the window.
+	ErrNoMinHold = fmt.Errorf("%w: Redlock has no hold windows", ErrUnsupported)
 	// ErrNoElections answers every election operation on Redlock.
 	ErrNoElections = fmt.Errorf("%w: Redlock has no elections", ErrUnsupported)
 	// ErrNoReleaseRequests is Redlock's ErrUnsupported for RequestRelease:
@@ -138,13 +145,34 @@ func (e *DelayError) Error() string {
 // Unwrap makes errors.Is(err, ErrLockDelay) true.
 func (e *DelayError) Unwrap() error { return ErrLockDelay }
 
+// MinHoldError says that a key's holder released it inside its hold
+// window, which keeps it taken, by nobody, for Remaining more.
+type MinHoldError struct {
+	Resource  Resource
+	Owner     string // who held it last
+	Remaining time.Duration
+}
+
+// Error says how long the key stays taken.
+func (e *MinHoldError) Error() string {
+	return fmt.Sprintf("lock: %s was released by %s inside its hold window, which keeps it for %d ms more", e.Resource, e.Owner,
+		e.Remaining.Milliseconds())
+}
+
+// Unwrap makes errors.Is(err, ErrMinHold) true.
+func (e *MinHoldError) Unwrap() error { return ErrMinHold }
+
 // blockedFor says whether err is a key that someone else comes first for
-// (a holder, earlier waiters, a lock-delay), and how long that lasts at
-// most.
+// (a holder, earlier waiters, a lock-delay, a hold window), and how long
+// that lasts at most.
 func blockedFor(err error) (time.Duration, bool) {
 	var delay *DelayError
 	if errors.As(err, &delay) {
 		return delay.Remaining, true
+	}
+	var window *MinHoldError
+	if errors.As(err, &window) {
+		return window.Remaining, true
 	}
 	var held *HeldError
 	if errors.As(err, &held) {

@@ -70,12 +70,12 @@ func (e *Engine) giveBackIfUnanswered(res Resource, req AcquireRequest, token st
 }
 
 // giveBackOf is a grant to give back later (node.later): its token, the
-// actor the history names, its TTL, and whether it was handed to a waiter
-// (unclaimed: it goes back only if that waiter has not claimed it).
+// actor the history names, its TTL, and its kind of release (a key handed
+// to a waiter goes back only if that waiter has not claimed it).
 type giveBackOf struct {
 	token, actor string
 	ttl          time.Duration
-	unclaimed    bool
+	kind         releaseKind
 }
 
 // giveBackLater retries, in the background, a give-back that Redis did
@@ -92,7 +92,7 @@ func (e *Engine) giveBackLater(key string, gb giveBackOf) {
 			case <-time.After(min(100*time.Millisecond<<min(attempt, 5), giveBackMaxPause)):
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
-			_, err := e.n.releaseAs(ctx, key, gb.token, gb.actor, gb.unclaimed, func(h *handed) bool {
+			_, err := e.n.releaseAs(ctx, key, gb.token, gb.actor, gb.kind, func(h *handed) bool {
 				return e.hub.HandOff(key, h.waiter, h.lease)
 			})
 			cancel()
@@ -111,7 +111,7 @@ func (e *Engine) giveBack(res Resource, token string, until time.Time) {
 	pause, rechecked := 100*time.Millisecond, false
 	for time.Now().Before(until) {
 		ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
-		rel, err := e.Release(ctx, res, token, "lockd")
+		rel, err := e.releaseBack(ctx, res, token, "lockd")
 		cancel()
 		switch {
 		case err == nil && rel.Released:

@@ -150,6 +150,14 @@ type AcquireRequest struct {
 	// nobody is granted the key for this long, so that a holder that has
 	// not yet noticed its loss finishes before the next one starts.
 	LockDelay time.Duration
+	// MinHold (0 … TTL; exclusive holds of a lock only, not in a session)
+	// is the hold window, ShedLock's lockAtLeastFor: a release earlier
+	// than this after the grant ends the lease, but the key stays taken,
+	// by nobody, until the window ends (*MinHoldError meanwhile), so that
+	// a job many nodes start at the same moment runs once per window. A
+	// re-entry keeps the first grant's window; a renewal does not move it,
+	// and the lease lives at least until it ends.
+	MinHold time.Duration
 	// Value is the grant's value, compact JSON of at most MaxValue bytes
 	// ("" for none): readers see it in the state; a re-entry with one
 	// replaces it.
@@ -222,7 +230,7 @@ type RequestedRelease struct {
 // waitable says whether a failed try should wait: the key is held, Redis
 // is away for a moment, or the restart quarantine has not ended.
 func waitable(err error) bool {
-	return errors.Is(err, ErrHeld) || errors.Is(err, ErrLockDelay) || errors.Is(err, ErrQueued) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrLockDelay) || errors.Is(err, ErrMinHold) || errors.Is(err, ErrQueued) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRecovering) || errors.Is(err, errFree)
 }
 
 // Released is what a release gave back.
@@ -288,6 +296,11 @@ type State struct {
 	// ReleaseRequested is the pending request that the exclusive holder
 	// step aside (nil: none).
 	ReleaseRequested *ReleaseRequest
+	// MinHoldUntil is when the exclusive lease's hold window ends, while
+	// it runs (zero: none). When the holder released inside it, Count is
+	// 0 and Holders is empty: nobody holds the key, which frees then
+	// (ExpiresAt); Owner and Fence are the released lease's.
+	MinHoldUntil time.Time
 	// Set is the size of the lock set the exclusive holder took the key
 	// with (0: a lone grant).
 	Set int

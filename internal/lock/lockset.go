@@ -167,8 +167,10 @@ type setTry struct {
 	deadline time.Time
 	groups   []setGroup
 	// granting: a grant may have been written, so an acquire that fails
-	// gives the keys back.
+	// gives the keys back. sent is when the first call that may grant was
+	// sent: no grant of the set is earlier (the ledger's expiry).
 	granting bool
+	sent     time.Time
 }
 
 // mode is the scripts' mode of the set: "x" or "s".
@@ -192,13 +194,13 @@ type setAnswer struct {
 func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string) (setAnswer, error) {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	seen, live, least := n.epochArgs(g.sh)
+	seen, least := n.epochArgs(g.sh)
 	var deadline any = ""
 	if s.waiter != "" {
 		deadline = (time.Until(s.deadline) + entrySlack).Milliseconds()
 	}
 	argv := trimmed([]any{s.token, packable(s.req.Owner), s.req.TTL.Milliseconds(), packable(s.req.Actor), intent, seen, n.id,
-		strconv.FormatInt(live, 10) + " " + strconv.FormatInt(least, 10) + " " + n.newEpochID(), s.waiter, deadline,
+		strconv.FormatInt(least, 10) + " " + n.newEpochID(), s.waiter, deadline,
 		strconv.Itoa(len(s.req.Keys)), s.mode(), traceOf(ctx), s.req.Value})
 	v, err := n.write(ctx, n.scripts.lockset, g.call, argv...)
 	if errors.Is(err, errNoAcks) {
@@ -218,7 +220,7 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 	case "granted", "reserved":
 		a.now = r.time(1)
 		if epoch := r.str(2); epoch != "" {
-			n.epochs.saw(g.sh, epoch)
+			n.saw(g.sh, epoch)
 		}
 		for i := 3; i < r.len(); i++ {
 			a.fences = append(a.fences, r.int(i))
@@ -289,7 +291,7 @@ func (e *Engine) acquireSet(ctx context.Context, s *setTry) (SetLease, error) {
 		intent := "reserve"
 		if g == last {
 			intent = "grant"
-			s.granting = true
+			s.granting, s.sent = true, time.Now()
 		}
 		a, err := e.n.trySet(ctx, s, s.groups[g], intent)
 		if err == nil && a.status == "refused" {
@@ -409,6 +411,12 @@ func (e *Engine) grantSet(ctx context.Context, s *setTry, a setAnswer) (SetLease
 	l := SetLease{Token: s.token, Owner: s.req.Owner, TTL: s.req.TTL, AcquiredAt: acquired, ExpiresAt: acquired.Add(s.req.TTL)}
 	for _, k := range s.req.Keys {
 		l.Leases = append(l.Leases, SetKey{Key: k, Fence: fences[k]})
+		// Each key's grant is an ordinary lease: Redis losing its data
+		// puts it back as any other (restore.go).
+		e.n.noted(k)
+		e.n.ledger.note(k, Lease{Resource: Lock(k), Owner: s.req.Owner, Token: s.token, Fence: fences[k], Count: 1,
+			TTL: s.req.TTL, AcquiredAt: acquired, ExpiresAt: l.ExpiresAt, Mode: modeOf(s.mode())}, s.req.TTL,
+			AcquireRequest{Value: s.req.Value}, s.sent)
 	}
 	if err := e.n.writeSetRecord(ctx, s.token, setRecord{Keys: s.req.Keys, Owner: s.req.Owner, TTLMS: s.req.TTL.Milliseconds()}, s.req.TTL); err != nil {
 		return SetLease{}, err
@@ -421,7 +429,7 @@ func (e *Engine) grantSet(ctx context.Context, s *setTry, a setAnswer) (SetLease
 func (e *Engine) abandonSet(s *setTry) {
 	eachKey(s.req.Keys, func(_ int, k string) error {
 		if s.waiter != "" {
-			e.leave(k, s.waiter, s.deadline.Add(entrySlack), true)
+			e.leave(k, s.waiter, s.deadline.Add(entrySlack), true, false)
 		}
 		if s.granting {
 			ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)

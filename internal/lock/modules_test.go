@@ -149,7 +149,7 @@ func runModule(t *testing.T, rdb redis.UniversalClient, src, key string, s modul
 	c := s.call
 	c.lease, c.hist, c.queue, c.epoch, c.sched, c.stream = base.lease, base.hist, base.queue, base.epoch, base.sched, base.stream
 	c.qinfo, c.holders, c.replicas, c.channel, c.replica = base.qinfo, base.holders, base.replicas, base.channel, "r1"
-	c.epochArgs, c.actor = "0 1000 e1", "test"
+	c.epochArgs, c.actor = "1000 e1", "test"
 	fields := map[string]string{}
 	v := reflect.ValueOf(c)
 	for i := range v.NumField() {

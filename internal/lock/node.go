@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,10 +46,14 @@ type node struct {
 	shared     [1]*sharedKeys               // one server or Sentinel: the one bucket
 	slotShared []atomic.Pointer[sharedKeys] // Cluster: per slot, made when first used
 
-	epochs     epochs
-	sweeper    sweeper
-	cursorKey  cursorKey // the list cursors' cipher (list.go)
-	missedAcks atomic.Int64
+	epochs epochs
+	ledger ledger // the live leases this process granted or renewed (restore.go)
+	// restoredSum counts what restoreBucket put back since the start.
+	restoredMu  sync.Mutex
+	restoredSum Restored
+	sweeper     sweeper
+	cursorKey   cursorKey // the list cursors' cipher (list.go)
+	missedAcks  atomic.Int64
 	// later gives back, in the background, a grant whose give-back got no
 	// answer (giveback.go); nil: nobody does (a Redlock master's node).
 	later func(key string, gb giveBackOf)
@@ -62,6 +67,7 @@ func newNode(st *store.Store, opts Options) *node {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	n.epochs.seed = hex.EncodeToString(id[:])
+	n.epochs.kick = make(chan struct{}, 1)
 	n.id = hex.EncodeToString(id[:])
 	n.arg = args{
 		historyMax:  opts.HistoryMax,
@@ -140,8 +146,9 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, m
 	if en != nil {
 		c.waiter, c.place, c.deadline = en.id, en.place(), (en.wait + entrySlack).Milliseconds()
 	}
-	c.delay, c.value, c.session = delayArg(req.LockDelay), req.Value, req.sessionHandle
+	c.delay, c.value, c.session, c.hold = delayArg(req.LockDelay), req.Value, req.sessionHandle, delayArg(req.MinHold)
 	keys, argv := c.run(n)
+	sent := time.Now()
 	v, err := n.write(ctx, n.scripts.acquire, keys, argv...)
 	unacked := errors.Is(err, errNoAcks)
 	if err != nil && !unacked {
@@ -159,7 +166,7 @@ func (n *node) try(ctx context.Context, key string, req AcquireRequest, token, m
 	if r.err != nil {
 		return Lease{}, r.err
 	}
-	return a(ctx, n, acquireTry{key: key, req: req, en: en, sh: sh, unacked: unacked})
+	return a(ctx, n, acquireTry{key: key, req: req, en: en, sh: sh, unacked: unacked, sent: sent})
 }
 
 // acquireTry is what an answer of acquire.lua needs of the try that got it.
@@ -168,7 +175,8 @@ type acquireTry struct {
 	req     AcquireRequest
 	en      *entry
 	sh      *sharedKeys
-	unacked bool // too few replicas acknowledged the write
+	unacked bool      // too few replicas acknowledged the write
+	sent    time.Time // when the try was sent
 }
 
 // granted answers a fresh grant or a re-entry, noting the epoch it names;
@@ -176,10 +184,10 @@ type acquireTry struct {
 // re-entry): a failover now could lose it while its holder works.
 func (n *node) granted(ctx context.Context, t acquireTry, g grantReply, o Outcome) (Lease, error) {
 	if t.unacked {
-		if _, err := n.releaseTo(context.WithoutCancel(ctx), t.key, g.token, t.req.Actor, nil); err != nil && n.later != nil &&
+		if _, err := n.releaseAs(context.WithoutCancel(ctx), t.key, g.token, t.req.Actor, givenBack, nil); err != nil && n.later != nil &&
 			unanswered(err) {
 			// A failover cut the give-back: the grant may still be there.
-			n.later(t.key, giveBackOf{token: g.token, actor: t.req.Actor, ttl: g.ttl})
+			n.later(t.key, giveBackOf{token: g.token, actor: t.req.Actor, ttl: g.ttl, kind: givenBack})
 		}
 		return Lease{}, wrap("acquire", errNoAcks)
 	}
@@ -187,9 +195,10 @@ func (n *node) granted(ctx context.Context, t acquireTry, g grantReply, o Outcom
 	l := g.lease(t.key)
 	l.Outcome = o
 	if g.epoch != "" {
-		n.epochs.saw(t.sh, g.epoch)
+		n.saw(t.sh, g.epoch)
 	}
 	n.epochs.lease(t.sh, g.left)
+	n.ledger.note(t.key, l, g.left, t.req, t.sent)
 	return l, nil
 }
 
@@ -251,7 +260,8 @@ func named(req AcquireRequest) string {
 	return ""
 }
 
-// delayArg is acquire.lua's lock-delay argument: ms, or "" for none.
+// delayArg is acquire.lua's lock-delay or hold window argument: ms, or ""
+// for none.
 func delayArg(d time.Duration) string {
 	if d <= 0 {
 		return ""
@@ -277,6 +287,7 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 		c.bySession = "1"
 	}
 	keys, argv := c.run()
+	sent := time.Now()
 	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
 	if err != nil {
 		return Lease{}, wrap("renew", err)
@@ -287,18 +298,25 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 	}
 	n.epochs.lease(sh, g.left)
 	l := g.lease(key)
+	n.ledger.renewed(key, l, g.left, req.Value, sent)
 	l.ReleaseRequested = rq
 	return l, nil
 }
 
-// giveBack is release.lua's ARGV[5]: "unclaimed" gives back only a key
-// handed to a waiter that has not claimed it.
-func giveBack(unclaimed bool) string {
-	if unclaimed {
-		return "unclaimed"
-	}
-	return ""
-}
+// releaseKind is whose release release.lua makes (its unclaimed).
+type releaseKind string
+
+const (
+	// byHolder is the holder's own: a hold window stays
+	// (scripts/lib/exclusive.lua, keep_window).
+	byHolder releaseKind = ""
+	// givenBack is a grant whose caller never had it (it left, or the
+	// grant went unacknowledged or unanswered): no hold window stays.
+	givenBack releaseKind = "back"
+	// unclaimedHandOff gives back a key handed to a waiter only if the
+	// waiter has not claimed it; no hold window stays either.
+	unclaimedHandOff releaseKind = "unclaimed"
+)
 
 // handed is a lease that a release gave to the next waiter, of this process.
 type handed struct {
@@ -312,38 +330,38 @@ type handed struct {
 // (the waiter has gone meanwhile) or be nil, the key is given back, and may
 // go to the next one, unless the waiter's own try took it in the meantime.
 func (n *node) releaseTo(ctx context.Context, key, token, actor string, take func(*handed) bool) (Released, error) {
-	return n.releaseAs(ctx, key, token, actor, false, take)
+	return n.releaseAs(ctx, key, token, actor, byHolder, take)
 }
 
-// releaseAs is releaseTo; unclaimed gives back a key handed to a waiter
-// only if the waiter has not claimed it (release).
-func (n *node) releaseAs(ctx context.Context, key, token, actor string, unclaimed bool, take func(*handed) bool) (Released, error) {
-	out, next, err := n.release(ctx, key, token, actor, unclaimed)
+// releaseAs is releaseTo, a release of the kind kind (a give-back, or a
+// key handed to a waiter that goes back only if the waiter has not
+// claimed it).
+func (n *node) releaseAs(ctx context.Context, key, token, actor string, kind releaseKind, take func(*handed) bool) (Released, error) {
+	out, next, err := n.release(ctx, key, token, actor, kind)
 	for next != nil && (take == nil || !take(next)) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.CallTimeout)
 		h := next
 		var gerr error
-		_, next, gerr = n.release(rctx, key, h.lease.Token, h.actor, true)
+		_, next, gerr = n.release(rctx, key, h.lease.Token, h.actor, unclaimedHandOff)
 		cancel()
 		if gerr != nil && unanswered(gerr) && n.later != nil {
 			// The key handed to a waiter that had gone stays handed, for
 			// its TTL, unless it goes back: a 409 answered that waiter.
-			n.later(key, giveBackOf{token: h.lease.Token, actor: h.actor, ttl: h.lease.TTL, unclaimed: true})
+			n.later(key, giveBackOf{token: h.lease.Token, actor: h.actor, ttl: h.lease.TTL, kind: unclaimedHandOff})
 		}
 	}
 	return out, err
 }
 
-// release runs release.lua; unclaimed gives back a key handed to a waiter
-// only if the waiter has not claimed it.
-func (n *node) release(ctx context.Context, key, token, actor string, unclaimed bool) (Released, *handed, error) {
+// release runs release.lua, a release of the kind kind.
+func (n *node) release(ctx context.Context, key, token, actor string, kind releaseKind) (Released, *handed, error) {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	sh := n.sharedOf(key)
 	// With replica acks a grant must be acknowledged before its holder
 	// hears of it: no hand-off then.
 	c := releaseCallOf(key, sh)
-	c.token, c.actor, c.trace, c.unclaimed = token, packable(actor), traceOf(ctx), giveBack(unclaimed)
+	c.token, c.actor, c.trace, c.unclaimed = token, packable(actor), traceOf(ctx), string(kind)
 	if n.opts.ReplicaAcks == 0 {
 		c.handTo = n.id
 	}
@@ -367,6 +385,7 @@ func (n *node) handover(ctx context.Context, key, token, to, actor string) (Rele
 // runRelease runs the release call c and reads its answer.
 func (n *node) runRelease(ctx context.Context, key string, sh *sharedKeys, c releaseCall, actor string) (Released, *handed, error) {
 	keys, argv := c.run()
+	sent := time.Now()
 	v, err := n.write(ctx, n.scripts.release, keys, argv...)
 	if err != nil {
 		return Released{}, nil, wrap("release", err)
@@ -379,6 +398,7 @@ func (n *node) runRelease(ctx context.Context, key string, sh *sharedKeys, c rel
 		return Released{}, nil, nil
 	}
 	n.noted(key)
+	n.ledger.released(key, c.token, r.count)
 	out := Released{Released: r.count == 0, Count: r.count}
 	if out.Released {
 		out.HeldFor = heldSince(r.acquiredAt.UnixMilli())
@@ -390,6 +410,8 @@ func (n *node) runRelease(ctx context.Context, key string, sh *sharedKeys, c rel
 			AcquiredAt: h.at, ExpiresAt: h.at.Add(h.ttl), Outcome: Granted, Mode: Exclusive,
 		}}
 		n.epochs.lease(sh, h.ttl)
+		// Its request's value and session are the waiter's (Engine.queue).
+		n.ledger.note(key, next.lease, h.ttl, AcquireRequest{}, sent)
 	}
 	return out, next, nil
 }
@@ -439,6 +461,7 @@ func (n *node) forceRelease(ctx context.Context, key string, fence int64, actor,
 		return Broken{}, false, err
 	}
 	n.noted(key)
+	n.ledger.broken(key, r.fence)
 	return Broken{Owner: r.owner, Fence: r.fence, HeldFor: heldSince(r.acquiredAt.UnixMilli())}, r.more, nil
 }
 
@@ -513,7 +536,8 @@ func stateFrom(key string, v any) (State, error) {
 
 // exclusiveState reads {"x", now_ms, queue, owner, fence, count, ttl_ms,
 // acquired_at_ms, renewed_at_ms, renewals, pttl_ms, left_ms, waiters,
-// value, release request, set}.
+// value, rq, mh, set}; count 0 is a key kept by a hold window after its
+// holder's release.
 func exclusiveState(s *State, r *reply) {
 	now := r.time(1)
 	if r.len() > 12 {
@@ -541,8 +565,18 @@ func exclusiveState(s *State, r *reply) {
 	if r.len() > 14 {
 		s.ReleaseRequested = releaseRequestOf(r.str(14))
 	}
-	if r.len() > 15 {
-		s.Set = int(r.int(15))
+	if r.len() > 16 {
+		s.Set = int(r.int(16))
+	}
+	if r.len() > 15 && r.str(15) != "" {
+		if until := r.time(15); until.After(now) {
+			s.MinHoldUntil = until
+		}
+	}
+	if s.Count == 0 {
+		// Released inside its hold window: nobody holds the key.
+		s.Holders, s.HoldersTotal = []Holder{}, 0
+		return
 	}
 	s.AtRisk = atRisk(*s)
 }

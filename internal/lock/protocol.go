@@ -36,7 +36,7 @@ type acquireCall struct {
 	mode      string // "x", "s" or "p" (modeOf)
 	seen      string // the epoch id this process saw last (epochArgs)
 	replica   string // this process's id in the queues
-	epochArgs string // "live_ms min_ms new_id" (epochArgs)
+	epochArgs string // "min_ms new_id" (epochArgs)
 	// Each "" when left off the end.
 	trace    string // the request's trace id (trace.go)
 	named    string // "1": the caller named its mode or a limit (named)
@@ -49,16 +49,17 @@ type acquireCall struct {
 	delay    string // the lock-delay in ms
 	value    string // the grant's value (JSON)
 	session  string // the handle of the session it is bound to
+	hold     string // the hold window in ms (min_hold_ms)
 }
 
 // acquireCallOf is the call of a try on key: its keys, and the node's
 // part of its arguments.
 func (n *node) acquireCallOf(key string, sh *sharedKeys) acquireCall {
 	k := keysOf(key)
-	seen, live, least := n.epochArgs(sh)
+	seen, least := n.epochArgs(sh)
 	return acquireCall{lease: k.lease, hist: k.hist, queue: k.queue, epoch: sh.epoch, sched: sh.expiries, stream: sh.events,
 		qinfo: k.qinfo, holders: k.holders, replicas: sh.replicas, channel: k.wake, seen: seen, replica: n.id,
-		epochArgs: strconv.FormatInt(live, 10) + " " + strconv.FormatInt(least, 10) + " " + n.newEpochID()}
+		epochArgs: strconv.FormatInt(least, 10) + " " + n.newEpochID()}
 }
 
 func (c acquireCall) run(*node) ([]string, []any) {
@@ -77,7 +78,7 @@ func (c acquireCall) args() ([]string, []any) {
 	}
 	return []string{c.lease, c.hist, c.queue, c.epoch, c.sched, c.stream, c.qinfo, c.holders, c.replicas},
 		[]any{c.token, c.owner, c.ttlMS, c.actor, c.channel, string(c.intent), c.mode, c.seen, c.replica, c.epochArgs,
-			c.trace, c.named, c.reentry, c.idem, limit, c.waiter, deadline, c.place, c.delay, c.value, c.session}
+			c.trace, c.named, c.reentry, c.idem, limit, c.waiter, deadline, c.place, c.delay, c.value, c.session, c.hold}
 }
 
 // trimmed is argv without the empty strings at its end.
@@ -132,7 +133,7 @@ type releaseCall struct {
 	// Each "" when left off the end.
 	handTo    string // this process's id: hand the key to its next waiter if it waits here
 	trace     string
-	unclaimed string // giveBack
+	unclaimed string // releaseKind
 	to        string // an election's handover: the candidate that leads next
 }
 
@@ -273,6 +274,15 @@ var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
 			return Lease{}, &HeldError{Resource: resourceOf(t.key), Owner: owner, Remaining: retry}
 		}
 	},
+	// {"min_hold", owner, retry_ms, epoch_id or "", place or ""}: released
+	// inside its hold window, the key kept by nobody.
+	"min_hold": func(r *reply, _ acquireCall) acquireAnswer {
+		owner, retry, epoch, place := r.str(1), r.ms(2), r.str(3), r.str(4)
+		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+			n.waits(t, epoch, place)
+			return Lease{}, &MinHoldError{Resource: resourceOf(t.key), Owner: owner, Remaining: retry}
+		}
+	},
 	// {"queued", next owner or "", retry_ms, epoch_id or "", place or "",
 	// waiters, next's since_ms}
 	"queued": func(r *reply, _ acquireCall) acquireAnswer {
@@ -290,7 +300,7 @@ var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
 	"recovering": func(r *reply, _ acquireCall) acquireAnswer {
 		epoch, left := r.str(1), r.ms(2)
 		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
-			n.epochs.saw(t.sh, epoch)
+			n.saw(t.sh, epoch)
 			n.epochs.recovering(left)
 			return Lease{}, &RecoveringError{Remaining: left}
 		}

@@ -176,6 +176,7 @@ func TestReplyShapes(t *testing.T) {
 		{[]any{"queued", "next", int64(1200), "ep", "99", int64(3), ms}, acquireCall{}, Lease{},
 			&QueuedError{Resource: res, Waiters: 3, RetryAfter: min(1200*time.Millisecond, queuedRetry), Next: Waiter{Owner: "next", Since: at}}},
 		{[]any{"held", "h", int64(500), "", ""}, acquireCall{}, Lease{}, &HeldError{Resource: res, Owner: "h", Remaining: 500 * time.Millisecond}},
+		{[]any{"min_hold", "h", int64(400), "", ""}, acquireCall{}, Lease{}, &MinHoldError{Resource: res, Owner: "h", Remaining: 400 * time.Millisecond}},
 		{[]any{"recovering", "ep", int64(800)}, acquireCall{}, Lease{}, &RecoveringError{Remaining: 800 * time.Millisecond}},
 		{[]any{"delay", "ep", int64(700), ""}, acquireCall{}, Lease{}, &DelayError{Resource: res, Remaining: 700 * time.Millisecond}},
 		{[]any{"full", int64(10000)}, acquireCall{}, Lease{}, &TooManyHoldersError{Holders: 10000}},
@@ -191,8 +192,8 @@ func TestReplyShapes(t *testing.T) {
 			t.Errorf("%v: %+v, %v; want %+v, %v", c.reply[0], l, err, c.lease, c.err)
 		}
 	}
-	if len(acquireStatuses) != 15 {
-		t.Errorf("acquireStatuses has %d rows; this test reads 15", len(acquireStatuses))
+	if len(acquireStatuses) != 16 {
+		t.Errorf("acquireStatuses has %d rows; this test reads 16", len(acquireStatuses))
 	}
 	renewed, rq, err := decodeRenew([]any{"ok", "o", "tok", "17", int64(1), int64(3000), ms, int64(3000), ms, "", "p", int64(5)})
 	if err != nil || renewed.mode != Permit || renewed.limit != 5 || renewed.fence != 17 || rq != nil {

@@ -14,79 +14,62 @@ import (
 	"github.com/lockd/lockd/internal/redistest"
 )
 
-// After Redis restarts without persistence, forgetting every lease, no key
-// is granted until the leases it forgot have expired: holders that keep
-// working until their own expiry never overlap a new holder. A lockd that
-// never saw the marker learns the quarantine from the one that made it.
+// After Redis restarts without persistence, forgetting every lease, the
+// lockds put back the leases they know: no key is granted to another
+// before the lease it held would have expired, the holders renew through
+// any lockd as if nothing happened, and a lockd that started before any
+// grant and served none (it never met a marker through a request) grants
+// no held key either.
 func TestRestartQuarantine(t *testing.T) {
 	srv := redistest.Start(t)
-	a := newEngine(t, srv.Client(t))
-	// b learns the longest TTL that a granted from the marker.
-	b := lock.New(srv.Client(t), lock.Options{EpochRefresh: 50 * time.Millisecond})
-	t.Cleanup(func() { _ = b.Close() })
+	opts := lock.Options{EpochRefresh: 50 * time.Millisecond}
+	idle := lock.New(srv.Client(t), opts) // before any grant, idle since
+	a := lock.New(srv.Client(t), opts)
+	b := lock.New(srv.Client(t), opts)
+	t.Cleanup(func() { _, _, _ = idle.Close(), a.Close(), b.Close() })
 	ctx := context.Background()
-	const ttl = 800 * time.Millisecond
+	const ttl = 1500 * time.Millisecond
 
-	// b has seen the marker; a holds keys.
-	mustAcquire(t, b, lock.Lock("q:warm"), lock.AcquireRequest{TTL: 100 * time.Millisecond})
 	var leases []lock.Lease
 	for i := range 5 {
 		leases = append(leases, mustAcquire(t, a, lock.Lock(fmt.Sprint("q:", i)), lock.AcquireRequest{Owner: "old", TTL: ttl}))
 	}
-	time.Sleep(150 * time.Millisecond) // b reads the marker
+	time.Sleep(150 * time.Millisecond) // every lockd reads the marker
 	srv.Restart()
-	restarted := time.Now()
 
-	// b tries every key until it gets it; no grant may come before the
-	// old holder's lease would have expired.
+	// No lockd grants a key held at the loss before its lease would have
+	// ended; the idle one tries too.
 	for i, old := range leases {
 		key := fmt.Sprint("q:", i)
-		var recovering bool
-		for {
-			l, err := b.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "new", TTL: time.Second})
-			if err == nil {
-				if l.AcquiredAt.Before(old.ExpiresAt) {
-					t.Fatalf("%s granted at %v, before the forgotten lease's expiry %v", key, l.AcquiredAt, old.ExpiresAt)
+		for _, e := range []*lock.Engine{idle, b} {
+			for time.Now().Before(old.ExpiresAt.Add(-100 * time.Millisecond)) {
+				l, err := e.Acquire(ctx, lock.Lock(key), lock.AcquireRequest{Owner: "new", TTL: time.Second})
+				if err == nil {
+					t.Fatalf("%s granted at %v, before the lease it held at the loss ends (%v)", key, l.AcquiredAt, old.ExpiresAt)
 				}
-				break
-			}
-			var rec *lock.RecoveringError
-			switch {
-			case errors.As(err, &rec):
-				recovering = true
-				// The marker's live is rounded up to the next second.
-				if rec.Remaining > ttl+time.Second+50*time.Millisecond {
-					t.Fatalf("quarantine of %v for leases of %v", rec.Remaining, ttl)
+				var rec *lock.RecoveringError
+				if !errors.As(err, &rec) && !errors.Is(err, lock.ErrHeld) && !errors.Is(err, lock.ErrUnavailable) {
+					t.Fatalf("%s: %v", key, err)
 				}
-			case errors.Is(err, lock.ErrUnavailable):
-			default:
-				t.Fatalf("%s: %v", key, err)
+				if errors.Is(err, lock.ErrHeld) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if i == 0 && !recovering {
-			t.Fatal("the first acquire after the restart was not refused")
 		}
 	}
-	t.Logf("keys granted again %v after the restart", time.Since(restarted).Round(time.Millisecond))
+	// The holders renew, through the other lockd.
+	for i, old := range leases {
+		l, err := b.Renew(ctx, lock.Lock(fmt.Sprint("q:", i)), lock.RenewRequest{Token: old.Token})
+		if err != nil {
+			t.Fatalf("renew of q:%d after the loss: %v", i, err)
+		}
+		if l.Fence != old.Fence || l.Owner != "old" {
+			t.Fatalf("renewed q:%d: fence %d owner %q, want %d old", i, l.Fence, l.Owner, old.Fence)
+		}
+	}
 	if b.Recovering() > 0 && b.Ready(ctx) == nil {
 		t.Fatal("Ready during the quarantine")
-	}
-
-	// A fresh lockd on the same Redis learns the quarantine from the marker.
-	mustAcquire(t, a, lock.Lock("q:again"), lock.AcquireRequest{TTL: ttl})
-	srv.Restart()
-	_, _ = b.Acquire(ctx, lock.Lock("q:trigger"), lock.AcquireRequest{TTL: time.Second}) // may be ErrUnavailable while reconnecting
-	waitFor(t, func() bool {
-		_, err := b.Acquire(ctx, lock.Lock("q:trigger2"), lock.AcquireRequest{TTL: time.Second})
-		return errors.Is(err, lock.ErrRecovering)
-	})
-	c := newEngine(t, srv.Client(t))
-	if _, err := c.Acquire(ctx, lock.Lock("q:fresh"), lock.AcquireRequest{TTL: time.Second}); !errors.Is(err, lock.ErrRecovering) {
-		t.Fatalf("a new lockd during the quarantine: %v", err)
-	}
-	if err := c.Ready(ctx); !errors.Is(err, lock.ErrRecovering) {
-		t.Fatalf("Ready of a new lockd during the quarantine: %v", err)
 	}
 }
 
@@ -238,35 +221,32 @@ func TestRestartQuarantineFollowsLiveLeases(t *testing.T) {
 	})
 
 	t.Run("a 60 s lease live at the loss", func(t *testing.T) {
-		live := mustAcquire(t, a, lock.Lock("ql:live"), lock.AcquireRequest{TTL: 60 * time.Second})
+		live := mustAcquire(t, a, lock.Lock("ql:live"), lock.AcquireRequest{Owner: "live", TTL: 60 * time.Second})
 		time.Sleep(refresh + 200*time.Millisecond) // b reads the marker
 		srv.Restart()
-		var rec *lock.RecoveringError
-		retry(t, "an acquire after the restart", func() (lock.Lease, error) {
-			l, err := b.Acquire(ctx, lock.Lock("ql:other"), lock.AcquireRequest{TTL: time.Second})
-			if errors.As(err, &rec) {
-				return l, nil
-			}
-			if err == nil {
-				t.Fatalf("granted at %v during the quarantine (the live lease ends at %v)", l.AcquiredAt, live.ExpiresAt)
-			}
-			return l, err
-		})
-		left := time.Until(live.ExpiresAt)
-		t.Logf("60 s lease live at the loss: quarantine of %v, the lease had %v left", rec.Remaining.Round(time.Millisecond), left.Round(time.Millisecond))
-		if rec.Remaining < left-time.Second || rec.Remaining > left+2*time.Second {
-			t.Fatalf("quarantine of %v, the lease live at the loss had %v left", rec.Remaining, left)
+		lost := time.Now()
+		// The lease is put back: its key stays held, any other is granted
+		// within 5 s of the loss.
+		_, l := afterLoss(t, b, "ql:other", lost, 5*time.Second)
+		if since := l.AcquiredAt.Sub(lost); since > 5*time.Second {
+			t.Fatalf("a free key granted %v after the loss", since)
 		}
-		if err := b.Ready(ctx); !errors.As(err, &rec) {
-			t.Fatalf("Ready during the quarantine: %v", err)
+		_, err := b.Acquire(ctx, lock.Lock("ql:live"), lock.AcquireRequest{TTL: time.Second})
+		var held *lock.HeldError
+		if !errors.As(err, &held) || held.Owner != "live" {
+			t.Fatalf("the key of the lease live at the loss: %v", err)
 		}
+		if _, err := b.Renew(ctx, lock.Lock("ql:live"), lock.RenewRequest{Token: live.Token}); err != nil {
+			t.Fatalf("renew after the loss: %v", err)
+		}
+		t.Logf("60 s lease live at the loss: put back; another key granted %v after the loss", l.AcquiredAt.Sub(lost).Round(time.Millisecond))
 	})
 }
 
 // A lease granted just before the loss, through a lockd whose grant no
-// other one has read yet, still holds the quarantine up: the lockd that
-// finds the loss waits two refreshes, and the granting one adds its lease
-// to the quarantine with its next refresh, without a request of its own.
+// other one has read yet, is put back all the same: the lockd that finds
+// the loss waits two refreshes, and the granting one puts its lease back
+// with its next refresh, without a request of its own.
 func TestRestartQuarantineHearsEveryLockd(t *testing.T) {
 	srv := redistest.Start(t)
 	opts := lock.Options{EpochRefresh: 300 * time.Millisecond}
@@ -278,14 +258,18 @@ func TestRestartQuarantineHearsEveryLockd(t *testing.T) {
 	live := mustAcquire(t, a, lock.Lock("qh:live"), lock.AcquireRequest{TTL: 3 * time.Second})
 	srv.Restart() // before b's next refresh, most likely
 	lost := time.Now()
-	rec, l := afterLoss(t, b, "qh:k", lost, 6*time.Second)
-	if rec == nil {
-		t.Fatal("no quarantine after the loss")
+	_, l := afterLoss(t, b, "qh:k", lost, 6*time.Second)
+	for {
+		_, err := b.Acquire(context.Background(), lock.Lock("qh:live"), lock.AcquireRequest{TTL: time.Second})
+		if err == nil {
+			t.Fatalf("qh:live granted before the forgotten lease's expiry %v", live.ExpiresAt)
+		}
+		if errors.Is(err, lock.ErrHeld) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if l.AcquiredAt.Before(live.ExpiresAt) {
-		t.Fatalf("granted at %v, before the forgotten lease's expiry %v", l.AcquiredAt, live.ExpiresAt)
-	}
-	t.Logf("granted again %v after the loss, %v after the forgotten lease ended", time.Since(lost).Round(time.Millisecond), l.AcquiredAt.Sub(live.ExpiresAt))
+	t.Logf("another key granted again %v after the loss; the lease granted just before it put back", l.AcquiredAt.Sub(lost).Round(time.Millisecond))
 }
 
 // quarantineOnTopology checks the quarantine of one topology: loses the
@@ -312,21 +296,26 @@ func quarantineOnTopology(t *testing.T, a, b *lock.Engine, keys [4]string, away 
 			t.Fatalf("%s, outside the lost data, waited for the quarantine", away)
 		}
 	}
-	rec, l := afterLoss(t, b, keys[3], lost, 6*time.Second)
-	if rec == nil {
-		t.Fatal("no quarantine after the loss")
+	// The live lease is put back (its key stays held until it ends, and
+	// its holder renews through b); a key nobody held is granted soon.
+	_, l := afterLoss(t, b, keys[3], lost, 5*time.Second)
+	if _, err := b.Renew(ctx, lock.Lock(keys[2]), lock.RenewRequest{Token: live.Token}); err != nil {
+		t.Fatalf("renew of the lease live at the loss: %v", err)
 	}
-	if l.AcquiredAt.Before(live.ExpiresAt) {
-		t.Fatalf("granted at %v, before the forgotten lease's expiry %v", l.AcquiredAt, live.ExpiresAt)
+	if _, err := b.Acquire(ctx, lock.Lock(keys[2]), lock.AcquireRequest{TTL: time.Second}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("the key of the lease live at the loss: %v", err)
 	}
-	t.Logf("quarantine of %v with a 3 s lease live (a 120 s one released before); granted again %v after the loss",
-		rec.Remaining.Round(time.Millisecond), time.Since(lost).Round(time.Millisecond))
+	t.Logf("a 3 s lease live at the loss put back; a free key granted again %v after the loss", l.AcquiredAt.Sub(lost).Round(time.Millisecond))
 }
 
 // sentinelQuarantine flushes the master under Sentinel (the replica
 // follows): the data of the one bucket is lost.
 func sentinelQuarantine(t *testing.T, s *redistest.Sentinel) {
-	opts := lock.Options{EpochRefresh: 100 * time.Millisecond}
+	// The default refresh, as the other lockds on this Sentinel have: the
+	// shortest quarantine is two of the refreshes of the lockd that
+	// notices the loss first, and every lockd must put its leases back
+	// within it.
+	opts := lock.Options{}
 	a, b := sentinelEngine(t, s, opts), sentinelEngine(t, s, opts)
 	keys := [4]string{"sq:warm", "sq:long", "sq:live", "sq:after"}
 	quarantineOnTopology(t, a, b, keys, "", func() {
@@ -371,76 +360,75 @@ func clusterQuarantine(t *testing.T, c *redistest.Cluster) {
 	})
 }
 
-// The restart quarantine covers sessions: a session Redis forgot answers
-// ErrSessionNotFound (its holder stops), and a grant in a new session
-// waits out the quarantine like any other.
+// A session Redis forgot is put back with its grants: its renewal after
+// the loss answers as before and keeps them, and nobody else is granted
+// the key it holds.
 func TestRestartQuarantineCoversSessions(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEngine(t, srv.Client(t))
 	ctx := context.Background()
-	s, err := e.CreateSession(ctx, "", "old", time.Second)
+	s, err := e.CreateSession(ctx, "", "old", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := mustAcquire(t, e, lock.Lock("qs:a"), lock.AcquireRequest{Owner: "old", Session: s.ID})
 	srv.Restart()
 
-	waitFor(t, func() bool {
-		_, err := e.RenewSession(ctx, "", s.ID, "old")
-		return errors.Is(err, lock.ErrSessionNotFound)
-	})
-	fresh, err := e.CreateSession(ctx, "", "new", 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recovering bool
+	var renewed lock.Session
 	for {
-		l, err := e.Acquire(ctx, lock.Lock("qs:a"), lock.AcquireRequest{Owner: "new", Session: fresh.ID})
-		if err == nil {
-			if l.AcquiredAt.Before(old.ExpiresAt) {
-				t.Fatalf("granted at %v, before the forgotten grant's expiry %v", l.AcquiredAt, old.ExpiresAt)
-			}
+		renewed, err = e.RenewSession(ctx, "", s.ID, "old")
+		if !errors.Is(err, lock.ErrUnavailable) {
 			break
-		}
-		var rec *lock.RecoveringError
-		switch {
-		case errors.As(err, &rec):
-			recovering = true
-		case errors.Is(err, lock.ErrUnavailable):
-		default:
-			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !recovering {
-		t.Fatal("a grant in a session was not held off by the quarantine")
+	if err != nil {
+		t.Fatalf("the session's renewal after the loss: %v", err)
+	}
+	if len(renewed.Holds) != 1 || renewed.Holds[0] != lock.Lock("qs:a") {
+		t.Fatalf("the session after the loss holds %v", renewed.Holds)
+	}
+	other, err := e.CreateSession(ctx, "", "new", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Acquire(ctx, lock.Lock("qs:a"), lock.AcquireRequest{Owner: "new", Session: other.ID})
+	var held *lock.HeldError
+	if !errors.As(err, &held) || held.Owner != "old" {
+		t.Fatalf("the key the session held, asked by another: %v (granted before %v?)", err, old.ExpiresAt)
 	}
 }
 
-// recoveringAfterLoss holds a long lease through a, loses Redis's data
-// (lose) and waits until b is refused with the quarantine: it lasts about
-// as long as the lease, an hour.
-func recoveringAfterLoss(t *testing.T, a, b *lock.Engine, keys [3]string, lose func()) {
+// recoveringAfterLoss holds a long lease through dead, a lockd that then
+// dies, loses Redis's data (lose) and waits until b is refused with the
+// quarantine: nobody can put the lease back, so keys nobody knows wait
+// about as long as the lease, an hour.
+func recoveringAfterLoss(t *testing.T, a, b, dead *lock.Engine, keys [3]string, lose func()) {
 	t.Helper()
 	ctx := context.Background()
 	mustAcquire(t, b, lock.Lock(keys[0]), lock.AcquireRequest{TTL: 100 * time.Millisecond}) // b knows the marker
-	mustAcquire(t, a, lock.Lock(keys[1]), lock.AcquireRequest{TTL: time.Hour})
-	time.Sleep(300 * time.Millisecond) // both read the marker
+	mustAcquire(t, dead, lock.Lock(keys[1]), lock.AcquireRequest{TTL: time.Hour})
+	time.Sleep(300 * time.Millisecond) // every lockd reads the marker, and learns dead's leases
+	_ = dead.Close()
 	lose()
-	retry(t, "an acquire after the loss", func() (lock.Lease, error) {
-		l, err := b.Acquire(ctx, lock.Lock(keys[2]), lock.AcquireRequest{TTL: time.Second})
+	// Until the lockds that live have put their leases back (two
+	// refreshes), the quarantine says so; then it says the dead one's.
+	start := time.Now()
+	for {
+		_, err := b.Acquire(ctx, lock.Lock(keys[2]), lock.AcquireRequest{TTL: time.Second})
 		var rec *lock.RecoveringError
 		switch {
-		case errors.As(err, &rec):
-			if rec.Remaining < 50*time.Minute {
-				t.Fatalf("a quarantine of %v after the loss of a 1 h lease", rec.Remaining)
-			}
-			return l, nil
 		case err == nil:
 			t.Fatalf("granted during the quarantine")
+		case errors.As(err, &rec) && rec.Remaining > 50*time.Minute:
+			return
+		case errors.As(err, &rec) && rec.Remaining > time.Second:
+			t.Fatalf("a quarantine of %v: neither the lockds that live nor the dead one's lease", rec.Remaining)
+		case time.Since(start) > 5*time.Second:
+			t.Fatalf("no quarantine of the dead lockd's lease 5 s after the loss: %v", err)
 		}
-		return l, err
-	})
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // N23: an operator ends a quarantine early (EndQuarantine): every lockd on
@@ -453,7 +441,7 @@ func TestEndQuarantine(t *testing.T) {
 	a, b := lock.New(srv.Client(t), opts), lock.New(srv.Client(t), opts)
 	t.Cleanup(func() { _, _ = a.Close(), b.Close() })
 	ctx := context.Background()
-	recoveringAfterLoss(t, a, b, [3]string{"qe:warm", "qe:long", "qe:k"}, srv.Restart)
+	recoveringAfterLoss(t, a, b, lock.New(srv.Client(t), opts), [3]string{"qe:warm", "qe:long", "qe:k"}, srv.Restart)
 	waitFor(t, func() bool {
 		return errors.Is(a.Ready(ctx), lock.ErrRecovering) && errors.Is(b.Ready(ctx), lock.ErrRecovering)
 	})
@@ -487,7 +475,7 @@ func TestRestartQuarantineOffIsReady(t *testing.T) {
 	a, b := lock.New(srv.Client(t), opts), lock.New(srv.Client(t), opts)
 	t.Cleanup(func() { _, _ = a.Close(), b.Close() })
 	ctx := context.Background()
-	recoveringAfterLoss(t, a, b, [3]string{"qr:warm", "qr:long", "qr:k"}, srv.Restart)
+	recoveringAfterLoss(t, a, b, lock.New(srv.Client(t), opts), [3]string{"qr:warm", "qr:long", "qr:k"}, srv.Restart)
 
 	off := lock.New(srv.Client(t), lock.Options{NoQuarantine: true, EpochRefresh: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = off.Close() })
@@ -521,7 +509,7 @@ func clusterEndQuarantine(t *testing.T, c *redistest.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recoveringAfterLoss(t, a, b, keys, func() {
+	recoveringAfterLoss(t, a, b, clusterEngine(t, c, opts), keys, func() {
 		if err := c.NodeClient(master).FlushAll(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}

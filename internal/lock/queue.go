@@ -80,10 +80,10 @@ func (en *entry) setPlace(at string) {
 // not answer is tried again in the background, with backoff, until then
 // (or the engine closes); past it the entry stops counting anyway. It
 // says whether the waiter has left (now, and Redis answered).
-func (e *Engine) leave(key, id string, deadline time.Time, now bool) bool {
+func (e *Engine) leave(key, id string, deadline time.Time, now, hold bool) bool {
 	if now {
 		ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
-		err := e.n.leave(ctx, key, id)
+		err := e.n.leave(ctx, key, id, hold)
 		cancel()
 		if err == nil {
 			return true
@@ -102,7 +102,7 @@ func (e *Engine) leave(key, id string, deadline time.Time, now bool) bool {
 		defer e.leaving.Done()
 		for attempt := 0; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
-			err := e.n.leave(ctx, key, id)
+			err := e.n.leave(ctx, key, id, hold)
 			cancel()
 			if err == nil || errors.Is(err, store.ErrClosed) {
 				return
@@ -122,9 +122,13 @@ func (e *Engine) leave(key, id string, deadline time.Time, now bool) bool {
 }
 
 // leave runs leave.lua: the waiter id leaves key's queue.
-func (n *node) leave(ctx context.Context, key, id string) error {
+func (n *node) leave(ctx context.Context, key, id string, hold bool) error {
 	k := keysOf(key)
-	_, err := n.st.Run(ctx, n.scripts.leave, []string{k.queue, k.qinfo, k.lease}, id, k.wake)
+	holdArg := ""
+	if hold {
+		holdArg = "hold"
+	}
+	_, err := n.st.Run(ctx, n.scripts.leave, []string{k.queue, k.qinfo, k.lease}, id, k.wake, holdArg)
 	return err
 }
 

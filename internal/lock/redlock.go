@@ -193,6 +193,9 @@ func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest)
 	if req.LockDelay > 0 {
 		return Lease{}, ErrNoLockDelay
 	}
+	if req.MinHold > 0 {
+		return Lease{}, ErrNoMinHold
+	}
 	if res.Kind == KindElection {
 		return Lease{}, ErrNoElections
 	}
@@ -461,6 +464,11 @@ func (r *Redlock) Renew(ctx context.Context, res Resource, req RenewRequest) (Le
 		return newest(ok), nil
 	}
 	return Lease{}, r.lostOr(errs, "renew")
+}
+
+// GiveBack is Release: Redlock has no hold windows.
+func (r *Redlock) GiveBack(ctx context.Context, res Resource, token, actor string) (Released, error) {
+	return r.Release(ctx, res, token, actor)
 }
 
 // Release gives back one level of the lease on every master; a majority

@@ -543,12 +543,17 @@ func TestRedlockLateGrantGivenBack(t *testing.T) {
 }
 
 // N23: EndQuarantine ends the quarantine of a master restarted empty while
-// a long lease lived on it.
+// a long lease lived on it, granted through a lockd that died (none that
+// lives can put it back).
 func TestRedlockEndQuarantine(t *testing.T) {
 	servers := threeMasters(t)
-	r := redlockOn(t, servers, lock.Options{EpochRefresh: 100 * time.Millisecond})
+	opts := lock.Options{EpochRefresh: 100 * time.Millisecond}
+	r := redlockOn(t, servers, opts)
+	dead := redlockOn(t, servers, opts)
 	ctx := context.Background()
-	onEveryMaster(t, r, servers, "rl:q", lock.AcquireRequest{Owner: "long", TTL: time.Hour})
+	onEveryMaster(t, dead, servers, "rl:q", lock.AcquireRequest{Owner: "long", TTL: time.Hour})
+	time.Sleep(300 * time.Millisecond) // r reads the markers, and learns dead's leases
+	_ = dead.Close()
 	servers[0].Restart()
 	waitFor(t, func() bool { return r.Recovering() > 50*time.Minute })
 	left, err := r.EndQuarantine(ctx)
@@ -558,4 +563,21 @@ func TestRedlockEndQuarantine(t *testing.T) {
 	if d := r.Recovering(); d != 0 {
 		t.Fatalf("Recovering %v after EndQuarantine", d)
 	}
+}
+
+// A Redlock master restarted empty gets its leases back from the lockd
+// that granted them at once, with no TTL-long wait: the lease is on it
+// again and renews on every master.
+func TestRedlockMasterGetsItsLeasesBack(t *testing.T) {
+	servers := threeMasters(t)
+	r := redlockOn(t, servers, lock.Options{EpochRefresh: 100 * time.Millisecond})
+	ctx := context.Background()
+	l := onEveryMaster(t, r, servers, "rl:back", lock.AcquireRequest{Owner: "o", TTL: time.Hour})
+	servers[0].Restart()
+	waitFor(t, func() bool { return lock.LeaseToken(ctx, servers[0].Client(t), "rl:back") == l.Token })
+	if _, err := r.Renew(ctx, lock.Lock("rl:back"), lock.RenewRequest{Token: l.Token}); err != nil {
+		t.Fatalf("renew after a master restarted empty: %v", err)
+	}
+	waitFor(t, func() bool { return r.Recovering() == 0 })
+	mustAcquire(t, r, lock.Lock("rl:free"), lock.AcquireRequest{TTL: time.Second})
 }

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,5 +87,56 @@ func TestNextRoundKeepsItsPlace(t *testing.T) {
 	}
 	if err := <-later; err != nil {
 		t.Fatalf("the later waiter: %v", err)
+	}
+}
+
+// A wait that ran the server's longest wait with an Idempotency-Key is one
+// round of a longer one: its place stays queued between two rounds, so a
+// release in that gap goes to nobody behind it, and the next round is
+// granted at once, ahead of a waiter that came after it (issue 35, item 2).
+// A wait shorter than the longest keeps no queued place: its key goes on.
+func TestRoundsKeepTheirPlaceQueued(t *testing.T) {
+	srv := redistest.Start(t)
+	e := lock.New(srv.Client(t), lock.Options{MaxWait: time.Second})
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := context.Background()
+	key := lock.Lock("kr:k")
+	h := mustAcquire(t, e, key, lock.AcquireRequest{Owner: "holder", TTL: time.Minute})
+	round := func(wait time.Duration) (lock.Lease, error) {
+		return e.Acquire(ctx, key, lock.AcquireRequest{Owner: "rounds", TTL: 10 * time.Second, Wait: wait, IdempotencyKey: "r-1"})
+	}
+	if _, err := round(time.Second); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("the first round: %v", err)
+	}
+	later := make(chan error, 1)
+	go func() {
+		l, err := e.Acquire(ctx, key, lock.AcquireRequest{Owner: "later", TTL: 10 * time.Second, Wait: time.Second})
+		if err == nil && l.Owner != "later" {
+			err = fmt.Errorf("granted as %q", l.Owner)
+		}
+		later <- err
+	}()
+	waitFor(t, func() bool { st, _ := e.State(ctx, key); return len(st.Queue) == 2 })
+	// The release falls between two rounds.
+	if _, err := e.Release(ctx, key, h.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-later:
+		t.Fatalf("the waiter that came later was answered %v while the first waited between two rounds", err)
+	default:
+	}
+	l, err := round(time.Second)
+	if err != nil || l.Owner != "rounds" {
+		t.Fatalf("the next round: %+v, %v", l, err)
+	}
+	if st, _ := e.State(ctx, key); len(st.Queue) != 1 || st.Queue[0].Owner != "later" {
+		t.Fatalf("the queue after the next round's grant: %+v", st.Queue)
+	}
+	if _, err := e.Release(ctx, key, l.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-later; err != nil {
+		t.Fatalf("the waiter that came later: %v", err)
 	}
 }

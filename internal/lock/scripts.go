@@ -36,6 +36,9 @@ type scripts struct {
 	session *redis.Script
 	// epoch reads and keeps the restart-quarantine marker (epoch.go).
 	epoch *redis.Script
+	// restore puts back a lease Redis lost with its data, and validate
+	// says which leases the ledger knows Redis still holds (restore.go).
+	restore, validate *redis.Script
 	// lockset takes a lock set's keys of one slot (lockset.go).
 	lockset *redis.Script
 	// sweep records due lapses (expiry.go). On a Cluster it reads the
@@ -101,6 +104,8 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		fence:        s("fence"),
 		session:      s("session"),
 		epoch:        s("epoch"),
+		restore:      s("restore"),
+		validate:     s("validate"),
 		lockset:      s("lockset"),
 		sweep:        sweepScript(lib, sharded),
 	}

@@ -27,6 +27,9 @@ type Service interface {
 	Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error)
 	// Release gives back one level of the lease.
 	Release(ctx context.Context, res Resource, token, actor string) (Released, error)
+	// GiveBack is Release of a grant whose caller never had it: no hold
+	// window keeps the key after it.
+	GiveBack(ctx context.Context, res Resource, token, actor string) (Released, error)
 	// ForceReleaseFence breaks the lease with this fence (0: whoever
 	// holds the resource).
 	ForceReleaseFence(ctx context.Context, res Resource, fence int64, actor, reason string) (Broken, error)
@@ -66,6 +69,9 @@ type Service interface {
 	// MissedAcks counts writes that fewer replicas acknowledged than
 	// Options.ReplicaAcks asked for.
 	MissedAcks() (int64, error)
+	// RestoredLeases counts what this process put back after Redis lost
+	// its data, since it started.
+	RestoredLeases() Restored
 	// HeldKeys counts the keys that hold a lease now, store-wide, or
 	// answers ErrUnsupported.
 	HeldKeys(ctx context.Context) (int64, error)
@@ -121,6 +127,15 @@ func (r *Redlock) Handover(context.Context, Resource, string, string, string) (R
 // lease, and each master keeps its own.
 func (r *Redlock) RequestRelease(context.Context, Resource, int64, string, string, string) (RequestedRelease, error) {
 	return RequestedRelease{}, ErrNoReleaseRequests
+}
+
+// RestoredLeases counts what this process put back on its masters.
+func (r *Redlock) RestoredLeases() Restored {
+	var out Restored
+	for _, n := range r.nodes {
+		out = out.plus(n.restored())
+	}
+	return out
 }
 
 // MissedAcks answers ErrNoReplicaAcks: Redlock refuses replica acks at the

@@ -161,11 +161,16 @@ func (n *node) session(ctx context.Context, c sessionCall, tokens bool) (session
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	keys, argv := c.run(n)
+	sent := time.Now()
 	v, err := n.write(ctx, n.scripts.session, keys, argv...)
 	if err != nil && !errors.Is(err, errNoAcks) {
 		return sessionReply{}, wrap("session "+c.op, err)
 	}
-	return decodeSession(v, tokens)
+	r, err := decodeSession(v, tokens)
+	if err == nil {
+		n.ledger.sessionSeen(c.handle, c.op, c.a, c.b, r, sent)
+	}
+	return r, err
 }
 
 func (s sessionReply) session(holds bool) Session {
@@ -221,7 +226,12 @@ func (e *Engine) GetSession(ctx context.Context, scope, id string) (Session, err
 // not be renewed is an error: it lapses at the session's previous expiry.
 func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Session, error) {
 	h := sessionHandle(scope, id)
-	r, err := e.n.session(ctx, sessionCall{handle: h, op: "renew"}, true)
+	var r sessionReply
+	err := e.n.restoring(ctx, "", "", func() error {
+		var err error
+		r, err = e.n.session(ctx, sessionCall{handle: h, op: "renew"}, true)
+		return err
+	})
 	if err != nil {
 		return Session{}, err
 	}

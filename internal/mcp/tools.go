@@ -42,7 +42,7 @@ type Claim struct {
 	Lives     string `json:"lives,omitempty" jsonschema:"session: kept alive with this MCP session; ttl: lapses at expires_at unless you renew it"`
 	Note      any    `json:"note,omitempty"`
 	// The refusal.
-	Code         string `json:"code,omitempty" jsonschema:"why not granted: lock_held (another holder), queued (free but kept for earlier waiters), lock_delay (held off after a lapse)"`
+	Code         string `json:"code,omitempty" jsonschema:"why not granted: lock_held (another holder), queued (free but kept for earlier waiters), lock_delay (held off after a lapse), min_hold (kept until its holder's hold window ends)"`
 	Holder       string `json:"holder,omitempty" jsonschema:"who holds the key"`
 	HolderNote   any    `json:"holder_note,omitempty" jsonschema:"the holder's note: what it is doing"`
 	RemainingMs  int64  `json:"remaining_ms,omitempty" jsonschema:"how long the holder's claim has left unless it is renewed"`
@@ -699,6 +699,8 @@ func refusal(key string, err error) (Claim, bool) {
 		c.Code, c.Waiters, c.Next, c.RetryAfterMs = string(api.ProblemCodeQueued), qe.Waiters, qe.Next, qe.RetryAfter.Milliseconds()
 	case errors.Is(err, client.ErrLockDelay) && errors.As(err, &ae):
 		c.Code, c.RetryAfterMs = string(api.ProblemCodeLockDelay), ae.RetryAfter.Milliseconds()
+	case errors.Is(err, client.ErrMinHold) && errors.As(err, &ae):
+		c.Code, c.RetryAfterMs = string(api.ProblemCodeMinHold), ae.RetryAfter.Milliseconds()
 	default:
 		return c, false
 	}
@@ -711,6 +713,8 @@ func (c Claim) refusedText() string {
 		return fmt.Sprintf("Not granted: %s is free but kept for %d earlier waiter(s), %s next; claim with wait_ms to wait your turn.", c.Key, c.Waiters, c.Next)
 	case string(api.ProblemCodeLockDelay):
 		return fmt.Sprintf("Not granted: %s is held off for %s after its last claim lapsed; try again then.", c.Key, describe(ms(c.RetryAfterMs)))
+	case string(api.ProblemCodeMinHold):
+		return fmt.Sprintf("Not granted: %s was released inside its hold window, which keeps it for %s more; try again then.", c.Key, describe(ms(c.RetryAfterMs)))
 	}
 	holder := c.Holder
 	if n, err := json.Marshal(c.HolderNote); err == nil && c.HolderNote != nil {

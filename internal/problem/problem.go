@@ -149,6 +149,9 @@ func engine(err error, res lock.Resource) Problem {
 	case errors.Is(err, lock.ErrSessionNotFound):
 		return Problem{Status: http.StatusNotFound, Code: api.ProblemCodeSessionNotFound, Title: "No live session",
 			Detail: "the session ended or lapsed (or never existed), and every grant in it with it"}
+	case errors.Is(err, lock.ErrNoMinHold):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Field: "min_hold_ms", Detail: "this server runs Redlock, which has no hold windows: a release reaches each master apart; it needs one Redis, Sentinel or Cluster"}
 	case errors.Is(err, lock.ErrNoLockDelay):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Field: "lock_delay_ms", Detail: "this server runs Redlock, which has no lock-delay: each master sees a lapse apart; it needs one Redis, Sentinel or Cluster"}
@@ -203,7 +206,13 @@ func conflict(err error, key string, sem bool) (Problem, bool) {
 	var mode *lock.ModeMismatchError
 	var full *lock.TooManyHoldersError
 	var delay *lock.DelayError
+	var window *lock.MinHoldError
 	switch {
+	case errors.As(err, &window):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeMinHold, Title: "Kept by a hold window",
+			Detail: fmt.Sprintf("%s was released by %s inside its hold window, which keeps it for %d ms more", key, window.Owner,
+				window.Remaining.Milliseconds()),
+			RetryAfter: ceilSeconds(window.Remaining), Remaining: window.Remaining}, true
 	case errors.As(err, &delay):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeLockDelay, Title: "Held off by a lock-delay",
 			Detail: fmt.Sprintf("%s's last lease ended by expiry or force-release; its lock-delay holds the key off for %d ms more, "+

@@ -78,6 +78,7 @@ type acquireBody struct {
 	token         *string
 	mode          *api.LockMode // locks only
 	lockDelayMs   *int64        // locks only
+	minHoldMs     *int64        // locks only
 	limit         *int          // semaphores only, required
 	value         *api.Value
 	session       *string
@@ -88,7 +89,7 @@ func lockBody(b *api.AcquireRequest) acquireBody {
 		return acquireBody{}
 	}
 	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode, lockDelayMs: b.LockDelayMs, value: b.Value,
-		session: b.Session}
+		session: b.Session, minHoldMs: b.MinHoldMs}
 }
 
 func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
@@ -148,6 +149,9 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 	if req.LockDelay, err = s.lockDelay(k, req.Mode, body.lockDelayMs); err != nil {
 		return req, err
 	}
+	if req.MinHold, err = minHold(req, body.minHoldMs); err != nil {
+		return req, err
+	}
 	if req.Value, err = checkValue(body.value); err != nil {
 		return req, err
 	}
@@ -177,6 +181,23 @@ func (s *Server) lockDelay(k lock.Kind, mode lock.Mode, ms *int64) (time.Duratio
 	d, err := msRange("lock_delay_ms", ms, 0, 0, lock.MaxLockDelay)
 	if err == nil && d > 0 && !exclusive {
 		err = invalid("lock_delay_ms", "a lock-delay applies to exclusive holds only, not to shared holds")
+	}
+	return d, err
+}
+
+// minHold is an acquire's hold window (min_hold_ms): at most its TTL, for
+// an exclusive hold not in a session (the only acquires whose body has
+// the field are a lock's and its hold stream's).
+func minHold(req lock.AcquireRequest, ms *int64) (time.Duration, error) {
+	if ms == nil {
+		return 0, nil
+	}
+	if *ms > 0 && req.Session != "" {
+		return 0, invalid("min_hold_ms", "a hold window does not apply to a grant in a session, whose end is no holder's release")
+	}
+	d, err := msRange("min_hold_ms", ms, 0, 0, req.TTL)
+	if err == nil && d > 0 && req.Mode == lock.Shared {
+		err = invalid("min_hold_ms", "a hold window applies to exclusive holds only, not to shared holds")
 	}
 	return d, err
 }
@@ -228,7 +249,7 @@ func (s *Server) acquire(ctx context.Context, res lock.Resource, req lock.Acquir
 		// The client left while Redis granted it: nobody will release it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_, _ = s.engine.Release(rctx, res, l.Token, req.Actor)
+		_, _ = s.engine.GiveBack(rctx, res, l.Token, req.Actor)
 		return lock.Lease{}, ctx.Err()
 	}
 	return l, nil
@@ -451,7 +472,7 @@ func (s *Server) history(ctx context.Context, k lock.Kind, name string, limitPar
 	case typ == nil:
 		evs, err = s.engine.History(ctx, res, limit)
 	case !typ.Valid():
-		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released, proclaimed, release_requested")
+		return api.History{}, invalid("type", "type must be one of acquired, reentered, renewed, released, expired, force_released, proclaimed, release_requested, restored")
 	case *typ == api.Renewed:
 		evs, err = s.engine.Renewals(ctx, res, limit)
 	default:

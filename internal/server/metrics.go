@@ -87,6 +87,20 @@ func newMetrics(reg prometheus.Registerer, e Engine) *metrics {
 				return float64(n)
 			}))
 		}
+		for _, o := range []struct {
+			outcome string
+			of      func(lock.Restored) int
+		}{
+			{"restored", func(r lock.Restored) int { return r.Restored }},
+			{"present", func(r lock.Restored) int { return r.Present }},
+			{"conflict", func(r lock.Restored) int { return r.Conflicts }},
+		} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "lockd_leases_restored_total",
+				Help:        "Leases and sessions this lockd put back after Redis lost its data: restored, present (already back), conflict (the key held by a newer lease).",
+				ConstLabels: prometheus.Labels{"outcome": o.outcome},
+			}, func() float64 { return float64(o.of(e.RestoredLeases())) }))
+		}
 		if _, err := e.MissedAcks(); !errors.Is(err, lock.ErrUnsupported) {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "lockd_replica_acks_missed_total",

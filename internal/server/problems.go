@@ -48,7 +48,7 @@ func toAPI(err error, res lock.Resource) (api.Problem, http.Header, bool) {
 	if c.Code == api.ProblemCodeLockHeld || c.Code == api.ProblemCodeNoPermits {
 		p.Holder, p.RemainingMs = ptr(c.Holder), ptr(c.Remaining.Milliseconds())
 	}
-	if c.Code == api.ProblemCodeLockDelay {
+	if c.Code == api.ProblemCodeLockDelay || c.Code == api.ProblemCodeMinHold {
 		p.RemainingMs = ptr(c.Remaining.Milliseconds())
 	}
 	if c.Queued != nil {

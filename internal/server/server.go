@@ -21,6 +21,9 @@ type Engine interface {
 	Acquire(ctx context.Context, res lock.Resource, req lock.AcquireRequest) (lock.Lease, error)
 	Renew(ctx context.Context, res lock.Resource, req lock.RenewRequest) (lock.Lease, error)
 	Release(ctx context.Context, res lock.Resource, token, actor string) (lock.Released, error)
+	// GiveBack is Release of a grant whose caller never had it (it left
+	// before the answer): no hold window keeps the key after it.
+	GiveBack(ctx context.Context, res lock.Resource, token, actor string) (lock.Released, error)
 	ForceReleaseFence(ctx context.Context, res lock.Resource, fence int64, actor, reason string) (lock.Broken, error)
 	RequestRelease(ctx context.Context, res lock.Resource, fence int64, by, reason, actor string) (lock.RequestedRelease, error)
 	Handover(ctx context.Context, res lock.Resource, token, to, actor string) (lock.Released, error)
@@ -42,6 +45,9 @@ type Engine interface {
 	// without replica acks answers lock.ErrUnsupported, and the metric is
 	// not exported.
 	MissedAcks() (int64, error)
+	// RestoredLeases counts what this lockd put back after Redis lost its
+	// data (the restored metric).
+	RestoredLeases() lock.Restored
 	HeldKeys(ctx context.Context) (int64, error)
 	// OnLapse sets the function told of every lapse (the lapse metrics).
 	OnLapse(f lock.LapseFunc)

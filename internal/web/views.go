@@ -51,6 +51,12 @@ type lockRow struct {
 	Mode string
 	// Holders counts the live grants; the fields above describe the newest.
 	Holders int
+	// Window is when the lease's hold window (min_hold_ms) ends, while it
+	// runs; nil: none. Released: its holder released the key inside it,
+	// and nobody holds it until then (Owner and Fence are the released
+	// lease's).
+	Window   *clock
+	Released bool
 	// Set is the size of the lock set the holder took the key with (0:
 	// a lone grant).
 	Set int
@@ -214,6 +220,9 @@ type detailView struct {
 	Value string
 	// Terms are an election's leaderships from its history, newest first.
 	Terms []termRow
+	// WindowForceURL confirms ending the hold window that keeps the key
+	// after its holder's release (Lock.Released).
+	WindowForceURL string
 }
 
 // target is what a force-release breaks: the holder with Fence, or
@@ -240,7 +249,11 @@ type confirmView struct {
 	Choose bool
 	AllURL string
 	// Gone is the fence asked for when no holder has it any more.
-	Gone      int64
+	Gone int64
+	// Window is when the hold window that keeps the key after its
+	// holder's release ends (nil: the key is held): breaking it frees
+	// the key.
+	Window    *clock
 	CSRF      string
 	Reason    string
 	Error     string
@@ -420,6 +433,12 @@ func newTerms(events []lock.Event, leader lock.State, now time.Time) []termRow {
 		switch e.Type {
 		case "acquired":
 			t.began = e.At
+		case "restored":
+			// Put back after Redis lost its data: the term goes on, from
+			// when it began if that is still known.
+			if t.began.IsZero() {
+				t.began = e.At
+			}
 		case "proclaimed":
 			t.row.Proclaimed = append([]clock{ago(e.At, now)}, t.row.Proclaimed...)
 		case "released":
@@ -471,13 +490,19 @@ func holdersOf(s lock.State, mode lock.Mode) []lock.Holder {
 	if len(s.Holders) > 0 {
 		return slices.Clone(s.Holders)
 	}
-	if s.Fence == 0 && s.Owner == "" {
+	if (s.Fence == 0 && s.Owner == "") || released(s) {
 		return nil
 	}
 	return []lock.Holder{{
 		Owner: s.Owner, Mode: cmp.Or(s.Mode, mode), Fence: s.Fence, Count: s.Count, TTL: s.TTL,
 		AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining, Value: s.Value,
 	}}
+}
+
+// released says whether s is a key that a hold window keeps after its
+// holder's release: nobody holds it until the window ends.
+func released(s lock.State) bool {
+	return s.Count == 0 && !s.MinHoldUntil.IsZero()
 }
 
 // modeOf is how s is held, for people: "exclusive", "shared" or "permit".
@@ -557,6 +582,12 @@ func newLockRow(s lock.State) lockRow {
 	if r.Renewed {
 		r.LastRenewal = ago(s.RenewedAt, now)
 	}
+	if !s.MinHoldUntil.IsZero() {
+		d := max(s.MinHoldUntil.Sub(now), 0)
+		r.Window = &clock{ISO: iso(s.MinHoldUntil), Title: "ends " + absolute(s.MinHoldUntil), Text: leaseSpan(d) + " left",
+			Mode: "left", MS: d.Milliseconds()}
+		r.Released = released(s)
+	}
 	if rq := s.ReleaseRequested; rq != nil {
 		r.StepAside = "asked to step aside by " + rq.By
 		if rq.Reason != "" {
@@ -599,6 +630,7 @@ func newKindDetailView(k section, name string, st lock.State, held bool, events 
 		v.HasValues = slices.ContainsFunc(v.Holders, func(h holderRow) bool { return h.Value != "" })
 		v.HasCounts = slices.ContainsFunc(v.Holders, func(h holderRow) bool { return h.Count > 1 })
 		v.Single = k.kind == lock.KindLock && len(v.Holders) == 1
+		v.WindowForceURL = k.holderForceURL(name, st.Fence)
 	}
 	if k.elect() {
 		var leader lock.State
@@ -641,6 +673,14 @@ func newConfirmView(k section, name string, st lock.State, held bool, t target, 
 		return v
 	}
 	holders := newHolderRows(k, name, st, k.defaultMode())
+	if released(st) {
+		// Nobody holds the key, but it is taken: the released lease's
+		// owner and fence name what the person breaks.
+		row := newLockRow(st)
+		v.Window = row.Window
+		holders = []holderRow{{Owner: st.Owner, Mode: string(lock.Exclusive), Fence: st.Fence, TTL: row.TTL, Left: *row.Window,
+			HeldFor: row.HeldFor, ForceURL: k.holderForceURL(name, st.Fence)}}
+	}
 	switch {
 	case t.All:
 		v.All, v.Targets = true, holders

@@ -64,7 +64,7 @@ const MaxConcurrency = 64
 var ErrPrivateAddress = errors.New("webhook: loopback, private or link-local address, and the endpoint has no allow_private")
 
 var eventTypes = map[string]bool{"acquired": true, "reentered": true, "released": true, "expired": true, "force_released": true, "proclaimed": true,
-	"release_requested": true}
+	"release_requested": true, "restored": true}
 
 // Parse reads a webhooks file:
 //

@@ -70,13 +70,17 @@ func StateOf(s lock.State) api.LockState {
 	}
 	out.Value = valueOf(s.Value)
 	out.ReleaseRequested = releaseRequestedOf(s.ReleaseRequested)
+	if !s.MinHoldUntil.IsZero() {
+		out.MinHoldUntil = ptr(s.MinHoldUntil)
+	}
 	if s.Set > 0 {
 		out.Set = ptr(s.Set)
 	}
 	holders := s.Holders
-	if len(holders) == 0 {
+	if len(holders) == 0 && s.Count > 0 {
 		// An engine that lists no holders (Redlock) has one: the one
-		// the state describes.
+		// the state describes. Count 0 is a key a hold window keeps
+		// after its holder's release: nobody holds it.
 		holders = []lock.Holder{{Owner: s.Owner, Mode: s.Mode, Fence: s.Fence, Count: s.Count, TTL: s.TTL,
 			AcquiredAt: s.AcquiredAt, ExpiresAt: s.ExpiresAt, Remaining: s.Remaining, Value: s.Value}}
 	}

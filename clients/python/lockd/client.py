@@ -133,6 +133,7 @@ class Client:
         on_lost: Optional[OnLost] = None,
         lock_delay: Optional[float] = None,
         session: Optional[SessionArg] = None,
+        min_hold: Optional[float] = None,
     ) -> Lease:
         """acquire takes the lock on key and returns its Lease, renewing itself every ttl/3.
 
@@ -149,6 +150,12 @@ class Client:
         called once if the lease is lost. ``lock_delay`` (seconds, exclusive
         only) holds the key off for that long after this lease ends by
         expiry or force-release; acquires meanwhile raise LockDelay.
+        ``min_hold`` (seconds, exclusive only, at most ``ttl``, not with a
+        session) is a hold window, ShedLock's lockAtLeastFor: a release
+        earlier than that after the grant ends the lease but keeps the key
+        taken, by nobody, until the window ends, so that a job many nodes
+        start at once runs once per window; acquires meanwhile raise
+        MinHold, and a waiting one is granted when it ends.
 
         ``session`` (a Session from ``client.session()``, or a session's
         id) puts the grant in that session instead of giving it a TTL
@@ -159,6 +166,8 @@ class Client:
         body = _lifetime(ttl, session)
         if lock_delay is not None:
             body["lock_delay_ms"] = _ms(lock_delay, "lock_delay")
+        if min_hold is not None:
+            body["min_hold_ms"] = _ms(min_hold, "min_hold")
         if owner is not None:
             body["owner"] = owner
         if value is not None:
@@ -179,6 +188,7 @@ class Client:
         idempotency_key: Optional[str] = None,
         lock_delay: Optional[float] = None,
         session: Optional[SessionArg] = None,
+        min_hold: Optional[float] = None,
     ) -> "LeaseContext":
         """lock is acquire as a context manager: it acquires on entry, yields the Lease and releases on exit.
 
@@ -196,6 +206,7 @@ class Client:
             lambda: self.acquire(
                 key, ttl=ttl, wait=wait, owner=owner, value=value, mode=mode,
                 idempotency_key=idempotency_key, on_lost=on_lost, lock_delay=lock_delay, session=session,
+                min_hold=min_hold,
             )
         )
 

@@ -29,6 +29,7 @@ __all__ = [
     "NotGranted",
     "LockHeld",
     "LockDelay",
+    "MinHold",
     "Queued",
     "NoPermits",
     "TooManyHolders",
@@ -206,6 +207,20 @@ class LockDelay(NotGranted):
         return None if ms is None else ms / 1000.0
 
 
+class MinHold(NotGranted):
+    """MinHold: the key's holder released it inside its hold window, which keeps it taken, by nobody, until it ends (409).
+
+    ``remaining`` is the seconds the window still lasts.
+    """
+
+    CODE = "min_hold"
+
+    @property
+    def remaining(self) -> Optional[float]:
+        ms = self.problem.get("remaining_ms")
+        return None if ms is None else ms / 1000.0
+
+
 class TooManyHolders(NotGranted):
     """TooManyHolders: the key has as many shared holders or permits as one key may (409)."""
 
@@ -338,6 +353,7 @@ PROBLEM_CLASSES: Dict[str, Type[LockdError]] = {
         MethodNotAllowed,
         LockHeld,
         LockDelay,
+        MinHold,
         Queued,
         NoPermits,
         TooManyHolders,

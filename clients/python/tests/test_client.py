@@ -94,6 +94,24 @@ class Locks(unittest.TestCase):
         with c.lock(key, ttl=10, wait=3):  # waits the delay out
             pass
 
+    def test_min_hold_keeps_the_key_after_an_early_release(self) -> None:
+        c = harness.client()
+        key = harness.unique("minhold")
+        with c.lock(key, ttl=60, min_hold=1.2):
+            pass  # done at once: the window keeps the key
+        with self.assertRaises(lockd.MinHold) as ctx:
+            c.acquire(key, ttl=10)
+        err = ctx.exception
+        self.assertIsInstance(err, lockd.NotGranted)
+        self.assertEqual((err.status, err.code), (409, "min_hold"))
+        self.assertTrue(0 < err.remaining <= 1.2, err.remaining)
+        self.assertTrue(err.retry_after is not None and 0 < err.retry_after <= 2, err.retry_after)
+        state = c.state(key)
+        self.assertEqual((state["count"], state["holders"]), (0, []))
+        self.assertIn("min_hold_until", state)
+        with c.lock(key, ttl=10, wait=5):  # granted when the window ends
+            pass
+
     def test_wait_is_granted_on_release(self) -> None:
         c = harness.client()
         key = harness.unique("wait")

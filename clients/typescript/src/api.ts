@@ -33,6 +33,13 @@ export interface paths {
          *     they began to wait, across every replica; a shared request that
          *     arrives while an exclusive one waits queues behind it. A server in
          *     Redlock mode refuses `shared` with 400 `unsupported`.
+         *
+         *     `min_hold_ms` is a hold window (ShedLock's lockAtLeastFor): a
+         *     release earlier than that after the grant ends the lease but keeps
+         *     the key taken, by nobody, until the window ends, so that a job that
+         *     many nodes start at the same moment runs once per window. Until
+         *     then an acquire answers 409 `min_hold` with `Retry-After`, and a
+         *     waiting one is granted when the window ends.
          */
         post: operations["acquireLock"];
         delete?: never;
@@ -1195,6 +1202,21 @@ export interface components {
              *     Default the server's --lock-delay (0).
              */
             lock_delay_ms?: number;
+            /**
+             * Format: int64
+             * @description Hold window, exclusive holds only, at most `ttl_ms`, not with
+             *     `session` (ShedLock's lockAtLeastFor): a release earlier than
+             *     this after the grant ends the lease (its token no longer
+             *     renews or releases: 404) but keeps the key taken, by nobody,
+             *     until the window ends; meanwhile an acquire answers 409
+             *     `min_hold` with `Retry-After`, a waiting one is granted when it
+             *     ends, and the state shows `min_hold_until`. A re-entry keeps
+             *     the first grant's window; a renewal does not move it, and the
+             *     lease lives at least until it ends. A force-release ends it.
+             *     A lease that expires lapses at its TTL. Default 0 (none); a
+             *     server in Redlock mode refuses it with 400 `unsupported`.
+             */
+            min_hold_ms?: number;
             value?: components["schemas"]["Value"];
             session?: components["schemas"]["SessionRef"];
         } | null;
@@ -1602,6 +1624,14 @@ export interface components {
              */
             at_risk: boolean;
             release_requested?: components["schemas"]["ReleaseRequested"];
+            /**
+             * Format: date-time
+             * @description When the exclusive lease's hold window (`min_hold_ms`) ends,
+             *     while it runs. When its holder released inside it, `count` is 0
+             *     and `holders` is empty: nobody holds the key, which frees then
+             *     (`expires_at`); `owner` and `fence` are the released lease's.
+             */
+            min_hold_until?: string;
             /** @description Present when the exclusive holder took the key as part of a lock set (`/v1/lock-sets/acquire`); the set's size. */
             set?: number;
         };
@@ -1631,7 +1661,7 @@ export interface components {
             fence: number;
         };
         /** @enum {string} */
-        EventType: "acquired" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested";
+        EventType: "acquired" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested" | "restored";
         Event: {
             type: components["schemas"]["EventType"];
             /** Format: date-time */
@@ -1671,7 +1701,7 @@ export interface components {
              */
             id: string;
             /** @enum {string} */
-            type: "acquired" | "reentered" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested";
+            type: "acquired" | "reentered" | "released" | "expired" | "force_released" | "proclaimed" | "release_requested" | "restored";
             /**
              * @description Whether `key` names a lock, a semaphore or an election: they may have the same name.
              * @enum {string}
@@ -1842,7 +1872,7 @@ export interface components {
             /** @example 409 */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "not_candidate" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
+            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "min_hold" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "not_candidate" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
             detail?: string;
             key?: string;
             /** @description The request field that is wrong (invalid_request). */
@@ -1856,7 +1886,7 @@ export interface components {
             holder?: string;
             /**
              * Format: int64
-             * @description How long the current lease has left (lock_held; no_permits, the permit that ends first).
+             * @description How long the current lease has left (lock_held; no_permits, the permit that ends first), the lock-delay (lock_delay) or the hold window (min_hold).
              */
             remaining_ms?: number;
             /** @description How many requests are queued for the key (queued). */
@@ -2001,13 +2031,17 @@ export interface components {
          *     sent none). `lock_delay`:
          *     the key's last lease ended by expiry or force-release and its
          *     lock-delay has not passed (`remaining_ms` and `Retry-After` say how
-         *     long it lasts).
+         *     long it lasts). `min_hold`: the key's holder released it inside its
+         *     hold window (`min_hold_ms`), which keeps it taken, by nobody, for
+         *     `remaining_ms` more (and `Retry-After`); a waiting request is
+         *     granted when it ends.
          */
         Conflict: {
             headers: {
                 /**
                  * @description lock_held and no_permits: seconds until the current lease expires,
-                 *     rounded up. lock_delay: seconds until the lock-delay ends, rounded up. queued: when the queue may have moved (1 or 2 s: a live
+                 *     rounded up. lock_delay: seconds until the lock-delay ends, rounded up. min_hold: seconds until the
+                 *     hold window ends, rounded up. queued: when the queue may have moved (1 or 2 s: a live
                  *     next waiter takes the key at once, the entry of a waiter whose
                  *     lockd died lapses within 1.6 s).
                  */

@@ -113,6 +113,15 @@ export interface AcquireOptions {
   value?: Value | undefined;
   /** After this lease ends by expiry or force-release, nobody gets the key for this long, ms (exclusive only). */
   lockDelayMs?: number | undefined;
+  /**
+   * A hold window, ms (exclusive only, at most ttlMs, not with a session;
+   * ShedLock's lockAtLeastFor): a release earlier than this after the
+   * grant ends the lease but keeps the key taken, by nobody, until the
+   * window ends, so that a job many nodes start at once runs once per
+   * window. Acquires meanwhile reject with MinHold; a waiting one is
+   * granted when it ends.
+   */
+  minHoldMs?: number | undefined;
   /** Default: a new random one per call, the same on each of its retries. */
   idempotencyKey?: string | undefined;
   /** Renew every ttl/3 (default true). */
@@ -130,8 +139,8 @@ export interface AcquireOptions {
   session?: SessionRef | undefined;
 }
 
-/** The options of a permit's acquire: a lock's, without mode and lock-delay. */
-export type PermitOptions = Omit<AcquireOptions, "mode" | "lockDelayMs">;
+/** The options of a permit's acquire: a lock's, without mode, lock-delay and hold window. */
+export type PermitOptions = Omit<AcquireOptions, "mode" | "lockDelayMs" | "minHoldMs">;
 
 /** A permit's acquire by the semaphore's name: the limit too. */
 export interface SemaphoreAcquireOptions extends PermitOptions {
@@ -334,6 +343,7 @@ export class Client {
   async acquire(key: string, opts: AcquireOptions = {}): Promise<Lease> {
     const body: Record<string, unknown> = lifetime(opts.ttlMs, opts.session);
     if (opts.lockDelayMs !== undefined) body["lock_delay_ms"] = ms(opts.lockDelayMs, "lockDelayMs");
+    if (opts.minHoldMs !== undefined) body["min_hold_ms"] = ms(opts.minHoldMs, "minHoldMs");
     if (opts.owner !== undefined) body["owner"] = opts.owner;
     if (opts.value !== undefined) body["value"] = opts.value;
     if (opts.mode !== undefined) body["mode"] = opts.mode;

@@ -155,6 +155,15 @@ export class LockDelay extends NotGranted {
   }
 }
 
+/** MinHold: the key's holder released it inside its hold window, which keeps it taken, by nobody, until it ends (409). */
+export class MinHold extends NotGranted {
+  static override readonly CODE = "min_hold";
+  /** How long the window still lasts, in milliseconds. */
+  get remainingMs(): number | undefined {
+    return num(this.problem["remaining_ms"]);
+  }
+}
+
 /** TooManyHolders: the key has as many shared holders or permits as one key may (409). */
 export class TooManyHolders extends NotGranted {
   static override readonly CODE = "too_many_holders";
@@ -286,6 +295,7 @@ export const PROBLEM_CLASSES: Readonly<Record<ProblemCode, ErrorClass>> = Object
   method_not_allowed: MethodNotAllowed,
   lock_held: LockHeld,
   lock_delay: LockDelay,
+  min_hold: MinHold,
   queued: Queued,
   no_permits: NoPermits,
   limit_mismatch: LimitMismatch,

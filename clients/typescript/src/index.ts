@@ -62,6 +62,7 @@ export {
   LockHeld,
   LockdError,
   MethodNotAllowed,
+  MinHold,
   ModeMismatch,
   NoPermits,
   NotCandidate,

@@ -113,6 +113,24 @@ describe("locks", () => {
     await c.withLock(key, { ttlMs: 10_000, waitMs: 3000 }, () => undefined); // waits the delay out
   });
 
+  test("a hold window keeps the key after an early release", async () => {
+    const c = h.client();
+    const key = h.unique("minhold");
+    await c.withLock(key, { ttlMs: 60_000, minHoldMs: 1200 }, () => undefined); // done at once
+    const err = await c.acquire(key, { ttlMs: 10_000 }).then(
+      () => assert.fail("granted inside the hold window"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof lockd.MinHold);
+    assert.ok(err instanceof lockd.NotGranted);
+    assert.deepEqual([err.status, err.code], [409, "min_hold"]);
+    assert.ok(err.remainingMs! > 0 && err.remainingMs! <= 1200, String(err.remainingMs));
+    const st = await c.state(key);
+    assert.deepEqual([st.count, st.holders], [0, []]);
+    assert.ok(st.min_hold_until !== undefined);
+    await c.withLock(key, { ttlMs: 10_000, waitMs: 5000 }, () => undefined); // granted when the window ends
+  });
+
   test("a waiter is granted on release, with a higher fence", async () => {
     const c = h.client();
     const key = h.unique("wait");

@@ -19,12 +19,15 @@
 --   wait), deadline (ms from now), place (from an earlier try), delay (the
 --   lock-delay in ms, gate.lua), value (JSON: none on a new grant, the
 --   value kept on a re-entry), session (the handle of the session the
---   grant is bound to; ttl_ms is then the session's time left)
+--   grant is bound to; ttl_ms is then the session's time left), hold (the
+--   hold window in ms, min_hold_ms: a release before it ends keeps the
+--   key taken until then, exclusive.lua's keep_window)
 --
 -- Reply, one of: {"new", fence, now_ms, epoch_id} (a fresh exclusive grant
 -- of what was asked, exclusive.fast); the grant reply (grant_reply) with
 -- "granted", "reentered" or "idempotent"; gate.held's, gate.behind's and
 -- gate.admit's refusals ("held", "queued", "free", "recovering", "delay");
+-- gate.min_hold's ("min_hold": released inside its hold window);
 -- {"lost"} (the re-entry token is not the live one); {"ended"} (a late try
 -- of a waiter whose wait has ended: queue.ended); {"mismatch"} (the
 -- idempotency tag is the live lease's, but owner, ttl, value, or a named
@@ -38,7 +41,7 @@ c.lease, c.hist, c.queue, c.epoch, c.sched, c.stream, c.qinfo = KEYS[1], KEYS[2]
 c.token, c.owner, c.ttl_ms, c.actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 c.intent, c.mode, c.seen, c.epoch_args = ARGV[6], ARGV[7], ARGV[8], ARGV[10]
 c.trace, c.reentry, c.idem, c.waiter = ARGV[11] or '', ARGV[13] or '', ARGV[14] or '', ARGV[16] or ''
-c.delay, c.value, c.session = ARGV[19] or '', ARGV[20] or '', ARGV[21] or ''
+c.delay, c.value, c.session, c.hold = ARGV[19] or '', ARGV[20] or '', ARGV[21] or '', ARGV[22] or ''
 -- ... and learns (gate.lua), starting empty.
 c.last, c.epoch_id, c.ended = nil, nil, nil
 c.ttl, c.key, c.now_ms, c.now_us = tonumber(c.ttl_ms), lock_of(c.lease), clock()

@@ -13,6 +13,9 @@
 --        holder broken; more is 1 when holders are left that a call for
 --        every holder did not reach: multi.force)
 --      | {"not_found"} | {"lost"} (no holder has that fence)
+--        (a key kept by a hold window after its holder released it,
+--        exclusive.lua's keep_window, is broken as a lease: the window
+--        ends; a request finds nobody to ask: not_found)
 --      | {"ok", owner, fence, at_ms} (op "request")
 --      | {"mode", mode} (op "request" on shared holders or permits: a
 --        request asks one holder, and they hold together)
@@ -23,7 +26,7 @@ c.op, c.by = ARGV[6] or '', ARGV[7] or ''
 c.key, c.now_ms = lock_of(c.lease), clock()
 
 local cur = exclusive.read(c)
-if not cur then
+if not cur or (c.op == 'request' and cur.token == '') then
   return {'not_found'}
 elseif c.op == 'request' then
   if cur.multi then

@@ -22,7 +22,7 @@ c.token, c.owner, c.ttl_ms, c.actor, c.intent = ARGV[1], ARGV[2], ARGV[3], ARGV[
 c.seen, c.replica, c.epoch_args, c.waiter, c.deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 c.set, c.mode, c.trace, c.value = ARGV[11], ARGV[12], ARGV[13] or '', ARGV[14] or ''
 -- What a lone acquire may ask and a set does not.
-c.named, c.reentry, c.idem, c.limit, c.place, c.delay, c.session = false, '', '', 0, '', '', ''
+c.named, c.reentry, c.idem, c.limit, c.place, c.delay, c.session, c.hold = false, '', '', 0, '', '', '', ''
 c.keys, c.ttl, c.epoch_id, c.untl = KEYS, tonumber(c.ttl_ms), nil, nil
 c.now_ms, c.now_us = clock()
 return exclusive.set_try(c, (#KEYS - 4) / 5)

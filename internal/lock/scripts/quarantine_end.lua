@@ -14,5 +14,12 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if u2 <= now then
   return 0
 end
-redis.call('HSET', KEYS[1], 'u2', string.format('%d', now))
+-- Nor may a lockd that puts its leases back later bring it back (epoch.settle).
+local h = redis.call('HGETALL', KEYS[1])
+for i = 1, #h, 2 do
+  if string.sub(h[i], 1, 2) == 'p:' then
+    redis.call('HDEL', KEYS[1], h[i])
+  end
+end
+redis.call('HSET', KEYS[1], 'u2', string.format('%d', now), 'f', string.format('%d', now))
 return u2 - now

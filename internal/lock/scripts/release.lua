@@ -9,7 +9,8 @@
 -- (this lockd's replica id, or "" to hand the key to nobody), trace (the
 -- request's trace id; a hand-off's grant keeps the waiter's), unclaimed
 -- ("unclaimed": release only a key handed to a waiter that the waiter did
--- not claim with a try of its own, exclusive.release), to (an election's
+-- not claim with a try of its own, exclusive.release; "back": a grant its
+-- caller never had; either keeps no hold window), to (an election's
 -- handover: the candidate that leads next, ahead of the queue).
 --
 -- Reply: {"ok", count_left, acquired_at_ms}

@@ -17,7 +17,12 @@
 -- otherwise push every lifecycle event out of it. The lease keeps left_ms
 -- of its last renewal for the at-risk check (state.lua).
 --
--- Reply: the grant reply (grant_reply, status "ok") | {"not_found"} | {"lost"}
+-- A lease with a hold window lives at least until the window ends, whatever
+-- TTL a renewal asks (exclusive.lua's through_window); the window stays.
+--
+-- Reply: the grant reply (grant_reply, status "ok") | {"not_found"} (no
+-- lease, or a key kept by a hold window after its holder released it:
+-- keep_window) | {"lost"}
 local c = calls.renew
 c.lease, c.renewals, c.queue, c.sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 c.hist, c.holders, c.stream = KEYS[5], KEYS[6], KEYS[7]
@@ -27,7 +32,7 @@ c.held_as, c.held_limit = nil, nil
 c.key, c.now_ms = lock_of(c.lease), clock()
 
 local cur = exclusive.read(c)
-if not cur then
+if not cur or cur.token == '' then
   return {'not_found'}
 elseif cur.multi then
   return multi.renew(c, cur)

@@ -3,9 +3,12 @@
 -- KEYS[1] the session (a hash: owner, ttl, created, exp, all ms)
 -- KEYS[2] its grants (a hash: the grant's token → its resource id; a
 --         session may hold several shared holds or permits of one key)
--- ARGV[1] op: "create", "check", "renew", "attach", "detach", "end" or "get"
--- ARGV[2] create: owner; attach, detach: the resource id
--- ARGV[3] create: ttl_ms; attach, detach: the grant's token
+-- ARGV[1] op: "create", "check", "renew", "attach", "detach", "end", "get"
+--         or "restore"
+-- ARGV[2] create, restore: owner; attach, detach: the resource id
+-- ARGV[3] create: ttl_ms; attach, detach: the grant's token; restore:
+--         "ttl_ms created_ms left_ms"
+-- ARGV[4…] restore: the grants, token then resource id each
 --
 -- Both keys expire with the session: a session nobody renews is gone at
 -- its expiry, and so, at the same moment, is every grant bound to it
@@ -21,6 +24,8 @@
 --   end:    {"ok", exp_ms, now_ms, owner, ttl_ms, created_ms, id, token, …}
 --           (the session and its list are deleted)
 --   get:    {"ok", exp_ms, now_ms, owner, ttl_ms, created_ms, id, …}
+--   restore: {"restored"} or {"present"} (a session Redis lost with its
+--           data, put back as a lockd knew it: restore.go)
 local sess, grants, op = KEYS[1], KEYS[2], ARGV[1]
 local now_ms = clock()
 
@@ -32,6 +37,23 @@ if op == 'create' then
   redis.call('HSET', sess, 'owner', ARGV[2], 'ttl', ARGV[3], 'created', int(now_ms), 'exp', exp)
   redis.call('PEXPIREAT', sess, exp)
   return {'ok', exp, int(now_ms)}
+end
+
+if op == 'restore' then
+  if redis.call('EXISTS', sess) == 1 then
+    return {'present'}
+  end
+  local ttl, created, left = string.match(ARGV[3], '^(%d+) (%d+) (%d+)$')
+  local exp = int(now_ms + tonumber(left))
+  redis.call('HSET', sess, 'owner', ARGV[2], 'ttl', ttl, 'created', created, 'exp', exp)
+  redis.call('PEXPIREAT', sess, exp)
+  for i = 4, #ARGV - 1, 2 do
+    redis.call('HSET', grants, ARGV[i], ARGV[i + 1])
+  end
+  if #ARGV >= 5 then
+    redis.call('PEXPIREAT', grants, exp)
+  end
+  return {'restored'}
 end
 
 local s = redis.call('HMGET', sess, 'owner', 'ttl', 'created', 'exp')

@@ -10,8 +10,10 @@
 -- wakes them), keep (until when the history lives, events.keep_for), d
 -- (the lock-delay), v (the value), s (the handle of the session it is
 -- bound to, session.lua), rq (a request that the holder step aside:
--- at RS by RS reason, force_release.lua; empty for none), ls (the size of
--- the lock set it was granted with, lockset.lua; empty for a lone grant).
+-- at RS by RS reason, force_release.lua; empty for none), mh (until when
+-- its hold window keeps the key taken, ms; empty for none: keep_window),
+-- ls (the size of the lock set it was granted with, lockset.lua; empty for
+-- a lone grant).
 -- Shared holders and permits keep a hash at the
 -- same name (multi.lua), and so did exclusive leases before this layout:
 -- read_lease reads all three, so a lease of the layout before is
@@ -20,20 +22,21 @@ local function pack_lease(l)
   return l.token .. US .. l.owner .. US .. l.fence .. US .. l.count .. US .. l.ttl .. US ..
     l.acquired .. US .. l.renewed .. US .. l.renewals .. US .. l.idem .. US .. l.ittl .. US ..
     l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep .. US .. (l.d or '') .. US .. (l.v or '') ..
-    US .. (l.s or '') .. US .. (l.rq or '') .. US .. (l.ls or '')
+    US .. (l.s or '') .. US .. (l.rq or '') .. US .. (l.mh or '') .. US .. (l.ls or '')
 end
 
 -- unpack_lease reads a lease as events.unpack reads an event, into the
 -- same table every time: a script reads one lease. A lease written before
--- d, v, s, rq or ls existed has them empty (a lone grant writes no rq or ls).
+-- d, v, s, rq, mh or ls existed has them empty (a grant writes no rq, mh
+-- only for a hold window, ls only for a lock set).
 local LEASE_PAT = '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31' ..
   '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31' ..
-  '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)'
+  '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)'
 local lease_scratch = {}
 local function unpack_lease(s)
   local l = lease_scratch
   l.token, l.owner, l.fence, l.count, l.ttl, l.acquired, l.renewed, l.renewals, l.idem, l.ittl, l.left, l.exp, l.handed,
-    l.w, l.keep, l.d, l.v, l.s, l.rq, l.ls = string.match(s .. '\31\31\31\31\31', LEASE_PAT)
+    l.w, l.keep, l.d, l.v, l.s, l.rq, l.mh, l.ls = string.match(s .. '\31\31\31\31\31\31', LEASE_PAT)
   return l
 end
 
@@ -61,7 +64,7 @@ local function read_lease(lease, raw, now)
   return {token = h[4], owner = h[3], fence = h[5], count = h[6], ttl = h[7], acquired = h[8],
     renewed = h[9] or h[8], renewals = h[10] or '0', idem = h[11] or '', ittl = h[12] or h[7],
     left = h[13] or '', exp = int(now + pttl), handed = h[14] and '1' or '', w = '1', keep = '', d = '', v = '', s = '',
-    rq = '', ls = '', old = true}
+    rq = '', mh = '', ls = '', old = true}
 end
 
 -- read is the lease of c's key (read_lease), read once by every
@@ -101,9 +104,10 @@ end
 -- acquire, whose g is c; a release that hands the key to the next
 -- waiter); it returns its fence. g has owner, token, ttl (ms, a number),
 -- idem, actor, delay ("" for none), value (JSON, "" for none) and session
--- (its handle, "" for none), and set (the lock set's size) for a set's
--- grant (lockset.lua); last is the history's newest event (false:
--- none), w and handed the lease's. With nx, it grants only if nobody
+-- (its handle, "" for none), hold (the hold window in ms, "" for none),
+-- and set (the lock set's size) for a set's grant (lockset.lua); last is
+-- the history's newest event (false: none), w and handed the lease's.
+-- With nx, it grants only if nobody
 -- holds the key (SET NX GET: one command reads and writes), and returns
 -- nil, having written nothing, if somebody does.
 function exclusive.grant(c, g, last, w, handed, nx)
@@ -115,8 +119,13 @@ function exclusive.grant(c, g, last, w, handed, nx)
   local packed = g.token .. US .. g.owner .. US .. fence .. US .. '1' .. US .. ttl_s .. US .. now_s .. US .. now_s ..
     US .. '0' .. US .. g.idem .. US .. ttl_s .. US .. '' .. US .. exp_s .. US .. handed .. US .. w .. US .. keep ..
     US .. g.delay .. US .. g.value .. US .. g.session
-  if g.set then
-    packed = packed .. US .. US .. g.set
+  if g.hold ~= '' or g.set then
+    -- rq empty, then mh (the window runs from the grant), then a lock
+    -- set's ls.
+    packed = packed .. US .. US .. (g.hold ~= '' and int(now + tonumber(g.hold)) or '')
+    if g.set then
+      packed = packed .. US .. g.set
+    end
   end
   if nx then
     -- Held: the old value (a string), or an error (shared holders' hash).
@@ -158,6 +167,18 @@ function exclusive.fast(c)
   return nil
 end
 
+-- through_window is how long from now a renewal or re-entry of cur that
+-- asks for ms keeps it: at least until its hold window (mh) ends, so that
+-- a shorter TTL asked on the way lets the key lapse no earlier than a
+-- release would free it.
+local function through_window(cur, now, ms)
+  local mh = tonumber(cur.mh)
+  if mh and mh - now > ms then
+    return mh - now
+  end
+  return ms
+end
+
 -- reenter takes one more level of cur, the lease whose token c names.
 local function reenter(c, cur)
   if cur.token ~= c.reentry then
@@ -166,14 +187,15 @@ local function reenter(c, cur)
   if c.named and c.mode ~= 'x' then
     return {'mode', 'x'}
   end
-  local count, exp = tonumber(cur.count) + 1, c.now_ms + c.ttl
+  local ms = through_window(cur, c.now_ms, c.ttl)
+  local count, exp = tonumber(cur.count) + 1, c.now_ms + ms
   cur.count, cur.ttl, cur.renewed, cur.exp = int(count), c.ttl_ms, int(c.now_ms), int(exp)
   if c.value ~= '' then
     cur.v = c.value
   end
   local set
   cur.keep, set = events.keep_for(cur.keep, exp)
-  exclusive.save(c.lease, cur, c.ttl)
+  exclusive.save(c.lease, cur, ms)
   events.schedule(c.sched, c.key, exp)
   events.record(c, {'reentered', int(c.now_ms), cur.owner, cur.fence, c.ttl_ms, cur.count, c.actor, '', cur.exp, '',
     cur.w, cur.keep, cur.d, cur.s, c.trace})
@@ -181,14 +203,14 @@ local function reenter(c, cur)
     redis.call('PEXPIREAT', c.hist, cur.keep)
   end
   if cur.w == '1' then
-    redis.call(cfg.publish, c.channel, 'renewed:' .. c.ttl_ms)
+    redis.call(cfg.publish, c.channel, 'renewed:' .. int(ms))
   end
-  return reply('reentered', c, cur, c.ttl)
+  return reply('reentered', c, cur, ms)
 end
 
 -- acquire answers c on a key held exclusively (c.cur): the caller's own
 -- grant (a waiter's earlier try, or a hand-off it claims now), a re-entry,
--- an idempotent replay, or held.
+-- an idempotent replay, held, or kept by a hold window (keep_window).
 function exclusive.acquire(c)
   local cur = c.cur
   local pttl = tonumber(cur.exp) - c.now_ms
@@ -203,6 +225,9 @@ function exclusive.acquire(c)
   end
   if c.reentry ~= '' then
     return reenter(c, cur)
+  end
+  if cur.token == '' then
+    return gate.min_hold(c, cur.owner, pttl)
   end
   if c.idem ~= '' and cur.idem == c.idem then
     -- A replay is the request it replays, value included: one that
@@ -250,18 +275,19 @@ function exclusive.renew(c, cur)
   if cur.s ~= '' and c.by_session ~= '1' then
     ttl = tonumber(left)
   end
+  local ms = through_window(cur, c.now_ms, ttl)
   local ttl_s, now_s = int(ttl), int(c.now_ms)
-  cur.ttl, cur.renewed, cur.left, cur.exp = ttl_s, now_s, left, int(c.now_ms + ttl)
+  cur.ttl, cur.renewed, cur.left, cur.exp = ttl_s, now_s, left, int(c.now_ms + ms)
   cur.renewals = int(tonumber(cur.renewals) + 1)
   if c.value ~= '' then
     cur.v = c.value
   end
   -- The history and the renewals outlive the lease's end by the
   -- retention, however long it is renewed.
-  local keep, set = events.keep_for(cur.keep, c.now_ms + ttl)
+  local keep, set = events.keep_for(cur.keep, c.now_ms + ms)
   cur.keep = keep
-  exclusive.save(c.lease, cur, ttl_s)
-  events.schedule(c.sched, c.key, c.now_ms + ttl)
+  exclusive.save(c.lease, cur, ms)
+  events.schedule(c.sched, c.key, cur.exp)
   if c.value ~= '' then
     events.record(c, {'proclaimed', now_s, cur.owner, cur.fence, ttl_s, cur.count, c.actor, '', cur.exp, '', cur.w,
       keep, cur.d, cur.s, c.trace})
@@ -276,22 +302,50 @@ function exclusive.renew(c, cur)
     redis.call('PEXPIREAT', c.renewals, keep)
   end
   if cur.w == '1' then
-    redis.call(cfg.publish, c.channel, 'renewed:' .. ttl)
+    redis.call(cfg.publish, c.channel, 'renewed:' .. ms)
   end
-  local r = reply('ok', c, cur, ttl)
+  local r = reply('ok', c, cur, ms)
   if cur.rq ~= '' then
     r[#r + 1] = cur.rq
   end
   return r
 end
 
+-- keep_window ends cur, released by its holder before its hold window
+-- (mh) ended: the key stays taken until then by nobody's token (a lease
+-- with an empty token, count 0, expiring at mh), so that acquires answer
+-- min_hold (gate.min_hold) and the token, renewed or released, finds no
+-- lease. The window's end is no event: the key frees as a released one
+-- did. The release event flags waiters (w), so that the first acquire
+-- after the window looks at the queue, whoever joined it meanwhile. The
+-- waiters are woken: each lockd's next try learns when the window ends
+-- (a "renewed" message would be lost on a lockd whose try is under way,
+-- which would then wait for the lease's TTL).
+local function keep_window(c, cur)
+  local left = tonumber(cur.mh) - c.now_ms
+  cur.token, cur.count, cur.exp, cur.handed, cur.idem, cur.d, cur.rq = '', '0', cur.mh, '', '', '', ''
+  exclusive.save(c.lease, cur, left)
+  events.record(c, {'released', int(c.now_ms), cur.owner, cur.fence, cur.ttl, '0', c.actor, '', '', '', '1', cur.keep,
+    '', '', c.trace})
+  redis.call('ZREM', c.sched, c.key)
+  if cur.w == '1' then
+    redis.call(cfg.publish, c.channel, 'released')
+  end
+  return {'ok', 0, cur.acquired}
+end
+
 -- release gives back one level of cur, c's lease that take_lease took
--- (raw): {"ok", count_left, acquired_at_ms}, {"claimed"} or {"lost"}; or
--- nil when the key is free now and waiters may be queued: the caller
--- then hands it off (hand_off).
+-- (raw): {"ok", count_left, acquired_at_ms}, {"claimed"}, {"lost"} or
+-- {"not_found"} (a key kept by a hold window: keep_window); or nil when
+-- the key is free now and waiters may be queued: the caller then hands it
+-- off (hand_off). A give-back (c.unclaimed) keeps no window: the grant's
+-- caller never had it.
 function exclusive.release(c, cur, raw)
   if cur.token ~= c.token then
     put_back(c, raw, cur)
+    if cur.token == '' then
+      return {'not_found'}
+    end
     return {'lost'}
   end
   if c.unclaimed == 'unclaimed' and cur.handed == '' then
@@ -313,6 +367,8 @@ function exclusive.release(c, cur, raw)
   end
   if cur.old then
     redis.call('DEL', c.lease)
+  elseif c.unclaimed == '' and (tonumber(cur.mh) or 0) > c.now_ms then
+    return keep_window(c, cur)
   end
   events.record(c, {'released', int(c.now_ms), cur.owner, cur.fence, cur.ttl, '0', c.actor, '', '', '', cur.w, cur.keep,
     '', '', c.trace})
@@ -342,7 +398,7 @@ function exclusive.hand_off(c, cur)
   -- them at once (lockset.lua), woken like the others.
   if nx and nx.r == c.hand_to and nx.m == 'x' and not nx.g then
     local g = {owner = nx.o, token = nx.t, ttl = tonumber(nx.l), idem = nx.i, actor = nx.a, delay = nx.ld or '',
-      value = nx.v or '', session = nx.sn or ''}
+      value = nx.v or '', session = nx.sn or '', hold = nx.mh or ''}
     redis.call('ZREM', q.queue, nx.id)
     redis.call('HDEL', q.info, nx.id)
     queue.mark_ended(q.queue, nx.id)
@@ -378,7 +434,46 @@ end
 function exclusive.state(c, cur)
   return {'x', int(c.now_ms), queue.page(c.q, c.now_ms), cur.owner, cur.fence, tonumber(cur.count), tonumber(cur.ttl),
     cur.acquired, cur.renewed, tonumber(cur.renewals), tonumber(cur.exp) - c.now_ms, cur.left,
-    redis.call('ZCARD', c.q.queue), cur.v or '', cur.rq or '', cur.ls or ''}
+    redis.call('ZCARD', c.q.queue), cur.v or '', cur.rq or '', cur.mh or '', cur.ls or ''}
+end
+
+-- restore puts back exclusive lease r (restore.lua: a lease a lockd knows,
+-- after Redis lost it) on c's key, as it was but for its renewals and
+-- idempotency tag, with a "restored" event: {"restored"}; {"present"}
+-- when the key has it already (its expiry made the later of the two), or
+-- {"conflict"} when another lease with a higher fence holds the key (one
+-- with a lower fence gives way: of two claims the newer wins).
+function exclusive.restore(c, cur, r)
+  local now = c.now_ms
+  if cur and not cur.multi and cur.token ~= r.token and tonumber(cur.fence) < tonumber(r.fence) then
+    -- Of two claims the higher fence wins: the key's newer lease.
+    cur = nil
+  end
+  if cur then
+    if cur.multi or cur.token ~= r.token then
+      return {'conflict'}
+    end
+    if r.exp > tonumber(cur.exp) and not cur.old then
+      cur.exp = int(r.exp)
+      exclusive.save(c.lease, cur, r.exp - now)
+      events.schedule(c.sched, c.key, cur.exp)
+    end
+    return {'present'}
+  end
+  local exp_s = int(r.exp)
+  local keep, set = events.keep_for(nil, r.exp)
+  -- w: waiters queued before the loss are gone with it, but those that
+  -- queue again must be woken by the release.
+  redis.call('SET', c.lease, pack_lease({token = r.token, owner = r.owner, fence = r.fence, count = r.count, ttl = r.ttl,
+    acquired = r.acquired, renewed = int(now), renewals = '0', idem = '', ittl = r.ttl, left = '', exp = exp_s,
+    handed = '', w = '1', keep = keep, d = r.delay, v = r.value, s = r.session, rq = ''}), 'PX', int(r.exp - now))
+  events.schedule(c.sched, c.key, exp_s)
+  events.record(c, {'restored', int(now), r.owner, r.fence, r.ttl, r.count, 'lockd', r.reason, exp_s, '', '1', keep,
+    r.delay, r.session, ''})
+  if set then
+    redis.call('PEXPIREAT', c.hist, keep)
+  end
+  return {'restored'}
 end
 
 -- A lock set (lockset.lua) takes its keys that share a slot in one call,
@@ -413,6 +508,9 @@ local function set_admit(c)
   elseif cur then
     if cur.token == c.token then
       return 'mine', cur.fence
+    elseif cur.token == '' then
+      -- Kept by a hold window after its holder's release.
+      return gate.min_hold(c, cur.owner, tonumber(cur.exp) - c.now_ms)
     end
     return gate.held(c, cur.owner, tonumber(cur.exp) - c.now_ms)
   end

@@ -72,6 +72,16 @@ function gate.held(c, who, retry)
   return {'held', who, retry, epoch_id(c), place}
 end
 
+-- min_hold answers that the key is kept, by nobody, until its hold window
+-- ends retry ms from now (exclusive.lua's keep_window); who held it last:
+-- {"min_hold", owner, retry_ms, epoch_id, place}. A waiter waits it out as
+-- a holder's lease.
+function gate.min_hold(c, who, retry)
+  local place = wait(c)
+  queue.forget(c.q)
+  return {'min_hold', who, retry, epoch_id(c), place}
+end
+
 -- behind answers that the caller waits for the waiters queued before it,
 -- the first of them e (live until retry ms from now; nil when the walk
 -- met only dead entries up to its bound): {"queued", next owner,
@@ -141,7 +151,7 @@ function gate.admit(c)
   end
   if c.untl > c.now_ms and not cfg.quarantine_off then
     wait(c)
-    return {'recovering', c.epoch_id, int(c.untl - c.now_ms)}
+    return {'recovering', c.epoch_id, int(epoch.retry(c.epoch, c.untl, c.now_ms))}
   end
   -- An exclusive lease that lapsed unrecorded is recorded first.
   last = gate.last(c)

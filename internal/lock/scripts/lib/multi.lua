@@ -387,3 +387,37 @@ function multi.state(c, cur)
   return {'m', int(c.now_ms), queue.page(c.q, c.now_ms), cur.multi, cur.limit, hs, redis.call('ZCARD', c.q.queue),
     redis.call('ZCOUNT', c.holders, since, '+inf'), set}
 end
+
+-- restore puts back shared hold or permit r (restore.lua) among c's
+-- key's holders, as exclusive.restore does an exclusive lease: a key
+-- held exclusively, or in the other mode or limit, is a conflict.
+function multi.restore(c, cur, r)
+  local as = r.mode == 's' and 'shared' or 'permit'
+  if cur and (not cur.multi or cur.multi ~= as or (r.mode == 'p' and tonumber(cur.limit) ~= r.limit)) then
+    return {'conflict'}
+  end
+  local raw = redis.call('HGET', c.lease, 'h:' .. r.token)
+  if raw then
+    local h = cjson.decode(raw)
+    if r.exp > tonumber(h.e) then
+      h.e = int(r.exp)
+      save(c, r.token, h)
+    end
+    return {'present'}
+  end
+  if not cur then
+    redis.call('HSET', c.lease, 'mode', as, 'limit', r.limit, 'fx', '1')
+  end
+  local h = {o = r.owner, f = r.fence, c = r.count, t = r.ttl, a = r.acquired, r = int(c.now_ms), n = '0', v = r.value,
+    e = int(r.exp), i = '', it = r.ttl, l = '', s = r.session}
+  redis.call('HSET', c.lease, 'h:' .. r.token, cjson.encode(h), 'last', r.token, 'f:' .. r.fence, r.token)
+  redis.call('ZADD', c.holders, h.e, r.token)
+  multi.settle(c)
+  local keep, set = events.keep_for(nil, r.exp)
+  events.record(c, {'restored', int(c.now_ms), r.owner, r.fence, r.ttl, r.count, 'lockd', r.reason, '', '', '1', keep,
+    '', r.session, ''})
+  if set then
+    redis.call('PEXPIREAT', c.hist, keep)
+  end
+  return {'restored'}
+end

@@ -3,7 +3,7 @@
 -- lockd's replica id, d its deadline ms, m its mode, s since ms, o owner;
 -- for a hand-off (exclusive.hand_off) t its token, l ttl_ms, i
 -- idempotency tag, a actor, ld lock-delay, v value, sn session, tr
--- trace; g the size of a lock set, whose waiter no hand-off grants). A waiter is live while its deadline has not passed and its
+-- trace, mh hold window; g the size of a lock set, whose waiter no hand-off grants). A waiter is live while its deadline has not passed and its
 -- replica is: each lockd keeps its score in the bucket's replica set
 -- (q.replicas) in the future while it has waiters, so an entry whose lockd
 -- died leaves the queue when that score passes, without a heartbeat per
@@ -13,7 +13,7 @@ local function parse_entry(s)
     return nil
   end
   local e = cjson.decode(s)
-  e.rid, e.deadline, e.mode, e.since, e.owner = e.r, tonumber(e.d), e.m, e.s, e.o
+  e.rid, e.deadline, e.mode, e.since, e.owner, e.kept = e.r, tonumber(e.d), e.m, e.s, e.o, e.k == '1'
   return e
 end
 
@@ -23,7 +23,8 @@ function queue.live_until(q, e, now)
   if not e then
     return 0
   end
-  local alive = q.alive[e.rid]
+  -- A place kept between two rounds (queue.keep) lives by its deadline.
+  local alive = e.kept and e.deadline or q.alive[e.rid]
   if alive == nil then
     alive = tonumber(redis.call('ZSCORE', q.replicas, e.rid)) or 0
     q.alive[e.rid] = alive
@@ -81,8 +82,12 @@ end
 function queue.ahead(q, mode, used, limit, wid, now)
   local live, first, until_first = 0, nil, 0
   local r, cut = queue.walk(q, now, function(id, e, u)
-    if id == wid then
+    if id == wid or (e.kept and q.idem ~= '' and e.i == q.idem) then
+      -- The caller, or the place its request kept between two rounds.
       q.found = true
+      if id ~= wid then
+        q.kept_id = id
+      end
       return {true}
     end
     if not first then
@@ -128,7 +133,7 @@ end
 -- of is the queue of call c: its keys, and what one call learns of it
 -- (alive: replicas' liveness read so far; dead: entries met dead).
 function queue.of(c)
-  return {queue = c.queue, info = c.qinfo, replicas = c.replicas, alive = {}, dead = {}}
+  return {queue = c.queue, info = c.qinfo, replicas = c.replicas, alive = {}, dead = {}, idem = c.idem or ''}
 end
 
 -- A waiter that has ended (granted, or gone: leave.lua) is marked so for
@@ -136,8 +141,9 @@ end
 -- dropped connection, it may run after the waiter's later tries, its
 -- answer and its holder's release) neither queues it again nor grants it
 -- (queue.ended). A wait that ended without a grant and carried an
--- idempotency tag leaves its place and since for kept_ms (queue.keep): the
--- next round of the same request takes them up again (queue.join).
+-- idempotency tag keeps its place in the queue for kept_ms (queue.keep):
+-- the entry stays, blocking those behind it, but is handed nothing; the
+-- next round of the same request takes it up (queue.join, queue.ahead).
 local ended_ms, kept_ms = 10000, 10000
 
 -- ended_key and kept_key are a waiter's mark and a request's kept place,
@@ -163,21 +169,40 @@ function queue.ended(c)
   return c.ended
 end
 
--- keep remembers the place and since of entry e, which leaves the queue
--- of queue_key without a grant, under its idempotency tag.
-function queue.keep(queue_key, place, e)
-  if e and e.i and e.i ~= '' then
-    redis.call('SET', queue.kept_key(queue_key, e.i), place .. ' ' .. e.s, 'PX', kept_ms)
+-- keep keeps the place of waiter id (entry e, at place), whose round
+-- ended without a grant, for the next round of its request (its
+-- idempotency tag), for kept_ms. With now (hold), the entry stays queued,
+-- with no lockd (it lives by its deadline) and no token (no hand-off
+-- reaches it), and the tag names it: it answers true. Without, only its
+-- place and since are kept: false (the caller takes the entry off).
+function queue.keep(q, id, place, e, now)
+  if not (e and e.i and e.i ~= '') then
+    return false
   end
+  if not now then
+    redis.call('SET', queue.kept_key(q.queue, e.i), place .. ' ' .. e.s, 'PX', kept_ms)
+    return false
+  end
+  e.r, e.d, e.t, e.k = '', int(now + kept_ms), '', '1'
+  redis.call('HSET', q.info, id, cjson.encode(e))
+  redis.call('SET', queue.kept_key(q.queue, e.i), place .. ' ' .. e.s .. ' ' .. id, 'PX', kept_ms)
+  return true
 end
 
--- kept is the place and since (ms) an earlier round of c's request left,
--- or its own: a new place at the end of the queue, since now.
+-- kept is the place and since (ms) an earlier round of c's request kept,
+-- whose entry the caller's takes over; or its own: a new place at the end
+-- of the queue, since now.
 local function kept(c, q)
   if c.idem ~= '' then
-    local v = redis.call('GET', queue.kept_key(q.queue, c.idem))
+    local key = queue.kept_key(q.queue, c.idem)
+    local v = redis.call('GET', key)
     if v then
-      local place, since = string.match(v, '^(%S+) (%S+)$')
+      local place, since, id = string.match(v, '^(%S+) (%S+) ?(%S*)$')
+      if id ~= '' then
+        redis.call('ZREM', q.queue, id)
+        redis.call('HDEL', q.info, id)
+      end
+      redis.call('DEL', key)
       return place, tonumber(since)
     end
   end
@@ -206,7 +231,7 @@ function queue.join(c, q)
     redis.call('ZADD', q.queue, place, c.waiter)
     redis.call('HSET', q.info, c.waiter, cjson.encode({r = c.replica, d = int(c.now_ms + tonumber(c.deadline)),
       m = c.mode, s = int(since), o = c.owner, t = c.token, l = c.ttl_ms, i = c.idem, a = c.actor, ld = c.delay,
-      v = c.value, sn = c.session, tr = c.trace, g = c.set}))
+      v = c.value, sn = c.session, tr = c.trace, mh = c.hold, g = c.set}))
     redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
     redis.call('PEXPIRE', q.info, cfg.queue_ttl)
   end
@@ -214,12 +239,20 @@ function queue.join(c, q)
   return place
 end
 
--- leave takes the caller of c, granted, off the queue, and marks it ended.
+-- leave takes the caller of c, granted, off the queue, and marks it ended;
+-- and the place an earlier round of its request kept (queue.ahead met
+-- it), which it no longer needs.
 function queue.leave(c)
   if c.waiter ~= '' then
     redis.call('ZREM', c.queue, c.waiter)
     redis.call('HDEL', c.qinfo, c.waiter)
     queue.mark_ended(c.queue, c.waiter)
+  end
+  local kept_id = c.q and c.q.kept_id
+  if kept_id then
+    redis.call('ZREM', c.queue, kept_id)
+    redis.call('HDEL', c.qinfo, kept_id)
+    redis.call('DEL', queue.kept_key(c.queue, c.idem))
   end
 end
 
