@@ -2575,7 +2575,7 @@ type ClientInterface interface {
 	// lease with its own fence, the same token and TTL for all, marked as
 	// part of a set (`set`: the set's size) in its state, history and
 	// events. A key that is not free answers the 409 a lone acquire of it
-	// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+	// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
 	// `key` and its holder, and none of the set's keys is taken.
 	//
 	// With `wait_ms` > 0 the request waits. Every set takes its keys in
@@ -2609,7 +2609,7 @@ type ClientInterface interface {
 	// lease with its own fence, the same token and TTL for all, marked as
 	// part of a set (`set`: the set's size) in its state, history and
 	// events. A key that is not free answers the 409 a lone acquire of it
-	// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+	// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
 	// `key` and its holder, and none of the set's keys is taken.
 	//
 	// With `wait_ms` > 0 the request waits. Every set takes its keys in
@@ -3837,7 +3837,7 @@ func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, r
 // lease with its own fence, the same token and TTL for all, marked as
 // part of a set (`set`: the set's size) in its state, history and
 // events. A key that is not free answers the 409 a lone acquire of it
-// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
 // `key` and its holder, and none of the set's keys is taken.
 //
 // With `wait_ms` > 0 the request waits. Every set takes its keys in
@@ -3881,7 +3881,7 @@ func (c *Client) AcquireLockSetWithBody(ctx context.Context, contentType string,
 // lease with its own fence, the same token and TTL for all, marked as
 // part of a set (`set`: the set's size) in its state, history and
 // events. A key that is not free answers the 409 a lone acquire of it
-// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
 // `key` and its holder, and none of the set's keys is taken.
 //
 // With `wait_ms` > 0 the request waits. Every set takes its keys in
@@ -7400,7 +7400,7 @@ type ClientWithResponsesInterface interface {
 	// lease with its own fence, the same token and TTL for all, marked as
 	// part of a set (`set`: the set's size) in its state, history and
 	// events. A key that is not free answers the 409 a lone acquire of it
-	// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+	// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
 	// `key` and its holder, and none of the set's keys is taken.
 	//
 	// With `wait_ms` > 0 the request waits. Every set takes its keys in
@@ -7434,7 +7434,7 @@ type ClientWithResponsesInterface interface {
 	// lease with its own fence, the same token and TTL for all, marked as
 	// part of a set (`set`: the set's size) in its state, history and
 	// events. A key that is not free answers the 409 a lone acquire of it
-	// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+	// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
 	// `key` and its holder, and none of the set's keys is taken.
 	//
 	// With `wait_ms` > 0 the request waits. Every set takes its keys in
@@ -13405,7 +13405,7 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, para
 // lease with its own fence, the same token and TTL for all, marked as
 // part of a set (`set`: the set's size) in its state, history and
 // events. A key that is not free answers the 409 a lone acquire of it
-// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
 // `key` and its holder, and none of the set's keys is taken.
 //
 // With `wait_ms` > 0 the request waits. Every set takes its keys in
@@ -13445,7 +13445,7 @@ func (c *ClientWithResponses) AcquireLockSetWithBodyWithResponse(ctx context.Con
 // lease with its own fence, the same token and TTL for all, marked as
 // part of a set (`set`: the set's size) in its state, history and
 // events. A key that is not free answers the 409 a lone acquire of it
-// would (`lock_held`, `queued` or `lock_delay`), naming that key in
+// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
 // `key` and its holder, and none of the set's keys is taken.
 //
 // With `wait_ms` > 0 the request waits. Every set takes its keys in

@@ -396,3 +396,22 @@ func setShared(t *testing.T, a, b lock.Service) {
 		t.Fatal(err)
 	}
 }
+
+// A key kept by a hold window after its holder's release refuses a set as
+// it refuses a lone acquire (min_hold), and the set takes none of its keys.
+func TestLockSetHoldWindow(t *testing.T) {
+	e := newEngine(t, redistest.Start(t).Client(t))
+	ctx := context.Background()
+	l := mustAcquire(t, e, lock.Lock("ls:hw:b"), lock.AcquireRequest{Owner: "cron", TTL: time.Minute, MinHold: 30 * time.Second})
+	if _, err := e.Release(ctx, l.Resource, l.Token, "t"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.AcquireSet(ctx, setReq("set", "ls:hw:a", "ls:hw:b"))
+	var kept *lock.MinHoldError
+	if !errors.As(err, &kept) || kept.Resource.Name != "ls:hw:b" {
+		t.Fatalf("a set over a key kept by its hold window: %v", err)
+	}
+	if _, err := e.State(ctx, lock.Lock("ls:hw:a")); !errors.Is(err, lock.ErrNotFound) {
+		t.Fatalf("ls:hw:a after the refused set: %v", err)
+	}
+}

@@ -190,6 +190,7 @@ func refusedResource(err error) lock.Resource {
 	var held *lock.HeldError
 	var queued *lock.QueuedError
 	var delay *lock.DelayError
+	var kept *lock.MinHoldError
 	switch {
 	case errors.As(err, &held):
 		return held.Resource
@@ -197,6 +198,8 @@ func refusedResource(err error) lock.Resource {
 		return queued.Resource
 	case errors.As(err, &delay):
 		return delay.Resource
+	case errors.As(err, &kept):
+		return kept.Resource
 	}
 	return lock.Resource{}
 }

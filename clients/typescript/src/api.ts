@@ -286,7 +286,7 @@ export interface paths {
          *     lease with its own fence, the same token and TTL for all, marked as
          *     part of a set (`set`: the set's size) in its state, history and
          *     events. A key that is not free answers the 409 a lone acquire of it
-         *     would (`lock_held`, `queued` or `lock_delay`), naming that key in
+         *     would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
          *     `key` and its holder, and none of the set's keys is taken.
          *
          *     With `wait_ms` > 0 the request waits. Every set takes its keys in
