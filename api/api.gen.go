@@ -523,6 +523,13 @@ type AcquireRequest struct {
 	// Owner Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
 
+	// Proof The latest `proof` the re-entered lease's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the lease, to restore it (the token alone restores it where
+	// a lockd that knows the lease is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
+
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
 	// `session_not_found` when the session ended or lapsed, or another
@@ -802,6 +809,15 @@ type Leadership struct {
 	Key    string `json:"key"`
 	Leader string `json:"leader"`
 
+	// Proof Evidence of this leadership, signed by lockd: opaque, at most a few
+	// hundred characters. Send the latest one back with every renew,
+	// proclaim and resign of it (`"proof"`); should Redis lose its
+	// data and the lockd that granted it be gone too, any lockd
+	// restores the leadership from it. A secret as the token is: only ever
+	// returned to the holder. Absent when the server signs no
+	// proofs.
+	Proof *string `json:"proof,omitempty"`
+
 	// Replayed Present and true when an Idempotency-Key replay answered.
 	Replayed *bool `json:"replayed,omitempty"`
 
@@ -862,6 +878,15 @@ type Lease struct {
 
 	// Owner Example: worker-7
 	Owner string `json:"owner"`
+
+	// Proof Evidence of this lease, signed by lockd: opaque, at most a few
+	// hundred characters. Send the latest one back with every renew,
+	// release and hold of the lease (`"proof"`); should Redis lose its
+	// data and the lockd that granted it be gone too, any lockd
+	// restores the lease from it. A secret as the token is: only ever
+	// returned to the holder. Absent when the server signs no
+	// proofs.
+	Proof *string `json:"proof,omitempty"`
 
 	// ReleaseRequested A request that the holder step aside (`POST
 	// /v1/locks/{key}/request-release`); the holder decides.
@@ -1141,7 +1166,13 @@ type ProblemCode string
 
 // ProclaimRequest defines model for ProclaimRequest.
 type ProclaimRequest struct {
-	Token string `json:"token"`
+	// Proof The latest `proof` the leadership's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the lease, to restore it (the token alone restores it where
+	// a lockd that knows the lease is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
+	Token string  `json:"token"`
 
 	// Value A value on a grant: any JSON (object, array, string, number,
 	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
@@ -1210,7 +1241,13 @@ type RedisNodeRole string
 
 // ReleaseRequest defines model for ReleaseRequest.
 type ReleaseRequest struct {
-	Token string `json:"token"`
+	// Proof The latest `proof` this lease's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the lease, to restore it (the token alone restores it where
+	// a lockd that knows the lease is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
+	Token string  `json:"token"`
 }
 
 // ReleaseRequested A request that the holder step aside (`POST
@@ -1232,7 +1269,13 @@ type ReleaseResult struct {
 
 // RenewRequest defines model for RenewRequest.
 type RenewRequest struct {
-	Token string `json:"token"`
+	// Proof The latest `proof` this lease's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the lease, to restore it (the token alone restores it where
+	// a lockd that knows the lease is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
+	Token string  `json:"token"`
 
 	// TtlMs New TTL from now. Default the lease's own TTL.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
@@ -1285,6 +1328,13 @@ type SemaphoreAcquireRequest struct {
 
 	// Owner Holder's label, shown on the dashboard. Default the session's owner for a grant in a session, else the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
+
+	// Proof The latest `proof` the re-entered permit's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the lease, to restore it (the token alone restores it where
+	// a lockd that knows the lease is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
 
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404

@@ -280,11 +280,19 @@ func (c *Client) nextRound(err error, waitMs *int64, waitUntil time.Time) bool {
 // ErrLeaseLost. Leases from Acquire renew themselves; this is for tokens
 // kept elsewhere (a shell script's).
 func (c *Client) Renew(ctx context.Context, key, token string, ttl time.Duration) (api.Lease, error) {
-	return c.renew(ctx, lockKind, key, token, ttl)
+	return c.renew(ctx, lockKind, key, token, "", ttl)
 }
 
-func (c *Client) renew(ctx context.Context, k kind, key, token string, ttl time.Duration) (api.Lease, error) {
-	body := api.RenewRequest{Token: token}
+// RenewWithProof is Renew that sends the lease's latest proof (the
+// answer's Proof of its grant or last renewal) beside the token, so that
+// any lockd can restore the lease should Redis have lost it. Keep the
+// answer's new proof for the next call.
+func (c *Client) RenewWithProof(ctx context.Context, key, token, proof string, ttl time.Duration) (api.Lease, error) {
+	return c.renew(ctx, lockKind, key, token, proof, ttl)
+}
+
+func (c *Client) renew(ctx context.Context, k kind, key, token, proof string, ttl time.Duration) (api.Lease, error) {
+	body := api.RenewRequest{Token: token, Proof: nonEmpty(proof)}
 	if ttl > 0 {
 		body.TtlMs = ptr(ttl.Milliseconds())
 	}
@@ -307,11 +315,17 @@ func (c *Client) renew(ctx context.Context, k kind, key, token string, ttl time.
 // Release gives back one level of the lease with token on key. A lease
 // that is no longer live is ErrLeaseLost.
 func (c *Client) Release(ctx context.Context, key, token string) (api.ReleaseResult, error) {
-	return c.release(ctx, lockKind, key, token)
+	return c.release(ctx, lockKind, key, token, "")
 }
 
-func (c *Client) release(ctx context.Context, k kind, key, token string) (api.ReleaseResult, error) {
-	body := api.ReleaseRequest{Token: token}
+// ReleaseWithProof is Release that sends the lease's latest proof beside
+// the token (see RenewWithProof).
+func (c *Client) ReleaseWithProof(ctx context.Context, key, token, proof string) (api.ReleaseResult, error) {
+	return c.release(ctx, lockKind, key, token, proof)
+}
+
+func (c *Client) release(ctx context.Context, k kind, key, token, proof string) (api.ReleaseResult, error) {
+	body := api.ReleaseRequest{Token: token, Proof: nonEmpty(proof)}
 	var resp *http.Response
 	var err error
 	switch k {
@@ -530,3 +544,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// nonEmpty is s, or nil for "": an optional field left out.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -29,6 +29,11 @@
 // so that a retry of an acquire whose answer was lost gets the same lease
 // back instead of finding the key held by itself.
 //
+// Every grant and renewal answers a proof (Lease.Proof), which the lease
+// sends back with each renewal, proclaim and release: should Redis lose
+// its data while the lockd that granted the lease is gone too, any lockd
+// restores the lease from it. Keep it out of logs, as the token.
+//
 // # Caveats
 //
 // A lease is a promise about time, and time is not under the client's

@@ -45,9 +45,17 @@ func (l *Lease) Proclaim(ctx context.Context, value json.RawMessage) error {
 	if l.kind != electionKind {
 		return fmt.Errorf("%w: proclaim is for a leadership (Campaign), not a lock or a permit", ErrInvalid)
 	}
-	resp, err := l.c.raw.Proclaim(ctx, l.key, api.ProclaimRequest{Token: l.token, Value: value})
-	_, err = decode[api.Leadership](ctx, resp, err)
-	return lostIfNotFound(l.key, err)
+	resp, err := l.c.raw.Proclaim(ctx, l.key, api.ProclaimRequest{Token: l.token, Value: value, Proof: nonEmpty(l.Proof())})
+	ld, err := decode[api.Leadership](ctx, resp, err)
+	if err != nil {
+		return lostIfNotFound(l.key, err)
+	}
+	if ld.Proof != nil {
+		l.mu.Lock()
+		l.info.Proof = ld.Proof
+		l.mu.Unlock()
+	}
+	return nil
 }
 
 // Handover gives up a leadership to the candidate to, who leads next
@@ -137,7 +145,7 @@ func readObserved(ctx context.Context, sc *bufio.Scanner, out chan<- ElectionEve
 func leaseOf(ld api.Leadership) api.Lease {
 	return api.Lease{
 		Key: ld.Key, Owner: ld.Leader, Token: ld.Token, Fence: ld.Term, Count: 1, Mode: api.GrantModeExclusive,
-		TtlMs: ld.TtlMs, AcquiredAt: ld.AcquiredAt, ExpiresAt: ld.ExpiresAt, Replayed: ld.Replayed,
+		TtlMs: ld.TtlMs, AcquiredAt: ld.AcquiredAt, ExpiresAt: ld.ExpiresAt, Replayed: ld.Replayed, Proof: ld.Proof,
 	}
 }
 

@@ -100,6 +100,19 @@ func (l *Lease) Limit() int {
 // Token is the lease's secret. Keep it out of logs.
 func (l *Lease) Token() string { return l.token }
 
+// Proof is the lease's latest proof, from its grant or last renewal ("":
+// the server signs none): evidence from which any lockd restores the
+// lease should Redis lose it. Renew, Release and Proclaim send it by
+// themselves. A secret as the token is: keep it out of logs.
+func (l *Lease) Proof() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.info.Proof == nil {
+		return ""
+	}
+	return *l.info.Proof
+}
+
 // Fence is the lease's fencing number: pass it to the resource you protect,
 // which must reject writes with a fence lower than one it has seen.
 func (l *Lease) Fence() int64 { return l.fence }
@@ -200,7 +213,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	nl, err := l.c.renew(ctx, l.kind, l.key, l.token, l.ttl)
+	nl, err := l.c.renew(ctx, l.kind, l.key, l.token, l.Proof(), l.ttl)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			l.lose(err)
@@ -250,7 +263,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	_, err := l.c.release(ctx, l.kind, l.key, l.token)
+	_, err := l.c.release(ctx, l.kind, l.key, l.token, l.Proof())
 	if errors.Is(err, ErrLeaseLost) {
 		l.lose(err)
 		return l.Err()

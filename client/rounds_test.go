@@ -2,10 +2,12 @@ package client_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/server"
 )
@@ -16,7 +18,9 @@ import (
 // waiter that came after it, and is granted first (issue 35, item 2;
 // newcomer #3, #4).
 func TestWaitLongerThanTheServersGoesInRounds(t *testing.T) {
-	ld := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) { c.MaxWait = time.Second }})
+	// The engine's longest wait is the server's, as lockd serve sets both from --max-wait.
+	ld := lockdtest.Start(t, lockdtest.Options{Configure: func(c *server.Config) { c.MaxWait = time.Second },
+		Engine: lock.Options{MaxWait: time.Second}})
 	c, err := client.New(ld.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -32,12 +36,20 @@ func TestWaitLongerThanTheServersGoesInRounds(t *testing.T) {
 		err   error
 	}
 	granted := make(chan result, 2)
+	var releases sync.WaitGroup
+	releases.Add(2)
+	t.Cleanup(releases.Wait) // before the server stops
 	wait := func(owner string) {
+		defer releases.Done()
 		l, err := c.Acquire(ctx, key, client.AcquireOptions{Owner: owner, TTL: 10 * time.Second, Wait: 10 * time.Second, NoAutoRenew: true})
-		if err == nil {
-			err = l.Release(ctx)
-		}
+		// Said before the release, so that the channel has the grants in
+		// their order (the next grant comes only after this release).
 		granted <- result{owner, err}
+		if err == nil {
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("%s's release: %v", owner, err)
+			}
+		}
 	}
 	queue := func() []string {
 		st, err := c.State(ctx, key)

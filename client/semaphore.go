@@ -61,13 +61,25 @@ func (s *Semaphore) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, e
 // once, without retries. A permit that is no longer live is ErrLeaseLost.
 // Leases from Acquire renew themselves; this is for tokens kept elsewhere.
 func (s *Semaphore) Renew(ctx context.Context, token string, ttl time.Duration) (api.Lease, error) {
-	return s.c.renew(ctx, semaphoreKind, s.name, token, ttl)
+	return s.c.renew(ctx, semaphoreKind, s.name, token, "", ttl)
+}
+
+// RenewWithProof is Renew that sends the permit's latest proof beside the
+// token (Client.RenewWithProof).
+func (s *Semaphore) RenewWithProof(ctx context.Context, token, proof string, ttl time.Duration) (api.Lease, error) {
+	return s.c.renew(ctx, semaphoreKind, s.name, token, proof, ttl)
 }
 
 // Release gives back one level of the permit with token. A permit that is
 // no longer live is ErrLeaseLost.
 func (s *Semaphore) Release(ctx context.Context, token string) (api.ReleaseResult, error) {
-	return s.c.release(ctx, semaphoreKind, s.name, token)
+	return s.c.release(ctx, semaphoreKind, s.name, token, "")
+}
+
+// ReleaseWithProof is Release that sends the permit's latest proof beside
+// the token (Client.RenewWithProof).
+func (s *Semaphore) ReleaseWithProof(ctx context.Context, token, proof string) (api.ReleaseResult, error) {
+	return s.c.release(ctx, semaphoreKind, s.name, token, proof)
 }
 
 // ForceRelease breaks every permit of the semaphore (admin scope).

@@ -45,8 +45,8 @@ func (n noun) arg() string {
 // keyOps are the calls that act on one lock or semaphore.
 type keyOps struct {
 	key          string // the lock key or the semaphore's name
-	renew        func(ctx context.Context, token string, ttl time.Duration) (api.Lease, error)
-	release      func(ctx context.Context, token string) (api.ReleaseResult, error)
+	renew        func(ctx context.Context, token, proof string, ttl time.Duration) (api.Lease, error)
+	release      func(ctx context.Context, token, proof string) (api.ReleaseResult, error)
 	forceRelease func(ctx context.Context, fence int64, reason string) (api.ForceReleaseResult, error)
 	state        func(ctx context.Context) (api.LockState, error)
 	history      func(ctx context.Context, limit int) (api.History, error)
@@ -58,16 +58,18 @@ func (n noun) ops(c *client.Client, key string) keyOps {
 		s := c.Semaphore(key, 0)
 		return keyOps{
 			key:   key,
-			renew: s.Renew, release: s.Release, forceRelease: s.ForceReleaseFence,
+			renew: s.RenewWithProof, release: s.ReleaseWithProof, forceRelease: s.ForceReleaseFence,
 			state: s.State, history: s.History, renewals: s.Renewals,
 		}
 	}
 	return keyOps{
 		key: key,
-		renew: func(ctx context.Context, token string, ttl time.Duration) (api.Lease, error) {
-			return c.Renew(ctx, key, token, ttl)
+		renew: func(ctx context.Context, token, proof string, ttl time.Duration) (api.Lease, error) {
+			return c.RenewWithProof(ctx, key, token, proof, ttl)
 		},
-		release: func(ctx context.Context, token string) (api.ReleaseResult, error) { return c.Release(ctx, key, token) },
+		release: func(ctx context.Context, token, proof string) (api.ReleaseResult, error) {
+			return c.ReleaseWithProof(ctx, key, token, proof)
+		},
 		forceRelease: func(ctx context.Context, fence int64, reason string) (api.ForceReleaseResult, error) {
 			return c.ForceReleaseFence(ctx, key, fence, reason)
 		},
@@ -95,6 +97,14 @@ func (cf *clientFlags) keyCommand(args []string, n noun, check func() error) (ke
 		return keyOps{}, err
 	}
 	return n.ops(c, pos[0]), nil
+}
+
+// proofFlag is --proof (LOCKD_PROOF) of renew and release: the lease's
+// latest proof, as `acquire --json` or `renew --json` printed it. Sent
+// beside the token, it lets any lockd restore the lease should Redis
+// have lost it.
+func proofFlag(cf *clientFlags) *string {
+	return cf.fs.String("proof", cf.env.str("proof", ""), "the lease's latest proof (the \"proof\" of acquire --json or renew --json; prefer LOCKD_PROOF: flags show in ps)")
 }
 
 // needToken is the check of a command that needs the lease's token.
@@ -195,15 +205,16 @@ func renewCmd(ctx context.Context, args []string, getenv func(string) string, st
 }
 
 func renew(ctx context.Context, n noun, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cf := newClientFlags(n.name("renew"), "--token T [--ttl D] [--json] "+n.arg(), getenv, stderr)
+	cf := newClientFlags(n.name("renew"), "--token T [--proof P] [--ttl D] [--json] "+n.arg(), getenv, stderr)
 	cf.jsonFlag()
 	ttl := cf.fs.Duration("ttl", cf.env.dur("ttl", 0), "new TTL from now (default: the lease's own)")
 	token := cf.fs.String("token", cf.env.str("token", ""), "the lease's token (prefer LOCKD_TOKEN: flags show in ps)")
+	proof := proofFlag(cf)
 	ops, err := cf.keyCommand(args, n, needToken(token, n, "renew"))
 	if err != nil {
 		return err
 	}
-	l, err := ops.renew(ctx, *token, *ttl)
+	l, err := ops.renew(ctx, *token, *proof, *ttl)
 	if err != nil {
 		return failed(err)
 	}
@@ -219,14 +230,15 @@ func releaseCmd(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 func release(ctx context.Context, n noun, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cf := newClientFlags(n.name("release"), "--token T [--json] "+n.arg(), getenv, stderr)
+	cf := newClientFlags(n.name("release"), "--token T [--proof P] [--json] "+n.arg(), getenv, stderr)
 	cf.jsonFlag()
 	token := cf.fs.String("token", cf.env.str("token", ""), "the lease's token (prefer LOCKD_TOKEN: flags show in ps)")
+	proof := proofFlag(cf)
 	ops, err := cf.keyCommand(args, n, needToken(token, n, "release"))
 	if err != nil {
 		return err
 	}
-	r, err := ops.release(ctx, *token)
+	r, err := ops.release(ctx, *token, *proof)
 	if errors.Is(err, client.ErrLeaseLost) {
 		// The server's words are for a holder that renews ("stop the
 		// protected work"); a release has nothing left to do.

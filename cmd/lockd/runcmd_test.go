@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,14 +94,18 @@ func TestRunExitsWithCommandStatus(t *testing.T) {
 
 func TestRunKeepsLeaseAndReleasesAtExit(t *testing.T) {
 	ls := startCLIServer(t)
-	const key, ttl = "run:long", 300 * time.Millisecond
+	// A TTL a busy machine's scheduling cannot eat (300 ms lost the lease
+	// under two busy loops: the process did not run for a third of it).
+	const key, ttl = "run:long", 1500 * time.Millisecond
 	var out, errb lockdtest.Buffer
-	// The child outlives 4 TTLs, then prints when it ends (ns since epoch).
+	// The child runs until the lease has been renewed three times (the
+	// test says so with a file), then prints when it ends (ns since epoch).
+	stop := filepath.Join(t.TempDir(), "stop")
 	done := lockdRun(ls, &out, &errb, "--ttl", ttl.String(), key, "--",
-		"sh", "-c", `echo "key=$LOCKD_KEY fence=$LOCKD_FENCE"; sleep 1.2; date +%s%N`)
+		"sh", "-c", `echo "key=$LOCKD_KEY fence=$LOCKD_FENCE"; while [ ! -e "$0" ]; do sleep 0.02; done; date +%s%N`, stop)
 
 	st := waitHeld(t, ls.c, key)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for st.Renewals < 3 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 		if s, err := ls.c.State(context.Background(), key); err == nil {
@@ -108,6 +114,9 @@ func TestRunKeepsLeaseAndReleasesAtExit(t *testing.T) {
 	}
 	if st.Renewals < 3 {
 		t.Errorf("renewals = %d while the command ran, want ≥ 3", st.Renewals)
+	}
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if code := waitExit(t, done, 10*time.Second, &errb); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
@@ -190,7 +199,9 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			key := "run:lost:" + strconv.Itoa(i)
 			var out, errb lockdtest.Buffer
-			done := lockdRun(ls, &out, &errb, "--ttl", "600ms", "--grace", tt.grace.String(), key, "--", "sh", "-c", tt.script)
+			// The loss is heard at the next renewal, a third of the TTL
+			// after the last: 3 s leaves a busy machine room.
+			done := lockdRun(ls, &out, &errb, "--ttl", "3s", "--grace", tt.grace.String(), key, "--", "sh", "-c", tt.script)
 			waitHeld(t, ls.c, key)
 			for !strings.Contains(out.String(), "started") {
 				time.Sleep(5 * time.Millisecond)

@@ -40,6 +40,8 @@ type serveConfig struct {
 	redisURL         string
 	authFile         string
 	authYAML         string // LOCKD_AUTH_YAML: the auth file's content
+	leaseSecretFile  string
+	proofs           leaseProofs // the lease proofs' signer and where its secret came from
 	keys             *auth.Keyring
 	tlsCert, tlsKey  string
 	creds            credentials // LOCKD_REDIS_* and LOCKD_SENTINEL_*
@@ -104,6 +106,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.listen, "listen", env.str("listen", "127.0.0.1:8080"), "address to listen on")
 	fs.StringVar(&c.redisURL, "redis", env.str("redis", ""), "Redis URL: redis://[user:pass@]host:6379/0 (rediss:// for TLS), redis-sentinel://host:26379[,host:port…]/MASTER[/DB], redis-cluster://host:7000[,host:port…]; empty: the embedded in-process store")
 	fs.StringVar(&c.authFile, "auth-file", env.str("auth-file", ""), "YAML file of API keys (see README); LOCKD_AUTH_YAML may hold the same YAML instead")
+	fs.StringVar(&c.leaseSecretFile, "lease-secret-file", env.str("lease-secret-file", ""), "file with the secret that signs lease proofs, shared by every replica (32 bytes or more; a second line: the previous secret, during a rotation); default: one derived from the auth file, else a random one of this process")
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", env.bool("insecure-no-auth", false), "allow listening on a non-loopback address without API keys")
 	fs.BoolVar(&c.allowExamples, "allow-example-credentials", env.bool("allow-example-credentials", false), "start even though an API key, LOCKD_SESSION_SECRET or a Redis password is one that lockd's repository shows (deploy/, docs/) or starts with change-me, which lockd otherwise refuses; it warns on every start. For a demo on a trusted machine only")
 	fs.BoolVar(&c.strictPrefixes, "strict-prefixes", env.bool("strict-prefixes", false), "refuse to start when an API key's prefix does not end in a separator (: / . - _ @), which would also cover longer names (a:1 covers a:10)")
@@ -168,11 +171,14 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		user: getenv("LOCKD_REDIS_USERNAME"), password: getenv("LOCKD_REDIS_PASSWORD"),
 		sentinelUser: getenv("LOCKD_SENTINEL_USERNAME"), sentinelPassword: getenv("LOCKD_SENTINEL_PASSWORD"),
 	}
-	keys, examples, err := loadKeys(c.authFile, c.authYAML)
+	keys, examples, authData, err := loadKeys(c.authFile, c.authYAML)
 	if err != nil {
 		return c, err
 	}
 	c.keys, c.exampleKeys = keys, examples
+	if c.proofs, err = loadLeaseProofs(c.leaseSecretFile, authData); err != nil {
+		return c, err
+	}
 	c.exampleSecret = auth.IsExample(getenv("LOCKD_SESSION_SECRET"))
 	for _, v := range []string{"LOCKD_REDIS_PASSWORD", "LOCKD_SENTINEL_PASSWORD"} {
 		if auth.IsExample(getenv(v)) {
@@ -203,28 +209,27 @@ func loadWebhooks(path string) ([]webhook.Hook, error) {
 
 // loadKeys reads the API keys from --auth-file or LOCKD_AUTH_YAML; neither
 // means auth is off. examples names the keys that are examples anyone can
-// read (auth.ExampleKeys).
-func loadKeys(path, inline string) (keys *auth.Keyring, examples []string, err error) {
-	var data []byte
+// read (auth.ExampleKeys); data is the auth file's content.
+func loadKeys(path, inline string) (keys *auth.Keyring, examples []string, data []byte, err error) {
 	switch {
 	case path != "" && inline != "":
-		return nil, nil, usageError("give --auth-file or LOCKD_AUTH_YAML, not both")
+		return nil, nil, nil, usageError("give --auth-file or LOCKD_AUTH_YAML, not both")
 	case path != "":
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, nil, usageError("--auth-file: %v", err)
+			return nil, nil, nil, usageError("--auth-file: %v", err)
 		}
 		data = b
 	case inline != "":
 		data = []byte(inline)
 	default:
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	keys, err = auth.Parse(data)
 	if err != nil {
-		return nil, nil, usageError("%v", err)
+		return nil, nil, nil, usageError("%v", err)
 	}
-	return keys, auth.ExampleKeys(data), nil
+	return keys, auth.ExampleKeys(data), data, nil
 }
 
 // exampleCredentials says which of the configured secrets are examples
@@ -378,7 +383,7 @@ func newEngine(cfg serveConfig, topo topology) (lock.Service, error) {
 		MaxWaiters: cfg.maxWaiters, MaxWaitersPerKey: cfg.maxWaitersPerKey, MaxHoldersPerKey: cfg.maxHoldersPerKey,
 		Sentinel: topo.sentinel, ReplicaAcks: cfg.replicaAcks, ReplicaAckTimeout: cfg.replicaAckWait,
 		NoQuarantine: !cfg.quarantine, MaxTTL: cfg.maxTTL, EventsMax: cfg.eventsMax,
-		EventsResumeMax: cfg.eventsResumeMax,
+		EventsResumeMax: cfg.eventsResumeMax, Proofs: cfg.proofs.signer,
 	}
 	if len(topo.masters) > 0 {
 		r, err := lock.NewRedlock(topo.masters, opts)
@@ -405,6 +410,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			Msg("this API key's prefix does not end in a separator (: / . - _ @), so it also covers longer names " +
 				"(a:1 covers a:10 and a:1x); end it with one unless that is meant (--strict-prefixes refuses such prefixes)")
 	}
+
+	cfg.proofs.log(log)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfo())

@@ -122,10 +122,16 @@ func (e *Engine) Acquire(ctx context.Context, res Resource, req AcquireRequest) 
 	} else {
 		lease, err = e.acquire(ctx, res, req, token, mode)
 	}
+	if err != nil && req.Token != "" && e.n.restoreFromProof(ctx, res.id(), req.Token, req.Proof, err) {
+		// The re-entry's lease, put back from its holder's proof.
+		lease, err = e.acquire(ctx, res, req, token, mode)
+	}
 	if err != nil {
 		e.giveBackIfUnanswered(res, req, token, err)
+		return lease, err
 	}
-	return lease, err
+	lease.Proof = e.n.opts.Proofs.acquiredProof(lease, req)
+	return lease, nil
 }
 
 // acquire tries once, or queues and waits, for Acquire.
@@ -301,24 +307,41 @@ func (e *Engine) queue(ctx context.Context, key string, req AcquireRequest, toke
 func (e *Engine) MissedAcks() (int64, error) { return e.n.missedAcks.Load(), nil }
 
 // Renew sets the lease's expiry to now + ttl (ttl 0: the lease's own TTL).
+// req.Proof is consulted only when Redis no longer has the lease, and
+// for what the new proof carries on.
 func (e *Engine) Renew(ctx context.Context, res Resource, req RenewRequest) (Lease, error) {
 	if err := res.check(); err != nil {
 		return Lease{}, err
 	}
-	return e.n.renewRestoring(ctx, res.id(), req, false)
+	l, err := e.n.renewRestoring(ctx, res.id(), req, false)
+	if err != nil {
+		return Lease{}, err
+	}
+	l.Proof = e.n.opts.Proofs.renewedProof(l, req)
+	return l, nil
 }
 
 // Release gives back one level of the lease; at count 0 the lease is deleted
-// and waiters are woken.
+// and waiters are woken. The holder's proof, if any, comes in ctx
+// (WithProof), consulted only when Redis no longer has the lease.
 func (e *Engine) Release(ctx context.Context, res Resource, token, actor string) (Released, error) {
 	if err := res.check(); err != nil {
 		return Released{}, err
 	}
 	key := res.id()
 	// A key that went to a waiter of this process is handed over to it.
-	return e.n.releaseTo(ctx, key, token, actor, func(h *handed) bool {
+	rel, err := e.n.releaseTo(ctx, key, token, actor, func(h *handed) bool {
 		return e.hub.HandOff(key, h.waiter, h.lease)
 	})
+	if err != nil && e.n.restoreFromProof(ctx, key, token, proofFrom(ctx), err) {
+		rel, err = e.n.releaseTo(ctx, key, token, actor, func(h *handed) bool {
+			return e.hub.HandOff(key, h.waiter, h.lease)
+		})
+	}
+	if err != nil {
+		return Released{}, err
+	}
+	return rel, nil
 }
 
 // ForceReleaseFence deletes the lease with this fence (0: whoever holds

@@ -37,6 +37,9 @@ type epochs struct {
 	// brings it forward in Redis, for every lockd).
 	until time.Time
 
+	// lost is when this process last found that Redis lost its data.
+	lost time.Time
+
 	// refresh serializes refreshes; started is when the last one began.
 	refresh sync.Mutex
 	started time.Time
@@ -377,6 +380,7 @@ func (n *node) runEpochCalls(ctx context.Context, calls []*epochCall, restored b
 		if isNew {
 			c.newID = id
 			lost = append(lost, c)
+			n.epochs.lost = now
 		} else if id != "" {
 			c.s.id = id
 			c.s.setKnown(known, now)
@@ -395,6 +399,14 @@ func (n *node) runEpochCalls(ctx context.Context, calls []*epochCall, restored b
 		n.epochs.until = until
 	}
 	return lost
+}
+
+// lostSince says whether this process found that Redis lost its data
+// after t (a refresh that noticed it, within a refresh of the loss).
+func (n *node) lostSince(t time.Time) bool {
+	n.epochs.mu.Lock()
+	defer n.epochs.mu.Unlock()
+	return n.epochs.lost.After(t)
 }
 
 // refreshSoon refreshes the markers unless a refresh began after since

@@ -71,6 +71,10 @@ type Options struct {
 	SweepInterval time.Duration
 	// NoSweep turns the expiry sweeper of this process off (tests).
 	NoSweep bool
+	// Proofs signs the proof of every grant and renewal (Lease.Proof)
+	// and verifies those that holders send back (claims.go). Every lockd
+	// of a deployment needs the same secrets; nil: no proofs.
+	Proofs *Signer
 	// redlockMaster marks the node of one Redlock master (NewRedlock):
 	// its grants' fences also pass the key's fence counter, which Redlock
 	// writes back (fence.lua), and every release wakes waiters, since
@@ -169,6 +173,11 @@ type AcquireRequest struct {
 	// SessionScope is the scope Session was made in (CreateSession).
 	SessionScope string
 
+	// Proof is the holder's latest proof of the lease Token re-enters
+	// (a hold that resumes it): consulted only when Redis no longer has
+	// that lease (claims.go).
+	Proof string
+
 	sessionHandle string // the session's handle, once looked up
 	// late notes whether a try of this acquire went unanswered: Redis may
 	// still run it, and grant, after the caller has its answer.
@@ -187,6 +196,10 @@ type RenewRequest struct {
 	Actor string
 	// Value replaces the grant's value ("" keeps it).
 	Value string
+	// Proof is the holder's latest proof of the lease: consulted only
+	// when Redis no longer has the lease, and for the value and session
+	// the renewal's own proof carries on (claims.go).
+	Proof string
 }
 
 // MaxLockDelay is the longest lock-delay an acquire may ask for.
@@ -210,6 +223,11 @@ type Lease struct {
 	// ReleaseRequested is a request that the holder step aside, answered
 	// by a renewal (nil: none).
 	ReleaseRequested *ReleaseRequest
+	// Proof is the holder's evidence of this lease as Redis answered it
+	// (proof.go), which restores it through any lockd should Redis lose
+	// it; "" without Options.Proofs. A secret as the token is: it goes to
+	// the holder alone, never to a log, a read endpoint or an event.
+	Proof string
 }
 
 // ReleaseRequest is a request that an exclusive holder step aside

@@ -18,6 +18,11 @@ type ledger struct {
 	mu       sync.Mutex
 	leases   map[string]map[string]*known // key → token → lease
 	sessions map[string]*knownSession     // handle → session
+	// ended are the leases released or broken through this process
+	// while they had time left: key → token → the expiry they had. After a
+	// loss they are written back as tombstones, so that a holder's proof
+	// of one restores nothing (restore.go).
+	ended map[string]map[string]time.Time
 }
 
 // knownSession is a session of the ledger: its record and its grants
@@ -89,14 +94,6 @@ func (lg *ledger) liveSessions(in func(handle string) bool) map[string]knownSess
 		}
 	}
 	return out
-}
-
-// hasSession says whether the ledger knows the session with handle h.
-func (lg *ledger) hasSession(h string) bool {
-	lg.mu.Lock()
-	defer lg.mu.Unlock()
-	k := lg.sessions[h]
-	return k != nil && k.expires.After(time.Now())
 }
 
 // known is one lease of the ledger. Its expiry is this process's reading,
@@ -171,7 +168,64 @@ func (lg *ledger) released(key, token string, count int) {
 		}
 		return
 	}
+	lg.end(key, token)
+}
+
+// end forgets key's lease token, ended by its holder or an operator, and
+// keeps its tombstone until the expiry it had. Called with lg.mu.
+func (lg *ledger) end(key, token string) {
+	k := lg.leases[key][token]
+	if k == nil {
+		// Granted and renewed through other lockds: its expiry, and so
+		// how long a proof of it may vouch, is theirs to know.
+		return
+	}
+	until := k.expires
 	lg.forget(key, token)
+	if !until.After(time.Now()) {
+		return
+	}
+	if lg.ended == nil {
+		lg.ended = map[string]map[string]time.Time{}
+	}
+	m := lg.ended[key]
+	if m == nil {
+		m = map[string]time.Time{}
+		lg.ended[key] = m
+	}
+	m[token] = until
+}
+
+// tombstones answers the ended leases of the keys in, with how long each
+// has left, dropping those whose time has passed.
+func (lg *ledger) tombstones(in func(key string) bool) []restorable {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	now := time.Now()
+	var out []restorable
+	for key, m := range lg.ended {
+		for token, until := range m {
+			if !until.After(now) {
+				delete(m, token)
+				continue
+			}
+			if in(key) {
+				out = append(out, restorable{key: key, token: token, known: known{expires: until}})
+			}
+		}
+		if len(m) == 0 {
+			delete(lg.ended, key)
+		}
+	}
+	return out
+}
+
+// isEnded says whether this process saw key's lease token end.
+func (lg *ledger) isEnded(key, token string) bool {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	until, ok := lg.ended[key][token]
+	return ok && until.After(time.Now())
 }
 
 // drop forgets key's lease token if it is still the one read (expires
@@ -190,7 +244,7 @@ func (lg *ledger) broken(key string, fence int64) {
 	defer lg.mu.Unlock()
 	for token, k := range lg.leases[key] {
 		if k.fence == fence {
-			lg.forget(key, token)
+			lg.end(key, token)
 		}
 	}
 }
@@ -268,6 +322,16 @@ func (lg *ledger) lastBy(bucketOf func(key string) string) map[string]time.Durat
 			}
 			b := bucketOf(key)
 			out[b] = max(out[b], left)
+		}
+	}
+	for key, m := range lg.ended {
+		for token, until := range m {
+			if !until.After(now) {
+				delete(m, token)
+			}
+		}
+		if len(m) == 0 {
+			delete(lg.ended, key)
 		}
 	}
 	for h, k := range lg.sessions {

@@ -186,6 +186,16 @@ var errNoAnswer = fmt.Errorf("%w: no answer yet", ErrUnavailable)
 // Acquire takes the key on a majority, re-enters it or waits for it, as
 // Engine.Acquire does on one Redis.
 func (r *Redlock) Acquire(ctx context.Context, res Resource, req AcquireRequest) (Lease, error) {
+	l, err := r.acquire(ctx, res, req)
+	if err != nil {
+		return Lease{}, err
+	}
+	l.Proof = r.opts.Proofs.acquiredProof(l, req)
+	return l, nil
+}
+
+// acquire is Acquire without the proof: the lease the majority agreed on.
+func (r *Redlock) acquire(ctx context.Context, res Resource, req AcquireRequest) (Lease, error) {
 	if err := res.check(); err != nil {
 		return Lease{}, err
 	}
@@ -461,7 +471,9 @@ func (r *Redlock) Renew(ctx context.Context, res Resource, req RenewRequest) (Le
 		}
 	}
 	if len(ok) >= r.quorum {
-		return newest(ok), nil
+		l := newest(ok)
+		l.Proof = r.opts.Proofs.renewedProof(l, req)
+		return l, nil
 	}
 	return Lease{}, r.lostOr(errs, "renew")
 }

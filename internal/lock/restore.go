@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -19,7 +21,7 @@ import (
 
 // restoreCall is restore.lua's call, as acquireCall is acquire.lua's.
 type restoreCall struct {
-	lease, hist, sched, holders, stream string
+	lease, hist, sched, holders, stream, tomb string
 
 	mode, token, owner, fence, count, ttlMS, acquiredAt, leftMS, limit, delay, value, session, reason string
 	one                                                                                               string // "1": a write a failover lost (restoreOne)
@@ -31,7 +33,7 @@ func restoreCallOf(key string, sh *sharedKeys, r restorable, reason string) rest
 	if r.delay > 0 {
 		delay = strconv.FormatInt(max(1, r.delay.Milliseconds()), 10)
 	}
-	return restoreCall{lease: k.lease, hist: k.hist, sched: sh.expiries, holders: k.holders, stream: sh.events,
+	return restoreCall{lease: k.lease, hist: k.hist, sched: sh.expiries, holders: k.holders, stream: sh.events, tomb: tombKey(key, r.token),
 		mode: r.mode, token: r.token, owner: r.owner, fence: strconv.FormatInt(r.fence, 10), count: strconv.Itoa(max(1, r.count)),
 		ttlMS: strconv.FormatInt(r.ttl.Milliseconds(), 10), acquiredAt: strconv.FormatInt(r.acquired.UnixMilli(), 10),
 		leftMS: strconv.FormatInt(time.Until(r.expires).Milliseconds(), 10), limit: strconv.Itoa(r.limit), delay: delay,
@@ -39,9 +41,35 @@ func restoreCallOf(key string, sh *sharedKeys, r restorable, reason string) rest
 }
 
 func (c restoreCall) args() ([]string, []any) {
-	return []string{c.lease, c.hist, c.sched, c.holders, c.stream},
+	return []string{c.lease, c.hist, c.sched, c.holders, c.stream, c.tomb},
 		[]any{c.mode, c.token, c.owner, c.fence, c.count, c.ttlMS, c.acquiredAt, c.leftMS, c.limit, c.delay, c.value,
 			c.session, c.reason, c.one}
+}
+
+// tombKey is the key of the tombstone of key's lease token: a lease that
+// ended before a loss, whose proof must restore nothing. It names the
+// token by a hash (a secret is never a key's name).
+func tombKey(key, token string) string {
+	sum := sha256.Sum256([]byte("lockd tomb\x00" + token))
+	return keyPrefix + "{" + key + "}:tomb:" + hex.EncodeToString(sum[:12])
+}
+
+// writeTombstones writes back, after a loss, the tombstones of the leases
+// of the bucket of marker that ended through this process with time left.
+func (n *node) writeTombstones(ctx context.Context, marker string) error {
+	tombs := n.ledger.tombstones(func(key string) bool { return n.sharedOf(key).epoch == marker })
+	if len(tombs) == 0 {
+		return nil
+	}
+	err := n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, t := range tombs {
+			if left := time.Until(t.expires); left > 0 {
+				p.Set(ctx, tombKey(t.key, t.token), "1", left)
+			}
+		}
+		return nil
+	})
+	return wrap("tombstones", err)
 }
 
 // Restored counts what a restore did with the leases it was given.
@@ -78,6 +106,10 @@ const restoreReason = "redis lost its data"
 // marker, in pipelines of restoreBatch.
 func (n *node) restoreBucket(ctx context.Context, marker string) (Restored, error) {
 	leases, _ := n.ledger.live(func(key string) bool { return n.sharedOf(key).epoch == marker })
+	// Tombstones first: a proof of a lease that ended may come any time.
+	if err := n.writeTombstones(ctx, marker); err != nil {
+		return Restored{}, err
+	}
 	out, err := n.restoreSessions(ctx, marker)
 	if err != nil {
 		return out, err
@@ -148,7 +180,7 @@ func (n *node) restoreLeases(ctx context.Context, leases []restorable) (Restored
 // data (restoring).
 func (n *node) renewRestoring(ctx context.Context, key string, req RenewRequest, bySession bool) (Lease, error) {
 	var l Lease
-	err := n.restoring(ctx, key, req.Token, func() error {
+	err := n.restoring(ctx, key, req.Token, req.Proof, func() error {
 		var err error
 		l, err = n.renewBy(ctx, key, req, bySession)
 		return err
@@ -159,11 +191,12 @@ func (n *node) renewRestoring(ctx context.Context, key string, req RenewRequest,
 // restoring runs op, a renewal, for a lease or session Redis may have
 // lost with its data: when it finds nothing, this process makes sure it
 // has noticed any loss and put back what it knows (refreshEpochs) and
-// runs op again; during the quarantine after a loss it runs op until the
-// lockd that knows the lease has put it back, as long as the call's bound
-// allows, and then answers ErrRecovering rather than a loss that may not
-// be one.
-func (n *node) restoring(ctx context.Context, key, token string, op func() error) error {
+// runs op again; puts back a lease a failover lost (restoreOne) or one its
+// holder's proof vouches for (restoreFromProof); and during the
+// quarantine after a loss runs op until the lockd that knows the lease
+// has put it back, as long as the call's bound allows, and then answers
+// ErrRecovering rather than a loss that may not be one.
+func (n *node) restoring(ctx context.Context, key, token, proof string, op func() error) error {
 	since := time.Now()
 	err := op()
 	if !missing(err) || n.opts.NoQuarantine {
@@ -173,12 +206,17 @@ func (n *node) restoring(ctx context.Context, key, token string, op func() error
 	if err = op(); !missing(err) {
 		return err
 	}
+	if n.recovering() <= 0 && n.restoreOne(ctx, key, token) {
+		// Redis kept its data but not this lease: a failover to a
+		// replica that missed the last writes.
+		return op()
+	}
+	if n.restoreFromProof(ctx, key, token, proof, err) {
+		// The lockd that knew it died with Redis's data: its holder's
+		// proof is the evidence.
+		return op()
+	}
 	if n.recovering() <= 0 {
-		if n.restoreOne(ctx, key, token) {
-			// Redis kept its data but not this lease: a failover to a
-			// replica that missed the last writes.
-			return op()
-		}
 		return err
 	}
 	deadline := time.Now().Add(n.opts.CallTimeout)
@@ -211,6 +249,11 @@ func (n *node) restoreOne(ctx context.Context, key, token string) bool {
 		if r.token != token {
 			continue
 		}
+		if time.Until(r.expires) < lapseMargin {
+			// Gone at its expiry: it lapsed, and the lapse is not yet
+			// recorded.
+			return false
+		}
 		c := restoreCallOf(key, n.sharedOf(key), r, "a failover lost the grant")
 		c.one = "1"
 		keys, argv := c.args()
@@ -229,6 +272,12 @@ func (n *node) restoreOne(ctx context.Context, key, token string) bool {
 	}
 	return false
 }
+
+// lapseMargin: a lease that Redis lacks this close to its expiry, as this
+// process reads it, is taken to have lapsed (the two clocks' readings of
+// its expiry differ by the milliseconds of its grant's round trip), not
+// lost by a failover.
+const lapseMargin = 250 * time.Millisecond
 
 // missing says whether err means that Redis has no such lease or session.
 func missing(err error) bool {

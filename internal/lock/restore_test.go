@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -365,5 +366,91 @@ func TestLostWriteIsPutBack(t *testing.T) {
 	}
 	if _, err := e.Renew(ctx, lock.Lock("lw:ended"), lock.RenewRequest{Token: ended.Token}); !errors.Is(err, lock.ErrNotFound) {
 		t.Fatalf("renew of a lease after which the key had another: %v", err)
+	}
+}
+
+// Claims are verified, never trusted: after Redis lost its data with the
+// lockd that granted the leases, a holder's proof restores its own lease
+// through another lockd, and nothing else does: a forged or altered proof,
+// a proof sent with another token or on another key, a proof past its
+// lease's expiry, one signed with a retired secret, and the proof of a
+// lease released before the loss (through a lockd that lives: it writes
+// the lease's tombstone back) each answer as a lease that is gone.
+func TestProofRestoresOnlyWhatItVouchesFor(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	signer := proofSigner(t)
+	// A short call bound: a renewal that finds nothing during the
+	// quarantine waits that long for a lockd to put the lease back.
+	opts := lock.Options{Proofs: signer, EpochRefresh: 100 * time.Millisecond, CallTimeout: 500 * time.Millisecond}
+	granting := lock.New(srv.Client(t), opts)
+	other := lock.New(srv.Client(t), opts)
+	t.Cleanup(func() { _ = other.Close() })
+
+	held := mustAcquire(t, granting, lock.Lock("pv:held"), lock.AcquireRequest{Owner: "h", TTL: 30 * time.Second})
+	second := mustAcquire(t, granting, lock.Lock("pv:second"), lock.AcquireRequest{Owner: "s", TTL: 30 * time.Second})
+	short := mustAcquire(t, granting, lock.Lock("pv:short"), lock.AcquireRequest{Owner: "x", TTL: 300 * time.Millisecond})
+	// Released through the lockd that lives, which renewed it first (so
+	// it knows the lease and its expiry).
+	gone := mustAcquire(t, granting, lock.Lock("pv:gone"), lock.AcquireRequest{Owner: "g", TTL: 30 * time.Second})
+	renewed, err := other.Renew(ctx, lock.Lock("pv:gone"), lock.RenewRequest{Token: gone.Token, Proof: gone.Proof})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Release(ctx, lock.Lock("pv:gone"), gone.Token, "g"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the lockds read the marker
+	_ = granting.Close()
+	srv.Restart()
+	waitFor(t, func() bool { return other.Recovering() > 0 || other.RestoredLeases() != lock.Restored{} })
+	time.Sleep(400 * time.Millisecond) // short's lease ends
+
+	retired, err := lock.NewSigner([]byte(strings.Repeat("r", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other2 := lock.New(srv.Client(t), lock.Options{Proofs: retired})
+	t.Cleanup(func() { _ = other2.Close() })
+	altered := []byte(held.Proof)
+	altered[len(altered)/2] ^= 1
+	for _, c := range []struct {
+		name         string
+		e            *lock.Engine
+		key          string
+		token, proof string
+	}{
+		{"an altered proof", other, "pv:held", held.Token, string(altered)},
+		{"a proof with another token", other, "pv:held", second.Token, held.Proof},
+		{"a proof on another key", other, "pv:second", held.Token, held.Proof},
+		{"a proof past its lease's expiry", other, "pv:short", short.Token, short.Proof},
+		{"a proof signed with a retired secret", other2, "pv:held", held.Token, held.Proof},
+		{"the proof of a lease released before the loss", other, "pv:gone", gone.Token, renewed.Proof},
+	} {
+		// Not found, or (while a lockd that died may still have had it)
+		// the quarantine: never the lease.
+		_, err := c.e.Renew(ctx, lock.Lock(c.key), lock.RenewRequest{Token: c.token, Proof: c.proof})
+		if !errors.Is(err, lock.ErrNotFound) && !errors.Is(err, lock.ErrLeaseLost) && !errors.Is(err, lock.ErrRecovering) {
+			t.Errorf("%s: renew answered %v, want not found, lost or recovering", c.name, err)
+		}
+	}
+	// The holder's own proof restores its lease, as it was.
+	l, err := other.Renew(ctx, lock.Lock("pv:held"), lock.RenewRequest{Token: held.Token, Proof: held.Proof})
+	if err != nil || l.Fence != held.Fence || l.Owner != "h" {
+		t.Fatalf("the holder's proof: %+v, %v", l, err)
+	}
+	if hist, err := other.History(ctx, lock.Lock("pv:held"), 1); err != nil || len(hist) != 1 || hist[0].Type != "restored" {
+		t.Fatalf("history: %+v, %v", hist, err)
+	}
+	// And the next grant of its key gets a higher fence (the quarantine,
+	// held up by the dead lockd's leases, ended by an operator).
+	if _, err := other.Release(ctx, lock.Lock("pv:held"), held.Token, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.EndQuarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if next := mustAcquire(t, other, lock.Lock("pv:held"), lock.AcquireRequest{}); next.Fence <= held.Fence {
+		t.Fatalf("the next grant's fence %d, the restored lease's %d", next.Fence, held.Fence)
 	}
 }

@@ -227,7 +227,7 @@ func (e *Engine) GetSession(ctx context.Context, scope, id string) (Session, err
 func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Session, error) {
 	h := sessionHandle(scope, id)
 	var r sessionReply
-	err := e.n.restoring(ctx, "", "", func() error {
+	err := e.n.restoring(ctx, "", "", "", func() error {
 		var err error
 		r, err = e.n.session(ctx, sessionCall{handle: h, op: "renew"}, true)
 		return err

@@ -48,8 +48,22 @@ type Options struct {
 	// or a Cluster's), closed when the test ends; Redis and RedisAddr are
 	// then not used.
 	Client redis.UniversalClient
-	// Engine is the engine's options (replica acks, say).
+	// Engine is the engine's options (replica acks, say). Without
+	// Proofs, the engine signs with Signer's secret.
 	Engine lock.Options
+}
+
+// LeaseSecret is the secret of Signer: a test's own, known to anyone.
+const LeaseSecret = "lockdtest lease-proof secret, not a secret at all"
+
+// Signer signs and verifies lease proofs as every lockd Start runs does
+// unless told otherwise, so that a test reads what a proof vouches for.
+func Signer() *lock.Signer {
+	s, err := lock.NewSigner([]byte(LeaseSecret))
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // Start runs lockd until the test ends. Its Redis client is configured as
@@ -70,6 +84,10 @@ func Start(tb testing.TB, opts Options) *Lockd {
 		store.TuneClient(ro)
 		ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 300*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 		rdb = redis.NewClient(ro)
+	}
+	if opts.Engine.Proofs == nil {
+		// As lockd serve, which always signs proofs.
+		opts.Engine.Proofs = Signer()
 	}
 	engine := lock.New(rdb, opts.Engine)
 	logs := &Buffer{}

@@ -360,6 +360,9 @@ func (t *tools) renew(ctx context.Context, req *sdk.CallToolRequest, in RenewInp
 	}
 	if !h.kept || note != nil {
 		body := api.RenewRequest{Token: h.lease.Token()}
+		if p := h.lease.Proof(); p != "" {
+			body.Proof = &p
+		}
 		if !h.kept {
 			ttl := h.lease.TTL()
 			if in.TTLMs > 0 {

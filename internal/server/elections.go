@@ -67,8 +67,12 @@ func (s *Server) Proclaim(ctx context.Context, r api.ProclaimRequestObject) (api
 	if err != nil {
 		return nil, err
 	}
+	proof, err := checkProof(r.Body.Proof)
+	if err != nil {
+		return nil, err
+	}
 	res := lock.Election(r.Key)
-	l, err := s.engine.Renew(ctx, res, lock.RenewRequest{Token: r.Body.Token, Actor: callerOf(ctx).name, Value: value})
+	l, err := s.engine.Renew(ctx, res, lock.RenewRequest{Token: r.Body.Token, Actor: callerOf(ctx).name, Value: value, Proof: proof})
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +93,7 @@ func (s *Server) RenewLeadership(ctx context.Context, r api.RenewLeadershipReque
 	}
 	return api.RenewLeadership200JSONResponse(api.Leadership{
 		Key: l.Key, Leader: l.Owner, Token: l.Token, Term: l.Fence, Value: valueOrNil(value),
-		TtlMs: l.TtlMs, AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt,
+		TtlMs: l.TtlMs, AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt, Proof: l.Proof,
 	}), nil
 }
 

@@ -82,6 +82,7 @@ type acquireBody struct {
 	limit         *int          // semaphores only, required
 	value         *api.Value
 	session       *string
+	proof         *string // with token only
 }
 
 func lockBody(b *api.AcquireRequest) acquireBody {
@@ -89,7 +90,7 @@ func lockBody(b *api.AcquireRequest) acquireBody {
 		return acquireBody{}
 	}
 	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, mode: b.Mode, lockDelayMs: b.LockDelayMs, value: b.Value,
-		session: b.Session, minHoldMs: b.MinHoldMs}
+		session: b.Session, minHoldMs: b.MinHoldMs, proof: b.Proof}
 }
 
 func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
@@ -97,7 +98,7 @@ func semaphoreBody(b *api.SemaphoreAcquireRequest) acquireBody {
 		return acquireBody{}
 	}
 	return acquireBody{owner: b.Owner, ttlMs: b.TtlMs, waitMs: b.WaitMs, token: b.Token, limit: &b.Limit, value: b.Value,
-		session: b.Session}
+		session: b.Session, proof: b.Proof}
 }
 
 // acquireRequest validates an acquire (or hold) body against the limits.
@@ -134,6 +135,12 @@ func (s *Server) acquireRequest(ctx context.Context, k lock.Kind, body acquireBo
 			return req, err
 		}
 		req.Token = *body.token
+	}
+	if req.Proof, err = checkProof(body.proof); err != nil {
+		return req, err
+	}
+	if req.Proof != "" && req.Token == "" {
+		return req, invalid("proof", "proof goes with the token of the lease it was answered for: send both, or neither")
 	}
 	if body.mode != nil {
 		if !body.mode.Valid() {
@@ -279,8 +286,12 @@ func (s *Server) renew(ctx context.Context, k lock.Kind, name string, body *api.
 	if err != nil {
 		return api.Lease{}, err
 	}
+	proof, err := checkProof(body.Proof)
+	if err != nil {
+		return api.Lease{}, err
+	}
 	res := lock.Resource{Kind: k, Name: name}
-	l, err := s.engine.Renew(ctx, res, lock.RenewRequest{Token: body.Token, TTL: ttl, Actor: callerOf(ctx).name, Value: value})
+	l, err := s.engine.Renew(ctx, res, lock.RenewRequest{Token: body.Token, TTL: ttl, Actor: callerOf(ctx).name, Value: value, Proof: proof})
 	if err != nil {
 		return api.Lease{}, err
 	}
@@ -305,8 +316,12 @@ func (s *Server) release(ctx context.Context, k lock.Kind, name string, body *ap
 	if err := checkToken(body.Token, true); err != nil {
 		return api.ReleaseResult{}, err
 	}
+	proof, err := checkProof(body.Proof)
+	if err != nil {
+		return api.ReleaseResult{}, err
+	}
 	res := lock.Resource{Kind: k, Name: name}
-	rel, err := s.engine.Release(ctx, res, body.Token, callerOf(ctx).name)
+	rel, err := s.engine.Release(lock.WithProof(ctx, proof), res, body.Token, callerOf(ctx).name)
 	if err != nil {
 		return api.ReleaseResult{}, err
 	}

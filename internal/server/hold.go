@@ -119,7 +119,7 @@ func (h *leaseHolding) payload(l lock.Lease) any {
 }
 
 func (h *leaseHolding) renew(ctx context.Context) (any, *lock.ReleaseRequest, error) {
-	next, err := h.s.engine.Renew(ctx, h.l.Resource, lock.RenewRequest{Token: h.l.Token, TTL: h.l.TTL, Actor: h.actor})
+	next, err := h.s.engine.Renew(ctx, h.l.Resource, lock.RenewRequest{Token: h.l.Token, TTL: h.l.TTL, Actor: h.actor, Proof: h.l.Proof})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,7 +129,7 @@ func (h *leaseHolding) renew(ctx context.Context) (any, *lock.ReleaseRequest, er
 }
 
 func (h *leaseHolding) release(ctx context.Context) {
-	if rel, err := h.s.engine.Release(ctx, h.l.Resource, h.l.Token, h.actor); err == nil {
+	if rel, err := h.s.engine.Release(lock.WithProof(ctx, h.l.Proof), h.l.Resource, h.l.Token, h.actor); err == nil {
 		h.s.contention.ended(h.l.Resource, "released", rel.HeldFor)
 	}
 }

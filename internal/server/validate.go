@@ -435,6 +435,24 @@ func checkToken(s string, required bool) error {
 	return nil
 }
 
+// checkProof validates the shape of an optional proof: a bound on its
+// length. Whether it proves anything is the engine's to say, and only
+// when Redis no longer has the lease: a proof that does not verify
+// changes no answer.
+func checkProof(s *string) (string, error) {
+	if s == nil {
+		return "", nil
+	}
+	if len(*s) > maxProof {
+		return "", invalid("proof", "proof must be at most %d characters: send back the proof a grant or renewal answered, as it came", maxProof)
+	}
+	return *s, nil
+}
+
+// maxProof is the longest proof accepted (api/openapi.yaml): lockd's are
+// at most 300 characters.
+const maxProof = 512
+
 // checkText validates free text such as a reason or an idempotency key.
 // The rule is lock.CheckText, shared with the dashboard.
 func checkText(field, s string, maxLen int) error {

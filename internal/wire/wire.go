@@ -3,8 +3,8 @@
 // event stream and webhooks send them. It holds no policy: what a caller
 // may see is decided before a value gets here.
 //
-// Tokens: a Lease carries its token (it goes to the holder alone); a
-// State and a LockEvent never do. A resource is shown by its name, and
+// Tokens and proofs: a Lease carries its token and its proof (they go to
+// the holder alone); a State and a LockEvent never do. A resource is shown by its name, and
 // its kind by the route or the event's kind.
 package wire
 
@@ -41,7 +41,17 @@ func LeaseOf(l lock.Lease) api.Lease {
 		out.Replayed = ptr(true)
 	}
 	out.ReleaseRequested = releaseRequestedOf(l.ReleaseRequested)
+	out.Proof = proofOf(l)
 	return out
+}
+
+// proofOf is a lease's proof on the wire: absent when the server signs
+// none.
+func proofOf(l lock.Lease) *string {
+	if l.Proof == "" {
+		return nil
+	}
+	return ptr(l.Proof)
 }
 
 // releaseRequestedOf is a pending request that the holder step aside, nil
@@ -158,6 +168,7 @@ func LeadershipOf(l lock.Lease, value string) api.Leadership {
 	if l.Outcome == lock.Replayed {
 		out.Replayed = ptr(true)
 	}
+	out.Proof = proofOf(l)
 	return out
 }
 

@@ -276,18 +276,24 @@ class Client:
                     raise
         return LockSet(self._ops, answer, sent, time.monotonic(), auto_renew=auto_renew, on_lost=on_lost)
 
-    def renew(self, key: str, token: str, ttl: Optional[float] = None, value: Any = None) -> Dict[str, Any]:
+    def renew(
+        self, key: str, token: str, ttl: Optional[float] = None, value: Any = None, proof: Optional[str] = None
+    ) -> Dict[str, Any]:
         """renew extends the lease with token on key by ttl seconds (None: its own TTL), once.
+
+        proof is the lease's latest proof (the "proof" of its grant or
+        last renewal): sent beside the token, it lets any lockd restore the
+        lease should Redis have lost it; keep the answer's for the next call.
 
         Leases from acquire renew themselves: this is for tokens kept
         elsewhere. A lease that is no longer live raises LeaseLost
         (LeaseNotFound when the key has no live lease at all).
         """
-        return self._renew("lock", key, token, ttl, self.timeout, value)
+        return self._renew("lock", key, token, ttl, self.timeout, value, proof)
 
-    def release(self, key: str, token: str) -> Dict[str, Any]:
-        """release gives back one level of the lease with token on key: ``{"key", "released", "count"}``."""
-        return self._release("lock", key, token)
+    def release(self, key: str, token: str, proof: Optional[str] = None) -> Dict[str, Any]:
+        """release gives back one level of the lease with token on key (proof: as renew's): ``{"key", "released", "count"}``."""
+        return self._release("lock", key, token, proof)
 
     def force_release(self, key: str, fence: Optional[int] = None, reason: Optional[str] = None) -> Dict[str, Any]:
         """force_release breaks every lease on key, or with fence only that holder's (admin scope)."""
@@ -421,14 +427,14 @@ class Client:
         """
         return self.elections.observe(name, timeout=timeout)
 
-    def resign(self, name: str, token: str) -> Dict[str, Any]:
+    def resign(self, name: str, token: str, proof: Optional[str] = None) -> Dict[str, Any]:
         """resign ends the leadership with token: ``{"key", "resigned"}``; the next candidate leads at once.
 
         A token that no longer leads raises LeaseLost (LeaseNotFound when
         nobody leads). Leaderships from campaign resign on exit: this is
-        for tokens kept elsewhere.
+        for tokens kept elsewhere (proof: its latest, as for renew).
         """
-        return self.elections.resign(name, token)
+        return self.elections.resign(name, token, proof)
 
     def election_history(self, name: str, limit: Optional[int] = None, event_type: Optional[str] = None) -> Dict[str, Any]:
         """election_history is the election's recent events, newest first: terms begun, resigned, lapsed, broken, proclaimed."""
@@ -561,17 +567,23 @@ class Client:
         return lease
 
     def _renew(
-        self, kind: str, key: str, token: str, ttl: Optional[float], timeout: float, value: Any = None
+        self, kind: str, key: str, token: str, ttl: Optional[float], timeout: float, value: Any = None,
+        proof: Optional[str] = None,
     ) -> Dict[str, Any]:
         body: Dict[str, Any] = {"token": token}
         if ttl is not None:
             body["ttl_ms"] = _ms(ttl, "ttl")
         if value is not None:
             body["value"] = value
+        if proof:
+            body["proof"] = proof
         return self._lease_call(kind, key, "renew", body, timeout)
 
-    def _release(self, kind: str, key: str, token: str) -> Dict[str, Any]:
-        return self._lease_call(kind, key, _KINDS[kind].release, {"token": token}, self.timeout)
+    def _release(self, kind: str, key: str, token: str, proof: Optional[str] = None) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"token": token}
+        if proof:
+            body["proof"] = proof
+        return self._lease_call(kind, key, _KINDS[kind].release, body, self.timeout)
 
     def _lease_call(self, kind: str, key: str, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
         """_lease_call is a renew, release or proclaim: once, since a retried release could give back two levels."""
@@ -633,21 +645,24 @@ class _Ops:
     def timeout(self) -> float:
         return self._c.timeout
 
-    def renew(self, kind: str, key: str, token: str, ttl: float, timeout: float) -> Dict[str, Any]:
-        return self._c._renew(kind, key, token, ttl, timeout)
+    def renew(self, kind: str, key: str, token: str, ttl: float, timeout: float, proof: Optional[str]) -> Dict[str, Any]:
+        return self._c._renew(kind, key, token, ttl, timeout, proof=proof)
 
     def set_call(self, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
         """set_call is a lock set's renew or release: once, as a lease's."""
         return self._c._t.request("POST", "/v1/lock-sets/" + op, body, timeout=timeout)
 
-    def proclaim(self, key: str, token: str, value: Any) -> Dict[str, Any]:
-        return self._c._lease_call("election", key, "proclaim", {"token": token, "value": value}, self._c.timeout)
+    def proclaim(self, key: str, token: str, value: Any, proof: Optional[str]) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"token": token, "value": value}
+        if proof:
+            body["proof"] = proof
+        return self._c._lease_call("election", key, "proclaim", body, self._c.timeout)
 
     def handover(self, key: str, token: str, to: str) -> Dict[str, Any]:
         return self._c._lease_call("election", key, "handover", {"token": token, "to": to}, self._c.timeout)
 
-    def release(self, kind: str, key: str, token: str) -> Dict[str, Any]:
-        return self._c._release(kind, key, token)
+    def release(self, kind: str, key: str, token: str, proof: Optional[str]) -> Dict[str, Any]:
+        return self._c._release(kind, key, token, proof)
 
     def call(self, method: str, session_id: str, op: str, timeout: float) -> Dict[str, Any]:
         return self._c._session_call(method, session_id, op, timeout)
@@ -692,13 +707,13 @@ class Semaphores:
             body["value"] = value
         return self._c._acquire("semaphore", name, body, wait, idempotency_key, auto_renew, on_lost, session)
 
-    def renew(self, name: str, token: str, ttl: Optional[float] = None) -> Dict[str, Any]:
-        """renew extends the permit with token, once; LeaseLost when it is no longer live."""
-        return self._c._renew("semaphore", name, token, ttl, self._c.timeout)
+    def renew(self, name: str, token: str, ttl: Optional[float] = None, proof: Optional[str] = None) -> Dict[str, Any]:
+        """renew extends the permit with token (and its latest proof, see Client.renew), once; LeaseLost when it is no longer live."""
+        return self._c._renew("semaphore", name, token, ttl, self._c.timeout, proof=proof)
 
-    def release(self, name: str, token: str) -> Dict[str, Any]:
-        """release gives back one level of the permit with token."""
-        return self._c._release("semaphore", name, token)
+    def release(self, name: str, token: str, proof: Optional[str] = None) -> Dict[str, Any]:
+        """release gives back one level of the permit with token (and its latest proof)."""
+        return self._c._release("semaphore", name, token, proof)
 
     def force_release(self, name: str, fence: Optional[int] = None, reason: Optional[str] = None) -> Dict[str, Any]:
         """force_release breaks every permit, or with fence only that one (admin scope)."""
@@ -767,17 +782,19 @@ class Elections:
             wait = _FOREVER
         return self._c._acquire("election", name, body, wait, idempotency_key, auto_renew, on_lost, session)
 
-    def renew(self, name: str, token: str, ttl: Optional[float] = None, value: Any = None) -> Dict[str, Any]:
-        """renew extends the leadership with token, once (a value proclaims it too); LeaseLost when it no longer leads."""
-        return self._c._renew("election", name, token, ttl, self._c.timeout, value)
+    def renew(
+        self, name: str, token: str, ttl: Optional[float] = None, value: Any = None, proof: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """renew extends the leadership with token (and its latest proof, see Client.renew), once (a value proclaims it too); LeaseLost when it no longer leads."""
+        return self._c._renew("election", name, token, ttl, self._c.timeout, value, proof)
 
-    def proclaim(self, name: str, token: str, value: Any) -> Dict[str, Any]:
+    def proclaim(self, name: str, token: str, value: Any, proof: Optional[str] = None) -> Dict[str, Any]:
         """proclaim sets the value of the leadership with token, keeping it: the Leadership; LeaseLost when it no longer leads."""
-        return self._c._lease_call("election", name, "proclaim", {"token": token, "value": value}, self._c.timeout)
+        return self._c._ops.proclaim(name, token, value, proof)
 
-    def resign(self, name: str, token: str) -> Dict[str, Any]:
+    def resign(self, name: str, token: str, proof: Optional[str] = None) -> Dict[str, Any]:
         """resign ends the leadership with token: ``{"key", "resigned"}``; LeaseLost when it no longer leads."""
-        return self._c._release("election", name, token)
+        return self._c._release("election", name, token, proof)
 
     def force_release(self, name: str, fence: Optional[int] = None, reason: Optional[str] = None) -> Dict[str, Any]:
         """force_release breaks the leadership (with fence: only that term's) so the next candidate leads (admin scope)."""

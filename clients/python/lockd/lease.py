@@ -51,13 +51,13 @@ class LeaseOps(Protocol):
     @property
     def timeout(self) -> float: ...
 
-    def renew(self, kind: str, key: str, token: str, ttl: float, timeout: float) -> Dict[str, Any]: ...
+    def renew(self, kind: str, key: str, token: str, ttl: float, timeout: float, proof: Optional[str]) -> Dict[str, Any]: ...
 
-    def proclaim(self, key: str, token: str, value: Any) -> Dict[str, Any]: ...
+    def proclaim(self, key: str, token: str, value: Any, proof: Optional[str]) -> Dict[str, Any]: ...
 
     def handover(self, key: str, token: str, to: str) -> Dict[str, Any]: ...
 
-    def release(self, kind: str, key: str, token: str) -> Dict[str, Any]: ...
+    def release(self, kind: str, key: str, token: str, proof: Optional[str]) -> Dict[str, Any]: ...
 
 
 class LeaseSession(Protocol):
@@ -139,6 +139,10 @@ class Lease:
         self.limit: Optional[int] = answer.get("limit")
         self.replayed: bool = bool(answer.get("replayed"))
         self.__token: str = answer["token"]
+        # The latest proof a grant or renewal answered: sent back with
+        # every renewal, proclaim and release, so that any lockd can
+        # restore the lease should Redis lose it.
+        self.__proof: Optional[str] = answer.get("proof")
         self.lost = threading.Event()
         self.error: Optional[LeaseLost] = None
         self._on_lost = on_lost
@@ -166,6 +170,12 @@ class Lease:
     def token(self) -> str:
         """token is the lease's secret: renew, release and re-entry need it. Keep it out of logs."""
         return self.__token
+
+    @property
+    def proof(self) -> Optional[str]:
+        """proof is the lease's latest proof (None: the server signs none), sent back by renew, proclaim and release. Keep it out of logs."""
+        with self._lock:
+            return self.__proof
 
     @property
     def term(self) -> int:
@@ -225,13 +235,14 @@ class Lease:
         sent = time.monotonic()
         timeout = min(self._ops.timeout, max(self._expiry() - sent, 0.001))
         try:
-            answer = self._ops.renew(self.kind, self.key, self.__token, self.ttl, timeout)
+            answer = self._ops.renew(self.kind, self.key, self.__token, self.ttl, timeout, self.proof)
         except LeaseLost as err:
             self._lose(err)
             raise
         with self._lock:
             if self._released:
                 return
+            self.__proof = answer.get("proof", self.__proof)
             self._info = _without_token(answer, self._info)
             self._expires = sent + self.ttl
             self._renewals += 1
@@ -261,13 +272,14 @@ class Lease:
         self.check()
         sent = time.monotonic()
         try:
-            answer = self._ops.proclaim(self.key, self.__token, value)
+            answer = self._ops.proclaim(self.key, self.__token, value, self.proof)
         except LeaseLost as err:
             self._lose(err)
             raise
         with self._lock:
             if self._released:
                 return
+            self.__proof = answer.get("proof", self.__proof)
             self._info = _without_token(answer, self._info)
             self._expires = sent + self.ttl
 
@@ -305,7 +317,7 @@ class Lease:
         self._stop.set()
         self.check()
         try:
-            return self._ops.release(self.kind, self.key, self.__token)
+            return self._ops.release(self.kind, self.key, self.__token, self.proof)
         except LeaseLost as err:
             self._lose(err, after_release=True)
             raise
@@ -400,12 +412,12 @@ class Lease:
 
 
 def _without_token(answer: Dict[str, Any], before: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """_without_token is an answer to keep: never the token; the value from before when the answer has none.
+    """_without_token is an answer to keep: never the token or the proof; the value from before when the answer has none.
 
     A renew without a value keeps the lease's value, but a leadership's
     renew answer names the value only when the renew set it.
     """
-    out = {k: v for k, v in answer.items() if k != "token"}
+    out = {k: v for k, v in answer.items() if k not in ("token", "proof")}
     if before is not None and "value" not in out and "value" in before:
         out["value"] = before["value"]
     return out

@@ -1191,6 +1191,14 @@ export interface components {
             wait_ms?: number;
             /** @description Re-entry. The live lease's token. */
             token?: string;
+            /**
+             * @description The latest `proof` the re-entered lease's grant or renewal answered:
+             *     opaque; send it back as it came. Read only when Redis no longer
+             *     has the lease, to restore it (the token alone restores it where
+             *     a lockd that knows the lease is up). A proof that does not
+             *     verify changes no answer.
+             */
+            proof?: string;
             mode?: components["schemas"]["LockMode"];
             /**
              * Format: int64
@@ -1304,6 +1312,14 @@ export interface components {
             wait_ms?: number;
             /** @description Re-entry. The live permit's token. */
             token?: string;
+            /**
+             * @description The latest `proof` the re-entered permit's grant or renewal answered:
+             *     opaque; send it back as it came. Read only when Redis no longer
+             *     has the lease, to restore it (the token alone restores it where
+             *     a lockd that knows the lease is up). A proof that does not
+             *     verify changes no answer.
+             */
+            proof?: string;
             value?: components["schemas"]["Value"];
             session?: components["schemas"]["SessionRef"];
         };
@@ -1331,6 +1347,14 @@ export interface components {
         ProclaimRequest: {
             token: string;
             value: components["schemas"]["Value"];
+            /**
+             * @description The latest `proof` the leadership's grant or renewal answered:
+             *     opaque; send it back as it came. Read only when Redis no longer
+             *     has the lease, to restore it (the token alone restores it where
+             *     a lockd that knows the lease is up). A proof that does not
+             *     verify changes no answer.
+             */
+            proof?: string;
         };
         /** @description A leadership, token included (the leader's answer alone). */
         Leadership: {
@@ -1352,6 +1376,16 @@ export interface components {
             expires_at: string;
             /** @description Present and true when an Idempotency-Key replay answered. */
             replayed?: boolean;
+            /**
+             * @description Evidence of this leadership, signed by lockd: opaque, at most a few
+             *     hundred characters. Send the latest one back with every renew,
+             *     proclaim and resign of it (`"proof"`); should Redis lose its
+             *     data and the lockd that granted it be gone too, any lockd
+             *     restores the leadership from it. A secret as the token is: only ever
+             *     returned to the holder. Absent when the server signs no
+             *     proofs.
+             */
+            proof?: string;
         };
         HandoverRequest: {
             token: string;
@@ -1478,9 +1512,25 @@ export interface components {
              */
             ttl_ms?: number;
             value?: components["schemas"]["Value"];
+            /**
+             * @description The latest `proof` this lease's grant or renewal answered:
+             *     opaque; send it back as it came. Read only when Redis no longer
+             *     has the lease, to restore it (the token alone restores it where
+             *     a lockd that knows the lease is up). A proof that does not
+             *     verify changes no answer.
+             */
+            proof?: string;
         };
         ReleaseRequest: {
             token: string;
+            /**
+             * @description The latest `proof` this lease's grant or renewal answered:
+             *     opaque; send it back as it came. Read only when Redis no longer
+             *     has the lease, to restore it (the token alone restores it where
+             *     a lockd that knows the lease is up). A proof that does not
+             *     verify changes no answer.
+             */
+            proof?: string;
         };
         EndQuarantineRequest: {
             /** @description Why the quarantine ends early; logged with the actor. */
@@ -1569,6 +1619,16 @@ export interface components {
              */
             replayed?: boolean;
             release_requested?: components["schemas"]["ReleaseRequested"];
+            /**
+             * @description Evidence of this lease, signed by lockd: opaque, at most a few
+             *     hundred characters. Send the latest one back with every renew,
+             *     release and hold of the lease (`"proof"`); should Redis lose its
+             *     data and the lockd that granted it be gone too, any lockd
+             *     restores the lease from it. A secret as the token is: only ever
+             *     returned to the holder. Absent when the server signs no
+             *     proofs.
+             */
+            proof?: string;
         };
         /**
          * @description The state of a live lock or semaphore. The top-level owner, fence,

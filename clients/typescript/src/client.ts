@@ -185,6 +185,12 @@ export interface RenewOptions {
   ttlMs?: number | undefined;
   /** Replaces the grant's value. */
   value?: Value | undefined;
+  /**
+   * The lease's latest proof (the `proof` of its grant or last renewal):
+   * sent beside the token, it lets any lockd restore the lease should
+   * Redis have lost it. Keep the answer's for the next call.
+   */
+  proof?: string | undefined;
 }
 
 export interface ListOptions {
@@ -289,9 +295,10 @@ export class Client {
       get logger() {
         return client.logger;
       },
-      renew: (kind, key, token, ttlMs, timeoutMs, value) => this._renew(kind, key, token, { ttlMs, value }, timeoutMs),
-      proclaim: (key, token, value) => this._leaseCall<Grant>("election", key, "proclaim", { token, value }),
-      release: (kind, key, token) => this._release(kind, key, token),
+      renew: (kind, key, token, ttlMs, timeoutMs, value, proof) =>
+        this._renew(kind, key, token, { ttlMs, value, proof }, timeoutMs),
+      proclaim: (key, token, value, proof) => this._proclaim(key, token, value, proof),
+      release: (kind, key, token, proof) => this._release(kind, key, token, proof),
     };
     this.#sessionOps = {
       get timeoutMs() {
@@ -424,9 +431,9 @@ export class Client {
     return strip(await this._renew("lock", key, token, opts, this.timeoutMs)) as LeaseInfo;
   }
 
-  /** release gives back one level of the lease with token on key: `{key, released, count}`. */
-  release(key: string, token: string): Promise<ReleaseResult> {
-    return this._release("lock", key, token) as Promise<ReleaseResult>;
+  /** release gives back one level of the lease with token (and its latest proof, see RenewOptions) on key: `{key, released, count}`. */
+  release(key: string, token: string, proof?: string): Promise<ReleaseResult> {
+    return this._release("lock", key, token, proof) as Promise<ReleaseResult>;
   }
 
   /** forceRelease breaks every lease on key, or with fence only that holder's (admin scope). */
@@ -517,9 +524,9 @@ export class Client {
     return this.elections.observe(name, opts);
   }
 
-  /** resign ends the leadership with token: `{key, resigned}`; the next candidate leads at once. */
-  resign(name: string, token: string): Promise<ResignResult> {
-    return this.elections.resign(name, token);
+  /** resign ends the leadership with token (and its latest proof): `{key, resigned}`; the next candidate leads at once. */
+  resign(name: string, token: string, proof?: string): Promise<ResignResult> {
+    return this.elections.resign(name, token, proof);
   }
 
   /** electionHistory is the election's recent events, newest first: terms begun, resigned, lapsed, broken, proclaimed. */
@@ -729,12 +736,22 @@ export class Client {
     const body: Record<string, unknown> = { token };
     if (opts.ttlMs !== undefined) body["ttl_ms"] = ms(opts.ttlMs, "ttlMs");
     if (opts.value !== undefined) body["value"] = opts.value;
+    if (opts.proof) body["proof"] = opts.proof;
     return this._leaseCall<Grant>(kind, key, "renew", body, timeoutMs);
   }
 
   /** @internal */
-  _release(kind: LeaseKind, key: string, token: string): Promise<ReleaseResult | ResignResult> {
-    return this._leaseCall(kind, key, KINDS[kind].release, { token });
+  _proclaim(key: string, token: string, value: Value, proof: string | undefined): Promise<Grant> {
+    const body: Record<string, unknown> = { token, value };
+    if (proof) body["proof"] = proof;
+    return this._leaseCall<Grant>("election", key, "proclaim", body);
+  }
+
+  /** @internal */
+  _release(kind: LeaseKind, key: string, token: string, proof?: string): Promise<ReleaseResult | ResignResult> {
+    const body: Record<string, unknown> = { token };
+    if (proof) body["proof"] = proof;
+    return this._leaseCall(kind, key, KINDS[kind].release, body);
   }
 
   /**
@@ -871,9 +888,9 @@ export class Semaphores {
     return strip(await this.#c._renew("semaphore", name, token, opts, this.#c.timeoutMs)) as LeaseInfo;
   }
 
-  /** release gives back one level of the permit with token. */
-  release(name: string, token: string): Promise<ReleaseResult> {
-    return this.#c._release("semaphore", name, token) as Promise<ReleaseResult>;
+  /** release gives back one level of the permit with token (and its latest proof). */
+  release(name: string, token: string, proof?: string): Promise<ReleaseResult> {
+    return this.#c._release("semaphore", name, token, proof) as Promise<ReleaseResult>;
   }
 
   /** forceRelease breaks every permit, or with fence only that one (admin scope). */
@@ -988,8 +1005,8 @@ export class Elections {
   }
 
   /** proclaim sets the value of the leadership with token, keeping it; LeaseLost when it no longer leads. */
-  async proclaim(name: string, token: string, value: Value): Promise<LeadershipInfo> {
-    return strip(await this.#c._leaseCall<Grant>("election", name, "proclaim", { token, value })) as LeadershipInfo;
+  async proclaim(name: string, token: string, value: Value, proof?: string): Promise<LeadershipInfo> {
+    return strip(await this.#c._proclaim(name, token, value, proof)) as LeadershipInfo;
   }
 
   /**
@@ -1002,9 +1019,9 @@ export class Elections {
     return this.#c._leaseCall<ResignResult>("election", name, "handover", { token, to });
   }
 
-  /** resign ends the leadership with token: `{key, resigned}`; LeaseLost when it no longer leads. */
-  resign(name: string, token: string): Promise<ResignResult> {
-    return this.#c._release("election", name, token) as Promise<ResignResult>;
+  /** resign ends the leadership with token (and its latest proof): `{key, resigned}`; LeaseLost when it no longer leads. */
+  resign(name: string, token: string, proof?: string): Promise<ResignResult> {
+    return this.#c._release("election", name, token, proof) as Promise<ResignResult>;
   }
 
   /** forceRelease breaks the leadership (with fence: only that term's) so the next candidate leads (admin scope). */

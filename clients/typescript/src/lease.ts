@@ -44,9 +44,17 @@ export type Grant = (LeaseInfo | LeadershipInfo) & { token: string };
 export interface LeaseOps {
   readonly timeoutMs: number;
   readonly logger: Logger | undefined;
-  renew(kind: LeaseKind, key: string, token: string, ttlMs: number, timeoutMs: number, value: Value | undefined): Promise<Grant>;
-  proclaim(key: string, token: string, value: Value): Promise<Grant>;
-  release(kind: LeaseKind, key: string, token: string): Promise<ReleaseResult | ResignResult>;
+  renew(
+    kind: LeaseKind,
+    key: string,
+    token: string,
+    ttlMs: number,
+    timeoutMs: number,
+    value: Value | undefined,
+    proof: string | undefined,
+  ): Promise<Grant>;
+  proclaim(key: string, token: string, value: Value, proof: string | undefined): Promise<Grant>;
+  release(kind: LeaseKind, key: string, token: string, proof: string | undefined): Promise<ReleaseResult | ResignResult>;
 }
 
 /**
@@ -124,6 +132,10 @@ export class Lease {
 
   readonly #ops: LeaseOps;
   readonly #token: string;
+  // The latest proof a grant or renewal answered: sent back with every
+  // renewal, proclaim and release, so that any lockd can restore the
+  // lease should Redis lose it.
+  #proof: string | undefined;
   readonly #lost = new AbortController();
   readonly #asked = new AbortController();
   #request: ReleaseRequested | undefined;
@@ -157,6 +169,7 @@ export class Lease {
     }
     this.replayed = grant.replayed === true;
     this.#token = grant.token;
+    this.#proof = grant.proof;
     this.#info = withoutToken(grant);
     this.#value = "value" in grant && grant.value !== undefined ? grant.value : init.value;
     this.#onLost = init.onLost;
@@ -197,6 +210,11 @@ export class Lease {
   /** The lease's secret: renew, release and re-entry need it. Keep it out of logs. */
   get token(): string {
     return this.#token;
+  }
+
+  /** The lease's latest proof (undefined: the server signs none), sent back by renew, proclaim and release. Keep it out of logs. */
+  get proof(): string | undefined {
+    return this.#proof;
   }
 
   /** A leadership's term, strictly increasing per election: its fence under the election's word. */
@@ -273,7 +291,7 @@ export class Lease {
     const timeout = Math.min(this.#ops.timeoutMs, Math.max(this.#expires - sent, 1));
     let grant: Grant;
     try {
-      grant = await this.#ops.renew(this.kind, this.key, this.#token, this.ttlMs, timeout, opts.value);
+      grant = await this.#ops.renew(this.kind, this.key, this.#token, this.ttlMs, timeout, opts.value, this.#proof);
     } catch (err) {
       if (err instanceof LeaseLost) {
         this.#lose(err);
@@ -284,6 +302,7 @@ export class Lease {
       return;
     }
     this.#info = withoutToken(grant);
+    this.#proof = grant.proof ?? this.#proof;
     if (opts.value !== undefined) {
       this.#value = opts.value;
     }
@@ -322,7 +341,7 @@ export class Lease {
     const sent = now();
     let grant: Grant;
     try {
-      grant = await this.#ops.proclaim(this.key, this.#token, value);
+      grant = await this.#ops.proclaim(this.key, this.#token, value, this.#proof);
     } catch (err) {
       if (err instanceof LeaseLost) {
         this.#lose(err);
@@ -333,6 +352,7 @@ export class Lease {
       return;
     }
     this.#info = withoutToken(grant);
+    this.#proof = grant.proof ?? this.#proof;
     this.#value = value;
     this.#expires = sent + this.ttlMs;
   }
@@ -354,7 +374,7 @@ export class Lease {
     this.#renewer.stop();
     this.check();
     try {
-      return await this.#ops.release(this.kind, this.key, this.#token);
+      return await this.#ops.release(this.kind, this.key, this.#token, this.#proof);
     } catch (err) {
       if (err instanceof LeaseLost) {
         this.#lose(err, true);
@@ -448,8 +468,8 @@ export class Lease {
   }
 }
 
-/** withoutToken is an answer to keep: never the token. */
+/** withoutToken is an answer to keep: never the token or the proof. */
 function withoutToken(grant: Grant): LeaseInfo | LeadershipInfo {
-  const { token: _token, ...rest } = grant;
+  const { token: _token, proof: _proof, ...rest } = grant;
   return rest;
 }

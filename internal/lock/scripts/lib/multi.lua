@@ -405,6 +405,10 @@ function multi.restore(c, cur, r)
     end
     return {'present'}
   end
+  if cur and r.mode == 'p' and live_holders(c) >= r.limit then
+    -- Its permit went to another meanwhile: never more than the limit.
+    return {'conflict'}
+  end
   if not cur then
     redis.call('HSET', c.lease, 'mode', as, 'limit', r.limit, 'fx', '1')
   end
