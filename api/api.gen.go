@@ -256,6 +256,24 @@ func (e LockMode) Valid() bool {
 	}
 }
 
+// Defines values for LockSetHoldGrantEventEvent.
+const (
+	SetHoldAcquired LockSetHoldGrantEventEvent = "acquired"
+	SetHoldRenewed  LockSetHoldGrantEventEvent = "renewed"
+)
+
+// Valid indicates whether the value is a known member of the LockSetHoldGrantEventEvent enum.
+func (e LockSetHoldGrantEventEvent) Valid() bool {
+	switch e {
+	case SetHoldAcquired:
+		return true
+	case SetHoldRenewed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ObserveEventEvent.
 const (
 	ObserveLeader     ObserveEventEvent = "leader"
@@ -657,6 +675,9 @@ type Event struct {
 	// RemainingMs `renewed` only: how much of the lease was left when the renewal came.
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 
+	// Set `acquired` of a key taken as part of a lock set: the set's size.
+	Set *int `json:"set,omitempty"`
+
 	// TraceId The W3C trace id of the request that caused the event (its
 	// `traceparent`'s, or one lockd made): the same as in that
 	// request's access log line and spans. Absent for a lapse.
@@ -902,7 +923,10 @@ type LockEvent struct {
 	Kind   LockEventKind `json:"kind"`
 	Owner  string        `json:"owner"`
 	Reason string        `json:"reason"`
-	Type   LockEventType `json:"type"`
+
+	// Set `acquired` of a key taken as part of a lock set: the set's size.
+	Set  *int          `json:"set,omitempty"`
+	Type LockEventType `json:"type"`
 }
 
 // LockEventKind Whether `key` names a lock, a semaphore or an election: they may have the same name.
@@ -933,6 +957,94 @@ type LockList struct {
 // LockMode How to hold a lock: `exclusive` (the default) alone, or `shared`
 // with any number of other shared holders.
 type LockMode string
+
+// LockSet defines model for LockSet.
+type LockSet struct {
+	AcquiredAt *time.Time `json:"acquired_at,omitempty"`
+
+	// ExpiresAt When the first of the set's leases expires.
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Leases Every key with its fence, in the order the request named them.
+	Leases []LockSetLease `json:"leases"`
+	Owner  string         `json:"owner"`
+
+	// Token The secret that renews, releases and holds the whole set. Only ever returned to the acquirer.
+	Token string `json:"token"`
+	TtlMs int64  `json:"ttl_ms"`
+}
+
+// LockSetHoldEvent One event of a lock set's hold stream.
+type LockSetHoldEvent struct {
+	union json.RawMessage
+}
+
+// LockSetHoldGrantEvent `acquired` (first) and `renewed`: the set, token included.
+type LockSetHoldGrantEvent struct {
+	Data  LockSet                    `json:"data"`
+	Event LockSetHoldGrantEventEvent `json:"event"`
+}
+
+// LockSetHoldGrantEventEvent defines model for LockSetHoldGrantEvent.Event.
+type LockSetHoldGrantEventEvent string
+
+// LockSetLease defines model for LockSetLease.
+type LockSetLease struct {
+	Fence int64  `json:"fence"`
+	Key   string `json:"key"`
+}
+
+// LockSetReleaseResult defines model for LockSetReleaseResult.
+type LockSetReleaseResult struct {
+	// Released How many of the set's keys it still held and gave back.
+	Released int `json:"released"`
+}
+
+// LockSetRenewRequest defines model for LockSetRenewRequest.
+type LockSetRenewRequest struct {
+	Token string `json:"token"`
+
+	// TtlMs New TTL of every key from now. Default the set's own TTL.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// LockSetRequest defines model for LockSetRequest.
+type LockSetRequest struct {
+	// Keys The lock keys, distinct, in any order; a bad or repeated one is 400 naming it (`field` `keys[3]`).
+	Keys []string `json:"keys"`
+
+	// Mode How to hold a lock: `exclusive` (the default) alone, or `shared`
+	// with any number of other shared holders.
+	Mode *LockMode `json:"mode,omitempty"`
+
+	// Owner Holder's label on every key. Default the caller's API-key name or address.
+	Owner *string `json:"owner,omitempty"`
+
+	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
+	// long as the session, and `ttl_ms` must be left out. 404
+	// `session_not_found` when the session ended or lapsed, or another
+	// API key made it. Not with
+	// `/hold`, which keeps its own lease.
+	Session *SessionRef `json:"session,omitempty"`
+
+	// TtlMs Every lease's TTL. Default 30000; at most the server's --max-ttl.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// Value A value on a grant: any JSON (object, array, string, number,
+	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
+	// e.g. where the holder can be reached or what it is doing. Readers
+	// with the read scope see it in the state (per holder) and on the
+	// dashboard, so never put a secret in it. On acquire it is the new
+	// grant's (a re-entry with one replaces it); on renew it replaces the
+	// grant's value. Absent: none on a new grant, unchanged otherwise
+	// (null is refused: leave the field out). A number beyond a float64's
+	// range (which decoders read as Infinity) and a `\u` escape of half a
+	// surrogate pair are refused (400, field `value`).
+	Value *Value `json:"value,omitempty"`
+
+	// WaitMs How long to wait for the keys. Default 0 (try once); at most --max-wait.
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
 
 // LockState The state of a live lock or semaphore. The top-level owner, fence,
 // count and times describe the newest holder; `holders` lists them
@@ -982,7 +1094,10 @@ type LockState struct {
 	RemainingMs      int64             `json:"remaining_ms"`
 	Renewals         int64             `json:"renewals"`
 	RenewedAt        time.Time         `json:"renewed_at"`
-	TtlMs            int64             `json:"ttl_ms"`
+
+	// Set Present when the exclusive holder took the key as part of a lock set (`/v1/lock-sets/acquire`); the set's size.
+	Set   *int  `json:"set,omitempty"`
+	TtlMs int64 `json:"ttl_ms"`
 
 	// Value A value on a grant: any JSON (object, array, string, number,
 	// boolean) of at most 4 KiB as compact JSON and 32 levels of nesting,
@@ -1408,6 +1523,9 @@ type NoSuchEndpoint = Problem
 // NotFound RFC 9457 problem details.
 type NotFound = Problem
 
+// NotImplemented RFC 9457 problem details.
+type NotImplemented = Problem
+
 // PayloadTooLarge RFC 9457 problem details.
 type PayloadTooLarge = Problem
 
@@ -1566,6 +1684,18 @@ type RenewLeadershipJSONRequestBody = RenewRequest
 
 // ResignJSONRequestBody defines body for Resign for application/json ContentType.
 type ResignJSONRequestBody = ReleaseRequest
+
+// AcquireLockSetJSONRequestBody defines body for AcquireLockSet for application/json ContentType.
+type AcquireLockSetJSONRequestBody = LockSetRequest
+
+// HoldLockSetJSONRequestBody defines body for HoldLockSet for application/json ContentType.
+type HoldLockSetJSONRequestBody = LockSetRequest
+
+// ReleaseLockSetJSONRequestBody defines body for ReleaseLockSet for application/json ContentType.
+type ReleaseLockSetJSONRequestBody = ReleaseRequest
+
+// RenewLockSetJSONRequestBody defines body for RenewLockSet for application/json ContentType.
+type RenewLockSetJSONRequestBody = LockSetRenewRequest
 
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
 type AcquireLockJSONRequestBody = AcquireRequest
@@ -1896,6 +2026,93 @@ func (t LeadershipEvent) MarshalJSON() ([]byte, error) {
 }
 
 func (t *LeadershipEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsLockSetHoldGrantEvent returns the union data inside the LockSetHoldEvent as a LockSetHoldGrantEvent
+func (t LockSetHoldEvent) AsLockSetHoldGrantEvent() (LockSetHoldGrantEvent, error) {
+	var body LockSetHoldGrantEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromLockSetHoldGrantEvent overwrites any union data inside the LockSetHoldEvent as the provided LockSetHoldGrantEvent
+func (t *LockSetHoldEvent) FromLockSetHoldGrantEvent(v LockSetHoldGrantEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeLockSetHoldGrantEvent performs a merge with any union data inside the LockSetHoldEvent, using the provided LockSetHoldGrantEvent
+func (t *LockSetHoldEvent) MergeLockSetHoldGrantEvent(v LockSetHoldGrantEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsHoldLostEvent returns the union data inside the LockSetHoldEvent as a HoldLostEvent
+func (t LockSetHoldEvent) AsHoldLostEvent() (HoldLostEvent, error) {
+	var body HoldLostEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHoldLostEvent overwrites any union data inside the LockSetHoldEvent as the provided HoldLostEvent
+func (t *LockSetHoldEvent) FromHoldLostEvent(v HoldLostEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHoldLostEvent performs a merge with any union data inside the LockSetHoldEvent, using the provided HoldLostEvent
+func (t *LockSetHoldEvent) MergeHoldLostEvent(v HoldLostEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t LockSetHoldEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t LockSetHoldEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "acquired":
+		return t.AsLockSetHoldGrantEvent()
+	case "lost":
+		return t.AsHoldLostEvent()
+	case "renewed":
+		return t.AsLockSetHoldGrantEvent()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t LockSetHoldEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *LockSetHoldEvent) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -2400,6 +2617,160 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
 	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireLockSetWithBody Take several locks all or nothing, with one token.
+	//
+	// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+	// exclusively, or none of them. Each key gets an ordinary exclusive
+	// lease with its own fence, the same token and TTL for all, marked as
+	// part of a set (`set`: the set's size) in its state, history and
+	// events. A key that is not free answers the 409 a lone acquire of it
+	// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+	// `key` and its holder, and none of the set's keys is taken.
+	//
+	// With `wait_ms` > 0 the request waits. Every set takes its keys in
+	// one order (by Cluster slot, then by name), waiting first in each
+	// key's queue in turn, so two sets never wait for each other ({a, b}
+	// and {b, a} both complete), and a set waiting on a key is served in
+	// its turn, ahead of requests that came after it. While it waits, a
+	// set holds none of its keys: its places in the queues are waiters,
+	// shown in each key's `queue`, and a release never hands one key of a
+	// set over alone. On a Cluster the keys may be in different slots.
+	// A lockd that dies while a set waits leaves its places within
+	// 1.6 s, and nothing held past the set's TTL.
+	//
+	// `mode` is `exclusive` (the default) or `shared`: every key held
+	// shared, beside other shared holders (an exclusive request waits for
+	// them all, and shared requests that come after a waiting exclusive
+	// one wait behind it). A `session` and a lock-delay are not offered
+	// for sets yet (400). With API keys
+	// limited to prefixes, every key must be under one of them (403). A
+	// server in Redlock mode answers 501 `unsupported`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+	AcquireLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireLockSet Take several locks all or nothing, with one token.
+	//
+	// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+	// exclusively, or none of them. Each key gets an ordinary exclusive
+	// lease with its own fence, the same token and TTL for all, marked as
+	// part of a set (`set`: the set's size) in its state, history and
+	// events. A key that is not free answers the 409 a lone acquire of it
+	// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+	// `key` and its holder, and none of the set's keys is taken.
+	//
+	// With `wait_ms` > 0 the request waits. Every set takes its keys in
+	// one order (by Cluster slot, then by name), waiting first in each
+	// key's queue in turn, so two sets never wait for each other ({a, b}
+	// and {b, a} both complete), and a set waiting on a key is served in
+	// its turn, ahead of requests that came after it. While it waits, a
+	// set holds none of its keys: its places in the queues are waiters,
+	// shown in each key's `queue`, and a release never hands one key of a
+	// set over alone. On a Cluster the keys may be in different slots.
+	// A lockd that dies while a set waits leaves its places within
+	// 1.6 s, and nothing held past the set's TTL.
+	//
+	// `mode` is `exclusive` (the default) or `shared`: every key held
+	// shared, beside other shared holders (an exclusive request waits for
+	// them all, and shared requests that come after a waiting exclusive
+	// one wait behind it). A `session` and a lock-delay are not offered
+	// for sets yet (400). With API keys
+	// limited to prefixes, every key must be under one of them (403). A
+	// server in Redlock mode answers 501 `unsupported`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+	AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HoldLockSetWithBody Take a lock set and keep it renewed while the connection stays open.
+	//
+	// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+	// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+	// `acquired` (data: the set, token included), `renewed` (the set,
+	// each time the server renews every key on the client's behalf,
+	// every ttl/3) and `lost` (a problem body, when one of the set's
+	// keys was broken or lapsed, or the server shuts down; the stream
+	// ends after it). When the client disconnects, the server releases
+	// every key at once. If the acquire fails the answer is the same
+	// problem+json as acquire, not a stream. Holds count against
+	// `--max-holds`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+	HoldLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+	//
+	// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+	// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+	// `acquired` (data: the set, token included), `renewed` (the set,
+	// each time the server renews every key on the client's behalf,
+	// every ttl/3) and `lost` (a problem body, when one of the set's
+	// keys was broken or lapsed, or the server shuts down; the stream
+	// ends after it). When the client disconnects, the server releases
+	// every key at once. If the acquire fails the answer is the same
+	// problem+json as acquire, not a stream. Holds count against
+	// `--max-holds`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+	HoldLockSet(ctx context.Context, body HoldLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseLockSetWithBody Release every lease of a lock set.
+	//
+	// Releases every key the set still holds, by its token alone, and
+	// forgets the set; `released` counts the keys it still held. 409
+	// `lease_lost` when the set is gone.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+	ReleaseLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseLockSet Release every lease of a lock set.
+	//
+	// Releases every key the set still holds, by its token alone, and
+	// forgets the set; `released` counts the keys it still held. 409
+	// `lease_lost` when the set is gone.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+	ReleaseLockSet(ctx context.Context, body ReleaseLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLockSetWithBody Extend every lease of a lock set.
+	//
+	// Sets every key's expiry to now + `ttl_ms` (default the set's own
+	// TTL), by the set's token alone: lockd keeps the set's keys under a
+	// hash of its token for as long as the set lives. 409 `lease_lost`
+	// when the set is gone; when one of its keys was lost (broken or
+	// lapsed) the set ends: its other keys are released, and the answer
+	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+	RenewLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLockSet Extend every lease of a lock set.
+	//
+	// Sets every key's expiry to now + `ttl_ms` (default the set's own
+	// TTL), by the set's token alone: lockd keeps the set's keys under a
+	// hash of its token for as long as the set lives. 409 `lease_lost`
+	// when the set is gone; when one of its keys was lost (broken or
+	// lapsed) the set ends: its other keys are released, and the answer
+	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+	RenewLockSet(ctx context.Context, body RenewLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLocks List live locks, paged.
 	//
@@ -3499,6 +3870,240 @@ func (c *Client) Resign(ctx context.Context, key ElectionKey, body ResignJSONReq
 // Corresponds with GET /v1/events (the `StreamEvents` operationId).
 func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStreamEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireLockSetWithBody Take several locks all or nothing, with one token.
+//
+// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+// exclusively, or none of them. Each key gets an ordinary exclusive
+// lease with its own fence, the same token and TTL for all, marked as
+// part of a set (`set`: the set's size) in its state, history and
+// events. A key that is not free answers the 409 a lone acquire of it
+// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+// `key` and its holder, and none of the set's keys is taken.
+//
+// With `wait_ms` > 0 the request waits. Every set takes its keys in
+// one order (by Cluster slot, then by name), waiting first in each
+// key's queue in turn, so two sets never wait for each other ({a, b}
+// and {b, a} both complete), and a set waiting on a key is served in
+// its turn, ahead of requests that came after it. While it waits, a
+// set holds none of its keys: its places in the queues are waiters,
+// shown in each key's `queue`, and a release never hands one key of a
+// set over alone. On a Cluster the keys may be in different slots.
+// A lockd that dies while a set waits leaves its places within
+// 1.6 s, and nothing held past the set's TTL.
+//
+// `mode` is `exclusive` (the default) or `shared`: every key held
+// shared, beside other shared holders (an exclusive request waits for
+// them all, and shared requests that come after a waiting exclusive
+// one wait behind it). A `session` and a lock-delay are not offered
+// for sets yet (400). With API keys
+// limited to prefixes, every key must be under one of them (403). A
+// server in Redlock mode answers 501 `unsupported`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+func (c *Client) AcquireLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireLockSetRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireLockSet Take several locks all or nothing, with one token.
+//
+// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+// exclusively, or none of them. Each key gets an ordinary exclusive
+// lease with its own fence, the same token and TTL for all, marked as
+// part of a set (`set`: the set's size) in its state, history and
+// events. A key that is not free answers the 409 a lone acquire of it
+// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+// `key` and its holder, and none of the set's keys is taken.
+//
+// With `wait_ms` > 0 the request waits. Every set takes its keys in
+// one order (by Cluster slot, then by name), waiting first in each
+// key's queue in turn, so two sets never wait for each other ({a, b}
+// and {b, a} both complete), and a set waiting on a key is served in
+// its turn, ahead of requests that came after it. While it waits, a
+// set holds none of its keys: its places in the queues are waiters,
+// shown in each key's `queue`, and a release never hands one key of a
+// set over alone. On a Cluster the keys may be in different slots.
+// A lockd that dies while a set waits leaves its places within
+// 1.6 s, and nothing held past the set's TTL.
+//
+// `mode` is `exclusive` (the default) or `shared`: every key held
+// shared, beside other shared holders (an exclusive request waits for
+// them all, and shared requests that come after a waiting exclusive
+// one wait behind it). A `session` and a lock-delay are not offered
+// for sets yet (400). With API keys
+// limited to prefixes, every key must be under one of them (403). A
+// server in Redlock mode answers 501 `unsupported`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+func (c *Client) AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireLockSetRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HoldLockSetWithBody Take a lock set and keep it renewed while the connection stays open.
+//
+// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+// `acquired` (data: the set, token included), `renewed` (the set,
+// each time the server renews every key on the client's behalf,
+// every ttl/3) and `lost` (a problem body, when one of the set's
+// keys was broken or lapsed, or the server shuts down; the stream
+// ends after it). When the client disconnects, the server releases
+// every key at once. If the acquire fails the answer is the same
+// problem+json as acquire, not a stream. Holds count against
+// `--max-holds`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+func (c *Client) HoldLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHoldLockSetRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+//
+// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+// `acquired` (data: the set, token included), `renewed` (the set,
+// each time the server renews every key on the client's behalf,
+// every ttl/3) and `lost` (a problem body, when one of the set's
+// keys was broken or lapsed, or the server shuts down; the stream
+// ends after it). When the client disconnects, the server releases
+// every key at once. If the acquire fails the answer is the same
+// problem+json as acquire, not a stream. Holds count against
+// `--max-holds`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+func (c *Client) HoldLockSet(ctx context.Context, body HoldLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHoldLockSetRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseLockSetWithBody Release every lease of a lock set.
+//
+// Releases every key the set still holds, by its token alone, and
+// forgets the set; `released` counts the keys it still held. 409
+// `lease_lost` when the set is gone.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+func (c *Client) ReleaseLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseLockSetRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseLockSet Release every lease of a lock set.
+//
+// Releases every key the set still holds, by its token alone, and
+// forgets the set; `released` counts the keys it still held. 409
+// `lease_lost` when the set is gone.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+func (c *Client) ReleaseLockSet(ctx context.Context, body ReleaseLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseLockSetRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLockSetWithBody Extend every lease of a lock set.
+//
+// Sets every key's expiry to now + `ttl_ms` (default the set's own
+// TTL), by the set's token alone: lockd keeps the set's keys under a
+// hash of its token for as long as the set lives. 409 `lease_lost`
+// when the set is gone; when one of its keys was lost (broken or
+// lapsed) the set ends: its other keys are released, and the answer
+// is 409 `lease_lost`. Stop the protected work.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+func (c *Client) RenewLockSetWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLockSetRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLockSet Extend every lease of a lock set.
+//
+// Sets every key's expiry to now + `ttl_ms` (default the set's own
+// TTL), by the set's token alone: lockd keeps the set's keys under a
+// hash of its token for as long as the set lives. 409 `lease_lost`
+// when the set is gone; when one of its keys was lost (broken or
+// lapsed) the set ends: its other keys are released, and the answer
+// is 409 `lease_lost`. Stop the protected work.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+func (c *Client) RenewLockSet(ctx context.Context, body RenewLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLockSetRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5165,6 +5770,166 @@ func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Re
 	return req, nil
 }
 
+// NewAcquireLockSetRequest calls the generic AcquireLockSet builder with application/json body
+func NewAcquireLockSetRequest(server string, body AcquireLockSetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcquireLockSetRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAcquireLockSetRequestWithBody constructs an http.Request for the AcquireLockSet method, with any body, and a specified content type
+func NewAcquireLockSetRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lock-sets/acquire")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewHoldLockSetRequest calls the generic HoldLockSet builder with application/json body
+func NewHoldLockSetRequest(server string, body HoldLockSetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewHoldLockSetRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewHoldLockSetRequestWithBody constructs an http.Request for the HoldLockSet method, with any body, and a specified content type
+func NewHoldLockSetRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lock-sets/hold")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReleaseLockSetRequest calls the generic ReleaseLockSet builder with application/json body
+func NewReleaseLockSetRequest(server string, body ReleaseLockSetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReleaseLockSetRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewReleaseLockSetRequestWithBody constructs an http.Request for the ReleaseLockSet method, with any body, and a specified content type
+func NewReleaseLockSetRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lock-sets/release")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRenewLockSetRequest calls the generic RenewLockSet builder with application/json body
+func NewRenewLockSetRequest(server string, body RenewLockSetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewLockSetRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRenewLockSetRequestWithBody constructs an http.Request for the RenewLockSet method, with any body, and a specified content type
+func NewRenewLockSetRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lock-sets/renew")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListLocksRequest constructs an http.Request for the ListLocks method
 func NewListLocksRequest(server string, params *ListLocksParams) (*http.Request, error) {
 	var err error
@@ -6677,6 +7442,160 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
 	StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
+	// AcquireLockSetWithBodyWithResponse Take several locks all or nothing, with one token.
+	//
+	// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+	// exclusively, or none of them. Each key gets an ordinary exclusive
+	// lease with its own fence, the same token and TTL for all, marked as
+	// part of a set (`set`: the set's size) in its state, history and
+	// events. A key that is not free answers the 409 a lone acquire of it
+	// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+	// `key` and its holder, and none of the set's keys is taken.
+	//
+	// With `wait_ms` > 0 the request waits. Every set takes its keys in
+	// one order (by Cluster slot, then by name), waiting first in each
+	// key's queue in turn, so two sets never wait for each other ({a, b}
+	// and {b, a} both complete), and a set waiting on a key is served in
+	// its turn, ahead of requests that came after it. While it waits, a
+	// set holds none of its keys: its places in the queues are waiters,
+	// shown in each key's `queue`, and a release never hands one key of a
+	// set over alone. On a Cluster the keys may be in different slots.
+	// A lockd that dies while a set waits leaves its places within
+	// 1.6 s, and nothing held past the set's TTL.
+	//
+	// `mode` is `exclusive` (the default) or `shared`: every key held
+	// shared, beside other shared holders (an exclusive request waits for
+	// them all, and shared requests that come after a waiting exclusive
+	// one wait behind it). A `session` and a lock-delay are not offered
+	// for sets yet (400). With API keys
+	// limited to prefixes, every key must be under one of them (403). A
+	// server in Redlock mode answers 501 `unsupported`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+	AcquireLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error)
+
+	// AcquireLockSetWithResponse Take several locks all or nothing, with one token.
+	//
+	// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+	// exclusively, or none of them. Each key gets an ordinary exclusive
+	// lease with its own fence, the same token and TTL for all, marked as
+	// part of a set (`set`: the set's size) in its state, history and
+	// events. A key that is not free answers the 409 a lone acquire of it
+	// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+	// `key` and its holder, and none of the set's keys is taken.
+	//
+	// With `wait_ms` > 0 the request waits. Every set takes its keys in
+	// one order (by Cluster slot, then by name), waiting first in each
+	// key's queue in turn, so two sets never wait for each other ({a, b}
+	// and {b, a} both complete), and a set waiting on a key is served in
+	// its turn, ahead of requests that came after it. While it waits, a
+	// set holds none of its keys: its places in the queues are waiters,
+	// shown in each key's `queue`, and a release never hands one key of a
+	// set over alone. On a Cluster the keys may be in different slots.
+	// A lockd that dies while a set waits leaves its places within
+	// 1.6 s, and nothing held past the set's TTL.
+	//
+	// `mode` is `exclusive` (the default) or `shared`: every key held
+	// shared, beside other shared holders (an exclusive request waits for
+	// them all, and shared requests that come after a waiting exclusive
+	// one wait behind it). A `session` and a lock-delay are not offered
+	// for sets yet (400). With API keys
+	// limited to prefixes, every key must be under one of them (403). A
+	// server in Redlock mode answers 501 `unsupported`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+	AcquireLockSetWithResponse(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error)
+
+	// HoldLockSetWithBodyWithResponse Take a lock set and keep it renewed while the connection stays open.
+	//
+	// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+	// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+	// `acquired` (data: the set, token included), `renewed` (the set,
+	// each time the server renews every key on the client's behalf,
+	// every ttl/3) and `lost` (a problem body, when one of the set's
+	// keys was broken or lapsed, or the server shuts down; the stream
+	// ends after it). When the client disconnects, the server releases
+	// every key at once. If the acquire fails the answer is the same
+	// problem+json as acquire, not a stream. Holds count against
+	// `--max-holds`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+	HoldLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HoldLockSetResponse, error)
+
+	// HoldLockSetWithResponse Take a lock set and keep it renewed while the connection stays open.
+	//
+	// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+	// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+	// `acquired` (data: the set, token included), `renewed` (the set,
+	// each time the server renews every key on the client's behalf,
+	// every ttl/3) and `lost` (a problem body, when one of the set's
+	// keys was broken or lapsed, or the server shuts down; the stream
+	// ends after it). When the client disconnects, the server releases
+	// every key at once. If the acquire fails the answer is the same
+	// problem+json as acquire, not a stream. Holds count against
+	// `--max-holds`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+	HoldLockSetWithResponse(ctx context.Context, body HoldLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*HoldLockSetResponse, error)
+
+	// ReleaseLockSetWithBodyWithResponse Release every lease of a lock set.
+	//
+	// Releases every key the set still holds, by its token alone, and
+	// forgets the set; `released` counts the keys it still held. 409
+	// `lease_lost` when the set is gone.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+	ReleaseLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseLockSetResponse, error)
+
+	// ReleaseLockSetWithResponse Release every lease of a lock set.
+	//
+	// Releases every key the set still holds, by its token alone, and
+	// forgets the set; `released` counts the keys it still held. 409
+	// `lease_lost` when the set is gone.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+	ReleaseLockSetWithResponse(ctx context.Context, body ReleaseLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseLockSetResponse, error)
+
+	// RenewLockSetWithBodyWithResponse Extend every lease of a lock set.
+	//
+	// Sets every key's expiry to now + `ttl_ms` (default the set's own
+	// TTL), by the set's token alone: lockd keeps the set's keys under a
+	// hash of its token for as long as the set lives. 409 `lease_lost`
+	// when the set is gone; when one of its keys was lost (broken or
+	// lapsed) the set ends: its other keys are released, and the answer
+	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+	RenewLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLockSetResponse, error)
+
+	// RenewLockSetWithResponse Extend every lease of a lock set.
+	//
+	// Sets every key's expiry to now + `ttl_ms` (default the set's own
+	// TTL), by the set's token alone: lockd keeps the set's keys under a
+	// hash of its token for as long as the set lives. 409 `lease_lost`
+	// when the set is gone; when one of its keys was lost (broken or
+	// lapsed) the set ends: its other keys are released, and the answer
+	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+	RenewLockSetWithResponse(ctx context.Context, body RenewLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockSetResponse, error)
 
 	// ListLocksWithResponse List live locks, paged.
 	//
@@ -8872,6 +9791,527 @@ func (r StreamEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StreamEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcquireLockSetResponse401Headers the declared response headers of an HTTP 401 response for AcquireLockSet
+type AcquireLockSetResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// AcquireLockSetResponse409Headers the declared response headers of an HTTP 409 response for AcquireLockSet
+type AcquireLockSetResponse409Headers struct {
+	RetryAfter *int
+}
+
+// AcquireLockSetResponse429Headers the declared response headers of an HTTP 429 response for AcquireLockSet
+type AcquireLockSetResponse429Headers struct {
+	RetryAfter int
+}
+
+// AcquireLockSetResponse503Headers the declared response headers of an HTTP 503 response for AcquireLockSet
+type AcquireLockSetResponse503Headers struct {
+	RetryAfter int
+}
+
+type AcquireLockSetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockSet
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotImplemented
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireLockSetResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AcquireLockSetResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquireLockSetResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquireLockSetResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcquireLockSetResponse) GetJSON200() *LockSet {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON501() *NotImplemented {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AcquireLockSetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcquireLockSetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcquireLockSetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcquireLockSetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HoldLockSetResponse401Headers the declared response headers of an HTTP 401 response for HoldLockSet
+type HoldLockSetResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// HoldLockSetResponse409Headers the declared response headers of an HTTP 409 response for HoldLockSet
+type HoldLockSetResponse409Headers struct {
+	RetryAfter *int
+}
+
+// HoldLockSetResponse429Headers the declared response headers of an HTTP 429 response for HoldLockSet
+type HoldLockSetResponse429Headers struct {
+	RetryAfter int
+}
+
+// HoldLockSetResponse503Headers the declared response headers of an HTTP 503 response for HoldLockSet
+type HoldLockSetResponse503Headers struct {
+	RetryAfter int
+}
+
+type HoldLockSetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotImplemented
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HoldLockSetResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *HoldLockSetResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HoldLockSetResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HoldLockSetResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON501() *NotImplemented {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r HoldLockSetResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r HoldLockSetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HoldLockSetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HoldLockSetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HoldLockSetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseLockSetResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLockSet
+type ReleaseLockSetResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ReleaseLockSetResponse409Headers the declared response headers of an HTTP 409 response for ReleaseLockSet
+type ReleaseLockSetResponse409Headers struct {
+	RetryAfter *int
+}
+
+// ReleaseLockSetResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLockSet
+type ReleaseLockSetResponse429Headers struct {
+	RetryAfter int
+}
+
+// ReleaseLockSetResponse503Headers the declared response headers of an HTTP 503 response for ReleaseLockSet
+type ReleaseLockSetResponse503Headers struct {
+	RetryAfter int
+}
+
+type ReleaseLockSetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockSetReleaseResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotImplemented
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseLockSetResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReleaseLockSetResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseLockSetResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseLockSetResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseLockSetResponse) GetJSON200() *LockSetReleaseResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON501() *NotImplemented {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseLockSetResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseLockSetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseLockSetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseLockSetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseLockSetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewLockSetResponse401Headers the declared response headers of an HTTP 401 response for RenewLockSet
+type RenewLockSetResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// RenewLockSetResponse409Headers the declared response headers of an HTTP 409 response for RenewLockSet
+type RenewLockSetResponse409Headers struct {
+	RetryAfter *int
+}
+
+// RenewLockSetResponse429Headers the declared response headers of an HTTP 429 response for RenewLockSet
+type RenewLockSetResponse429Headers struct {
+	RetryAfter int
+}
+
+// RenewLockSetResponse503Headers the declared response headers of an HTTP 503 response for RenewLockSet
+type RenewLockSetResponse503Headers struct {
+	RetryAfter int
+}
+
+type RenewLockSetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockSet
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotImplemented
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewLockSetResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RenewLockSetResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewLockSetResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewLockSetResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewLockSetResponse) GetJSON200() *LockSet {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON501() *NotImplemented {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewLockSetResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewLockSetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewLockSetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewLockSetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewLockSetResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12008,6 +13448,208 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, para
 	return ParseStreamEventsResponse(rsp)
 }
 
+// AcquireLockSetWithBodyWithResponse Take several locks all or nothing, with one token.
+//
+// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+// exclusively, or none of them. Each key gets an ordinary exclusive
+// lease with its own fence, the same token and TTL for all, marked as
+// part of a set (`set`: the set's size) in its state, history and
+// events. A key that is not free answers the 409 a lone acquire of it
+// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+// `key` and its holder, and none of the set's keys is taken.
+//
+// With `wait_ms` > 0 the request waits. Every set takes its keys in
+// one order (by Cluster slot, then by name), waiting first in each
+// key's queue in turn, so two sets never wait for each other ({a, b}
+// and {b, a} both complete), and a set waiting on a key is served in
+// its turn, ahead of requests that came after it. While it waits, a
+// set holds none of its keys: its places in the queues are waiters,
+// shown in each key's `queue`, and a release never hands one key of a
+// set over alone. On a Cluster the keys may be in different slots.
+// A lockd that dies while a set waits leaves its places within
+// 1.6 s, and nothing held past the set's TTL.
+//
+// `mode` is `exclusive` (the default) or `shared`: every key held
+// shared, beside other shared holders (an exclusive request waits for
+// them all, and shared requests that come after a waiting exclusive
+// one wait behind it). A `session` and a lock-delay are not offered
+// for sets yet (400). With API keys
+// limited to prefixes, every key must be under one of them (403). A
+// server in Redlock mode answers 501 `unsupported`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+func (c *ClientWithResponses) AcquireLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error) {
+	rsp, err := c.AcquireLockSetWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireLockSetResponse(rsp)
+}
+
+// AcquireLockSetWithResponse Take several locks all or nothing, with one token.
+//
+// Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+// exclusively, or none of them. Each key gets an ordinary exclusive
+// lease with its own fence, the same token and TTL for all, marked as
+// part of a set (`set`: the set's size) in its state, history and
+// events. A key that is not free answers the 409 a lone acquire of it
+// would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+// `key` and its holder, and none of the set's keys is taken.
+//
+// With `wait_ms` > 0 the request waits. Every set takes its keys in
+// one order (by Cluster slot, then by name), waiting first in each
+// key's queue in turn, so two sets never wait for each other ({a, b}
+// and {b, a} both complete), and a set waiting on a key is served in
+// its turn, ahead of requests that came after it. While it waits, a
+// set holds none of its keys: its places in the queues are waiters,
+// shown in each key's `queue`, and a release never hands one key of a
+// set over alone. On a Cluster the keys may be in different slots.
+// A lockd that dies while a set waits leaves its places within
+// 1.6 s, and nothing held past the set's TTL.
+//
+// `mode` is `exclusive` (the default) or `shared`: every key held
+// shared, beside other shared holders (an exclusive request waits for
+// them all, and shared requests that come after a waiting exclusive
+// one wait behind it). A `session` and a lock-delay are not offered
+// for sets yet (400). With API keys
+// limited to prefixes, every key must be under one of them (403). A
+// server in Redlock mode answers 501 `unsupported`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/acquire (the `AcquireLockSet` operationId).
+func (c *ClientWithResponses) AcquireLockSetWithResponse(ctx context.Context, body AcquireLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLockSetResponse, error) {
+	rsp, err := c.AcquireLockSet(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireLockSetResponse(rsp)
+}
+
+// HoldLockSetWithBodyWithResponse Take a lock set and keep it renewed while the connection stays open.
+//
+// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+// `acquired` (data: the set, token included), `renewed` (the set,
+// each time the server renews every key on the client's behalf,
+// every ttl/3) and `lost` (a problem body, when one of the set's
+// keys was broken or lapsed, or the server shuts down; the stream
+// ends after it). When the client disconnects, the server releases
+// every key at once. If the acquire fails the answer is the same
+// problem+json as acquire, not a stream. Holds count against
+// `--max-holds`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+func (c *ClientWithResponses) HoldLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*HoldLockSetResponse, error) {
+	rsp, err := c.HoldLockSetWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHoldLockSetResponse(rsp)
+}
+
+// HoldLockSetWithResponse Take a lock set and keep it renewed while the connection stays open.
+//
+// As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+// `/v1/lock-sets/acquire`; answers `text/event-stream` with
+// `acquired` (data: the set, token included), `renewed` (the set,
+// each time the server renews every key on the client's behalf,
+// every ttl/3) and `lost` (a problem body, when one of the set's
+// keys was broken or lapsed, or the server shuts down; the stream
+// ends after it). When the client disconnects, the server releases
+// every key at once. If the acquire fails the answer is the same
+// problem+json as acquire, not a stream. Holds count against
+// `--max-holds`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/hold (the `HoldLockSet` operationId).
+func (c *ClientWithResponses) HoldLockSetWithResponse(ctx context.Context, body HoldLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*HoldLockSetResponse, error) {
+	rsp, err := c.HoldLockSet(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHoldLockSetResponse(rsp)
+}
+
+// ReleaseLockSetWithBodyWithResponse Release every lease of a lock set.
+//
+// Releases every key the set still holds, by its token alone, and
+// forgets the set; `released` counts the keys it still held. 409
+// `lease_lost` when the set is gone.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+func (c *ClientWithResponses) ReleaseLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseLockSetResponse, error) {
+	rsp, err := c.ReleaseLockSetWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseLockSetResponse(rsp)
+}
+
+// ReleaseLockSetWithResponse Release every lease of a lock set.
+//
+// Releases every key the set still holds, by its token alone, and
+// forgets the set; `released` counts the keys it still held. 409
+// `lease_lost` when the set is gone.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/release (the `ReleaseLockSet` operationId).
+func (c *ClientWithResponses) ReleaseLockSetWithResponse(ctx context.Context, body ReleaseLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseLockSetResponse, error) {
+	rsp, err := c.ReleaseLockSet(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseLockSetResponse(rsp)
+}
+
+// RenewLockSetWithBodyWithResponse Extend every lease of a lock set.
+//
+// Sets every key's expiry to now + `ttl_ms` (default the set's own
+// TTL), by the set's token alone: lockd keeps the set's keys under a
+// hash of its token for as long as the set lives. 409 `lease_lost`
+// when the set is gone; when one of its keys was lost (broken or
+// lapsed) the set ends: its other keys are released, and the answer
+// is 409 `lease_lost`. Stop the protected work.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+func (c *ClientWithResponses) RenewLockSetWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLockSetResponse, error) {
+	rsp, err := c.RenewLockSetWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLockSetResponse(rsp)
+}
+
+// RenewLockSetWithResponse Extend every lease of a lock set.
+//
+// Sets every key's expiry to now + `ttl_ms` (default the set's own
+// TTL), by the set's token alone: lockd keeps the set's keys under a
+// hash of its token for as long as the set lives. 409 `lease_lost`
+// when the set is gone; when one of its keys was lost (broken or
+// lapsed) the set ends: its other keys are released, and the answer
+// is 409 `lease_lost`. Stop the protected work.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
+func (c *ClientWithResponses) RenewLockSetWithResponse(ctx context.Context, body RenewLockSetJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockSetResponse, error) {
+	rsp, err := c.RenewLockSet(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLockSetResponse(rsp)
+}
+
 // ListLocksWithResponse List live locks, paged.
 //
 // Walks Redis with `SCAN`, never `KEYS`. Every lock that stays live for
@@ -14347,6 +15989,527 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers StreamEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAcquireLockSetResponse parses an HTTP response from a AcquireLockSetWithResponse call
+func ParseAcquireLockSetResponse(rsp *http.Response) (*AcquireLockSetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcquireLockSetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockSet
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AcquireLockSetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers AcquireLockSetResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquireLockSetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquireLockSetResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHoldLockSetResponse parses an HTTP response from a HoldLockSetWithResponse call
+func ParseHoldLockSetResponse(rsp *http.Response) (*HoldLockSetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HoldLockSetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers HoldLockSetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers HoldLockSetResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers HoldLockSetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers HoldLockSetResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseLockSetResponse parses an HTTP response from a ReleaseLockSetWithResponse call
+func ParseReleaseLockSetResponse(rsp *http.Response) (*ReleaseLockSetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseLockSetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockSetReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReleaseLockSetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers ReleaseLockSetResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseLockSetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseLockSetResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewLockSetResponse parses an HTTP response from a RenewLockSetWithResponse call
+func ParseRenewLockSetResponse(rsp *http.Response) (*RenewLockSetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewLockSetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockSet
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RenewLockSetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers RenewLockSetResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewLockSetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewLockSetResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -17018,6 +19181,18 @@ type ServerInterface interface {
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	// (GET /v1/events)
 	StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams)
+	// AcquireLockSet Take several locks all or nothing, with one token.
+	// (POST /v1/lock-sets/acquire)
+	AcquireLockSet(w http.ResponseWriter, r *http.Request)
+	// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+	// (POST /v1/lock-sets/hold)
+	HoldLockSet(w http.ResponseWriter, r *http.Request)
+	// ReleaseLockSet Release every lease of a lock set.
+	// (POST /v1/lock-sets/release)
+	ReleaseLockSet(w http.ResponseWriter, r *http.Request)
+	// RenewLockSet Extend every lease of a lock set.
+	// (POST /v1/lock-sets/renew)
+	RenewLockSet(w http.ResponseWriter, r *http.Request)
 	// ListLocks List live locks, paged.
 	// (GET /v1/locks)
 	ListLocks(w http.ResponseWriter, r *http.Request, params ListLocksParams)
@@ -17186,6 +19361,30 @@ func (_ Unimplemented) Resign(w http.ResponseWriter, r *http.Request, key Electi
 // StreamEvents Follow every lifecycle event, as server-sent events.
 // (GET /v1/events)
 func (_ Unimplemented) StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AcquireLockSet Take several locks all or nothing, with one token.
+// (POST /v1/lock-sets/acquire)
+func (_ Unimplemented) AcquireLockSet(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+// (POST /v1/lock-sets/hold)
+func (_ Unimplemented) HoldLockSet(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ReleaseLockSet Release every lease of a lock set.
+// (POST /v1/lock-sets/release)
+func (_ Unimplemented) ReleaseLockSet(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RenewLockSet Extend every lease of a lock set.
+// (POST /v1/lock-sets/renew)
+func (_ Unimplemented) RenewLockSet(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -17822,6 +20021,62 @@ func (siw *ServerInterfaceWrapper) StreamEvents(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.StreamEvents(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AcquireLockSet operation middleware
+func (siw *ServerInterfaceWrapper) AcquireLockSet(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AcquireLockSet(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// HoldLockSet operation middleware
+func (siw *ServerInterfaceWrapper) HoldLockSet(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.HoldLockSet(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReleaseLockSet operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseLockSet(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseLockSet(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RenewLockSet operation middleware
+func (siw *ServerInterfaceWrapper) RenewLockSet(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RenewLockSet(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -18730,6 +20985,18 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/locks/{key}/history", wrapper.GetLockHistory)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lock-sets/acquire", wrapper.AcquireLockSet)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lock-sets/renew", wrapper.RenewLockSet)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lock-sets/release", wrapper.ReleaseLockSet)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lock-sets/hold", wrapper.HoldLockSet)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/semaphores/{key}/acquire", wrapper.AcquireSemaphore)
 	})
 	r.Group(func(r chi.Router) {
@@ -18850,6 +21117,8 @@ type MethodNotAllowedApplicationProblemPlusJSONResponse struct {
 type NoSuchEndpointApplicationProblemPlusJSONResponse Problem
 
 type NotFoundApplicationProblemPlusJSONResponse Problem
+
+type NotImplementedApplicationProblemPlusJSONResponse Problem
 
 type PayloadTooLargeApplicationProblemPlusJSONResponse Problem
 
@@ -20919,6 +23188,723 @@ type StreamEvents503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response StreamEvents503ApplicationProblemPlusJSONResponse) VisitStreamEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSetRequestObject struct {
+	Body *AcquireLockSetJSONRequestBody
+}
+
+type AcquireLockSetResponseObject interface {
+	VisitAcquireLockSetResponse(w http.ResponseWriter) error
+}
+
+type AcquireLockSet200JSONResponse LockSet
+
+func (response AcquireLockSet200JSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet400ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet401ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet403ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet409ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet413ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet415ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet429ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet501ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet503ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSetRequestObject struct {
+	Body *HoldLockSetJSONRequestBody
+}
+
+type HoldLockSetResponseObject interface {
+	VisitHoldLockSetResponse(w http.ResponseWriter) error
+}
+
+type HoldLockSet200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response HoldLockSet200TexteventStreamResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type HoldLockSet400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet400ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet401ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet403ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet409ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet413ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet415ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet429ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet501ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HoldLockSet503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response HoldLockSet503ApplicationProblemPlusJSONResponse) VisitHoldLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSetRequestObject struct {
+	Body *ReleaseLockSetJSONRequestBody
+}
+
+type ReleaseLockSetResponseObject interface {
+	VisitReleaseLockSetResponse(w http.ResponseWriter) error
+}
+
+type ReleaseLockSet200JSONResponse LockSetReleaseResult
+
+func (response ReleaseLockSet200JSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet400ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet401ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet403ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet409ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet413ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet415ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet429ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet501ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseLockSet503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseLockSet503ApplicationProblemPlusJSONResponse) VisitReleaseLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSetRequestObject struct {
+	Body *RenewLockSetJSONRequestBody
+}
+
+type RenewLockSetResponseObject interface {
+	VisitRenewLockSetResponse(w http.ResponseWriter) error
+}
+
+type RenewLockSet200JSONResponse LockSet
+
+func (response RenewLockSet200JSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet400ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet401ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet403ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet409ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet413ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet415ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet429ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet501ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewLockSet503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RenewLockSet503ApplicationProblemPlusJSONResponse) VisitRenewLockSetResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -24361,6 +27347,18 @@ type StrictServerInterface interface {
 	// StreamEvents Follow every lifecycle event, as server-sent events.
 	// (GET /v1/events)
 	StreamEvents(ctx context.Context, request StreamEventsRequestObject) (StreamEventsResponseObject, error)
+	// AcquireLockSet Take several locks all or nothing, with one token.
+	// (POST /v1/lock-sets/acquire)
+	AcquireLockSet(ctx context.Context, request AcquireLockSetRequestObject) (AcquireLockSetResponseObject, error)
+	// HoldLockSet Take a lock set and keep it renewed while the connection stays open.
+	// (POST /v1/lock-sets/hold)
+	HoldLockSet(ctx context.Context, request HoldLockSetRequestObject) (HoldLockSetResponseObject, error)
+	// ReleaseLockSet Release every lease of a lock set.
+	// (POST /v1/lock-sets/release)
+	ReleaseLockSet(ctx context.Context, request ReleaseLockSetRequestObject) (ReleaseLockSetResponseObject, error)
+	// RenewLockSet Extend every lease of a lock set.
+	// (POST /v1/lock-sets/renew)
+	RenewLockSet(ctx context.Context, request RenewLockSetRequestObject) (RenewLockSetResponseObject, error)
 	// ListLocks List live locks, paged.
 	// (GET /v1/locks)
 	ListLocks(ctx context.Context, request ListLocksRequestObject) (ListLocksResponseObject, error)
@@ -24939,6 +27937,130 @@ func (sh *strictHandler) StreamEvents(w http.ResponseWriter, r *http.Request, pa
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(StreamEventsResponseObject); ok {
 		if err := validResponse.VisitStreamEventsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AcquireLockSet operation middleware
+func (sh *strictHandler) AcquireLockSet(w http.ResponseWriter, r *http.Request) {
+	var request AcquireLockSetRequestObject
+
+	var body AcquireLockSetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AcquireLockSet(ctx, request.(AcquireLockSetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AcquireLockSet")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AcquireLockSetResponseObject); ok {
+		if err := validResponse.VisitAcquireLockSetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// HoldLockSet operation middleware
+func (sh *strictHandler) HoldLockSet(w http.ResponseWriter, r *http.Request) {
+	var request HoldLockSetRequestObject
+
+	var body HoldLockSetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.HoldLockSet(ctx, request.(HoldLockSetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "HoldLockSet")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HoldLockSetResponseObject); ok {
+		if err := validResponse.VisitHoldLockSetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReleaseLockSet operation middleware
+func (sh *strictHandler) ReleaseLockSet(w http.ResponseWriter, r *http.Request) {
+	var request ReleaseLockSetRequestObject
+
+	var body ReleaseLockSetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReleaseLockSet(ctx, request.(ReleaseLockSetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReleaseLockSet")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReleaseLockSetResponseObject); ok {
+		if err := validResponse.VisitReleaseLockSetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RenewLockSet operation middleware
+func (sh *strictHandler) RenewLockSet(w http.ResponseWriter, r *http.Request) {
+	var request RenewLockSetRequestObject
+
+	var body RenewLockSetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RenewLockSet(ctx, request.(RenewLockSetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RenewLockSet")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RenewLockSetResponseObject); ok {
+		if err := validResponse.VisitRenewLockSetResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

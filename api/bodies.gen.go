@@ -9,6 +9,8 @@ func NewRequestBody(operationID string) any {
 	switch operationID {
 	case "acquireLock":
 		return new(AcquireLockJSONRequestBody)
+	case "acquireLockSet":
+		return new(AcquireLockSetJSONRequestBody)
 	case "acquireSemaphore":
 		return new(AcquireSemaphoreJSONRequestBody)
 	case "campaign":
@@ -29,18 +31,24 @@ func NewRequestBody(operationID string) any {
 		return new(HandoverJSONRequestBody)
 	case "holdLock":
 		return new(HoldLockJSONRequestBody)
+	case "holdLockSet":
+		return new(HoldLockSetJSONRequestBody)
 	case "holdSemaphore":
 		return new(HoldSemaphoreJSONRequestBody)
 	case "proclaim":
 		return new(ProclaimJSONRequestBody)
 	case "releaseLock":
 		return new(ReleaseLockJSONRequestBody)
+	case "releaseLockSet":
+		return new(ReleaseLockSetJSONRequestBody)
 	case "releaseSemaphore":
 		return new(ReleaseSemaphoreJSONRequestBody)
 	case "renewLeadership":
 		return new(RenewLeadershipJSONRequestBody)
 	case "renewLock":
 		return new(RenewLockJSONRequestBody)
+	case "renewLockSet":
+		return new(RenewLockSetJSONRequestBody)
 	case "renewSemaphore":
 		return new(RenewSemaphoreJSONRequestBody)
 	case "requestReleaseLock":

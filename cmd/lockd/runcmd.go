@@ -57,7 +57,7 @@ func runUnder(ctx context.Context, o runOptions, stdout, stderr io.Writer) error
 	release := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		return h.lease.Release(rctx)
+		return h.release(rctx)
 	}
 	status, lostErr, err := o.supervise(ctx, h, stdout, stderr)
 	if err != nil {
@@ -74,7 +74,7 @@ func runUnder(ctx context.Context, o runOptions, stdout, stderr io.Writer) error
 			// run unprotected, which the caller must hear about.
 			return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s exited (status %d) but %s was already lost: %s", command, status, h.what, trimLockd(err))}
 		}
-		fmt.Fprintf(stderr, "lockd: release %s: %s; it will expire within %v\n", h.what, trimLockd(err), h.lease.TTL())
+		fmt.Fprintf(stderr, "lockd: release %s: %s; it will expire within %v\n", h.what, trimLockd(err), h.ttl())
 	}
 	if status != 0 {
 		return &exitError{code: status}
@@ -86,7 +86,10 @@ func runUnder(ctx context.Context, o runOptions, stdout, stderr io.Writer) error
 type runOptions struct {
 	cf *clientFlags
 	// key is the lock key, or with sem the semaphore's name.
-	key   string
+	key string
+	// keys are the keys of a lock set (--key, with KEY if given): 2 or
+	// more, held all or nothing; key is the first of them.
+	keys  []string
 	sem   bool
 	limit int
 	// argv is COMMAND and its arguments.
@@ -114,6 +117,7 @@ const minHoldUsage = "hold window (exclusive locks only, at most --ttl; ShedLock
 // --help) is an *exitError.
 func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runOptions, error) {
 	cf := newClientFlags("run", "[--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--min-hold D] [--grace 10s] [--retry 30s] [--on-request SIGNAL] KEY -- COMMAND [ARGS...]\n"+
+		"       lockd run --key KEY --key KEY [--key KEY...] [--shared] [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]\n"+
 		"       lockd run --semaphore NAME --limit N [--ttl 30s] [--wait 60s] [--owner NAME] [--grace 10s] [--retry 30s] -- COMMAND [ARGS...]", getenv, stderr)
 	o := runOptions{cf: cf}
 	cf.fs.DurationVar(&o.ttl, "ttl", cf.env.dur("ttl", 30*time.Second), "lease TTL; renewed every ttl/3 while COMMAND runs")
@@ -125,6 +129,8 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	cf.fs.BoolVar(&o.shared, "shared", cf.env.bool("shared", false), "hold KEY together with other shared holders (a read lock); default exclusive")
 	semaphore := cf.fs.String("semaphore", cf.env.str("semaphore", ""), "hold a permit of this semaphore instead of a lock (then no KEY); needs --limit")
 	cf.fs.IntVar(&o.limit, "limit", cf.env.int("limit", 0), "with --semaphore: the most permits held at once, 1-10000 (every holder must use the same)")
+	var setKeys keyList
+	cf.fs.Var(&setKeys, "key", "a key of a lock set, repeatable: every --key (and KEY, if given) is held all or nothing with one token (exclusively, or with --shared shared)")
 	onRequest := cf.fs.String("on-request", cf.env.str("on_request", ""), "send COMMAND's process group this signal (TERM, INT, HUP, USR1, USR2 or a number) when somebody asks the holder to step aside (lockd request-release); the lease stays held until COMMAND ends")
 	if err := parseFlags(cf.fs, args); err != nil {
 		return o, err
@@ -159,6 +165,18 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 		case o.limit == 0:
 			return o, usageError("run --semaphore needs --limit N (or LOCKD_LIMIT): the most permits held at once")
 		}
+	} else if len(setKeys) > 0 {
+		if len(rest) > 1 && rest[1] == "--" {
+			setKeys, rest = append(setKeys, rest[0]), rest[2:]
+		}
+		if len(setKeys) < 2 || len(rest) == 0 {
+			cf.fs.Usage()
+			return o, usageError("run --key KEY --key KEY… wants two or more keys and -- COMMAND [ARGS...]")
+		}
+		o.key, o.keys, o.argv = setKeys[0], setKeys, rest
+		if o.limit != 0 || *onRequest != "" || o.minHold != 0 {
+			return o, usageError("a lock set (--key) takes no --limit, --min-hold or --on-request")
+		}
 	} else {
 		if len(rest) > 1 && rest[1] == "--" {
 			rest = append(rest[:1:1], rest[2:]...)
@@ -187,6 +205,19 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	return o, nil
 }
 
+// keyList is a repeatable flag's values.
+type keyList []string
+
+func (k *keyList) String() string { return strings.Join(*k, " ") }
+
+// Get is the values, as flag.Getter has it.
+func (k *keyList) Get() any { return []string(*k) }
+
+func (k *keyList) Set(v string) error {
+	*k = append(*k, v)
+	return nil
+}
+
 // signalNamed reads a signal's name (TERM or SIGTERM, any case) or number.
 func signalNamed(s string) (syscall.Signal, bool) {
 	if n, err := strconv.Atoi(s); err == nil {
@@ -199,12 +230,64 @@ func signalNamed(s string) (syscall.Signal, bool) {
 	return sig, ok
 }
 
-// runHold is the lease `lockd run` holds, what it is called in messages,
-// and how to read its key's history.
+// runHold is the lease `lockd run` holds (or its lock set), what it is
+// called in messages, and how to read its key's history.
 type runHold struct {
 	lease   *client.Lease
+	set     *client.LockSet
 	what    string
 	history func(ctx context.Context, key string, limit int) (api.History, error)
+}
+
+func (h runHold) release(ctx context.Context) error {
+	if h.set != nil {
+		return h.set.Release(ctx)
+	}
+	return h.lease.Release(ctx)
+}
+
+func (h runHold) ttl() time.Duration {
+	if h.set != nil {
+		return h.set.TTL()
+	}
+	return h.lease.TTL()
+}
+
+func (h runHold) lost() <-chan struct{} {
+	if h.set != nil {
+		return h.set.Lost()
+	}
+	return h.lease.Lost()
+}
+
+func (h runHold) err() error {
+	if h.set != nil {
+		return h.set.Err()
+	}
+	return h.lease.Err()
+}
+
+// fence is the fence of key (the lease's own for one key).
+func (h runHold) fence(key string) int64 {
+	if h.set != nil {
+		return h.set.Fence(key)
+	}
+	return h.lease.Fence()
+}
+
+// env is what COMMAND learns of the hold: LOCKD_KEY and LOCKD_FENCE (the
+// first key's, for a set), and for a set LOCKD_KEYS and LOCKD_FENCES,
+// space-separated in the order given.
+func (h runHold) env(key string) []string {
+	env := []string{"LOCKD_KEY=" + key, "LOCKD_FENCE=" + strconv.FormatInt(h.fence(key), 10)}
+	if h.set != nil {
+		var keys, fences []string
+		for _, l := range h.set.Leases() {
+			keys, fences = append(keys, l.Key), append(fences, strconv.FormatInt(l.Fence, 10))
+		}
+		env = append(env, "LOCKD_KEYS="+strings.Join(keys, " "), "LOCKD_FENCES="+strings.Join(fences, " "))
+	}
+	return env
 }
 
 // acquire takes the lock, the semaphore's permit or the leadership. A lock
@@ -218,13 +301,27 @@ func (o runOptions) acquire(ctx context.Context, c *client.Client, stderr io.Wri
 		once := opts
 		once.Wait = 0
 		h, err := o.take(ctx, c, once)
-		line := waitingLine(o.key, err)
+		line := waitingLine(refusedKey(o.key, err), err)
 		if line == "" {
 			return h, err
 		}
 		fmt.Fprintln(stderr, line)
 	}
 	return o.take(ctx, c, opts)
+}
+
+// refusedKey is the key a refusal names (a lock set's: the first key
+// not free), or key.
+func refusedKey(key string, err error) string {
+	var held *client.HeldError
+	var queued *client.QueuedError
+	switch {
+	case errors.As(err, &held) && held.Key != "":
+		return held.Key
+	case errors.As(err, &queued) && queued.Key != "":
+		return queued.Key
+	}
+	return key
 }
 
 // waitingLine says what a refused first try is waiting for, or "" when err
@@ -265,6 +362,10 @@ func (o runOptions) take(ctx context.Context, c *client.Client, opts client.Acqu
 	if o.shared {
 		opts.Mode = client.Shared
 	}
+	if len(o.keys) > 0 {
+		set, err := c.LockMany(ctx, o.keys, opts)
+		return runHold{set: set, what: "the lock set " + strings.Join(o.keys, ", "), history: c.History}, err
+	}
 	l, err := c.Acquire(ctx, o.key, opts)
 	return runHold{lease: l, what: "the lease on " + o.key, history: c.History}, err
 }
@@ -281,9 +382,9 @@ func (o runOptions) supervise(ctx context.Context, h runHold, stdout, stderr io.
 	defer signal.Stop(sigc)
 
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
-	cmd.Env = append(childEnv(os.Environ()), "LOCKD_KEY="+o.key, "LOCKD_FENCE="+strconv.FormatInt(h.lease.Fence(), 10))
+	cmd.Env = append(childEnv(os.Environ()), h.env(o.key)...)
 	if o.elect {
-		cmd.Env = append(cmd.Env, "LOCKD_TERM="+strconv.FormatInt(h.lease.Fence(), 10))
+		cmd.Env = append(cmd.Env, "LOCKD_TERM="+strconv.FormatInt(h.fence(o.key), 10))
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -300,7 +401,7 @@ func (o runOptions) supervise(ctx context.Context, h runHold, stdout, stderr io.
 		close(exited)
 	}()
 
-	lost := h.lease.Lost()
+	lost := h.lost()
 	var asked <-chan struct{}
 	if o.onRequest != 0 {
 		asked = h.lease.ReleaseRequested()
@@ -319,12 +420,12 @@ func (o runOptions) supervise(ctx context.Context, h runHold, stdout, stderr io.
 			_ = syscall.Kill(-pgid, o.onRequest)
 			continue
 		case <-lost:
-			lostErr = h.lease.Err()
+			lostErr = h.err()
 			lost = nil
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			kill = time.After(o.grace)
 			fmt.Fprintf(stderr, "lockd: %s%s\nlockd: stopping %s: SIGTERM now, SIGKILL in %v\n",
-				trimLockd(lostErr), why(ctx, h.history, o.key, h.lease.Fence()), o.argv[0], o.grace)
+				trimLockd(lostErr), why(ctx, h.history, o.key, h.fence(o.key)), o.argv[0], o.grace)
 			continue
 		case <-kill:
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)

@@ -396,3 +396,48 @@ func TestRunOnRequest(t *testing.T) {
 		}
 	}
 }
+
+// `lockd run --key A --key B` holds every key all or nothing while COMMAND
+// runs, tells COMMAND the keys and their fences, and releases them all.
+func TestRunLockSet(t *testing.T) {
+	ls := startCLIServer(t)
+	var out, errb lockdtest.Buffer
+	code := waitExit(t, lockdRun(ls, &out, &errb, "--key", "run:set:b", "--key", "run:set:c", "run:set:a", "--",
+		"sh", "-c", `echo "$LOCKD_KEYS|$LOCKD_FENCES|$LOCKD_KEY"`), 10*time.Second, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
+	}
+	f := strings.Split(strings.TrimSpace(out.String()), "|")
+	if len(f) != 3 || f[0] != "run:set:b run:set:c run:set:a" || len(strings.Fields(f[1])) != 3 || f[2] != "run:set:b" {
+		t.Fatalf("COMMAND saw %q", out.String())
+	}
+	for _, k := range []string{"run:set:a", "run:set:b", "run:set:c"} {
+		assertFree(t, ls.c, k)
+	}
+
+	held, err := ls.c.Acquire(context.Background(), "run:set:c", client.AcquireOptions{Owner: "other", TTL: time.Minute, NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"a key held after the wait", []string{"--wait", "200ms", "--key", "run:set:a", "--key", "run:set:c", "--", "true"}, exitHeld, "run:set:c is held by other"},
+		{"one key", []string{"--key", "run:set:a", "--", "true"}, exitUsage, "two or more keys"},
+		{"on-request", []string{"--on-request", "USR1", "--key", "run:set:a", "--key", "run:set:b", "--", "true"}, exitUsage, "--on-request"},
+		{"a duplicate", []string{"--key", "run:set:a", "--key", "run:set:a", "--", "true"}, exitUsage, "keys[1]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb lockdtest.Buffer
+			code := waitExit(t, lockdRun(ls, &out, &errb, tt.args...), 10*time.Second, &errb)
+			if code != tt.code || !strings.Contains(errb.String(), tt.msg) {
+				t.Errorf("exit %d, want %d and %q on stderr:\n%s", code, tt.code, tt.msg, &errb)
+			}
+		})
+	}
+	assertFree(t, ls.c, "run:set:a")
+}

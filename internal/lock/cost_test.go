@@ -91,6 +91,33 @@ func BenchmarkRedisCostPerOp(b *testing.B) {
 		_, err = e.Release(ctx, lock.Lock("cost:cycle"), l.Token, "b")
 		return err
 	})
+	// A lock set of 4 keys, acquired uncontended, against 4 lone acquires
+	// of as many keys (issue 31: at most twice their Redis cost): each op
+	// takes 4 keys and gives them back, the give-back not measured.
+	four := func(prefix string, i int) []string {
+		return []string{prefix + strconv.Itoa(4*i), prefix + strconv.Itoa(4*i+1), prefix + strconv.Itoa(4*i+2), prefix + strconv.Itoa(4*i+3)}
+	}
+	var sets []lock.SetLease
+	measure("4-acquires", func(i int) error {
+		for _, k := range four("cost:four:", i) {
+			l, err := e.Acquire(ctx, lock.Lock(k), lock.AcquireRequest{Owner: "b", TTL: time.Minute})
+			if err != nil {
+				return err
+			}
+			leases[i] = l
+		}
+		return nil
+	})
+	measure("set-4-acquire", func(i int) error {
+		s, err := e.AcquireSet(ctx, lock.SetRequest{Keys: four("cost:set:", i), Owner: "b", TTL: time.Minute})
+		sets = append(sets, s)
+		return err
+	})
+	for _, s := range sets {
+		if _, err := e.ReleaseSet(ctx, s.Token, "b"); err != nil {
+			b.Fatal(err)
+		}
+	}
 	// The same cycle from 32 callers at once, each on its own key, as in
 	// make bench: their scripts share pipelines (store/batch.go), so this is what
 	// a cycle costs Redis under load, with the network's share spread.

@@ -41,6 +41,9 @@ type Change struct {
 	Count    int
 	Actor    string
 	Reason   string
+	// Set is the size of the lock set an "acquired" event granted the
+	// key with (0: a lone grant).
+	Set int
 }
 
 // ErrBadEventID is a Last-Event-ID that is not a stream ID.
@@ -200,6 +203,7 @@ func changeOf(m redis.XMessage) Change {
 		ID: m.ID, Type: f("type"), Resource: resourceOf(f("key")), Owner: f("owner"), Actor: f("actor"), Reason: f("reason"),
 		At:    time.UnixMilli(atoi(f("at"))).UTC(),
 		Fence: atoi(f("fence")), TTL: time.Duration(atoi(f("ttl_ms"))) * time.Millisecond, Count: int(atoi(f("count"))),
+		Set: int(atoi(f("set"))),
 	}
 }
 

@@ -319,6 +319,9 @@ type State struct {
 	// 0 and Holders is empty: nobody holds the key, which frees then
 	// (ExpiresAt); Owner and Fence are the released lease's.
 	MinHoldUntil time.Time
+	// Set is the size of the lock set the exclusive holder took the key
+	// with (0: a lone grant).
+	Set int
 }
 
 // Event is one entry of a key's history.
@@ -336,6 +339,9 @@ type Event struct {
 	// TraceID is the trace id of the request that caused the event
 	// (WithTrace), or "" (a lapse, or a request without one).
 	TraceID string
+	// Set is the size of the lock set an "acquired" event granted the
+	// key with (0: a lone grant).
+	Set int
 }
 
 // newToken returns 192 random bits as URL-safe text that starts with a

@@ -536,7 +536,7 @@ func stateFrom(key string, v any) (State, error) {
 
 // exclusiveState reads {"x", now_ms, queue, owner, fence, count, ttl_ms,
 // acquired_at_ms, renewed_at_ms, renewals, pttl_ms, left_ms, waiters,
-// value, rq, mh}; count 0 is a key kept by a hold window after its
+// value, rq, mh, set}; count 0 is a key kept by a hold window after its
 // holder's release.
 func exclusiveState(s *State, r *reply) {
 	now := r.time(1)
@@ -565,6 +565,9 @@ func exclusiveState(s *State, r *reply) {
 	if r.len() > 14 {
 		s.ReleaseRequested = releaseRequestOf(r.str(14))
 	}
+	if r.len() > 16 {
+		s.Set = int(r.int(16))
+	}
 	if r.len() > 15 && r.str(15) != "" {
 		if until := r.time(15); until.After(now) {
 			s.MinHoldUntil = until
@@ -579,7 +582,7 @@ func exclusiveState(s *State, r *reply) {
 }
 
 // sharedState reads {"m", now_ms, queue, mode, limit, holders, waiters,
-// holders_total}, each holder {owner, fence, count, ttl, acquired,
+// holders_total, set}, each holder {owner, fence, count, ttl, acquired,
 // renewed, renewals, expires, left, value}; the state describes the
 // newest.
 func sharedState(s *State, r *reply) error {
@@ -596,6 +599,9 @@ func sharedState(s *State, r *reply) error {
 	}
 	if r.len() > 7 {
 		s.Waiters, s.HoldersTotal = int(r.int(6)), int(r.int(7))
+	}
+	if r.len() > 8 {
+		s.Set = int(r.int(8))
 	}
 	for i := 0; i+9 < hs.len(); i += 10 {
 		exp := hs.time(i + 7)
@@ -678,9 +684,9 @@ func (n *node) readHistory(ctx context.Context, key string, limit int, renewals 
 // left_ms and then fields for the scripts only, joined by US (\x1f).
 func unpackEvent(s string) (Event, error) {
 	// type, at, owner, fence, ttl_ms, count, actor, reason, exp, left_ms,
-	// w, keep, d, s, t (events.lua, pack); entries of older layouts stop
-	// after left_ms or later.
-	f := strings.SplitN(s, eventSep, 16)
+	// w, keep, d, s, t, ls (events.lua, pack); entries of older layouts
+	// stop after left_ms or later.
+	f := strings.SplitN(s, eventSep, 17)
 	if len(f) < 10 {
 		return Event{}, fmt.Errorf("lock: history entry has %d fields, want at least 10", len(f))
 	}
@@ -691,6 +697,9 @@ func unpackEvent(s string) (Event, error) {
 	}
 	if len(f) > 14 && validTraceID(f[14]) {
 		e.TraceID = f[14]
+	}
+	if len(f) > 15 {
+		e.Set = int(atoi(f[15]))
 	}
 	return e, nil
 }

@@ -39,6 +39,8 @@ type scripts struct {
 	// restore puts back a lease Redis lost with its data, and validate
 	// says which leases the ledger knows Redis still holds (restore.go).
 	restore, validate *redis.Script
+	// lockset takes a lock set's keys of one slot (lockset.go).
+	lockset *redis.Script
 	// sweep records due lapses (expiry.go). On a Cluster it reads the
 	// slots of one node in one call, so it carries the flag that lets a
 	// script touch keys of several slots (Redis 7; only on a Cluster: the
@@ -104,6 +106,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		epoch:        s("epoch"),
 		restore:      s("restore"),
 		validate:     s("validate"),
+		lockset:      s("lockset"),
 		sweep:        sweepScript(lib, sharded),
 	}
 	return sc, functionLibrary(lib, []libFunction{
@@ -119,6 +122,7 @@ func loadScripts(sharded bool, cfg scriptConfig) (scripts, *store.Functions) {
 		{"alive", sc.alive, ""},
 		{"fence", sc.fence, ""},
 		{"session", sc.session, ""},
+		{"lockset", sc.lockset, ""},
 	})
 }
 

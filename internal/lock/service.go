@@ -14,7 +14,8 @@ import (
 // for shared holds, every semaphore operation (ErrNoSemaphores), the event
 // stream and its source (ErrNoEventStream), MissedAcks
 // (ErrNoReplicaAcks), elections (ErrNoElections), sessions
-// (ErrNoSessions) and release requests (ErrNoReleaseRequests).
+// (ErrNoSessions), release requests (ErrNoReleaseRequests) and lock sets
+// (ErrNoLockSets).
 //
 // Consumers declare the part they use (server.Engine, web.Engine); the
 // composition root (cmd/lockd) holds a Service.
@@ -84,6 +85,12 @@ type Service interface {
 	GetSession(ctx context.Context, scope, id string) (Session, error)
 	RenewSession(ctx context.Context, scope, id, actor string) (Session, error)
 	EndSession(ctx context.Context, scope, id string) (Session, error)
+	// AcquireSet takes several locks all or nothing (lockset.go);
+	// RenewSet and ReleaseSet renew and release them all by the set's
+	// token.
+	AcquireSet(ctx context.Context, req SetRequest) (SetLease, error)
+	RenewSet(ctx context.Context, token string, ttl time.Duration, actor string) (SetLease, error)
+	ReleaseSet(ctx context.Context, token, actor string) (int, error)
 	// Close wakes every waiting caller with ErrClosed and stops the
 	// engine's work; it does not close the Redis clients.
 	Close() error

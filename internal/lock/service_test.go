@@ -47,6 +47,11 @@ func TestServiceCapabilities(t *testing.T) {
 			unsupported("a permit", err, lock.ErrUnsupported)
 			_, err = e.Acquire(ctx, lock.Lock("cap:shared"), lock.AcquireRequest{Owner: "o", TTL: time.Minute, Mode: lock.Shared})
 			unsupported("a shared hold", err, lock.ErrUnsupported)
+			set, err := e.AcquireSet(ctx, lock.SetRequest{Keys: []string{"cap:set:1", "cap:set:2"}, Owner: "o", TTL: time.Minute})
+			unsupported("a lock set", err, lock.ErrNoLockSets)
+			if !tc.redlock && len(set.Leases) != 2 {
+				t.Errorf("a lock set: %+v", set)
+			}
 			sub, err := e.Subscribe(ctx, "")
 			unsupported("Subscribe", err, lock.ErrNoEventStream)
 			if sub != nil {

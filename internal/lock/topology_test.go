@@ -203,6 +203,13 @@ func TestOnCluster(t *testing.T) {
 	t.Run("queue, shared holds and semaphores", func(t *testing.T) { runPrimitives(t, a, b) })
 	t.Run("elections, values and lock-delay", func(t *testing.T) { runElections(t, a, b) })
 	t.Run("sessions", func(t *testing.T) { runSessions(t, a, b) })
+	t.Run("lock sets across slots", func(t *testing.T) {
+		// Keys of one set in other slots than each other.
+		if redistest.KeySlot("{ls:c:1}") == redistest.KeySlot("{ls:c:2}") {
+			t.Fatal("the set's keys share a slot: nothing crosses slots")
+		}
+		runLockSets(t, a, b)
+	})
 	t.Run("lease cycle, list across masters", func(t *testing.T) {
 		masters := map[string]bool{}
 		var leases []lock.Lease

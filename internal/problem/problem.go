@@ -125,7 +125,14 @@ func engine(err error, res lock.Resource) Problem {
 		return p
 	}
 	var recovering *lock.RecoveringError
+	var setInput *lock.SetInputError
 	switch {
+	case errors.As(err, &setInput):
+		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeInvalidRequest, Title: "Invalid request",
+			Field: setInput.Field, Detail: setInput.Field + ": " + setInput.Reason}
+	case errors.Is(err, lock.ErrNoLockSets):
+		return Problem{Status: http.StatusNotImplemented, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
+			Detail: "this server runs Redlock, which has no lock sets: they need one Redis, Sentinel or Cluster"}
 	case errors.Is(err, lock.ErrNoEventStream):
 		return Problem{Status: http.StatusBadRequest, Code: api.ProblemCodeUnsupported, Title: "Not supported by this server",
 			Detail: "this server runs Redlock, which has no event stream: each master records only the events it took part in, " +

@@ -81,7 +81,13 @@ type bookLease struct {
 	bytes   int
 	res     lock.Resource
 	idem    string // its Idempotency-Key, if any
+	// keys is how many grants it stands for: a lock set's keys (one
+	// token for all); 0 for one.
+	keys int
 }
+
+// grants is how many grants g counts for.
+func (g bookLease) grants() int { return max(1, g.keys) }
 
 // bookSession is a session and the grants in it (by lease token, or by
 // resource for grants known only from a renewal's answer): they live as
@@ -150,7 +156,7 @@ func (b *books) prune(k *book) {
 		if !l.expires.After(now) {
 			delete(k.leases, t)
 			delete(k.idem, l.idem)
-			b.change(k, usage{grants: -1, bytes: -l.bytes})
+			b.change(k, usage{grants: -l.grants(), bytes: -l.bytes})
 		}
 	}
 	for id, s := range k.sessions {
@@ -411,7 +417,7 @@ func (b *books) dropLease(k *book, token string) {
 		delete(k.leases, token)
 	}
 	delete(k.idem, g.idem)
-	b.change(k, usage{grants: -1, bytes: -g.bytes})
+	b.change(k, usage{grants: -g.grants(), bytes: -g.bytes})
 }
 
 // sessionRenewed books a session's expiry and the grants its answer lists:
@@ -511,6 +517,59 @@ func (e quotaEngine) Release(ctx context.Context, res lock.Resource, token, acto
 	rel, err := e.Engine.Release(ctx, res, token, actor)
 	e.s.bookRelease(ctx, token, rel, err)
 	return rel, err
+}
+
+// AcquireSet books a lock set as one entry under its token that counts
+// its keys' grants and values.
+func (e quotaEngine) AcquireSet(ctx context.Context, req lock.SetRequest) (lock.SetLease, error) {
+	n := len(req.Keys)
+	want := usage{grants: n, bytes: n * len(req.Value)}
+	settle, err := e.s.reserveQuota(ctx, want)
+	if err != nil {
+		return lock.SetLease{}, err
+	}
+	set, err := e.Engine.AcquireSet(ctx, req)
+	settle(func(b *books, k *book) {
+		if err == nil {
+			k.leases[set.Token] = bookLease{expires: set.ExpiresAt, bytes: want.bytes, keys: n}
+			b.change(k, want)
+		}
+	})
+	return set, err
+}
+
+// RenewSet books a set's renewal: its new expiry, or the set itself when
+// this process did not know it (granted through another replica).
+func (e quotaEngine) RenewSet(ctx context.Context, token string, ttl time.Duration, actor string) (lock.SetLease, error) {
+	settle, err := e.s.reserveQuota(ctx, e.s.renewalNeeds(ctx, token, ""))
+	if err != nil {
+		return lock.SetLease{}, err
+	}
+	set, err := e.Engine.RenewSet(ctx, token, ttl, actor)
+	settle(func(b *books, k *book) {
+		switch {
+		case err == nil:
+			g, ok := k.leases[token]
+			if !ok {
+				g = bookLease{keys: len(set.Leases)}
+				b.change(k, usage{grants: g.grants()})
+			}
+			g.expires = set.ExpiresAt
+			k.leases[token] = g
+		case errors.Is(err, lock.ErrLeaseLost):
+			b.dropLease(k, token)
+		}
+	})
+	return set, err
+}
+
+// ReleaseSet drops a released set from the caller's book.
+func (e quotaEngine) ReleaseSet(ctx context.Context, token, actor string) (int, error) {
+	n, err := e.Engine.ReleaseSet(ctx, token, actor)
+	if err == nil || errors.Is(err, lock.ErrLeaseLost) {
+		e.s.withBook(ctx, func(b *books, k *book) { b.dropLease(k, token) })
+	}
+	return n, err
 }
 
 func (e quotaEngine) CreateSession(ctx context.Context, scope, owner string, ttl time.Duration) (lock.Session, error) {

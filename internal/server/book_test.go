@@ -220,3 +220,40 @@ func callIdem(t *testing.T, url, key, idem, body string) (int, string, http.Head
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(b), res.Header
 }
+
+// A lock set counts one grant per key against the API key's quota, and its
+// release gives them all back.
+func TestTenantQuotaLockSets(t *testing.T) {
+	keys, err := auth.Parse([]byte(quotaAuth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) { c.Keys = keys })
+	const c = "tc-key-0123456789ab" // max_grants: 2
+	post := func(t *testing.T, path, body string) (int, map[string]any) {
+		t.Helper()
+		status, text, _ := call(t, "POST", f.url+path, c, body)
+		var m map[string]any
+		_ = json.Unmarshal([]byte(text), &m)
+		return status, m
+	}
+	if status, p := post(t, "/v1/lock-sets/acquire", `{"keys":["c:1","c:2","c:3"]}`); status != 429 {
+		t.Fatalf("a set of 3 keys over a quota of 2 grants: %d %v", status, p)
+	}
+	status, p := post(t, "/v1/lock-sets/acquire", `{"keys":["c:1","c:2"]}`)
+	if status != 200 {
+		t.Fatalf("a set of 2 keys: %d %v", status, p)
+	}
+	if status, p := post(t, "/v1/locks/c:3/acquire", `{}`); status != 429 {
+		t.Fatalf("a lone acquire with the set at the quota: %d %v", status, p)
+	}
+	if status, p := post(t, "/v1/lock-sets/renew", `{"token":"`+p["token"].(string)+`"}`); status != 200 {
+		t.Fatalf("the set's renewal at the quota: %d %v", status, p)
+	}
+	if status, p := post(t, "/v1/lock-sets/release", `{"token":"`+p["token"].(string)+`"}`); status != 200 {
+		t.Fatalf("release: %d %v", status, p)
+	}
+	if status, p := post(t, "/v1/locks/c:3/acquire", `{}`); status != 200 {
+		t.Fatalf("a lone acquire after the set's release: %d %v", status, p)
+	}
+}

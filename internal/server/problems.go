@@ -32,6 +32,9 @@ const statusClientClosed = 499
 // it (the dashboard uses the same table), this only writes it in the
 // contract's shape, naming the lock or semaphore as the client does.
 func toAPI(err error, res lock.Resource) (api.Problem, http.Header, bool) {
+	if res == (lock.Resource{}) {
+		res = refusedResource(err)
+	}
 	c := problem.Of(err, res)
 	key := res.Name
 	p := api.Problem{Type: "/problems/" + string(c.Code), Status: c.Status, Code: c.Code, Title: c.Title, Detail: ptr(c.Detail)}

@@ -56,6 +56,10 @@ type Engine interface {
 	GetSession(ctx context.Context, scope, id string) (lock.Session, error)
 	RenewSession(ctx context.Context, scope, id, actor string) (lock.Session, error)
 	EndSession(ctx context.Context, scope, id string) (lock.Session, error)
+	// Lock sets: several locks all or nothing, by one token.
+	AcquireSet(ctx context.Context, req lock.SetRequest) (lock.SetLease, error)
+	RenewSet(ctx context.Context, token string, ttl time.Duration, actor string) (lock.SetLease, error)
+	ReleaseSet(ctx context.Context, token, actor string) (int, error)
 }
 
 // lock.Service offers everything the server needs.

@@ -57,6 +57,9 @@ type lockRow struct {
 	// lease's).
 	Window   *clock
 	Released bool
+	// Set is the size of the lock set the holder took the key with (0:
+	// a lone grant).
+	Set int
 }
 
 // holderRow is one holder of a key: a lock's exclusive holder, one of its
@@ -574,6 +577,7 @@ func newLockRow(s lock.State) lockRow {
 		ForceURL:  forceURL(s.Resource.Name),
 		Mode:      modeOf(s, lock.Exclusive),
 		Holders:   max(s.HoldersTotal, len(holdersOf(s, lock.Exclusive))),
+		Set:       s.Set,
 	}
 	if r.Renewed {
 		r.LastRenewal = ago(s.RenewedAt, now)

@@ -83,6 +83,9 @@ func StateOf(s lock.State) api.LockState {
 	if !s.MinHoldUntil.IsZero() {
 		out.MinHoldUntil = ptr(s.MinHoldUntil)
 	}
+	if s.Set > 0 {
+		out.Set = ptr(s.Set)
+	}
 	holders := s.Holders
 	if len(holders) == 0 && s.Count > 0 {
 		// An engine that lists no holders (Redlock) has one: the one
@@ -115,10 +118,14 @@ func LockEventOf(c lock.Change) api.LockEvent {
 	case lock.KindElection:
 		kind = api.LockEventKindElection
 	}
-	return api.LockEvent{
+	out := api.LockEvent{
 		Id: c.ID, Type: api.LockEventType(c.Type), Kind: kind, Key: c.Resource.Name, At: c.At,
 		Owner: c.Owner, Fence: c.Fence, Actor: c.Actor, Reason: c.Reason,
 	}
+	if c.Set > 0 {
+		out.Set = ptr(c.Set)
+	}
+	return out
 }
 
 // EventOf is an event of a key's history on the wire; a renewal carries
@@ -133,6 +140,9 @@ func EventOf(e lock.Event) api.Event {
 	}
 	if e.TraceID != "" {
 		out.TraceId = ptr(e.TraceID)
+	}
+	if e.Set > 0 {
+		out.Set = ptr(e.Set)
 	}
 	return out
 }

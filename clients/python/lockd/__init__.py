@@ -76,6 +76,7 @@ from .errors import (
     UnsupportedMediaType,
 )
 from .lease import Lease
+from .lockset import LockSet
 from .observe import Observer
 from .session import Session
 
@@ -85,6 +86,7 @@ __all__ = [
     "Client",
     "Elections",
     "Lease",
+    "LockSet",
     "LeaseContext",
     "Observer",
     "Semaphores",

@@ -25,11 +25,12 @@ import ssl
 import time
 import urllib.parse
 from types import TracebackType
-from typing import Any, Callable, Dict, NamedTuple, Optional, Type, TypeVar, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Type, TypeVar, Union
 
 from ._http import Transport, backoff
-from .errors import InvalidRequest, LeaseNotFound, NotFound, NotGranted, SessionLost, TooManyHolders, Unavailable
+from .errors import InvalidRequest, LeaseLost, LeaseNotFound, NotFound, NotGranted, SessionLost, TooManyHolders, Unavailable
 from .lease import Lease, OnLost
+from .lockset import LockSet
 from .observe import Observer
 from .session import OnSessionLost, Session
 
@@ -208,6 +209,72 @@ class Client:
                 min_hold=min_hold,
             )
         )
+
+    def lock_many(
+        self,
+        keys: List[str],
+        ttl: Optional[float] = None,
+        wait: float = 0.0,
+        owner: Optional[str] = None,
+        value: Any = None,
+        mode: Optional[str] = None,
+        auto_renew: bool = True,
+        on_lost: Optional[Callable[[LockSet, LeaseLost], None]] = None,
+    ) -> LockSet:
+        """lock_many takes every key of keys (2 … 64 distinct lock keys), or none of them, and returns the LockSet.
+
+        ``mode`` is "exclusive" (the default) or "shared" (every key held
+        beside other shared holders).
+
+        It waits up to ``wait`` seconds: sets wait for their keys in one
+        order, so two sets never wait for each other, and a waiting set
+        holds none of its keys. A key that is not free raises what a lone
+        acquire of it would (LockHeld, Queued, LockDelay), naming that key
+        (``err.problem["key"]``). The set renews itself every ttl/3 (unless
+        auto_renew=False) and is lost when any key is.
+
+            with client.lock_many(["account:alice", "account:bob"], ttl=30, wait=10) as s:
+                transfer(fence_a=s.fences["account:alice"], fence_b=s.fences["account:bob"])
+        """
+        body: Dict[str, Any] = {"keys": list(keys)}
+        if ttl is not None:
+            body["ttl_ms"] = _ms(ttl, "ttl")
+        if owner is not None:
+            body["owner"] = owner
+        if value is not None:
+            body["value"] = value
+        if mode is not None:
+            body["mode"] = mode
+        wait_until = time.monotonic() + max(0.0, wait)
+        sent = 0.0
+        asked = 0
+
+        def attempt() -> Dict[str, Any]:
+            nonlocal sent, asked
+            b = dict(body)
+            left = wait_until - time.monotonic()
+            for cap in (_ROUND_MAX, self._max_wait, _WAIT_ROUND):
+                if cap is not None:
+                    left = min(left, cap)
+            asked = 0
+            if left > 0:
+                b["wait_ms"] = asked = _ms(left, "wait")
+            sent = time.monotonic()
+            return self._t.request("POST", "/v1/lock-sets/acquire", b, timeout=self.timeout + max(left, 0.0))
+
+        while True:
+            try:
+                answer = self._retrying("acquire lock set", wait_until + self.retry_for, attempt)
+                break
+            except InvalidRequest as err:
+                max_ms = err.problem.get("max_ms")
+                if err.field != "wait_ms" or not isinstance(max_ms, int) or max_ms <= 0 or asked <= max_ms:
+                    raise
+                self._max_wait = max_ms / 1000.0
+            except NotGranted as err:
+                if asked <= 0 or isinstance(err, TooManyHolders) or wait_until - time.monotonic() < 0.001:
+                    raise
+        return LockSet(self._ops, answer, sent, time.monotonic(), auto_renew=auto_renew, on_lost=on_lost)
 
     def renew(
         self, key: str, token: str, ttl: Optional[float] = None, value: Any = None, proof: Optional[str] = None
@@ -580,6 +647,10 @@ class _Ops:
 
     def renew(self, kind: str, key: str, token: str, ttl: float, timeout: float, proof: Optional[str]) -> Dict[str, Any]:
         return self._c._renew(kind, key, token, ttl, timeout, proof=proof)
+
+    def set_call(self, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+        """set_call is a lock set's renew or release: once, as a lease's."""
+        return self._c._t.request("POST", "/v1/lock-sets/" + op, body, timeout=timeout)
 
     def proclaim(self, key: str, token: str, value: Any, proof: Optional[str]) -> Dict[str, Any]:
         body: Dict[str, Any] = {"token": token, "value": value}

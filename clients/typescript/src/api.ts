@@ -270,6 +270,127 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/lock-sets/acquire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take several locks all or nothing, with one token.
+         * @description Takes every key of `keys` (2 … 64 distinct lock keys, in any order)
+         *     exclusively, or none of them. Each key gets an ordinary exclusive
+         *     lease with its own fence, the same token and TTL for all, marked as
+         *     part of a set (`set`: the set's size) in its state, history and
+         *     events. A key that is not free answers the 409 a lone acquire of it
+         *     would (`lock_held`, `queued`, `lock_delay` or `min_hold`), naming that key in
+         *     `key` and its holder, and none of the set's keys is taken.
+         *
+         *     With `wait_ms` > 0 the request waits. Every set takes its keys in
+         *     one order (by Cluster slot, then by name), waiting first in each
+         *     key's queue in turn, so two sets never wait for each other ({a, b}
+         *     and {b, a} both complete), and a set waiting on a key is served in
+         *     its turn, ahead of requests that came after it. While it waits, a
+         *     set holds none of its keys: its places in the queues are waiters,
+         *     shown in each key's `queue`, and a release never hands one key of a
+         *     set over alone. On a Cluster the keys may be in different slots.
+         *     A lockd that dies while a set waits leaves its places within
+         *     1.6 s, and nothing held past the set's TTL.
+         *
+         *     `mode` is `exclusive` (the default) or `shared`: every key held
+         *     shared, beside other shared holders (an exclusive request waits for
+         *     them all, and shared requests that come after a waiting exclusive
+         *     one wait behind it). A `session` and a lock-delay are not offered
+         *     for sets yet (400). With API keys
+         *     limited to prefixes, every key must be under one of them (403). A
+         *     server in Redlock mode answers 501 `unsupported`.
+         */
+        post: operations["acquireLockSet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lock-sets/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Extend every lease of a lock set.
+         * @description Sets every key's expiry to now + `ttl_ms` (default the set's own
+         *     TTL), by the set's token alone: lockd keeps the set's keys under a
+         *     hash of its token for as long as the set lives. 409 `lease_lost`
+         *     when the set is gone; when one of its keys was lost (broken or
+         *     lapsed) the set ends: its other keys are released, and the answer
+         *     is 409 `lease_lost`. Stop the protected work.
+         */
+        post: operations["renewLockSet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lock-sets/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Release every lease of a lock set.
+         * @description Releases every key the set still holds, by its token alone, and
+         *     forgets the set; `released` counts the keys it still held. 409
+         *     `lease_lost` when the set is gone.
+         */
+        post: operations["releaseLockSet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lock-sets/hold": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take a lock set and keep it renewed while the connection stays open.
+         * @description As `POST /v1/locks/{key}/hold`, for a lock set: same body as
+         *     `/v1/lock-sets/acquire`; answers `text/event-stream` with
+         *     `acquired` (data: the set, token included), `renewed` (the set,
+         *     each time the server renews every key on the client's behalf,
+         *     every ttl/3) and `lost` (a problem body, when one of the set's
+         *     keys was broken or lapsed, or the server shuts down; the stream
+         *     ends after it). When the client disconnects, the server releases
+         *     every key at once. If the acquire fails the answer is the same
+         *     problem+json as acquire, not a stream. Holds count against
+         *     `--max-holds`.
+         */
+        post: operations["holdLockSet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/semaphores/{key}/acquire": {
         parameters: {
             query?: never;
@@ -1107,6 +1228,69 @@ export interface components {
             value?: components["schemas"]["Value"];
             session?: components["schemas"]["SessionRef"];
         } | null;
+        LockSetRequest: {
+            /** @description The lock keys, distinct, in any order; a bad or repeated one is 400 naming it (`field` `keys[3]`). */
+            keys: string[];
+            /** @description Holder's label on every key. Default the caller's API-key name or address. */
+            owner?: string;
+            /**
+             * Format: int64
+             * @description Every lease's TTL. Default 30000; at most the server's --max-ttl.
+             */
+            ttl_ms?: number;
+            /**
+             * Format: int64
+             * @description How long to wait for the keys. Default 0 (try once); at most --max-wait.
+             */
+            wait_ms?: number;
+            mode?: components["schemas"]["LockMode"];
+            value?: components["schemas"]["Value"];
+            session?: components["schemas"]["SessionRef"];
+        };
+        LockSetRenewRequest: {
+            token: string;
+            /**
+             * Format: int64
+             * @description New TTL of every key from now. Default the set's own TTL.
+             */
+            ttl_ms?: number;
+        };
+        LockSetLease: {
+            key: string;
+            /** Format: int64 */
+            fence: number;
+        };
+        LockSet: {
+            /** @description The secret that renews, releases and holds the whole set. Only ever returned to the acquirer. */
+            token: string;
+            owner: string;
+            /** Format: int64 */
+            ttl_ms: number;
+            /** Format: date-time */
+            acquired_at?: string;
+            /**
+             * Format: date-time
+             * @description When the first of the set's leases expires.
+             */
+            expires_at: string;
+            /** @description Every key with its fence, in the order the request named them. */
+            leases: components["schemas"]["LockSetLease"][];
+        };
+        LockSetReleaseResult: {
+            /** @description How many of the set's keys it still held and gave back. */
+            released: number;
+        };
+        /** @description One event of a lock set's hold stream. */
+        LockSetHoldEvent: components["schemas"]["LockSetHoldGrantEvent"] | components["schemas"]["HoldLostEvent"];
+        /** @description `acquired` (first) and `renewed`: the set, token included. */
+        LockSetHoldGrantEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            event: "acquired" | "renewed";
+            data: components["schemas"]["LockSet"];
+        };
         SemaphoreAcquireRequest: {
             /**
              * @description The most permits held at once. Required. The first holder sets
@@ -1508,6 +1692,8 @@ export interface components {
              *     (`expires_at`); `owner` and `fence` are the released lease's.
              */
             min_hold_until?: string;
+            /** @description Present when the exclusive holder took the key as part of a lock set (`/v1/lock-sets/acquire`); the set's size. */
+            set?: number;
         };
         LockList: {
             locks: components["schemas"]["LockState"][];
@@ -1560,6 +1746,8 @@ export interface components {
              *     request's access log line and spans. Absent for a lapse.
              */
             trace_id?: string;
+            /** @description `acquired` of a key taken as part of a lock set: the set's size. */
+            set?: number;
         };
         History: {
             key: string;
@@ -1592,6 +1780,8 @@ export interface components {
             /** @description Who did it (API-key name or caller address); empty for `expired`. */
             actor: string;
             reason: string;
+            /** @description `acquired` of a key taken as part of a lock set: the set's size. */
+            set?: number;
         };
         /** @description One message of the event stream. */
         LockEventMessage: {
@@ -1919,6 +2109,27 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `unsupported`: the server runs Redlock, which has no lock sets:
+         *     they need one Redis, Sentinel or Cluster.
+         */
+        NotImplemented: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "/problems/unsupported",
+                 *       "title": "Not supported by this server",
+                 *       "status": 501,
+                 *       "code": "unsupported",
+                 *       "detail": "this server runs Redlock, which has no lock sets: they need one Redis, Sentinel or Cluster"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -2388,6 +2599,143 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    acquireLockSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LockSetRequest"];
+            };
+        };
+        responses: {
+            /** @description The set, holding every key. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LockSet"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    renewLockSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LockSetRenewRequest"];
+            };
+        };
+        responses: {
+            /** @description The renewed set. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LockSet"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    releaseLockSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReleaseRequest"];
+            };
+        };
+        responses: {
+            /** @description What was given back. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "released": 2
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LockSetReleaseResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    holdLockSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LockSetRequest"];
+            };
+        };
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["LockSetHoldEvent"][];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
             503: components["responses"]["Unavailable"];
         };
     };

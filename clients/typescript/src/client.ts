@@ -26,6 +26,7 @@ import {
 } from "./errors.js";
 import { Transport, backoff, now, sleep, type Fetch, type Logger } from "./http.js";
 import { Lease, type Grant, type LeaseKind, type LeaseOps, type OnLost } from "./lease.js";
+import { LockSet, type LockSetOps, type OnSetLost } from "./lockset.js";
 import { Observer, type ObserveOptions } from "./observe.js";
 import { Session, type OnSessionLost, type SessionOps } from "./session.js";
 import type {
@@ -39,6 +40,7 @@ import type {
   LeadershipInfo,
   LockList,
   LockMode,
+  LockSetInfo,
   LockState,
   ReleaseResult,
   RequestReleaseResult,
@@ -80,6 +82,24 @@ export interface ClientOptions {
 export type SessionRef = Session | string;
 
 /** The options of a lock's acquire (and of withLock). */
+/** The knobs of lockMany. */
+export interface LockManyOptions {
+  /** Every lease's TTL, ms (default 30000). */
+  ttlMs?: number | undefined;
+  /** How long to wait for the keys, ms (default 0: try once). */
+  waitMs?: number | undefined;
+  owner?: string | undefined;
+  /** Any JSON for every key's state. */
+  value?: Value | undefined;
+  /** "exclusive" (the default) or "shared": every key held beside other shared holders. */
+  mode?: LockMode | undefined;
+  /** false: no renewer; call set.renew() yourself. */
+  autoRenew?: boolean | undefined;
+  onLost?: OnSetLost | undefined;
+  /** Aborts the acquire (not the set). */
+  signal?: AbortSignal | undefined;
+}
+
 export interface AcquireOptions {
   /** The lease's TTL, ms (default 30000); left out with `session`. */
   ttlMs?: number | undefined;
@@ -254,6 +274,7 @@ export class Client {
   #maxWaitMs = 0;
   readonly #ops: LeaseOps;
   readonly #sessionOps: SessionOps;
+  readonly #setOps: LockSetOps;
 
   constructor(opts: ClientOptions) {
     this.#t = new Transport(opts.baseUrl, opts.apiKey, opts.fetch);
@@ -288,6 +309,16 @@ export class Client {
       },
       call: (method, id, op, timeoutMs) => this._sessionCall(method, id, op, timeoutMs),
       read: (id) => this.sessions.get(id),
+    };
+    this.#setOps = {
+      get timeoutMs() {
+        return client.timeoutMs;
+      },
+      get logger() {
+        return client.logger;
+      },
+      setCall: <T>(op: "renew" | "release", body: Record<string, unknown>, timeoutMs: number) =>
+        this.#t.request<T>("POST", `/v1/lock-sets/${op}`, { body, timeoutMs }),
     };
   }
 
@@ -324,6 +355,58 @@ export class Client {
     if (opts.value !== undefined) body["value"] = opts.value;
     if (opts.mode !== undefined) body["mode"] = opts.mode;
     return this._acquire("lock", key, body, opts.waitMs ?? 0, opts);
+  }
+
+  /**
+   * lockMany takes every key of keys (2 … 64 distinct lock keys),
+   * exclusively (or with mode "shared", shared), or none of them, and answers the LockSet, renewing
+   * itself every ttl/3 and lost when any key is. It waits up to waitMs:
+   * sets wait for their keys in one order, so two sets never wait for
+   * each other, and a waiting set holds none of its keys. A key that is
+   * not free rejects as a lone acquire of it would (LockHeld, Queued,
+   * LockDelay), naming that key (`err.problem.key`).
+   */
+  async lockMany(keys: string[], opts: LockManyOptions = {}): Promise<LockSet> {
+    const body: Record<string, unknown> = { keys: [...keys] };
+    if (opts.ttlMs !== undefined) body["ttl_ms"] = ms(opts.ttlMs, "ttlMs");
+    if (opts.owner !== undefined) body["owner"] = opts.owner;
+    if (opts.value !== undefined) body["value"] = opts.value;
+    if (opts.mode !== undefined) body["mode"] = opts.mode;
+    const waitUntil = now() + ms(opts.waitMs ?? 0, "waitMs");
+    let sent = 0;
+    let asked = 0;
+    for (;;) {
+      try {
+        const set = await this._retrying("acquire lock set", waitUntil + this.retryForMs, opts.signal, () => {
+          const b = { ...body };
+          let left = Math.max(0, Math.round(waitUntil - now()));
+          for (const cap of [ROUND_MAX_MS, this.#maxWaitMs, this.#waitRoundMs]) {
+            if (cap > 0) left = Math.min(left, cap);
+          }
+          asked = left;
+          if (left > 0) {
+            b["wait_ms"] = left;
+          }
+          sent = now();
+          return this.#t.request<LockSetInfo & { token: string }>("POST", "/v1/lock-sets/acquire", {
+            body: b,
+            timeoutMs: this.timeoutMs + left,
+            signal: opts.signal,
+          });
+        });
+        return new LockSet(this.#setOps, set, sent, now(), { autoRenew: opts.autoRenew, onLost: opts.onLost });
+      } catch (err) {
+        const maxMs = err instanceof InvalidRequest ? err.problem["max_ms"] : undefined;
+        if (err instanceof InvalidRequest && err.field === "wait_ms" && typeof maxMs === "number" && maxMs > 0 && asked > maxMs) {
+          this.#maxWaitMs = maxMs;
+          continue;
+        }
+        if (err instanceof NotGranted && asked > 0 && waitUntil - now() >= 1 && !opts.signal?.aborted) {
+          continue; // a round ended: a set keeps no place between rounds, it asks again
+        }
+        throw err;
+      }
+    }
   }
 
   /**

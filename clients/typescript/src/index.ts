@@ -39,6 +39,7 @@ export {
   type HistoryOptions,
   type RequestReleaseOptions,
   type LeaseWork,
+  type LockManyOptions,
   type ListOptions,
   type PermitOptions,
   type RenewOptions,
@@ -86,6 +87,7 @@ export {
 } from "./errors.js";
 export { VERSION, backoff, type Fetch, type Logger } from "./http.js";
 export { Lease, type LeaseKind, type LeaseSession, type OnLost } from "./lease.js";
+export { LockSet, type OnSetLost } from "./lockset.js";
 export { Observer, SILENCE_MS, type ObserveOptions } from "./observe.js";
 export { Session, type OnSessionLost } from "./session.js";
 export type * from "./types.js";

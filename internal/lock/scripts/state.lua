@@ -5,13 +5,14 @@
 --
 -- Reply: {} when nobody holds the key, else
 --   {"x", now_ms, queue, owner, fence, count, ttl_ms, acquired_at_ms,
---    renewed_at_ms, renewals, pttl_ms, left_ms, waiters, value, rq, mh}
+--    renewed_at_ms, renewals, pttl_ms, left_ms, waiters, value, rq, mh, set}
 --    one exclusive holder (value: JSON, or ""; rq its release request,
---    exclusive.lua; mh when its hold window ends, or ""); count 0: the
---    holder released inside its hold window, and nobody holds the key
---    until mh (exclusive.lua's keep_window)
---   {"m", now_ms, queue, mode, limit, holders, waiters, holders_total}
---                                                       shared holders or permits
+--    exclusive.lua; mh when its hold window ends, or ""; set the size of
+--    its lock set, or ""); count 0: the holder released inside its hold
+--    window, and nobody holds the key until mh (exclusive.lua's
+--    keep_window)
+--   {"m", now_ms, queue, mode, limit, holders, waiters, holders_total, set}
+--    shared holders or permits (set: the newest holder's lock set size)
 -- queue: {owner, mode, since_ms, …} flat, live waiters in grant order among
 --        the first entries (queue.page); waiters: the queue's length
 -- holders: {owner, fence, count, ttl_ms, acquired_at_ms, renewed_at_ms,

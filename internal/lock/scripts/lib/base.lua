@@ -16,7 +16,7 @@ local events, epoch, queue, gate, exclusive, multi = {}, {}, {}, {}, {}, {}
 -- some 200 instructions, and its garbage more: a fresh acquire call table
 -- cost a cycle 9,000 instructions, under callgrind). So a script sets every
 -- field of its table before it calls a module, those it leaves empty too.
-local calls = {acquire = {}, renew = {}, release = {}, force_release = {}, state = {}, restore = {}}
+local calls = {acquire = {}, renew = {}, release = {}, force_release = {}, state = {}, restore = {}, lockset = {}}
 
 -- clock returns the Redis server time in milliseconds and microseconds, so
 -- every timestamp and fence comes from one clock whichever lockd wrote it.

@@ -10,7 +10,8 @@
 -- was left at a renewal, w "1" when waiters may be queued (the lease's
 -- own w, exclusive.lua), keep until when the history's TTL runs, d the
 -- lease's lock-delay, s the session it is bound to (its handle), t the
--- trace id of the request that caused the event (c.trace).
+-- trace id of the request that caused the event (c.trace), and, on a
+-- lock set's grant only, ls the set's size (lockset.lua).
 --
 -- An event being written is an array of those fields in that order (no
 -- nil among them: "" for none), the packed form's own layout: a table of
@@ -24,14 +25,18 @@
 -- c.trace the request's trace id.
 
 local function pack(e)
-  return e[1] .. US .. e[2] .. US .. e[3] .. US .. e[4] .. US .. e[5] .. US .. e[6] .. US .. e[7] .. US .. e[8] .. US ..
-    e[9] .. US .. e[10] .. US .. e[11] .. US .. e[12] .. US .. e[13] .. US .. e[14] .. US .. e[15]
+  local s = e[1] .. US .. e[2] .. US .. e[3] .. US .. e[4] .. US .. e[5] .. US .. e[6] .. US .. e[7] .. US .. e[8] ..
+    US .. e[9] .. US .. e[10] .. US .. e[11] .. US .. e[12] .. US .. e[13] .. US .. e[14] .. US .. e[15]
+  if e[16] then
+    s = s .. US .. e[16]
+  end
+  return s
 end
 
 -- unpack is the event a history element holds, or nil. One string.match
 -- takes every field (with plain string.find and string.sub, one call each,
 -- a cycle cost 25,000 instructions more, under callgrind). Events written
--- before w, keep, d, s or t existed end earlier: the padding marks the
+-- before w, keep, d, s, t or ls existed end earlier: the padding marks the
 -- first field missing with \1, and those after it empty; a missing w
 -- means waiters may be queued.
 --
@@ -40,15 +45,15 @@ end
 -- history at a time, and a caller that reads another event is done with
 -- the one before.
 local EV_PAT = '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31' ..
-  '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)'
+  '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)'
 local event_scratch = {}
 local function unpack_event(s)
   if not s then
     return nil
   end
   local e = event_scratch
-  e.type, e.at, e.owner, e.fence, e.ttl_ms, e.count, e.actor, e.reason, e.exp, e.left, e.w, e.keep, e.d, e.s, e.t =
-    string.match(s .. '\31\1\31\31\31\31', EV_PAT)
+  e.type, e.at, e.owner, e.fence, e.ttl_ms, e.count, e.actor, e.reason, e.exp, e.left, e.w, e.keep, e.d, e.s, e.t, e.ls =
+    string.match(s .. '\31\1\31\31\31\31\31', EV_PAT)
   if e.w == '\1' then
     e.w = '1'
   elseif e.keep == '\1' then
@@ -59,6 +64,8 @@ local function unpack_event(s)
     e.s = ''
   elseif e.t == '\1' then
     e.t = ''
+  elseif e.ls == '\1' then
+    e.ls = ''
   end
   return e
 end
@@ -126,7 +133,10 @@ function events.record(c, e)
     -- now.
     redis.call('PEXPIRE', c.hist, int(cfg.retention + keep_slack))
   end
-  if c.stream then
+  if c.stream and e[16] then
+    redis.call('XADD', c.stream, 'MAXLEN', '~', cfg.events_max, '*', 'type', e[1], 'key', c.key, 'at', e[2],
+      'owner', e[3], 'fence', e[4], 'ttl_ms', e[5], 'count', e[6], 'actor', e[7], 'reason', e[8], 'set', e[16])
+  elseif c.stream then
     -- Never a token: the event stream is read by every reader and
     -- webhook. (Literal XADD calls: building an argument table and
     -- unpacking it costs more.)

@@ -11,7 +11,9 @@
 -- (the lock-delay), v (the value), s (the handle of the session it is
 -- bound to, session.lua), rq (a request that the holder step aside:
 -- at RS by RS reason, force_release.lua; empty for none), mh (until when
--- its hold window keeps the key taken, ms; empty for none: keep_window).
+-- its hold window keeps the key taken, ms; empty for none: keep_window),
+-- ls (the size of the lock set it was granted with, lockset.lua; empty for
+-- a lone grant).
 -- Shared holders and permits keep a hash at the
 -- same name (multi.lua), and so did exclusive leases before this layout:
 -- read_lease reads all three, so a lease of the layout before is
@@ -20,21 +22,21 @@ local function pack_lease(l)
   return l.token .. US .. l.owner .. US .. l.fence .. US .. l.count .. US .. l.ttl .. US ..
     l.acquired .. US .. l.renewed .. US .. l.renewals .. US .. l.idem .. US .. l.ittl .. US ..
     l.left .. US .. l.exp .. US .. l.handed .. US .. l.w .. US .. l.keep .. US .. (l.d or '') .. US .. (l.v or '') ..
-    US .. (l.s or '') .. US .. (l.rq or '') .. US .. (l.mh or '')
+    US .. (l.s or '') .. US .. (l.rq or '') .. US .. (l.mh or '') .. US .. (l.ls or '')
 end
 
 -- unpack_lease reads a lease as events.unpack reads an event, into the
 -- same table every time: a script reads one lease. A lease written before
--- d, v, s, rq or mh existed has them empty (a grant writes no rq, and mh
--- only for a hold window).
+-- d, v, s, rq, mh or ls existed has them empty (a grant writes no rq, mh
+-- only for a hold window, ls only for a lock set).
 local LEASE_PAT = '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31' ..
   '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31' ..
-  '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)'
+  '([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)'
 local lease_scratch = {}
 local function unpack_lease(s)
   local l = lease_scratch
   l.token, l.owner, l.fence, l.count, l.ttl, l.acquired, l.renewed, l.renewals, l.idem, l.ittl, l.left, l.exp, l.handed,
-    l.w, l.keep, l.d, l.v, l.s, l.rq, l.mh = string.match(s .. '\31\31\31\31\31', LEASE_PAT)
+    l.w, l.keep, l.d, l.v, l.s, l.rq, l.mh, l.ls = string.match(s .. '\31\31\31\31\31\31', LEASE_PAT)
   return l
 end
 
@@ -62,7 +64,7 @@ local function read_lease(lease, raw, now)
   return {token = h[4], owner = h[3], fence = h[5], count = h[6], ttl = h[7], acquired = h[8],
     renewed = h[9] or h[8], renewals = h[10] or '0', idem = h[11] or '', ittl = h[12] or h[7],
     left = h[13] or '', exp = int(now + pttl), handed = h[14] and '1' or '', w = '1', keep = '', d = '', v = '', s = '',
-    rq = '', old = true}
+    rq = '', mh = '', ls = '', old = true}
 end
 
 -- read is the lease of c's key (read_lease), read once by every
@@ -102,9 +104,10 @@ end
 -- acquire, whose g is c; a release that hands the key to the next
 -- waiter); it returns its fence. g has owner, token, ttl (ms, a number),
 -- idem, actor, delay ("" for none), value (JSON, "" for none) and session
--- (its handle, "" for none), hold (the hold window in ms, "" for none);
--- last is the history's newest event (false: none), w and handed the
--- lease's. With nx, it grants only if nobody
+-- (its handle, "" for none), hold (the hold window in ms, "" for none),
+-- and set (the lock set's size) for a set's grant (lockset.lua); last is
+-- the history's newest event (false: none), w and handed the lease's.
+-- With nx, it grants only if nobody
 -- holds the key (SET NX GET: one command reads and writes), and returns
 -- nil, having written nothing, if somebody does.
 function exclusive.grant(c, g, last, w, handed, nx)
@@ -116,9 +119,13 @@ function exclusive.grant(c, g, last, w, handed, nx)
   local packed = g.token .. US .. g.owner .. US .. fence .. US .. '1' .. US .. ttl_s .. US .. now_s .. US .. now_s ..
     US .. '0' .. US .. g.idem .. US .. ttl_s .. US .. '' .. US .. exp_s .. US .. handed .. US .. w .. US .. keep ..
     US .. g.delay .. US .. g.value .. US .. g.session
-  if g.hold ~= '' then
-    -- rq empty, then mh: the window runs from the grant.
-    packed = packed .. US .. US .. int(now + tonumber(g.hold))
+  if g.hold ~= '' or g.set then
+    -- rq empty, then mh (the window runs from the grant), then a lock
+    -- set's ls.
+    packed = packed .. US .. US .. (g.hold ~= '' and int(now + tonumber(g.hold)) or '')
+    if g.set then
+      packed = packed .. US .. g.set
+    end
   end
   if nx then
     -- Held: the old value (a string), or an error (shared holders' hash).
@@ -130,7 +137,7 @@ function exclusive.grant(c, g, last, w, handed, nx)
   end
   events.schedule(c.sched, c.key, exp_s)
   events.record(c, {'acquired', now_s, g.owner, fence, ttl_s, '1', g.actor, '', exp_s, '', w, keep, g.delay, g.session,
-    c.trace})
+    c.trace, g.set})
   if set then
     redis.call('PEXPIREAT', c.hist, keep)
   end
@@ -387,7 +394,9 @@ end
 function exclusive.hand_off(c, cur)
   local q = queue.of(c)
   local nx = c.hand_to ~= '' and queue.first_live(q, c.now_ms)
-  if nx and nx.r == c.hand_to and nx.m == 'x' then
+  -- A lock set's waiter (g) is never handed one key: it takes all of
+  -- them at once (lockset.lua), woken like the others.
+  if nx and nx.r == c.hand_to and nx.m == 'x' and not nx.g then
     local g = {owner = nx.o, token = nx.t, ttl = tonumber(nx.l), idem = nx.i, actor = nx.a, delay = nx.ld or '',
       value = nx.v or '', session = nx.sn or '', hold = nx.mh or ''}
     redis.call('ZREM', q.queue, nx.id)
@@ -425,7 +434,7 @@ end
 function exclusive.state(c, cur)
   return {'x', int(c.now_ms), queue.page(c.q, c.now_ms), cur.owner, cur.fence, tonumber(cur.count), tonumber(cur.ttl),
     cur.acquired, cur.renewed, tonumber(cur.renewals), tonumber(cur.exp) - c.now_ms, cur.left,
-    redis.call('ZCARD', c.q.queue), cur.v or '', cur.rq or '', cur.mh or ''}
+    redis.call('ZCARD', c.q.queue), cur.v or '', cur.rq or '', cur.mh or '', cur.ls or ''}
 end
 
 -- restore puts back exclusive lease r (restore.lua: a lease a lockd knows,
@@ -465,4 +474,103 @@ function exclusive.restore(c, cur, r)
     redis.call('PEXPIREAT', c.hist, keep)
   end
   return {'restored'}
+end
+
+-- A lock set (lockset.lua) takes its keys that share a slot in one call,
+-- in the set's order, all or nothing: its grant is each key's ordinary
+-- grant, exclusive (c.mode "x") or shared ("s", multi.take), marked with
+-- the set's size (c.set).
+
+-- set_key points c, the set's call, at its i-th key and reads its lease.
+function exclusive.set_key(c, i)
+  local at, keys = 4 + 5 * (i - 1), c.keys
+  c.lease, c.hist, c.queue, c.qinfo, c.holders = keys[at + 1], keys[at + 2], keys[at + 3], keys[at + 4], keys[at + 5]
+  c.key, c.channel = lock_of(c.lease), sibling(c.lease, 'wake')
+  c.last, c.ended, c.walked, c.used = nil, nil, nil, 0
+  c.q = queue.of(c)
+  c.cur = exclusive.read(c)
+end
+
+-- set_admit says whether the set may take c's key now: nil (free, or
+-- held shared for a shared set, and nobody queued before the set in its
+-- way), "mine" and the fence (the set holds it: a grant of an earlier
+-- call, on another slot's turn), or the refusal, which queued the set on
+-- the key.
+local function set_admit(c)
+  local cur = c.cur
+  if cur and cur.multi then
+    local r = multi.acquire(c)
+    if r and r[1] == 'granted' then
+      return 'mine', r[4]
+    elseif r then
+      return r
+    end
+  elseif cur then
+    if cur.token == c.token then
+      return 'mine', cur.fence
+    elseif cur.token == '' then
+      -- Kept by a hold window after its holder's release.
+      return gate.min_hold(c, cur.owner, tonumber(cur.exp) - c.now_ms)
+    end
+    return gate.held(c, cur.owner, tonumber(cur.exp) - c.now_ms)
+  end
+  if c.waiter ~= '' and queue.ended(c) then
+    return {'ended'}
+  end
+  return gate.admit(c)
+end
+
+-- set_take grants c's key to the set once it is admitted; it returns the
+-- fence.
+local function set_take(c)
+  local fence
+  if c.mode == 'x' then
+    fence = exclusive.take(c)
+    queue.leave(c)
+  else
+    fence = multi.take(c)
+    queue.leave(c)
+    multi.wake(c)
+  end
+  queue.forget(c.q)
+  return fence
+end
+
+-- set_try runs the set's call over its n keys. When every key admits the
+-- set, each is granted (intent "grant") or the set queued first on it
+-- ("reserve": its other keys are in other slots, granted once the set is
+-- first on all). Otherwise the first key that refuses has queued the set,
+-- which then queues first on the keys before it and on none after: every
+-- set waits for its keys in one order, first on each before the next, so
+-- no two sets wait for each other in a ring, and none holds a key while
+-- it waits.
+function exclusive.set_try(c, n)
+  for i = 1, n do
+    exclusive.set_key(c, i)
+    local r = set_admit(c)
+    if r and r ~= 'mine' then
+      for j = 1, i - 1 do
+        exclusive.set_key(c, j)
+        if not c.cur then
+          gate.reserve(c)
+        end
+      end
+      return {'refused', i, unpack(r)}
+    end
+  end
+  local out = {c.intent == 'grant' and 'granted' or 'reserved', int(c.now_ms), c.epoch_id or ''}
+  for i = 1, n do
+    exclusive.set_key(c, i)
+    -- Admitted a moment ago in this same call: the gate reads the key
+    -- again for the grant (c.last, c.walked), and answers the same.
+    local r, fence = set_admit(c)
+    if r == 'mine' then
+      out[#out + 1] = fence
+    elseif c.intent == 'grant' then
+      out[#out + 1] = set_take(c)
+    else
+      gate.reserve(c)
+    end
+  end
+  return out
 end

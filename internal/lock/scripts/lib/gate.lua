@@ -33,7 +33,8 @@ function gate.flag(c)
     if last and last.w ~= '1' then
       last.w = '1'
       redis.call('LSET', c.hist, -1, events.pack({last.type, last.at, last.owner, last.fence, last.ttl_ms, last.count,
-        last.actor, last.reason, last.exp, last.left, last.w, last.keep, last.d, last.s, last.t}))
+        last.actor, last.reason, last.exp, last.left, last.w, last.keep, last.d, last.s, last.t,
+        last.ls ~= '' and last.ls or nil}))
     end
   end
 end
@@ -46,6 +47,15 @@ local function wait(c)
     gate.flag(c)
   end
   return place
+end
+
+-- reserve queues a lock set's waiter on a key it may be granted now
+-- (gate.admit let it through): first in the queue, with the key flagged,
+-- nobody else is granted the key while the set gathers its others, and
+-- the set holds nothing (lockset.lua).
+function gate.reserve(c)
+  wait(c)
+  queue.forget(c.q)
 end
 
 -- epoch_id is the marker's id: a lockd that only ever meets held keys

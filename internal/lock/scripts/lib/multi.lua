@@ -6,7 +6,8 @@
 -- string: o owner, f fence, c count, t ttl_ms, a acquired_at, r
 -- renewed_at, n renewals, e expiry, l left_ms at the last renewal, i the
 -- idempotency tag, it the TTL its first request asked, v value, s the
--- session's handle), "i:<idempotency tag>" → token and "f:<fence>" →
+-- session's handle, ls the size of the lock set it was granted with),
+-- "i:<idempotency tag>" → token and "f:<fence>" →
 -- token (with fx set; a lease made before the fence index has no fx); the
 -- holders sorted set has each token by its expiry. The hash and the set
 -- outlive the last expiry by grace_ms, so that a lapse is still recorded
@@ -227,7 +228,7 @@ function multi.take(c)
   end
   local fence = events.fence(c, c.last)
   local h = {o = c.owner, f = fence, c = '1', t = c.ttl_ms, a = int(c.now_ms), r = int(c.now_ms), n = '0',
-    v = c.value, e = int(c.now_ms + c.ttl), i = c.idem, it = c.ttl_ms, l = '', s = c.session}
+    v = c.value, e = int(c.now_ms + c.ttl), i = c.idem, it = c.ttl_ms, l = '', s = c.session, ls = c.set}
   -- last: the newest holder, which a state describes (state.lua).
   redis.call('HSET', c.lease, 'h:' .. c.token, cjson.encode(h), 'last', c.token, 'f:' .. fence, c.token)
   if c.idem ~= '' then
@@ -237,7 +238,7 @@ function multi.take(c)
   c.used = multi.settle(c)
   local keep, set = events.keep_for(c.last and c.last.keep, c.now_ms + c.ttl)
   events.record(c, {'acquired', int(c.now_ms), c.owner, fence, c.ttl_ms, '1', c.actor, '', '', '', '1', keep, '', '',
-    c.trace})
+    c.trace, c.set})
   if set then
     redis.call('PEXPIREAT', c.hist, keep)
   end
@@ -365,12 +366,15 @@ function multi.state(c, cur)
       live[#live + 1] = newest
     end
   end
-  local seen = {}
+  local seen, set = {}, ''
   for _, t in ipairs(live) do
     local raw = not seen[t] and redis.call('HGET', c.lease, 'h:' .. t)
     seen[t] = true
     if raw then
       local h = cjson.decode(raw)
+      if t == newest then
+        set = h.ls or ''
+      end
       for _, v in ipairs({h.o, h.f, h.c, h.t, h.a, h.r, h.n, h.e, h.l}) do
         hs[#hs + 1] = v
       end
@@ -381,7 +385,7 @@ function multi.state(c, cur)
     return {}
   end
   return {'m', int(c.now_ms), queue.page(c.q, c.now_ms), cur.multi, cur.limit, hs, redis.call('ZCARD', c.q.queue),
-    redis.call('ZCOUNT', c.holders, since, '+inf')}
+    redis.call('ZCOUNT', c.holders, since, '+inf'), set}
 end
 
 -- restore puts back shared hold or permit r (restore.lua) among c's

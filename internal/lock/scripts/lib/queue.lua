@@ -3,7 +3,7 @@
 -- lockd's replica id, d its deadline ms, m its mode, s since ms, o owner;
 -- for a hand-off (exclusive.hand_off) t its token, l ttl_ms, i
 -- idempotency tag, a actor, ld lock-delay, v value, sn session, tr
--- trace, mh hold window). A waiter is live while its deadline has not passed and its
+-- trace, mh hold window; g the size of a lock set, whose waiter no hand-off grants). A waiter is live while its deadline has not passed and its
 -- replica is: each lockd keeps its score in the bucket's replica set
 -- (q.replicas) in the future while it has waiters, so an entry whose lockd
 -- died leaves the queue when that score passes, without a heartbeat per
@@ -231,7 +231,7 @@ function queue.join(c, q)
     redis.call('ZADD', q.queue, place, c.waiter)
     redis.call('HSET', q.info, c.waiter, cjson.encode({r = c.replica, d = int(c.now_ms + tonumber(c.deadline)),
       m = c.mode, s = int(since), o = c.owner, t = c.token, l = c.ttl_ms, i = c.idem, a = c.actor, ld = c.delay,
-      v = c.value, sn = c.session, tr = c.trace, mh = c.hold}))
+      v = c.value, sn = c.session, tr = c.trace, mh = c.hold, g = c.set}))
     redis.call('PEXPIRE', q.queue, cfg.queue_ttl)
     redis.call('PEXPIRE', q.info, cfg.queue_ttl)
   end
