@@ -23,6 +23,49 @@ type ledger struct {
 	// loss they are written back as tombstones, so that a holder's proof
 	// of one restores nothing (restore.go).
 	ended map[string]map[string]time.Time
+	// sets are the lock sets' records this process wrote: token → the
+	// record (JSON) and until when it lives.
+	sets map[string]knownSet
+}
+
+// knownSet is a lock set's record as this process last wrote it.
+type knownSet struct {
+	record  []byte
+	expires time.Time
+}
+
+// setSeen records the lock set record of token written to live until
+// expires; a nil record forgets it (the set was released).
+func (lg *ledger) setSeen(token string, record []byte, expires time.Time) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if record == nil {
+		delete(lg.sets, token)
+		return
+	}
+	if lg.sets == nil {
+		lg.sets = map[string]knownSet{}
+	}
+	lg.sets[token] = knownSet{record: record, expires: expires}
+}
+
+// liveSets drops the set records whose time has passed and answers the
+// others whose record key is in, by token.
+func (lg *ledger) liveSets(in func(recordKey string) bool) map[string]knownSet {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	now := time.Now()
+	out := map[string]knownSet{}
+	for token, k := range lg.sets {
+		if !k.expires.After(now) {
+			delete(lg.sets, token)
+			continue
+		}
+		if in(setRecordKey(token)) {
+			out[token] = k
+		}
+	}
+	return out
 }
 
 // knownSession is a session of the ledger: its record and its grants
@@ -332,6 +375,11 @@ func (lg *ledger) lastBy(bucketOf func(key string) string) map[string]time.Durat
 		}
 		if len(m) == 0 {
 			delete(lg.ended, key)
+		}
+	}
+	for token, k := range lg.sets {
+		if !k.expires.After(now) {
+			delete(lg.sets, token)
 		}
 	}
 	for h, k := range lg.sessions {

@@ -467,7 +467,12 @@ func (n *node) writeSetRecord(ctx context.Context, token string, r setRecord, tt
 	}
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	return wrap("lock set", n.st.Cmd().Set(ctx, setRecordKey(token), b, ttl).Err())
+	sent := time.Now()
+	if err := n.st.Cmd().Set(ctx, setRecordKey(token), b, ttl).Err(); err != nil {
+		return wrap("lock set", err)
+	}
+	n.ledger.setSeen(token, b, sent.Add(ttl))
+	return nil
 }
 
 // readSetRecord is the live set of token, or ErrLeaseLost.
@@ -493,7 +498,19 @@ func (n *node) readSetRecord(ctx context.Context, token string) (setRecord, erro
 // ends the set: its other keys are released and the answer is
 // ErrLeaseLost.
 func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, actor string) (SetLease, error) {
-	r, err := e.n.readSetRecord(ctx, token)
+	var r setRecord
+	// A record Redis lost with its data is put back by the lockd that
+	// wrote it (restoreBucket), as its keys' leases are.
+	err := e.n.restoring(ctx, "", "", "", func() error {
+		var err error
+		if r, err = e.n.readSetRecord(ctx, token); errors.Is(err, ErrLeaseLost) {
+			return ErrNotFound
+		}
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		err = ErrLeaseLost
+	}
 	if err != nil {
 		return SetLease{}, err
 	}
@@ -558,6 +575,7 @@ func (e *Engine) ReleaseSet(ctx context.Context, token, actor string) (int, erro
 	}
 	dctx, cancel := e.n.bound(ctx)
 	defer cancel()
+	e.n.ledger.setSeen(token, nil, time.Time{})
 	if err := e.n.st.Cmd().Del(dctx, setRecordKey(token)).Err(); err != nil {
 		return held, wrap("lock set", err)
 	}

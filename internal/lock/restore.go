@@ -114,6 +114,9 @@ func (n *node) restoreBucket(ctx context.Context, marker string) (Restored, erro
 	if err != nil {
 		return out, err
 	}
+	if err := n.restoreSetRecords(ctx, marker); err != nil {
+		return out, err
+	}
 	defer func() {
 		n.restoredMu.Lock()
 		n.restoredSum = n.restoredSum.plus(out)
@@ -282,6 +285,24 @@ const lapseMargin = 250 * time.Millisecond
 // missing says whether err means that Redis has no such lease or session.
 func missing(err error) bool {
 	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrSessionNotFound)
+}
+
+// restoreSetRecords puts back the lock sets' records this process wrote
+// in the bucket of marker (SET NX: one already back stays).
+func (n *node) restoreSetRecords(ctx context.Context, marker string) error {
+	sets := n.ledger.liveSets(func(k string) bool { return n.sharedOf(k).epoch == marker })
+	if len(sets) == 0 {
+		return nil
+	}
+	err := n.st.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for token, s := range sets {
+			if left := time.Until(s.expires); left > 0 {
+				p.SetNX(ctx, setRecordKey(token), s.record, left)
+			}
+		}
+		return nil
+	})
+	return wrap("restore lock sets", err)
 }
 
 // restoreSessions puts back the sessions of the ledger in the bucket of

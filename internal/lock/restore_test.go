@@ -454,3 +454,35 @@ func TestProofRestoresOnlyWhatItVouchesFor(t *testing.T) {
 		t.Fatalf("the next grant's fence %d, the restored lease's %d", next.Fence, held.Fence)
 	}
 }
+
+// A lock set is put back whole after Redis lost its data: each key's lease
+// and the set's record, so the set renews by its token alone.
+func TestLockSetAcrossALoss(t *testing.T) {
+	srv := redistest.Start(t)
+	e := lock.New(srv.Client(t), lock.Options{EpochRefresh: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := context.Background()
+	s, err := e.AcquireSet(ctx, lock.SetRequest{Keys: []string{"rset:a", "rset:b", "rset:c"}, Owner: "set", TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	var r lock.SetLease
+	for range 100 {
+		if r, err = e.RenewSet(ctx, s.Token, 0, "t"); !errors.Is(err, lock.ErrUnavailable) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || len(r.Leases) != 3 {
+		t.Fatalf("the set's renewal after the loss: %+v, %v", r, err)
+	}
+	for i, k := range r.Leases {
+		if k.Fence != s.Leases[i].Fence {
+			t.Fatalf("key %s put back with fence %d, was %d", k.Key, k.Fence, s.Leases[i].Fence)
+		}
+	}
+	if n, err := e.ReleaseSet(ctx, s.Token, "t"); err != nil || n != 3 {
+		t.Fatalf("release of the set after the loss: %d, %v", n, err)
+	}
+}
