@@ -58,6 +58,12 @@ func TestOperations(t *testing.T) {
 		"endQuarantine":        {Method: "POST", Path: "/v1/admin/quarantine/end", Scope: "admin", Body: true},
 		// A leader hands over with its token: write, as resign.
 		"handover": {Method: "POST", Path: "/v1/elections/{key}/handover", Scope: "write", Kind: "election", Body: true},
+		// Lock sets: writes, as a lock's operations; their keys are in the
+		// body (each checked against the caller's prefixes), so no kind.
+		"acquireLockSet": {Method: "POST", Path: "/v1/lock-sets/acquire", Scope: "write", Body: true},
+		"renewLockSet":   {Method: "POST", Path: "/v1/lock-sets/renew", Scope: "write", Body: true},
+		"releaseLockSet": {Method: "POST", Path: "/v1/lock-sets/release", Scope: "write", Body: true},
+		"holdLockSet":    {Method: "POST", Path: "/v1/lock-sets/hold", Scope: "write", Body: true},
 	}
 	ops := api.Operations()
 	if len(ops) != len(want) {
