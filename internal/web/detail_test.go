@@ -116,8 +116,13 @@ func TestDetail_StepAside(t *testing.T) {
 	if g := text(p.doc.Find(`[data-testid="state"] [data-testid="step-aside"]`)); g != "asked to step aside by deploy-42: hotfix" {
 		t.Errorf("detail: %q", g)
 	}
-	list := e.get("/ui/locks")
-	list.doc.Find(`[data-testid="lock-row"]`).Each(func(_ int, row *goquery.Selection) {
+	// The list of locks is the dashboard's front page.
+	list := e.get("/")
+	rows := list.doc.Find(`[data-testid="lock-row"]`)
+	if list.status != 200 || rows.Length() != 2 {
+		t.Fatalf("the list: status %d, %d rows, want 200 and the 2 keys", list.status, rows.Length())
+	}
+	rows.Each(func(_ int, row *goquery.Selection) {
 		asked := row.Find(`[data-testid="step-aside"]`).Length() == 1
 		if want := row.AttrOr("data-key", "") == "detail:asked"; asked != want {
 			t.Errorf("%s: step-aside mark %v, want %v", row.AttrOr("data-key", ""), asked, want)
