@@ -33,6 +33,9 @@ type Engine struct {
 	leaveStop chan struct{} // closed with closing: ends leaves' retries
 	lapseMu   sync.Mutex
 	lapse     LapseFunc
+	// gathered, when set (tests), runs when a lock set across slots has
+	// its first slot's grant, before the others'.
+	gathered func(keys []string)
 }
 
 // New returns an engine on rdb and starts its waiter hub (one pub/sub

@@ -106,11 +106,15 @@ func (n *node) relay(ctx context.Context, v any) error {
 	}
 	stream := n.eventStream()
 	done := map[string][]string{}
-	_, err := n.st.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
+	held, err := n.heldBack(ctx, l)
+	if err != nil {
+		return err
+	}
+	_, err = n.st.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := 0; i+1 < len(l); i += 2 {
 			bucket, _ := l[i].(string)
 			entry, _ := l[i+1].([]any)
-			if len(entry) != 2 {
+			if len(entry) != 2 || held[bucket] != 0 && i >= held[bucket]-1 {
 				continue
 			}
 			id, _ := entry[0].(string)

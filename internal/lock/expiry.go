@@ -134,6 +134,9 @@ func (n *node) takeNotes(addr string) []string {
 func (n *node) giveNotes(bs []string) {
 	n.sweeper.mu.Lock()
 	defer n.sweeper.mu.Unlock()
+	if n.sweeper.notes == nil {
+		n.sweeper.notes = map[string]bool{}
+	}
 	for _, b := range bs {
 		n.sweeper.notes[b] = true
 	}

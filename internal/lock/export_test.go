@@ -90,3 +90,7 @@ func MarkWaiting(ctx context.Context, rdb redis.Cmdable, key string) error {
 	f[10] = "1"
 	return rdb.LSet(ctx, k.hist, -1, strings.Join(f, eventSep)).Err()
 }
+
+// OnSetGathering makes f run, in the acquire of a lock set with keys in
+// several slots, after its first slot's grant and before the others'.
+func (e *Engine) OnSetGathering(f func(keys []string)) { e.gathered = f }

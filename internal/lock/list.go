@@ -154,17 +154,18 @@ func (n *node) states(ctx context.Context, keys []string) ([]State, error) {
 		return nil, wrap("list", err)
 	}
 	out := make([]State, 0, len(keys))
+	marks := make([]setMarks, 0, len(keys))
 	for i, cmd := range cmds {
-		s, err := stateFrom(keys[i], cmd.Val())
+		s, m, err := stateFrom(keys[i], cmd.Val())
 		if err == ErrNotFound {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, s)
+		out, marks = append(out, s), append(marks, m)
 	}
-	return out, nil
+	return n.hideGathering(ctx, out, marks)
 }
 
 // scan runs one SCAN step of a walk over the node's masters (store.Scan).

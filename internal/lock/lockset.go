@@ -162,7 +162,7 @@ func (n *node) setGroups(keys []string) []setGroup {
 type setTry struct {
 	req      SetRequest
 	token    string
-	waiter   string            // its id in every key's queue; "" when it does not wait
+	waiter   string            // its id in every key's queue; "" when it does not queue (one slot, no wait)
 	entries  map[string]*entry // its place in each key's queue
 	deadline time.Time
 	groups   []setGroup
@@ -171,6 +171,9 @@ type setTry struct {
 	// sent: no grant of the set is earlier (the ledger's expiry).
 	granting bool
 	sent     time.Time
+	// rec is the id of the set's record while it gathers keys in several
+	// slots (lockset_gather.go); "" for a set in one slot.
+	rec string
 }
 
 // mode is the scripts' mode of the set: "x" or "s".
@@ -201,7 +204,7 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 	}
 	argv := trimmed([]any{s.token, packable(s.req.Owner), s.req.TTL.Milliseconds(), packable(s.req.Actor), intent, seen, n.id,
 		strconv.FormatInt(least, 10) + " " + n.newEpochID(), s.waiter, deadline,
-		strconv.Itoa(len(s.req.Keys)), s.mode(), traceOf(ctx), s.req.Value})
+		strconv.Itoa(len(s.req.Keys)), s.mode(), traceOf(ctx), s.req.Value, s.rec, markFor(s.rec, n.gatherFor())})
 	v, err := n.write(ctx, n.scripts.lockset, g.call, argv...)
 	if errors.Is(err, errNoAcks) {
 		// Too few replicas have the grant: a failover could lose it while
@@ -261,7 +264,10 @@ func (e *Engine) AcquireSet(ctx context.Context, req SetRequest) (SetLease, erro
 		return SetLease{}, err
 	}
 	s := &setTry{req: req, token: token, deadline: time.Now().Add(req.Wait), groups: e.n.setGroups(req.Keys)}
-	if req.Wait > 0 {
+	// A set in several slots queues first on the keys of the slots before
+	// the last even when it does not wait, or a lone acquire could take
+	// one of them between that slot's call and the grant.
+	if req.Wait > 0 || len(s.groups) > 1 {
 		en, err := newEntry(req.Wait)
 		if err != nil {
 			return SetLease{}, err
@@ -291,6 +297,14 @@ func (e *Engine) acquireSet(ctx context.Context, s *setTry) (SetLease, error) {
 		intent := "reserve"
 		if g == last {
 			intent = "grant"
+			if last > 0 {
+				// Granted slot by slot: the record says the set gathers
+				// until every slot has granted.
+				s.rec = recordID(s.token)
+				if err := e.n.writeGathering(ctx, s); err != nil {
+					return SetLease{}, err
+				}
+			}
 			s.granting, s.sent = true, time.Now()
 		}
 		a, err := e.n.trySet(ctx, s, s.groups[g], intent)
@@ -304,7 +318,7 @@ func (e *Engine) acquireSet(ctx context.Context, s *setTry) (SetLease, error) {
 			}
 			return e.grantSet(ctx, s, a)
 		}
-		if s.waiter == "" || !waitable(err) || errors.Is(err, errEnded) || !time.Now().Before(s.deadline) {
+		if s.req.Wait <= 0 || !waitable(err) || errors.Is(err, errEnded) || !time.Now().Before(s.deadline) {
 			return SetLease{}, err
 		}
 		// The set's places in the queues of its keys in other buckets
@@ -385,6 +399,9 @@ func (e *Engine) grantSet(ctx context.Context, s *setTry, a setAnswer) (SetLease
 	last := len(s.groups) - 1
 	put(s.groups[last], a)
 	acquired := a.now
+	if e.gathered != nil {
+		e.gathered(s.req.Keys)
+	}
 	// The other slots' calls at once: the moment between the first
 	// slot's grant and the last one's is as short as one round trip.
 	answers := make([]setAnswer, last)
@@ -451,14 +468,19 @@ type setRecord struct {
 	Keys  []string `json:"keys"`
 	Owner string   `json:"owner"`
 	TTLMS int64    `json:"ttl_ms"`
+	// Gathering: the set is being granted slot by slot and holds nothing
+	// yet (lockset_gather.go).
+	Gathering bool `json:"gathering,omitempty"`
 }
 
 // setRecordKey is where a set's record lives: outside every lock's key
 // space (lockd:{KEY}:…), so no listing or script of a lock sees it.
 func setRecordKey(token string) string {
 	sum := sha256.Sum256([]byte(token))
-	return keyPrefix + "lockset:" + hex.EncodeToString(sum[:16])
+	return setRecordKeyPrefix + hex.EncodeToString(sum[:16])
 }
+
+const setRecordKeyPrefix = keyPrefix + "lockset:"
 
 func (n *node) writeSetRecord(ctx context.Context, token string, r setRecord, ttl time.Duration) error {
 	b, err := json.Marshal(r)
@@ -489,6 +511,11 @@ func (n *node) readSetRecord(ctx context.Context, token string) (setRecord, erro
 	var r setRecord
 	if err := json.Unmarshal(b, &r); err != nil {
 		return setRecord{}, fmt.Errorf("lock: lock set record: %w", err)
+	}
+	if r.Gathering {
+		// Never granted: its acquire failed, or is under way (and
+		// nobody has its token yet).
+		return setRecord{}, ErrLeaseLost
 	}
 	return r, nil
 }

@@ -491,7 +491,18 @@ func (n *node) state(ctx context.Context, key string) (State, error) {
 	if err != nil {
 		return State{}, wrap("state", err)
 	}
-	return stateFrom(key, v)
+	s, marks, err := stateFrom(key, v)
+	if err != nil || marks == nil {
+		return s, err
+	}
+	shown, err := n.hideGathering(ctx, []State{s}, []setMarks{marks})
+	if err != nil {
+		return State{}, err
+	}
+	if len(shown) == 0 {
+		return State{}, ErrNotFound
+	}
+	return shown[0], nil
 }
 
 // writeFence runs fence.lua: it raises the key's fence counter to fence
@@ -513,25 +524,26 @@ func (n *node) stateKeys(key string) []string {
 }
 
 // stateFrom reads state.lua's reply: one exclusive holder ("x"), or
-// shared holders or permits ("m").
-func stateFrom(key string, v any) (State, error) {
+// shared holders or permits ("m"), and the marks of lock sets' grants
+// (nil: none) that the caller hides while their sets gather.
+func stateFrom(key string, v any) (State, setMarks, error) {
 	r, err := newReply(v)
 	if err != nil {
-		return State{}, err
+		return State{}, nil, err
 	}
 	if r.len() == 0 {
-		return State{}, ErrNotFound
+		return State{}, nil, ErrNotFound
 	}
 	s := State{Resource: resourceOf(key), Queue: queueFrom(r, 2)}
 	s.Waiters = len(s.Queue)
 	if r.str(0) == "x" {
 		exclusiveState(&s, r)
-		return s, r.err
+		return s, marksFrom(r, 17), r.err
 	}
 	if err := sharedState(&s, r); err != nil {
-		return State{}, err
+		return State{}, nil, err
 	}
-	return s, r.err
+	return s, marksFrom(r, 9), r.err
 }
 
 // exclusiveState reads {"x", now_ms, queue, owner, fence, count, ttl_ms,

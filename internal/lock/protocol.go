@@ -266,12 +266,16 @@ var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
 			return l, nil
 		}
 	},
-	// {"held", owner, retry_ms, epoch_id or "", place or ""}
+	// {"held", owner, retry_ms, epoch_id or "", place or ""[, set mark]}
 	"held": func(r *reply, _ acquireCall) acquireAnswer {
-		owner, retry, epoch, place := r.str(1), r.ms(2), r.str(3), r.str(4)
-		return func(_ context.Context, n *node, t acquireTry) (Lease, error) {
+		owner, retry, epoch, place, mark := r.str(1), r.ms(2), r.str(3), r.str(4), markOf(r, 5)
+		return func(ctx context.Context, n *node, t acquireTry) (Lease, error) {
 			n.waits(t, epoch, place)
-			return Lease{}, &HeldError{Resource: resourceOf(t.key), Owner: owner, Remaining: retry}
+			he := &HeldError{Resource: resourceOf(t.key), Owner: owner, Remaining: retry}
+			if mark != "" {
+				return Lease{}, n.heldByGathering(ctx, he, mark)
+			}
+			return Lease{}, he
 		}
 	},
 	// {"min_hold", owner, retry_ms, epoch_id or "", place or ""}: released

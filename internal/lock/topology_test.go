@@ -210,6 +210,7 @@ func TestOnCluster(t *testing.T) {
 		}
 		runLockSets(t, a, b)
 	})
+	t.Run("a set across slots shows no partial grant", func(t *testing.T) { setGathersUnseen(t, a, b) })
 	t.Run("lease cycle, list across masters", func(t *testing.T) {
 		masters := map[string]bool{}
 		var leases []lock.Lease
@@ -448,4 +449,104 @@ func contend(t *testing.T, engines []*lock.Engine, keys []string, during func())
 		}
 	}
 	return res
+}
+
+// setGathersUnseen takes lock sets whose keys lie in several slots, which
+// are granted slot by slot, and looks at their keys between the first
+// slot's grant and the others': no key shows a holder (state, list), and
+// a lone acquire is told the key is queued for, not held. Once the set's
+// acquire answers, every key shows it.
+func setGathersUnseen(t *testing.T, a, b *lock.Engine) {
+	ctx := context.Background()
+	keys := []string{"ls:g:1", "ls:g:2", "ls:g:3", "ls:g:4"}
+	slots := map[int]bool{}
+	for _, k := range keys {
+		slots[redistest.KeySlot("{"+k+"}")] = true
+	}
+	if len(slots) < 2 {
+		t.Fatal("the set's keys share a slot: nothing is granted slot by slot")
+	}
+	for _, mode := range []lock.Mode{lock.Exclusive, lock.Shared} {
+		t.Run(string(mode), func(t *testing.T) {
+			looked := 0
+			owner := "gatherer-" + string(mode)
+			// announced relays what the outboxes hold (a sweep: one of the
+			// engines' own may be under way, so each sweeps) and counts the
+			// set's grants in the event stream.
+			announced := func() int {
+				t.Helper()
+				for _, r := range []*lock.Engine{a, b} {
+					if err := r.Sweep(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				evs, err := a.ReadEvents(ctx, "", 100_000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, ev := range evs {
+					if ev.Type == "acquired" && ev.Owner == owner {
+						n++
+					}
+				}
+				return n
+			}
+			a.OnSetGathering(func([]string) {
+				looked++
+				if n := announced(); n != 0 {
+					t.Errorf("%d grants of the set in the event stream while it gathers; want none", n)
+				}
+				for _, r := range []lock.Service{a, b} {
+					for _, k := range keys {
+						if s, err := r.State(ctx, lock.Lock(k)); !errors.Is(err, lock.ErrNotFound) {
+							t.Errorf("%s while the set gathers: holder %q set %d, %v; want no holder", k, s.Owner, s.Set, err)
+						}
+					}
+					page, err := r.List(ctx, lock.KindLock, "ls:g:", 100, "")
+					if err != nil || len(page.Locks) != 0 {
+						t.Errorf("list while the set gathers: %d rows, %v; want none", len(page.Locks), err)
+					}
+				}
+				for _, k := range keys {
+					_, err := b.Acquire(ctx, lock.Lock(k), lock.AcquireRequest{Owner: "lone", TTL: time.Second})
+					var he *lock.HeldError
+					if errors.As(err, &he) || err == nil {
+						t.Errorf("a lone acquire of %s while the set gathers: %v; want it queued behind the set", k, err)
+					}
+				}
+			})
+			defer a.OnSetGathering(nil)
+			req := lock.SetRequest{Keys: keys, Owner: owner, TTL: 10 * time.Second, Mode: mode}
+			set, err := a.AcquireSet(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if _, err := b.ReleaseSet(ctx, set.Token, "t"); err != nil {
+					t.Error(err)
+				}
+			}()
+			if looked != 1 {
+				t.Fatalf("the set was granted without gathering (%d looks)", looked)
+			}
+			for _, l := range set.Leases {
+				s, err := b.State(ctx, lock.Lock(l.Key))
+				if err != nil || s.Owner != owner || s.Fence != l.Fence || s.Set != len(keys) {
+					t.Fatalf("%s once the set is granted: %+v, %v", l.Key, s, err)
+				}
+			}
+			if page, err := b.List(ctx, lock.KindLock, "ls:g:", 100, ""); err != nil || len(page.Locks) != len(keys) {
+				t.Fatalf("list once the set is granted: %d rows, %v", len(page.Locks), err)
+			}
+			// The grants held back are relayed by the next sweeps.
+			deadline := time.Now().Add(5 * time.Second)
+			for n := announced(); n != len(keys); n = announced() {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d grants of the set in the event stream once it holds its keys; want %d", n, len(keys))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
 }

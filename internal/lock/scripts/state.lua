@@ -19,6 +19,9 @@
 --           renewals, expires_at_ms, left_ms, value, …} flat, the first page
 --           of live ones by expiry, and the newest (the "last" token) if live;
 --           holders_total: how many are live
+-- Either reply may end with the marks of lock sets' grants, {fence, record
+-- id, …}, while those sets gather keys in other slots (exclusive.lua's
+-- set_mark): the reader asks their records whether they hold yet.
 -- Whatever a key holds, one call reads a bounded part of it.
 -- left_ms: how much of the grant was left at its last renewal ("" before
 -- the first). Nothing is written: lapsed holders and dead waiters are only
@@ -31,7 +34,13 @@ c.q = queue.of(c)
 local cur = exclusive.read(c)
 if not cur then
   return {}
-elseif cur.multi then
-  return multi.state(c, cur)
 end
-return exclusive.state(c, cur)
+local r = cur.multi and multi.state(c, cur) or exclusive.state(c, cur)
+if cur.multi or cur.ls ~= '' then
+  -- Grants of lock sets that gather keys in other slots (set_mark).
+  local marks = redis.call('HGETALL', sibling(c.lease, 'setmark'))
+  if #marks > 0 then
+    r[#r + 1] = marks
+  end
+end
+return r

@@ -238,7 +238,7 @@ function exclusive.acquire(c)
     end
     return reply('idempotent', c, cur, pttl)
   end
-  return gate.held(c, cur.owner, pttl)
+  return gate.held(c, cur.owner, pttl, cur.ls ~= '' and cur.fence or nil)
 end
 
 -- take grants a free key to c after the gate (gate.admit); it returns
@@ -512,7 +512,7 @@ local function set_admit(c)
       -- Kept by a hold window after its holder's release.
       return gate.min_hold(c, cur.owner, tonumber(cur.exp) - c.now_ms)
     end
-    return gate.held(c, cur.owner, tonumber(cur.exp) - c.now_ms)
+    return gate.held(c, cur.owner, tonumber(cur.exp) - c.now_ms, cur.ls ~= '' and cur.fence or nil)
   end
   if c.waiter ~= '' and queue.ended(c) then
     return {'ended'}
@@ -534,6 +534,17 @@ local function set_take(c)
   end
   queue.forget(c.q)
   return fence
+end
+
+-- set_mark marks the set's grant of c's key (fence) with the id of the
+-- set's record, for the moments its keys in other slots are granted
+-- after this one: until the record says the set holds them all, readers
+-- and a refused acquire take the grant for the set's place in the queue,
+-- not for a holder (lockset.go, gathering), and no partial grant shows.
+local function set_mark(c, fence)
+  local mark = sibling(c.lease, 'setmark')
+  redis.call('HSET', mark, fence, c.rec)
+  redis.call('PEXPIRE', mark, c.rec_ms)
 end
 
 -- set_try runs the set's call over its n keys. When every key admits the
@@ -568,6 +579,9 @@ function exclusive.set_try(c, n)
       out[#out + 1] = fence
     elseif c.intent == 'grant' then
       out[#out + 1] = set_take(c)
+      if c.rec ~= '' then
+        set_mark(c, out[#out])
+      end
     else
       gate.reserve(c)
     end

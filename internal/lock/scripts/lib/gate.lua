@@ -65,10 +65,21 @@ local function epoch_id(c)
 end
 
 -- held answers that the caller waits for the holder who, whose lease has
--- retry ms left: {"held", owner, retry_ms, epoch_id, place}.
-function gate.held(c, who, retry)
+-- retry ms left: {"held", owner, retry_ms, epoch_id, place[, set mark]}.
+-- set_fence is the holder's fence when it took the key in a lock set (nil
+-- otherwise): the reply names the set's mark while the set gathers its
+-- keys in other slots (set_mark, exclusive.lua).
+function gate.held(c, who, retry, set_fence)
   local place = wait(c)
   queue.forget(c.q)
+  if set_fence then
+    -- A lock set's grant while the set gathers its other slots' keys:
+    -- the record it names says whether the holder is one yet (lockset.go).
+    local rec = redis.call('HGET', sibling(c.lease, 'setmark'), set_fence)
+    if rec then
+      return {'held', who, retry, epoch_id(c), place, rec}
+    end
+  end
   return {'held', who, retry, epoch_id(c), place}
 end
 

@@ -176,7 +176,7 @@ local function blocked(c)
       at = redis.call('ZRANGE', c.holders, -1, -1, 'WITHSCORES')
     end
     local h = cjson.decode(redis.call('HGET', c.lease, 'h:' .. at[1]))
-    return gate.held(c, h.o, tonumber(at[2]) - c.now_ms)
+    return gate.held(c, h.o, tonumber(at[2]) - c.now_ms, (h.ls or '') ~= '' and h.f or nil)
   end
   if c.used >= cfg.max_holders then
     return {'full', c.used}
