@@ -445,6 +445,21 @@ func (e SessionHoldKind) Valid() bool {
 	}
 }
 
+// Defines values for SessionReleaseRequestedEventEvent.
+const (
+	SessionReleaseRequested SessionReleaseRequestedEventEvent = "release_requested"
+)
+
+// Valid indicates whether the value is a known member of the SessionReleaseRequestedEventEvent enum.
+func (e SessionReleaseRequestedEventEvent) Valid() bool {
+	switch e {
+	case SessionReleaseRequested:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SessionRenewedEventEvent.
 const (
 	SessionRenewed SessionRenewedEventEvent = "renewed"
@@ -1390,6 +1405,12 @@ type Session struct {
 type SessionHold struct {
 	Key  string          `json:"key"`
 	Kind SessionHoldKind `json:"kind"`
+
+	// ReleaseRequested A request that this grant's holder step aside (`POST
+	// /v1/locks/{key}/request-release`), pending: in the answer of the
+	// session's renewal (and its hold stream's `renewed` events), which
+	// is how the holder of a grant bound to a session learns of it.
+	ReleaseRequested *ReleaseRequested `json:"release_requested,omitempty"`
 }
 
 // SessionHoldKind defines model for SessionHold.Kind.
@@ -1406,6 +1427,18 @@ type SessionHoldEvent struct {
 // API key made it. Not with
 // `/hold`, which keeps its own lease.
 type SessionRef = string
+
+// SessionReleaseRequestedEvent `release_requested`: somebody asked the holder of one of the
+// session's grants to step aside (`POST
+// /v1/locks/{key}/request-release`); told once per request, after
+// the `renewed` event of the renewal that found it.
+type SessionReleaseRequestedEvent struct {
+	Data  SessionHold                       `json:"data"`
+	Event SessionReleaseRequestedEventEvent `json:"event"`
+}
+
+// SessionReleaseRequestedEventEvent defines model for SessionReleaseRequestedEvent.Event.
+type SessionReleaseRequestedEventEvent string
 
 // SessionRenewedEvent `renewed`: the session, at once and after each renewal.
 type SessionRenewedEvent struct {
@@ -2151,6 +2184,40 @@ func (t *SessionHoldEvent) MergeSessionRenewedEvent(v SessionRenewedEvent) error
 	return err
 }
 
+// AsSessionReleaseRequestedEvent returns the union data inside the SessionHoldEvent as a SessionReleaseRequestedEvent
+func (t SessionHoldEvent) AsSessionReleaseRequestedEvent() (SessionReleaseRequestedEvent, error) {
+	var body SessionReleaseRequestedEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSessionReleaseRequestedEvent overwrites any union data inside the SessionHoldEvent as the provided SessionReleaseRequestedEvent
+func (t *SessionHoldEvent) FromSessionReleaseRequestedEvent(v SessionReleaseRequestedEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"release_requested"}`))
+	t.union = b
+	return err
+}
+
+// MergeSessionReleaseRequestedEvent performs a merge with any union data inside the SessionHoldEvent, using the provided SessionReleaseRequestedEvent
+func (t *SessionHoldEvent) MergeSessionReleaseRequestedEvent(v SessionReleaseRequestedEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"release_requested"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
 // AsHoldLostEvent returns the union data inside the SessionHoldEvent as a HoldLostEvent
 func (t SessionHoldEvent) AsHoldLostEvent() (HoldLostEvent, error) {
 	var body HoldLostEvent
@@ -2201,6 +2268,8 @@ func (t SessionHoldEvent) ValueByDiscriminator() (interface{}, error) {
 	switch discriminator {
 	case "lost":
 		return t.AsHoldLostEvent()
+	case "release_requested":
+		return t.AsSessionReleaseRequestedEvent()
 	case "renewed":
 		return t.AsSessionRenewedEvent()
 	default:
@@ -3294,10 +3363,13 @@ type ClientInterface interface {
 	// The server renews the session every ttl/3 while the connection
 	// stays open and ends it (releasing every grant in it) the moment the
 	// connection closes. Answers `text/event-stream`: `renewed` (data:
-	// the session, without its id) at once and at each renewal, and
-	// `lost` (data: a problem body) if the session ended, lapsed or could
-	// not be renewed; the stream ends after it. Lines starting with `:`
-	// are keep-alives. Counts against `--max-holds`.
+	// the session, without its id) at once and at each renewal,
+	// `release_requested` (data: the grant, kind and key, and the
+	// request) once for each request that a grant of the session step
+	// aside, after the renewal that found it, and `lost` (data: a
+	// problem body) if the session ended, lapsed or could not be renewed;
+	// the stream ends after it. Lines starting with `:` are keep-alives.
+	// Counts against `--max-holds`.
 	//
 	// Corresponds with POST /v1/sessions/{id}/hold (the `HoldSession` operationId).
 	HoldSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4966,10 +5038,13 @@ func (c *Client) EndSessionPost(ctx context.Context, id SessionID, reqEditors ..
 // The server renews the session every ttl/3 while the connection
 // stays open and ends it (releasing every grant in it) the moment the
 // connection closes. Answers `text/event-stream`: `renewed` (data:
-// the session, without its id) at once and at each renewal, and
-// `lost` (data: a problem body) if the session ended, lapsed or could
-// not be renewed; the stream ends after it. Lines starting with `:`
-// are keep-alives. Counts against `--max-holds`.
+// the session, without its id) at once and at each renewal,
+// `release_requested` (data: the grant, kind and key, and the
+// request) once for each request that a grant of the session step
+// aside, after the renewal that found it, and `lost` (data: a
+// problem body) if the session ended, lapsed or could not be renewed;
+// the stream ends after it. Lines starting with `:` are keep-alives.
+// Counts against `--max-holds`.
 //
 // Corresponds with POST /v1/sessions/{id}/hold (the `HoldSession` operationId).
 func (c *Client) HoldSession(ctx context.Context, id SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8137,10 +8212,13 @@ type ClientWithResponsesInterface interface {
 	// The server renews the session every ttl/3 while the connection
 	// stays open and ends it (releasing every grant in it) the moment the
 	// connection closes. Answers `text/event-stream`: `renewed` (data:
-	// the session, without its id) at once and at each renewal, and
-	// `lost` (data: a problem body) if the session ended, lapsed or could
-	// not be renewed; the stream ends after it. Lines starting with `:`
-	// are keep-alives. Counts against `--max-holds`.
+	// the session, without its id) at once and at each renewal,
+	// `release_requested` (data: the grant, kind and key, and the
+	// request) once for each request that a grant of the session step
+	// aside, after the renewal that found it, and `lost` (data: a
+	// problem body) if the session ended, lapsed or could not be renewed;
+	// the stream ends after it. Lines starting with `:` are keep-alives.
+	// Counts against `--max-holds`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -14388,10 +14466,13 @@ func (c *ClientWithResponses) EndSessionPostWithResponse(ctx context.Context, id
 // The server renews the session every ttl/3 while the connection
 // stays open and ends it (releasing every grant in it) the moment the
 // connection closes. Answers `text/event-stream`: `renewed` (data:
-// the session, without its id) at once and at each renewal, and
-// `lost` (data: a problem body) if the session ended, lapsed or could
-// not be renewed; the stream ends after it. Lines starting with `:`
-// are keep-alives. Counts against `--max-holds`.
+// the session, without its id) at once and at each renewal,
+// `release_requested` (data: the grant, kind and key, and the
+// request) once for each request that a grant of the session step
+// aside, after the renewal that found it, and `lost` (data: a
+// problem body) if the session ended, lapsed or could not be renewed;
+// the stream ends after it. Lines starting with `:` are keep-alives.
+// Counts against `--max-holds`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

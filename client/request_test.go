@@ -73,6 +73,43 @@ func TestRequestRelease(t *testing.T) {
 	}
 }
 
+// A lease bound to a session hears of a request that its holder step
+// aside from the session's renewals (it has no watchdog of its own).
+func TestRequestReleaseInASession(t *testing.T) {
+	ld := startLockd(t)
+	c := newClient(t, ld.URL)
+	ctx := context.Background()
+	key := uniqueKey(t)
+
+	s, err := c.NewSession(ctx, client.SessionOptions{TTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.End(ctx)
+	l, err := c.Acquire(ctx, key, client.AcquireOptions{Owner: "holder", Session: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := make(chan api.ReleaseRequested, 10)
+	l.OnReleaseRequest(func(r api.ReleaseRequested) { calls <- r })
+	res, err := c.RequestRelease(ctx, key, "ops", "rerun")
+	if err != nil || res.Fence != l.Fence() {
+		t.Fatalf("request-release: %+v, %v", res, err)
+	}
+	// The session renews every ttl/3.
+	select {
+	case <-l.ReleaseRequested():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease did not learn of the request from its session")
+	}
+	if rq, ok := l.ReleaseRequest(); !ok || rq.By != "ops" || rq.Reason != "rerun" || !rq.At.Equal(res.RequestedAt) {
+		t.Fatalf("request %+v, %v", rq, ok)
+	}
+	if got := <-calls; got.By != "ops" {
+		t.Fatalf("callback %+v", got)
+	}
+}
+
 // Lease.Handover gives the leadership to the named candidate ahead of an
 // earlier one; a name that is not campaigning is ErrNotCandidate, and the
 // leader still leads.

@@ -47,6 +47,9 @@ type Session struct {
 	renewNow bool      // created by a slow answer: the keep-alive renews at once
 	err      error
 	ended    bool
+	// locks are the session's lock leases by key, for the requests that
+	// their holder step aside, which the session's renewals carry.
+	locks map[string]*Lease
 }
 
 // NewSession starts a session and its keep-alive.
@@ -143,7 +146,24 @@ func (s *Session) Renew(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.info, s.expires, s.renewNow = info, sent.Add(s.ttl), false
+	var asked []*Lease
+	var requests []*api.ReleaseRequested
+	for _, h := range info.Holds {
+		if l := s.locks[h.Key]; l != nil && h.Kind == api.Lock && h.ReleaseRequested != nil {
+			asked, requests = append(asked, l), append(requests, h.ReleaseRequested)
+		}
+	}
 	s.mu.Unlock()
+	// A grant bound to a session is renewed by it: its lease learns of a
+	// request to step aside here, as a lone lease from its own renewal.
+	for i, l := range asked {
+		l.mu.Lock()
+		notify, rq := l.noteRequest(requests[i])
+		l.mu.Unlock()
+		if notify != nil {
+			notify(rq)
+		}
+	}
 	return nil
 }
 
@@ -214,14 +234,28 @@ func (s *Session) expiry() time.Time {
 }
 
 // inSession ties a lease to its session: the lease has no watchdog of its
-// own, and is lost when the session is.
+// own, is lost when the session is, and hears of requests that its holder
+// step aside from the session's renewals.
 func (l *Lease) inSession(s *Session) {
+	if l.kind == lockKind {
+		s.mu.Lock()
+		if s.locks == nil {
+			s.locks = map[string]*Lease{}
+		}
+		s.locks[l.key] = l
+		s.mu.Unlock()
+	}
 	go func() {
 		select {
 		case <-s.lost:
 			l.lose(fmt.Errorf("%w: its session was lost: %w", ErrLeaseLost, s.Err()))
 		case <-l.stop:
 		}
+		s.mu.Lock()
+		if s.locks[l.key] == l {
+			delete(s.locks, l.key)
+		}
+		s.mu.Unlock()
 	}()
 }
 

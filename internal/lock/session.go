@@ -43,6 +43,12 @@ type Session struct {
 	// list knows: a grant released by its holder or force-released may
 	// stay listed until the session's next renewal.
 	Holds []Resource
+	// Requests are the pending requests that a grant of the session step
+	// aside, by the grant's resource, as the session's renewal found them
+	// (RenewSession): a grant bound to a session is renewed by it, so this
+	// is where its holder learns of them, as a lone lease's holder does
+	// from its renewal.
+	Requests map[Resource]ReleaseRequest
 }
 
 // Session limits: the same TTLs as a lease's.
@@ -241,8 +247,15 @@ func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Ses
 	// expiry): the session's record has moved, and its grants must not
 	// lapse before it.
 	ctx = context.WithoutCancel(ctx)
+	var mu sync.Mutex
+	requests := map[Resource]ReleaseRequest{}
 	err = eachGrant(r.grants, func(g sessionGrant) error {
-		_, err := e.n.renewBy(ctx, g.id, RenewRequest{Token: g.token, TTL: left, Actor: actor}, true)
+		l, err := e.n.renewBy(ctx, g.id, RenewRequest{Token: g.token, TTL: left, Actor: actor}, true)
+		if err == nil && l.ReleaseRequested != nil {
+			mu.Lock()
+			requests[resourceOf(g.id)] = *l.ReleaseRequested
+			mu.Unlock()
+		}
 		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrLeaseLost) {
 			_, err = e.n.session(ctx, sessionCall{handle: h, op: "detach", a: g.id, b: g.token}, false)
 			if errors.Is(err, ErrSessionNotFound) {
@@ -254,7 +267,11 @@ func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Ses
 	if err != nil {
 		return Session{}, fmt.Errorf("lock: renew the session's grants: %w", err)
 	}
-	return r.session(true), nil
+	s := r.session(true)
+	if len(requests) > 0 {
+		s.Requests = requests
+	}
+	return s, nil
 }
 
 // EndSession ends the session and releases every grant it holds, each

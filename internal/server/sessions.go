@@ -37,7 +37,11 @@ func sessionOf(s lock.Session) api.Session {
 		out.Session = ptr(s.ID)
 	}
 	for _, r := range s.Holds {
-		out.Holds = append(out.Holds, api.SessionHold{Kind: api.SessionHoldKind(r.Kind.String()), Key: r.Name})
+		h := api.SessionHold{Kind: api.SessionHoldKind(r.Kind.String()), Key: r.Name}
+		if rq, ok := s.Requests[r]; ok {
+			h.ReleaseRequested = &api.ReleaseRequested{By: rq.By, Reason: rq.Reason, At: rq.At}
+		}
+		out.Holds = append(out.Holds, h)
 	}
 	return out
 }
@@ -162,6 +166,32 @@ type sessionHold struct {
 	sess         lock.Session
 	actor        string
 	releaseQuota func()
+	// asked is when each grant's request to step aside was made, as the
+	// stream last told it (each request is told once).
+	asked map[lock.Resource]time.Time
+}
+
+// renewed sends the renewed event of sess, then a release_requested
+// event for each grant of it asked to step aside since the last one.
+func (h *sessionHold) renewed(out sse, sess lock.Session) error {
+	if err := out.send("renewed", sessionOf(sess)); err != nil {
+		return err
+	}
+	for r, rq := range sess.Requests {
+		if h.asked[r].Equal(rq.At) {
+			continue
+		}
+		if h.asked == nil {
+			h.asked = map[lock.Resource]time.Time{}
+		}
+		h.asked[r] = rq.At
+		hold := api.SessionHold{Kind: api.SessionHoldKind(r.Kind.String()), Key: r.Name,
+			ReleaseRequested: &api.ReleaseRequested{By: rq.By, Reason: rq.Reason, At: rq.At}}
+		if err := out.send("release_requested", hold); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // VisitHoldSessionResponse runs the stream until the client leaves (the
@@ -184,7 +214,7 @@ func (h *sessionHold) VisitHoldSessionResponse(w http.ResponseWriter) error {
 		p, _, _ := toAPI(err, lock.Resource{})
 		_ = out.send("lost", p)
 	}
-	if err := out.send("renewed", sessionOf(h.sess)); err != nil {
+	if err := h.renewed(out, h.sess); err != nil {
 		end()
 		return nil
 	}
@@ -209,7 +239,7 @@ func (h *sessionHold) VisitHoldSessionResponse(w http.ResponseWriter) error {
 			switch {
 			case rerr == nil:
 				h.sess = next
-				err = out.send("renewed", sessionOf(next))
+				err = h.renewed(out, next)
 			case h.ctx.Err() != nil:
 				continue
 			case errors.Is(rerr, lock.ErrSessionNotFound), time.Now().After(h.sess.ExpiresAt):

@@ -337,3 +337,79 @@ func TestSessionBelongsToItsAPIKey(t *testing.T) {
 		t.Fatalf("a:s1 after tenant-a ended its session: %v", err)
 	}
 }
+
+// A request that a grant bound to a session step aside reaches its holder
+// the way the session is kept: in the renew answer's hold, and as a
+// release_requested event of the session's hold stream (once).
+func TestSessionHearsReleaseRequests(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.createSession(t, 900)
+	id := *s.Session
+	f.acquire(t, "shr:asked", api.AcquireRequest{Session: &id})
+	f.acquire(t, "shr:quiet", api.AcquireRequest{Session: &id})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/sessions/"+id+"/hold", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("hold: %v", err)
+	}
+	defer res.Body.Close()
+	events := make(chan sse, 64)
+	go readEvents(res.Body, events)
+	if ev := <-events; ev.event != "renewed" || strings.Contains(ev.data, "release_requested") {
+		t.Fatalf("first event %q: %s", ev.event, ev.data)
+	}
+
+	rr, err := f.client.RequestReleaseLockWithResponse(ctx, "shr:asked", api.RequestReleaseLockJSONRequestBody{By: ptr("ops"), Reason: ptr("rerun")})
+	if err != nil || rr.StatusCode() != http.StatusAccepted {
+		t.Fatalf("request-release: %v %s", err, rr.Body)
+	}
+	renewed, err := f.client.RenewSessionWithResponse(ctx, id)
+	if err != nil || renewed.JSON200 == nil {
+		t.Fatalf("renew: %v %s", err, renewed.Body)
+	}
+	asked := 0
+	for _, h := range renewed.JSON200.Holds {
+		switch {
+		case h.Key == "shr:asked" && h.ReleaseRequested != nil && h.ReleaseRequested.By == "ops" && h.ReleaseRequested.Reason == "rerun":
+			asked++
+		case h.ReleaseRequested != nil:
+			t.Fatalf("hold %s carries a request: %+v", h.Key, h.ReleaseRequested)
+		}
+	}
+	if asked != 1 {
+		t.Fatalf("the renew answer's holds: %s", renewed.Body)
+	}
+
+	// The hold stream tells it once, after a renewal; later renewals
+	// carry it in their session but send no second event.
+	told, renewals := 0, 0
+	for deadline := time.After(10 * time.Second); renewals < 4; {
+		select {
+		case ev := <-events:
+			switch ev.event {
+			case "renewed":
+				if told > 0 {
+					renewals++
+				}
+			case "release_requested":
+				var h api.SessionHold
+				if err := json.Unmarshal([]byte(ev.data), &h); err != nil || h.Key != "shr:asked" || h.Kind != "lock" ||
+					h.ReleaseRequested == nil || h.ReleaseRequested.By != "ops" {
+					t.Fatalf("release_requested event: %s (%v)", ev.data, err)
+				}
+				told++
+			default:
+				t.Fatalf("event %q: %s", ev.event, ev.data)
+			}
+		case <-deadline:
+			t.Fatalf("%d release_requested events and %d renewals after it within 10 s", told, renewals)
+		}
+	}
+	if told != 1 {
+		t.Fatalf("%d release_requested events; want 1", told)
+	}
+}

@@ -952,10 +952,13 @@ export interface paths {
          * @description The server renews the session every ttl/3 while the connection
          *     stays open and ends it (releasing every grant in it) the moment the
          *     connection closes. Answers `text/event-stream`: `renewed` (data:
-         *     the session, without its id) at once and at each renewal, and
-         *     `lost` (data: a problem body) if the session ended, lapsed or could
-         *     not be renewed; the stream ends after it. Lines starting with `:`
-         *     are keep-alives. Counts against `--max-holds`.
+         *     the session, without its id) at once and at each renewal,
+         *     `release_requested` (data: the grant, kind and key, and the
+         *     request) once for each request that a grant of the session step
+         *     aside, after the renewal that found it, and `lost` (data: a
+         *     problem body) if the session ended, lapsed or could not be renewed;
+         *     the stream ends after it. Lines starting with `:` are keep-alives.
+         *     Counts against `--max-holds`.
          */
         post: operations["holdSession"];
         delete?: never;
@@ -1888,9 +1891,16 @@ export interface components {
             /** @enum {string} */
             kind: "lock" | "semaphore" | "election";
             key: string;
+            /**
+             * @description A request that this grant's holder step aside (`POST
+             *     /v1/locks/{key}/request-release`), pending: in the answer of the
+             *     session's renewal (and its hold stream's `renewed` events), which
+             *     is how the holder of a grant bound to a session learns of it.
+             */
+            release_requested?: components["schemas"]["ReleaseRequested"];
         };
         /** @description One event of a session hold. */
-        SessionHoldEvent: components["schemas"]["SessionRenewedEvent"] | components["schemas"]["HoldLostEvent"];
+        SessionHoldEvent: components["schemas"]["SessionRenewedEvent"] | components["schemas"]["SessionReleaseRequestedEvent"] | components["schemas"]["HoldLostEvent"];
         /** @description `renewed`: the session, at once and after each renewal. */
         SessionRenewedEvent: {
             /**
@@ -1899,6 +1909,20 @@ export interface components {
              */
             event: "renewed";
             data: components["schemas"]["Session"];
+        };
+        /**
+         * @description `release_requested`: somebody asked the holder of one of the
+         *     session's grants to step aside (`POST
+         *     /v1/locks/{key}/request-release`); told once per request, after
+         *     the `renewed` event of the renewal that found it.
+         */
+        SessionReleaseRequestedEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            event: "release_requested";
+            data: components["schemas"]["SessionHold"];
         };
         Health: {
             /** @example ok */
