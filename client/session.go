@@ -48,8 +48,10 @@ type Session struct {
 	err      error
 	ended    bool
 	// locks are the session's lock leases by key, for the requests that
-	// their holder step aside, which the session's renewals carry.
-	locks map[string]*Lease
+	// their holder step aside, which the session's renewals carry; joined
+	// is when each was added.
+	locks  map[string]*Lease
+	joined map[*Lease]time.Time
 }
 
 // NewSession starts a session and its keep-alive.
@@ -149,7 +151,9 @@ func (s *Session) Renew(ctx context.Context) error {
 	var asked []*Lease
 	var requests []*api.ReleaseRequested
 	for _, h := range info.Holds {
-		if l := s.locks[h.Key]; l != nil && h.Kind == api.Lock && h.ReleaseRequested != nil {
+		// A lease that joined after the renewal was sent may be a new
+		// grant of a key whose request was the earlier grant's.
+		if l := s.locks[h.Key]; l != nil && h.Kind == api.Lock && h.ReleaseRequested != nil && s.joined[l].Before(sent) {
 			asked, requests = append(asked, l), append(requests, h.ReleaseRequested)
 		}
 	}
@@ -240,9 +244,9 @@ func (l *Lease) inSession(s *Session) {
 	if l.kind == lockKind {
 		s.mu.Lock()
 		if s.locks == nil {
-			s.locks = map[string]*Lease{}
+			s.locks, s.joined = map[string]*Lease{}, map[*Lease]time.Time{}
 		}
-		s.locks[l.key] = l
+		s.locks[l.key], s.joined[l] = l, time.Now()
 		s.mu.Unlock()
 	}
 	go func() {
@@ -255,6 +259,7 @@ func (l *Lease) inSession(s *Session) {
 		if s.locks[l.key] == l {
 			delete(s.locks, l.key)
 		}
+		delete(s.joined, l)
 		s.mu.Unlock()
 	}()
 }
