@@ -305,9 +305,10 @@ class Client:
         """request_release asks the exclusive holder of key to step aside (write scope); the holder decides.
 
         Its lease learns it on its next renewal (``lease.release_requested``
-        is set, ``on_release_request`` called). Answers ``{"key", "owner",
-        "fence", "requested_at"}``; NotExclusive when the key is held
-        shared, NotFound when nobody holds it.
+        is set, ``on_release_request`` called); a lease in a session, on its
+        session's next renewal. Answers ``{"key", "owner", "fence",
+        "requested_at"}``; NotExclusive when the key is held shared,
+        NotFound when nobody holds it.
         """
         body: Dict[str, Any] = {}
         if by is not None:

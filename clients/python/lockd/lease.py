@@ -25,7 +25,9 @@ campaign) has no renewer of its own: the session's renewals keep it, and
 it is lost when its session is, with a SessionLost. The session also
 loses it when its renewal no longer lists the grant (force-released, or
 lapsed after a renewal of the session failed). Releasing it still
-releases the grant at once.
+releases the grant at once. A request that its holder step aside comes
+with the session's renewal, and sets ``release_requested`` and calls
+``on_release_request`` as for a lease that renews itself.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ class Lease:
         # the latest renewal answered it: release_requested is set on the
         # first, release_request is the newest ({"by", "reason", "at"}),
         # and on_release_request(lease, request), when set, is called once
-        # per request on the renewing thread. The holder decides.
+        # per request on the renewing thread (a lease in a session: its
+        # session's). The holder decides.
         self.release_requested = threading.Event()
         self.release_request: Optional[Dict[str, Any]] = None
         self.on_release_request: Optional[Callable[["Lease", Dict[str, Any]], None]] = None
@@ -246,17 +249,7 @@ class Lease:
             self._info = _without_token(answer, self._info)
             self._expires = sent + self.ttl
             self._renewals += 1
-            request = answer.get("release_requested")
-            if request is None or (self.release_request is not None and self.release_request.get("at") == request.get("at")):
-                return
-            self.release_request = request
-            notify = self.on_release_request
-        self.release_requested.set()
-        if notify is not None:
-            try:
-                notify(self, request)
-            except Exception:
-                log.exception("%r: on_release_request callback failed", self)
+        self._note_request(answer.get("release_requested"))
 
     def proclaim(self, value: Any) -> None:
         """proclaim sets a leadership's value (any JSON, at most 4 KiB), keeping the leadership.
@@ -381,6 +374,28 @@ class Lease:
         """_done reports whether the lease is released or lost: nothing is left to keep or lose."""
         with self._lock:
             return self._released or self.error is not None
+
+    def _note_request(self, request: Optional[Dict[str, Any]]) -> None:
+        """_note_request keeps a renewal's request that the holder step aside, and tells the holder once per request.
+
+        A lone lease's renewal passes it on; a lease in a session hears it
+        from the session's renewal (its grant's hold carries it).
+        """
+        if request is None:
+            return
+        with self._lock:
+            if self._released or self.error is not None:
+                return
+            if self.release_request is not None and self.release_request.get("at") == request.get("at"):
+                return
+            self.release_request = request
+            notify = self.on_release_request
+        self.release_requested.set()
+        if notify is not None:
+            try:
+                notify(self, request)
+            except Exception:  # a callback's bug must not kill the renewer silently
+                log.exception("%r: on_release_request callback failed", self)
 
     def _session_lost(self, err: SessionLost) -> None:
         """_session_lost loses the lease with its session."""

@@ -15,7 +15,10 @@ Loss records ``session.error`` (a SessionLost), loses every lease in the
 session with a SessionLost of its own, then sets ``session.lost`` (whoever
 sees it set sees its leases lost) and calls ``on_lost`` once. A renewal
 that no longer lists a lease's grant (it was force-released, or lapsed
-after a renewal failed) loses that lease alone.
+after a renewal failed) loses that lease alone. A renewal whose answer
+says that somebody asked the holder of a lock in it to step aside tells
+that lock's lease (``release_requested``, ``on_release_request``), once
+per request, as a lease's own renewal would.
 
 The session's id is a secret like a lease's token: whoever has it can end
 the session. It never appears in a repr, a message or a log line.
@@ -154,7 +157,9 @@ class Session:
             self._renewals += 1
             joined = [(lease, at) for lease, at in self._leases if not lease._done()]
             self._leases = joined
-        self._drop_missing(answer, [lease for lease, at in joined if at < sent])
+        listed = [lease for lease, at in joined if at < sent]
+        self._drop_missing(answer, listed)
+        self._pass_requests(answer, listed)
         return _without_id(answer)
 
     def info(self) -> Dict[str, Any]:
@@ -260,6 +265,26 @@ class Session:
         for lease in leases:
             if (lease.kind, lease.key) not in listed:
                 lease._lose(LeaseLost(f"{lease.key}: its session no longer holds it (force-released, or it lapsed)"))
+
+    def _pass_requests(self, answer: Dict[str, Any], leases: List["Lease"]) -> None:
+        """_pass_requests tells each lock lease of the request to step aside that its grant's hold carries.
+
+        A grant in a session is renewed by the session, so its lease learns
+        of a request here, as a lone lease from its own renewal. Only
+        leases that joined before the renewal was sent are told: a hold of
+        their key in an older answer may be an earlier grant's.
+        """
+        holds = answer.get("holds")
+        if not isinstance(holds, list):
+            return
+        asked = {
+            h.get("key"): h["release_requested"]
+            for h in holds
+            if isinstance(h, dict) and h.get("kind") == "lock" and isinstance(h.get("release_requested"), dict)
+        }
+        for lease in leases:
+            if lease.kind == "lock" and lease.key in asked:
+                lease._note_request(asked[lease.key])
 
     def _expiry(self) -> float:
         with self._lock:

@@ -65,6 +65,36 @@ class Locks(unittest.TestCase):
                 c.request_release(key)
             self.assertEqual((ctx.exception.status, ctx.exception.code), (409, "not_exclusive"))
 
+    def test_request_release_reaches_a_holder_in_a_session(self) -> None:
+        c = harness.client()
+        key = harness.unique("step-aside-session")
+        calls: List[dict] = []
+        with c.session(ttl=0.6, owner="holder") as session:
+            lease = c.acquire(key, owner="holder", session=session)
+            lease.on_release_request = lambda _lease, request: calls.append(request)
+            asked = c.request_release(key, by="ops", reason="rerun")
+            self.assertEqual(asked["fence"], lease.fence)
+            # No renewer of its own: the session's renewal, every ttl/3, tells it.
+            self.assertTrue(lease.release_requested.wait(10), "the lease did not learn of the request from its session")
+            request = lease.release_request
+            assert request is not None
+            self.assertEqual((request["by"], request["reason"], request["at"]), ("ops", "rerun", asked["requested_at"]))
+            # Later renewals answer the same request: one call; a newer request is another.
+            seen = session.renewals
+            while session.renewals < seen + 2:
+                session.check()
+                time.sleep(0.05)
+            self.assertEqual(len(calls), 1, calls)
+            again = c.request_release(key, by="ops", reason="again")
+            seen = session.renewals
+            while len(calls) < 2 and session.renewals < seen + 3:
+                session.check()
+                time.sleep(0.05)
+            self.assertEqual(len(calls), 2, calls)
+            self.assertEqual((calls[1]["reason"], calls[1]["at"]), ("again", again["requested_at"]))
+            self.assertEqual(lease.release_request, calls[1])
+            self.assertFalse(lease.lost.is_set())
+
     def test_held_names_holder_and_time_left(self) -> None:
         c = harness.client()
         key = harness.unique("held")

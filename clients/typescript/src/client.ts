@@ -445,8 +445,9 @@ export class Client {
    * requestRelease asks the exclusive holder of key to step aside (write
    * scope); the holder decides. Its lease learns it on its next renewal
    * (`lease.releaseSignal` aborts with the request as its reason,
-   * `lease.onReleaseRequest` is called). NotExclusive when the key is held
-   * shared, NotFound when nobody holds it.
+   * `lease.onReleaseRequest` is called); a lease in a session, on its
+   * session's next renewal. NotExclusive when the key is held shared,
+   * NotFound when nobody holds it.
    */
   requestRelease(key: string, opts: RequestReleaseOptions = {}): Promise<RequestReleaseResult> {
     const body: Record<string, unknown> = {};

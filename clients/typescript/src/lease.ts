@@ -24,7 +24,9 @@
 // also loses it when its renewal no longer lists the grant
 // (force-released, or lapsed after a renewal of the session failed).
 // Ending the session releases it (it is not lost); releasing the lease
-// still releases its grant at once.
+// still releases its grant at once. A request that its holder step aside
+// comes with the session's renewal, and aborts `releaseSignal` and calls
+// `onReleaseRequest` as for a lease that renews itself.
 
 import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
@@ -121,8 +123,9 @@ export class Lease {
   readonly signal: AbortSignal;
   /**
    * Aborted when somebody first asks the holder to step aside
-   * (client.requestRelease), learnt on the next renewal; its reason is the
-   * request (`{by, reason, at}`). The lease stays held: you decide.
+   * (client.requestRelease), learnt on the next renewal (a lease in a
+   * session: its session's); its reason is the request (`{by, reason,
+   * at}`). The lease stays held: you decide.
    */
   readonly releaseSignal: AbortSignal;
   /** Called once per request that the holder step aside, after the renewal that learnt of it. */
@@ -308,16 +311,7 @@ export class Lease {
     }
     this.#expires = sent + this.ttlMs;
     this.#renewals++;
-    const request = "release_requested" in grant ? grant.release_requested : undefined;
-    if (request !== undefined && request.at !== this.#request?.at) {
-      this.#request = request;
-      this.#asked.abort(request); // once: later requests only call back
-      try {
-        this.onReleaseRequest?.(this, request);
-      } catch (cbErr) {
-        this.#ops.logger?.error?.(`${this}: onReleaseRequest callback failed: ${String(cbErr)}`, { key: this.key });
-      }
-    }
+    this._noteRequest("release_requested" in grant ? grant.release_requested : undefined);
   }
 
   /** The newest request that the holder step aside, if any. */
@@ -428,6 +422,25 @@ export class Lease {
   /** @internal _lose loses the lease alone (its session's renewal no longer lists its grant). */
   _lose(err: LeaseLost): void {
     this.#lose(err);
+  }
+
+  /**
+   * @internal _noteRequest keeps a renewal's request that the holder step
+   * aside, and tells the holder once per request. A lone lease's renewal
+   * passes it on; a lease in a session hears it from the session's
+   * renewal (its grant's hold carries it).
+   */
+  _noteRequest(request: ReleaseRequested | undefined): void {
+    if (request === undefined || this._done() || request.at === this.#request?.at) {
+      return;
+    }
+    this.#request = request;
+    this.#asked.abort(request); // once: later requests only call back
+    try {
+      this.onReleaseRequest?.(this, request);
+    } catch (cbErr) {
+      this.#ops.logger?.error?.(`${this}: onReleaseRequest callback failed: ${String(cbErr)}`, { key: this.key });
+    }
   }
 
   /** @internal _sessionLost loses the lease with its session. */

@@ -17,7 +17,9 @@
 // `session.signal` (whoever sees it aborted sees its leases lost) and
 // calls `onLost` once. A renewal that no longer lists a lease's grant (it
 // was force-released, or lapsed after a renewal failed) loses that lease
-// alone.
+// alone. A renewal whose answer says that somebody asked the holder of a
+// lock in it to step aside tells that lock's lease (`releaseSignal`,
+// `onReleaseRequest`), once per request, as a lease's own renewal would.
 //
 // The session's id is a secret like a lease's token: whoever has it can
 // end the session. Only `session.id` shows it: not toString, JSON.stringify,
@@ -27,7 +29,7 @@ import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
 import { grantExpiry, ranOut, Renewer } from "./renewer.js";
 import type { Lease, LeaseSession } from "./lease.js";
-import type { CreatedSession, SessionInfo } from "./types.js";
+import type { CreatedSession, ReleaseRequested, SessionInfo } from "./types.js";
 
 /** OnSessionLost is called once when a session is lost, with the SessionLost that says why. */
 export type OnSessionLost = (session: Session, error: SessionLost) => void;
@@ -191,10 +193,9 @@ export class Session implements LeaseSession {
     this.#renewals++;
     const joined = this.#leases.filter((j) => !j.lease._done());
     this.#leases = joined;
-    this.#dropMissing(
-      info,
-      joined.filter((j) => j.joined < sent).map((j) => j.lease),
-    );
+    const listed = joined.filter((j) => j.joined < sent).map((j) => j.lease);
+    this.#dropMissing(info, listed);
+    this.#passRequests(info, listed);
     return info;
   }
 
@@ -303,6 +304,31 @@ export class Session implements LeaseSession {
     for (const lease of leases) {
       if (!listed.has(`${lease.kind}\u0000${lease.key}`)) {
         lease._lose(new LeaseLost(`${lease.key}: its session no longer holds it (force-released, or it lapsed)`));
+      }
+    }
+  }
+
+  /**
+   * #passRequests tells each lock lease of the request to step aside that
+   * its grant's hold carries. A grant in a session is renewed by the
+   * session, so its lease learns of a request here, as a lone lease from
+   * its own renewal. Only leases that joined before the renewal was sent
+   * are told: a hold of their key in an older answer may be an earlier
+   * grant's.
+   */
+  #passRequests(info: SessionInfo, leases: Lease[]): void {
+    if (!Array.isArray(info.holds)) {
+      return;
+    }
+    const asked = new Map<string, ReleaseRequested>();
+    for (const h of info.holds) {
+      if (h.kind === "lock" && h.release_requested !== undefined) {
+        asked.set(h.key, h.release_requested);
+      }
+    }
+    for (const lease of leases) {
+      if (lease.kind === "lock") {
+        lease._noteRequest(asked.get(lease.key));
       }
     }
   }

@@ -45,6 +45,44 @@ describe("locks", () => {
     }
   });
 
+  test("requestRelease reaches a holder in a session, from the session's renewals", async () => {
+    const c = h.client();
+    const key = h.unique("step-aside-session");
+    const session = await c.session({ ttlMs: 600, owner: "holder" });
+    try {
+      const lease = await c.acquire(key, { session, owner: "holder" });
+      const calls: lockd.ReleaseRequested[] = [];
+      lease.onReleaseRequest = (_l, r) => calls.push(r);
+      // Polls with a timer that keeps the event loop alive (the session's
+      // is unref'd), until ok or the session has renewed `renewals` times more.
+      const until = async (ok: () => boolean, renewals: number): Promise<void> => {
+        const seen = session.renewals;
+        while (!ok() && session.renewals < seen + renewals) {
+          session.check();
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      };
+      const asked = await c.requestRelease(key, { by: "ops", reason: "rerun" });
+      assert.equal(asked.fence, lease.fence);
+      // No renewer of its own: the session's renewal, every ttl/3, tells it.
+      await until(() => lease.releaseSignal.aborted, 3);
+      assert.ok(lease.releaseSignal.aborted, "the lease did not learn of the request from its session");
+      const reason = lease.releaseSignal.reason as lockd.ReleaseRequested;
+      assert.deepEqual([reason.by, reason.reason, reason.at], ["ops", "rerun", asked.requested_at]);
+      assert.deepEqual(lease.releaseRequest, reason);
+      // Later renewals answer the same request: one call; a newer request is another.
+      await until(() => false, 2);
+      assert.equal(calls.length, 1);
+      const again = await c.requestRelease(key, { by: "ops", reason: "again" });
+      await until(() => calls.length > 1, 3);
+      assert.deepEqual(calls.map((r) => [r.reason, r.at]), [["rerun", asked.requested_at], ["again", again.requested_at]]);
+      assert.deepEqual(lease.releaseRequest, calls[1]);
+      assert.equal(lease.lost, false);
+    } finally {
+      await session.end();
+    }
+  });
+
   test("explicit acquire, renew, release", async () => {
     const c = h.client();
     const key = h.unique("explicit");
