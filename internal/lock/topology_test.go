@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/lock"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
 )
@@ -211,6 +212,9 @@ func TestOnCluster(t *testing.T) {
 		runLockSets(t, a, b)
 	})
 	t.Run("a set across slots shows no partial grant", func(t *testing.T) { setGathersUnseen(t, a, b) })
+	t.Run("a lockd that dies while its set gathers", func(t *testing.T) {
+		setDiesGathering(t, clusterEngine(t, c, lock.Options{CallTimeout: 400 * time.Millisecond}), b)
+	})
 	t.Run("lease cycle, list across masters", func(t *testing.T) {
 		masters := map[string]bool{}
 		var leases []lock.Lease
@@ -548,5 +552,51 @@ func setGathersUnseen(t *testing.T, a, b *lock.Engine) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// setDiesGathering stops a lock set's acquire dead between its first
+// slot's grant and the others' (a panic out of the hook: nothing of the
+// acquire runs after it, as when its lockd is killed there): nothing it
+// took is held past the set's TTL, and its grants show no holder before
+// its record's gathering mark lapses.
+func setDiesGathering(t *testing.T, a, b *lock.Engine) {
+	ctx := context.Background()
+	keys := []string{"ls:d:1", "ls:d:2", "ls:d:3", "ls:d:4"}
+	const ttl = 3 * time.Second
+	var granted []string
+	a.OnSetGathering(func([]string) {
+		for _, k := range keys {
+			if s, err := b.State(ctx, lock.Lock(k)); err == nil || !errors.Is(err, lock.ErrNotFound) {
+				granted = append(granted, k)
+				t.Errorf("%s while the set gathers: holder %q, %v", k, s.Owner, err)
+			}
+		}
+		panic("killed")
+	})
+	defer a.OnSetGathering(nil)
+	start := time.Now()
+	func() {
+		defer func() {
+			if v := recover(); v != "killed" {
+				t.Fatalf("the acquire did not die in the hook: %v", v)
+			}
+		}()
+		_, _ = a.AcquireSet(ctx, lock.SetRequest{Keys: keys, Owner: "dies", TTL: ttl})
+	}()
+	// Within the TTL (and the sweep's moment after it) every key is free
+	// again: a lone acquire of each is granted.
+	lockdtest.Eventually(t, func() bool {
+		for _, k := range keys {
+			l, err := b.Acquire(ctx, lock.Lock(k), lock.AcquireRequest{Owner: "after", TTL: time.Second})
+			if err != nil {
+				return false
+			}
+			_, _ = b.Release(ctx, l.Resource, l.Token, "t")
+		}
+		return true
+	}, ttl+3*time.Second, "every key of the dead set free again")
+	if d := time.Since(start); d > ttl+3*time.Second {
+		t.Fatalf("the keys came free after %v", d)
 	}
 }
