@@ -218,6 +218,30 @@ func freePort(tb testing.TB) int {
 
 // CPU is the CPU time redis-server has used so far (INFO cpu, user and
 // system), or 0 if c cannot tell: benchmarks take the difference.
+// CommandTime is how long the server at c has spent executing commands
+// (scripts included) since it started: the sum of INFO commandstats'
+// usec, without reading requests, writing replies or its event loop.
+func CommandTime(c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		_, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return time.Duration(total) * time.Microsecond
+}
+
 func CPU(c *redis.Client) time.Duration {
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {

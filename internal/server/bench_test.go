@@ -211,6 +211,7 @@ type loadResult struct {
 	cpu      time.Duration // this process (server and load) plus redis-server
 	allocs   uint64        // heap allocations in this process (server and load)
 	redisCPU time.Duration
+	redisRun time.Duration // of redisCPU, executing commands and scripts (commandstats)
 	failures int
 }
 
@@ -233,6 +234,7 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 	}
 	calls0, trips0 := t.calls.Commands.Load(), t.calls.RoundTrips.Load()
 	rcpu0 := redistest.CPU(admin)
+	run0 := redistest.CommandTime(admin)
 	cpu0 := cpuTime() + rcpu0
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -275,9 +277,15 @@ func runLoad(t target, rs *redistest.Server, admin *redis.Client, clients int, d
 	rcpu := redistest.CPU(admin)
 	res.cpu = cpuTime() + rcpu - cpu0
 	res.redisCPU = rcpu - rcpu0
+	res.redisRun = redistest.CommandTime(admin) - run0
 	runtime.ReadMemStats(&ms)
 	res.allocs = ms.Mallocs - allocs0
 	return res
+}
+
+// perCycle is d per cycle of r, in µs.
+func perCycle(d time.Duration, r loadResult) float64 {
+	return float64(d.Microseconds()) / float64(max(r.cycles, 1))
 }
 
 func cpuTime() time.Duration {
@@ -336,8 +344,9 @@ func BenchmarkHTTPVersusBare(b *testing.B) {
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	for _, name := range []string{"bare", "engine", "lockd", "etcd"} {
 		if r, ok := one[name]; ok {
-			b.Logf("%-6s 1 client: %5.0f cycles/s  p50 %5.0f µs  p99 %6.0f µs  %.0f allocations/cycle", name, r.rate(),
-				float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()), float64(r.allocs)/float64(r.cycles))
+			b.Logf("%-6s 1 client: %5.0f cycles/s  p50 %5.0f µs  p99 %6.0f µs  %.0f allocations/cycle  %.0f µs in Redis/cycle, %.0f µs of it executing commands",
+				name, r.rate(), float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()),
+				float64(r.allocs)/float64(r.cycles), perCycle(r.redisCPU, r), perCycle(r.redisRun, r))
 		}
 	}
 	for _, name := range []string{"bare", "engine", "lockd", "etcd"} {
@@ -351,10 +360,10 @@ func BenchmarkHTTPVersusBare(b *testing.B) {
 				float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()), r.failures)
 			continue
 		}
-		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle in %.2f round trips  %.0f µs CPU/cycle (all processes, %.0f µs in Redis)  %.0f allocations/cycle (server and load)  failures %d",
+		b.Logf("%-5s %7.0f cycles/s  p50 %6.0f µs  p99 %6.0f µs  %.2f Redis calls/cycle in %.2f round trips  %.0f µs CPU/cycle (all processes, %.0f µs in Redis, %.0f of it executing commands)  %.0f allocations/cycle (server and load)  failures %d",
 			name, r.rate(), float64(percentile(r.lat, .5).Microseconds()), float64(percentile(r.lat, .99).Microseconds()),
-			float64(r.calls)/float64(r.cycles), float64(r.trips)/float64(r.cycles), float64(r.cpu.Microseconds())/float64(r.cycles),
-			float64(r.redisCPU.Microseconds())/float64(r.cycles), float64(r.allocs)/float64(r.cycles), r.failures)
+			float64(r.calls)/float64(r.cycles), float64(r.trips)/float64(r.cycles), perCycle(r.cpu, r),
+			perCycle(r.redisCPU, r), perCycle(r.redisRun, r), float64(r.allocs)/float64(r.cycles), r.failures)
 	}
 	if only != "" {
 		return // one side, for a profile
