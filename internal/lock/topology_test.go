@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/lock"
-	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/lock/store"
+	"github.com/lockd/lockd/internal/lockdtest"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
