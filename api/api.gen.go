@@ -969,6 +969,18 @@ type LockSet struct {
 	Leases []LockSetLease `json:"leases"`
 	Owner  string         `json:"owner"`
 
+	// Proof Evidence of this set, signed by lockd: opaque, one for the whole
+	// set. Its size grows with the keys: about 100 characters for 2
+	// short keys, plus each key's characters that it does not share
+	// with the key before it and 4 or so more (716 for 64 keys
+	// `account:NNNN`; at most 19456). Send the latest one back with
+	// every renew and release of the set (`"proof"`); should Redis
+	// lose its data and the lockd that granted or last renewed the
+	// set be gone too, any lockd restores every key of the set and
+	// the set from it. A secret as the token is: only ever returned
+	// to the holder. Absent when the server signs no proofs.
+	Proof *string `json:"proof,omitempty"`
+
 	// Token The secret that renews, releases and holds the whole set. Only ever returned to the acquirer.
 	Token string `json:"token"`
 	TtlMs int64  `json:"ttl_ms"`
@@ -994,6 +1006,17 @@ type LockSetLease struct {
 	Key   string `json:"key"`
 }
 
+// LockSetReleaseRequest defines model for LockSetReleaseRequest.
+type LockSetReleaseRequest struct {
+	// Proof The latest `proof` this set's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the set, to restore it (the token alone restores it where
+	// a lockd that knows the set is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
+	Token string  `json:"token"`
+}
+
 // LockSetReleaseResult defines model for LockSetReleaseResult.
 type LockSetReleaseResult struct {
 	// Released How many of the set's keys it still held and gave back.
@@ -1002,7 +1025,13 @@ type LockSetReleaseResult struct {
 
 // LockSetRenewRequest defines model for LockSetRenewRequest.
 type LockSetRenewRequest struct {
-	Token string `json:"token"`
+	// Proof The latest `proof` this set's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the set, to restore it (the token alone restores it where
+	// a lockd that knows the set is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
+	Token string  `json:"token"`
 
 	// TtlMs New TTL of every key from now. Default the set's own TTL.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
@@ -1692,7 +1721,7 @@ type AcquireLockSetJSONRequestBody = LockSetRequest
 type HoldLockSetJSONRequestBody = LockSetRequest
 
 // ReleaseLockSetJSONRequestBody defines body for ReleaseLockSet for application/json ContentType.
-type ReleaseLockSetJSONRequestBody = ReleaseRequest
+type ReleaseLockSetJSONRequestBody = LockSetReleaseRequest
 
 // RenewLockSetJSONRequestBody defines body for RenewLockSet for application/json ContentType.
 type RenewLockSetJSONRequestBody = LockSetRenewRequest
@@ -2697,7 +2726,9 @@ type ClientInterface interface {
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
 	// problem+json as acquire, not a stream. Holds count against
-	// `--max-holds`.
+	// `--max-holds`. Each `acquired` and `renewed` event carries the
+	// set's latest `proof`, and the server sends it back with each of
+	// its renewals and its release.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2715,7 +2746,9 @@ type ClientInterface interface {
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
 	// problem+json as acquire, not a stream. Holds count against
-	// `--max-holds`.
+	// `--max-holds`. Each `acquired` and `renewed` event carries the
+	// set's latest `proof`, and the server sends it back with each of
+	// its renewals and its release.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2727,6 +2760,8 @@ type ClientInterface interface {
 	// Releases every key the set still holds, by its token alone, and
 	// forgets the set; `released` counts the keys it still held. 409
 	// `lease_lost` when the set is gone.
+	// With the set's latest `proof`, a set that Redis lost is put back
+	// first, as by a renewal, then released.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2738,6 +2773,8 @@ type ClientInterface interface {
 	// Releases every key the set still holds, by its token alone, and
 	// forgets the set; `released` counts the keys it still held. 409
 	// `lease_lost` when the set is gone.
+	// With the set's latest `proof`, a set that Redis lost is put back
+	// first, as by a renewal, then released.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2753,6 +2790,11 @@ type ClientInterface interface {
 	// lapsed) the set ends: its other keys are released, and the answer
 	// is 409 `lease_lost`. Stop the protected work.
 	//
+	// Should Redis have lost its data, the set is put back first, as a
+	// lease is: by the lockd that knows it, or, when that one is gone
+	// too, from the set's latest `proof` sent beside the token (every
+	// key with its fence, owner, mode and value, and the set itself).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
@@ -2766,6 +2808,11 @@ type ClientInterface interface {
 	// when the set is gone; when one of its keys was lost (broken or
 	// lapsed) the set ends: its other keys are released, and the answer
 	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Should Redis have lost its data, the set is put back first, as a
+	// lease is: by the lockd that knows it, or, when that one is gone
+	// too, from the set's latest `proof` sent beside the token (every
+	// key with its fence, owner, mode and value, and the set itself).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3979,7 +4026,9 @@ func (c *Client) AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequ
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
 // problem+json as acquire, not a stream. Holds count against
-// `--max-holds`.
+// `--max-holds`. Each `acquired` and `renewed` event carries the
+// set's latest `proof`, and the server sends it back with each of
+// its renewals and its release.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4007,7 +4056,9 @@ func (c *Client) HoldLockSetWithBody(ctx context.Context, contentType string, bo
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
 // problem+json as acquire, not a stream. Holds count against
-// `--max-holds`.
+// `--max-holds`. Each `acquired` and `renewed` event carries the
+// set's latest `proof`, and the server sends it back with each of
+// its renewals and its release.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4029,6 +4080,8 @@ func (c *Client) HoldLockSet(ctx context.Context, body HoldLockSetJSONRequestBod
 // Releases every key the set still holds, by its token alone, and
 // forgets the set; `released` counts the keys it still held. 409
 // `lease_lost` when the set is gone.
+// With the set's latest `proof`, a set that Redis lost is put back
+// first, as by a renewal, then released.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4050,6 +4103,8 @@ func (c *Client) ReleaseLockSetWithBody(ctx context.Context, contentType string,
 // Releases every key the set still holds, by its token alone, and
 // forgets the set; `released` counts the keys it still held. 409
 // `lease_lost` when the set is gone.
+// With the set's latest `proof`, a set that Redis lost is put back
+// first, as by a renewal, then released.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4075,6 +4130,11 @@ func (c *Client) ReleaseLockSet(ctx context.Context, body ReleaseLockSetJSONRequ
 // lapsed) the set ends: its other keys are released, and the answer
 // is 409 `lease_lost`. Stop the protected work.
 //
+// Should Redis have lost its data, the set is put back first, as a
+// lease is: by the lockd that knows it, or, when that one is gone
+// too, from the set's latest `proof` sent beside the token (every
+// key with its fence, owner, mode and value, and the set itself).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
@@ -4098,6 +4158,11 @@ func (c *Client) RenewLockSetWithBody(ctx context.Context, contentType string, b
 // when the set is gone; when one of its keys was lost (broken or
 // lapsed) the set ends: its other keys are released, and the answer
 // is 409 `lease_lost`. Stop the protected work.
+//
+// Should Redis have lost its data, the set is put back first, as a
+// lease is: by the lockd that knows it, or, when that one is gone
+// too, from the set's latest `proof` sent beside the token (every
+// key with its fence, owner, mode and value, and the set itself).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7522,7 +7587,9 @@ type ClientWithResponsesInterface interface {
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
 	// problem+json as acquire, not a stream. Holds count against
-	// `--max-holds`.
+	// `--max-holds`. Each `acquired` and `renewed` event carries the
+	// set's latest `proof`, and the server sends it back with each of
+	// its renewals and its release.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7540,7 +7607,9 @@ type ClientWithResponsesInterface interface {
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
 	// problem+json as acquire, not a stream. Holds count against
-	// `--max-holds`.
+	// `--max-holds`. Each `acquired` and `renewed` event carries the
+	// set's latest `proof`, and the server sends it back with each of
+	// its renewals and its release.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7552,6 +7621,8 @@ type ClientWithResponsesInterface interface {
 	// Releases every key the set still holds, by its token alone, and
 	// forgets the set; `released` counts the keys it still held. 409
 	// `lease_lost` when the set is gone.
+	// With the set's latest `proof`, a set that Redis lost is put back
+	// first, as by a renewal, then released.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7563,6 +7634,8 @@ type ClientWithResponsesInterface interface {
 	// Releases every key the set still holds, by its token alone, and
 	// forgets the set; `released` counts the keys it still held. 409
 	// `lease_lost` when the set is gone.
+	// With the set's latest `proof`, a set that Redis lost is put back
+	// first, as by a renewal, then released.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7578,6 +7651,11 @@ type ClientWithResponsesInterface interface {
 	// lapsed) the set ends: its other keys are released, and the answer
 	// is 409 `lease_lost`. Stop the protected work.
 	//
+	// Should Redis have lost its data, the set is put back first, as a
+	// lease is: by the lockd that knows it, or, when that one is gone
+	// too, from the set's latest `proof` sent beside the token (every
+	// key with its fence, owner, mode and value, and the set itself).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
@@ -7591,6 +7669,11 @@ type ClientWithResponsesInterface interface {
 	// when the set is gone; when one of its keys was lost (broken or
 	// lapsed) the set ends: its other keys are released, and the answer
 	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Should Redis have lost its data, the set is put back first, as a
+	// lease is: by the lockd that knows it, or, when that one is gone
+	// too, from the set's latest `proof` sent beside the token (every
+	// key with its fence, owner, mode and value, and the set itself).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13539,7 +13622,9 @@ func (c *ClientWithResponses) AcquireLockSetWithResponse(ctx context.Context, bo
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
 // problem+json as acquire, not a stream. Holds count against
-// `--max-holds`.
+// `--max-holds`. Each `acquired` and `renewed` event carries the
+// set's latest `proof`, and the server sends it back with each of
+// its renewals and its release.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13563,7 +13648,9 @@ func (c *ClientWithResponses) HoldLockSetWithBodyWithResponse(ctx context.Contex
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
 // problem+json as acquire, not a stream. Holds count against
-// `--max-holds`.
+// `--max-holds`. Each `acquired` and `renewed` event carries the
+// set's latest `proof`, and the server sends it back with each of
+// its renewals and its release.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13581,6 +13668,8 @@ func (c *ClientWithResponses) HoldLockSetWithResponse(ctx context.Context, body 
 // Releases every key the set still holds, by its token alone, and
 // forgets the set; `released` counts the keys it still held. 409
 // `lease_lost` when the set is gone.
+// With the set's latest `proof`, a set that Redis lost is put back
+// first, as by a renewal, then released.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13598,6 +13687,8 @@ func (c *ClientWithResponses) ReleaseLockSetWithBodyWithResponse(ctx context.Con
 // Releases every key the set still holds, by its token alone, and
 // forgets the set; `released` counts the keys it still held. 409
 // `lease_lost` when the set is gone.
+// With the set's latest `proof`, a set that Redis lost is put back
+// first, as by a renewal, then released.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13619,6 +13710,11 @@ func (c *ClientWithResponses) ReleaseLockSetWithResponse(ctx context.Context, bo
 // lapsed) the set ends: its other keys are released, and the answer
 // is 409 `lease_lost`. Stop the protected work.
 //
+// Should Redis have lost its data, the set is put back first, as a
+// lease is: by the lockd that knows it, or, when that one is gone
+// too, from the set's latest `proof` sent beside the token (every
+// key with its fence, owner, mode and value, and the set itself).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
@@ -13638,6 +13734,11 @@ func (c *ClientWithResponses) RenewLockSetWithBodyWithResponse(ctx context.Conte
 // when the set is gone; when one of its keys was lost (broken or
 // lapsed) the set ends: its other keys are released, and the answer
 // is 409 `lease_lost`. Stop the protected work.
+//
+// Should Redis have lost its data, the set is put back first, as a
+// lease is: by the lockd that knows it, or, when that one is gone
+// too, from the set's latest `proof` sent beside the token (every
+// key with its fence, owner, mode and value, and the set itself).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -119,7 +119,7 @@ type setHolding struct {
 func (h *setHolding) first() (string, any) { return "acquired", lockSetOf(h.set) }
 
 func (h *setHolding) renew(ctx context.Context) (any, *lock.ReleaseRequest, error) {
-	next, err := h.s.engine.RenewSet(ctx, h.set.Token, h.set.TTL, h.actor)
+	next, err := h.s.engine.RenewSet(lock.WithProof(ctx, h.set.Proof), h.set.Token, h.set.TTL, h.actor)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,7 +128,7 @@ func (h *setHolding) renew(ctx context.Context) (any, *lock.ReleaseRequest, erro
 }
 
 func (h *setHolding) release(ctx context.Context) {
-	_, _ = h.s.engine.ReleaseSet(ctx, h.set.Token, h.actor)
+	_, _ = h.s.engine.ReleaseSet(lock.WithProof(ctx, h.set.Proof), h.set.Token, h.actor)
 }
 
 func (h *setHolding) ttl() time.Duration      { return h.set.TTL }
@@ -147,7 +147,11 @@ func (s *Server) RenewLockSet(ctx context.Context, r api.RenewLockSetRequestObje
 	if err != nil {
 		return nil, err
 	}
-	set, err := s.engine.RenewSet(ctx, r.Body.Token, ttl, callerOf(ctx).name)
+	proof, err := checkSetProof(r.Body.Proof)
+	if err != nil {
+		return nil, err
+	}
+	set, err := s.engine.RenewSet(lock.WithProof(ctx, proof), r.Body.Token, ttl, callerOf(ctx).name)
 	if err != nil {
 		return nil, err
 	}
@@ -163,19 +167,27 @@ func (s *Server) ReleaseLockSet(ctx context.Context, r api.ReleaseLockSetRequest
 	if err := checkToken(r.Body.Token, true); err != nil {
 		return nil, err
 	}
-	n, err := s.engine.ReleaseSet(ctx, r.Body.Token, callerOf(ctx).name)
+	proof, err := checkSetProof(r.Body.Proof)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.engine.ReleaseSet(lock.WithProof(ctx, proof), r.Body.Token, callerOf(ctx).name)
 	if err != nil {
 		return nil, err
 	}
 	return api.ReleaseLockSet200JSONResponse{Released: n}, nil
 }
 
-// lockSetOf is a set on the wire: the token goes to its holder only.
+// lockSetOf is a set on the wire: the token and the proof go to its
+// holder only.
 func lockSetOf(set lock.SetLease) api.LockSet {
 	out := api.LockSet{Token: set.Token, Owner: set.Owner, TtlMs: set.TTL.Milliseconds(), ExpiresAt: set.ExpiresAt,
 		Leases: make([]api.LockSetLease, 0, len(set.Leases))}
 	if !set.AcquiredAt.IsZero() {
 		out.AcquiredAt = ptr(set.AcquiredAt)
+	}
+	if set.Proof != "" {
+		out.Proof = ptr(set.Proof)
 	}
 	for _, l := range set.Leases {
 		out.Leases = append(out.Leases, api.LockSetLease{Key: l.Key, Fence: l.Fence})
@@ -202,4 +214,17 @@ func refusedResource(err error) lock.Resource {
 		return kept.Resource
 	}
 	return lock.Resource{}
+}
+
+// checkSetProof validates the shape of an optional set proof, as
+// checkProof a lease's: a bound on its length, lock.MaxSetProof (a set
+// proof grows with its keys).
+func checkSetProof(s *string) (string, error) {
+	if s == nil {
+		return "", nil
+	}
+	if len(*s) > lock.MaxSetProof {
+		return "", invalid("proof", "proof must be at most %d characters: send back the proof a lock set's grant or renewal answered, as it came", lock.MaxSetProof)
+	}
+	return *s, nil
 }

@@ -1,0 +1,105 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lockdtest"
+)
+
+// A lock set's proof over HTTP: the acquire, renew and hold answers carry
+// one; after Redis lost its data with the lockd that granted the set,
+// another lockd puts the set back from it on a renewal (200, the same
+// fences), and a renewal without it finds the set gone.
+func TestLockSetProofOverHTTP(t *testing.T) {
+	ctx := context.Background()
+	granting := lockdtest.Start(t, lockdtest.Options{})
+	other := lockdtest.Start(t, lockdtest.Options{Redis: granting.Redis})
+	clientOf := func(ld *lockdtest.Lockd) *api.ClientWithResponses {
+		c, err := api.NewClientWithResponses(ld.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	acq, err := clientOf(granting).AcquireLockSetWithResponse(ctx, api.LockSetRequest{Keys: []string{"hp:a", "hp:b"}, Owner: ptr("set"),
+		TtlMs: ptr(int64(20000))})
+	if err != nil || acq.JSON200 == nil || acq.JSON200.Proof == nil {
+		t.Fatalf("acquire: %v %s", err, acq.Body)
+	}
+	set := *acq.JSON200
+	ren, err := clientOf(granting).RenewLockSetWithResponse(ctx, api.LockSetRenewRequest{Token: set.Token, Proof: set.Proof})
+	if err != nil || ren.JSON200 == nil || ren.JSON200.Proof == nil || *ren.JSON200.Proof == *set.Proof {
+		t.Fatalf("renew: %v %s", err, ren.Body)
+	}
+	granting.HTTP.Close()
+	granting.Server.Shutdown()
+	_ = granting.Engine.Close()
+	if err := granting.Redis.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	c := clientOf(other)
+	bad := "x" + strings.Repeat("A", 19456)
+	if r, _ := c.RenewLockSetWithResponse(ctx, api.LockSetRenewRequest{Token: set.Token, Proof: &bad}); r.StatusCode() != http.StatusBadRequest ||
+		!strings.Contains(string(r.Body), `"field":"proof"`) {
+		t.Fatalf("a proof too long: %d %s", r.StatusCode(), r.Body)
+	}
+	if r, _ := c.RenewLockSetWithResponse(ctx, api.LockSetRenewRequest{Token: set.Token}); r.StatusCode() == http.StatusOK {
+		t.Fatalf("renew without the proof after the loss: %s", r.Body)
+	}
+	back, err := c.RenewLockSetWithResponse(ctx, api.LockSetRenewRequest{Token: set.Token, Proof: ren.JSON200.Proof})
+	if err != nil || back.JSON200 == nil || !slices.Equal(back.JSON200.Leases, set.Leases) || back.JSON200.Owner != "set" {
+		t.Fatalf("renew with the proof after the loss: %v %s", err, back.Body)
+	}
+	if strings.Contains(other.Logs.String(), *back.JSON200.Proof) || strings.Contains(other.Logs.String(), *set.Proof) {
+		t.Fatal("a proof in the logs")
+	}
+	if st, _ := c.GetLockWithResponse(ctx, "hp:a"); st.JSON200 == nil || strings.Contains(string(st.Body), *back.JSON200.Proof) {
+		t.Fatalf("state of a key put back: %s", st.Body)
+	}
+	rel, err := c.ReleaseLockSetWithResponse(ctx, api.LockSetReleaseRequest{Token: set.Token, Proof: back.JSON200.Proof})
+	if err != nil || rel.JSON200 == nil || rel.JSON200.Released != 2 {
+		t.Fatalf("release: %v %s", err, rel.Body)
+	}
+}
+
+// A lock set's hold stream carries the set's latest proof in each event
+// and renews with it.
+func TestLockSetHoldCarriesProofs(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/lock-sets/hold", strings.NewReader(`{"keys":["hh:a","hh:b"],"ttl_ms":300}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("hold: %v", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var proofs []string
+	for len(proofs) < 3 && sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		var set api.LockSet
+		if err := json.Unmarshal([]byte(line[6:]), &set); err != nil || set.Proof == nil {
+			t.Fatalf("event %s: no proof (%v)", line, err)
+		}
+		if slices.Contains(proofs, *set.Proof) {
+			t.Fatalf("the proof did not change with a renewal: %s", line)
+		}
+		proofs = append(proofs, *set.Proof)
+	}
+	if len(proofs) < 3 {
+		t.Fatalf("events with proofs: %d", len(proofs))
+	}
+}
