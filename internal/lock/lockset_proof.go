@@ -14,18 +14,20 @@ package lock
 //
 //	version (1) | secret id (4) | flags (1) | expiry (Unix ms), ttl_ms,
 //	number of keys (uvarints) | per key: bytes shared with the previous
-//	key, length of the rest (uvarints), the rest, fence (uvarint) |
-//	owner | value | MAC (16)
+//	key, length of the rest (uvarints), the rest, fence less the previous
+//	key's (zigzag varint; the first key's whole) | owner | value | MAC (16)
 //
 // Each key is written as what it does not share with the key before it,
 // so that keys with a common prefix ("account:alice", "account:bob") cost
-// little more than their differing ends. The owner and the value share
+// little more than their differing ends, and each fence as its distance
+// from the one before: a set's keys are granted together, so their fences
+// (microsecond clocks) differ little or not at all. The owner and the value share
 // setTextRoom bytes as a lease proof's share its budget: carried whole
 // while they fit, else as the first 16 bytes of their SHA-256. So a set
-// proof takes about 4/3 × (40 + owner and value, ≤ 160 + per key: its
-// unshared characters + 3 + its fence's bytes) characters
-// (TestSetProofSize: 104 characters for 2 keys "account:NNNN", 124 for 4,
-// 716 for 64; the largest legal set, 18 186, under MaxSetProof). The MAC is HMAC-SHA256 over the lease proofs'
+// proof takes about 4/3 × (45 + owner and value, ≤ 160 + per key: its
+// characters not shared with the key before + 3) characters
+// (TestSetProofSize: 108 for 2 keys "account:NNNN", 123 for 4, 564 for
+// 64; the largest legal set under MaxSetProof). The MAC is HMAC-SHA256 over the lease proofs'
 // label, an empty resource id (a lease proof's is never empty), the token
 // and every byte before the MAC, truncated to 16 bytes.
 
@@ -92,14 +94,15 @@ func (s *Signer) SignSet(c SetClaim, token string) string {
 	b = binary.AppendUvarint(b, uint64(max(c.ExpiresMS, 0)))
 	b = binary.AppendUvarint(b, uint64(max(c.TTL.Milliseconds(), 0)))
 	b = binary.AppendUvarint(b, uint64(len(c.Keys)))
-	prev := ""
+	prev, prevFence := "", int64(0)
 	for _, sk := range c.Keys {
 		n := sharedPrefix(prev, sk.Key)
 		b = binary.AppendUvarint(b, uint64(n))
 		b = binary.AppendUvarint(b, uint64(len(sk.Key)-n))
 		b = append(b, sk.Key[n:]...)
-		b = binary.AppendUvarint(b, uint64(max(sk.Fence, 0)))
-		prev = sk.Key
+		fence := max(sk.Fence, 0)
+		b = binary.AppendVarint(b, fence-prevFence)
+		prev, prevFence = sk.Key, fence
 	}
 	n := len(b)
 	b, ownerWhole := appendText(b, c.Owner, setTextRoom-digestLen)
@@ -202,7 +205,7 @@ func decodeSetClaim(body []byte) (SetClaim, error) {
 		return SetClaim{}, ErrProofMalformed
 	}
 	c.ExpiresMS, c.TTL = int64(nums[0]), time.Duration(nums[1])*time.Millisecond
-	prev := ""
+	prev, prevFence := "", int64(0)
 	for range nums[2] {
 		shared, l := binary.Uvarint(rest)
 		if l <= 0 || shared > uint64(len(prev)) {
@@ -212,16 +215,17 @@ func decodeSetClaim(body []byte) (SetClaim, error) {
 		if !ok {
 			return SetClaim{}, ErrProofMalformed
 		}
-		fence, l := binary.Uvarint(rest2)
-		if l <= 0 || fence > math.MaxInt64 {
+		delta, l := binary.Varint(rest2)
+		if l <= 0 || delta < -prevFence || delta > math.MaxInt64-prevFence {
 			return SetClaim{}, ErrProofMalformed
 		}
 		key := prev[:shared] + tail
 		if !ValidKey(key) {
 			return SetClaim{}, ErrProofMalformed
 		}
-		c.Keys = append(c.Keys, SetKey{Key: key, Fence: int64(fence)})
-		prev, rest = key, rest2[l:]
+		fence := prevFence + delta
+		c.Keys = append(c.Keys, SetKey{Key: key, Fence: fence})
+		prev, prevFence, rest = key, fence, rest2[l:]
 	}
 	var ok bool
 	if flags&flagOwnerDigest != 0 {

@@ -13,12 +13,14 @@ import (
 )
 
 // setClaim is a set of n keys named as users name them
-// ("account:<n>"), with fences of a busy deployment.
+// ("account:<n>"), with fences as lockd makes them.
 func setClaim(n int, now time.Time) SetClaim {
 	c := SetClaim{Mode: "x", Owner: "transfer-17", ExpiresMS: now.Add(30 * time.Second).UnixMilli(), TTL: 30 * time.Second,
 		Value: `{"job":1}`}
 	for i := range n {
-		c.Keys = append(c.Keys, SetKey{Key: fmt.Sprintf("account:%d", 1000+i*37), Fence: 1_000_000 + int64(i)})
+		// Fences as lockd's clock makes them; a set's keys granted in a few
+		// calls.
+		c.Keys = append(c.Keys, SetKey{Key: fmt.Sprintf("account:%d", 1000+i*37), Fence: 1_795_945_707_842_817 + int64(i/8*300)})
 	}
 	return c
 }
@@ -35,7 +37,7 @@ func TestSetProofRoundTrip(t *testing.T) {
 	shared := setClaim(3, now)
 	shared.Mode, shared.Value, shared.ValueUnknown = "s", "", true
 	unsorted := setClaim(2, now)
-	unsorted.Keys = []SetKey{{Key: "zeta", Fence: 1}, {Key: "alpha", Fence: math.MaxInt64}}
+	unsorted.Keys = []SetKey{{Key: "zeta", Fence: math.MaxInt64}, {Key: "alpha", Fence: 0}, {Key: "beta", Fence: math.MaxInt64}}
 	digests := setClaim(4, now)
 	digests.Value, digests.ValueDigest = "", bytes.Repeat([]byte{7}, digestLen)
 	for _, c := range []SetClaim{setClaim(2, now), setClaim(MaxSetKeys, now), shared, unsorted, digests} {
@@ -58,7 +60,7 @@ func TestSetProofSize(t *testing.T) {
 	for _, c := range []struct {
 		keys int
 		most int
-	}{{2, 120}, {4, 150}, {64, 800}} {
+	}{{2, 120}, {4, 140}, {64, 600}} {
 		p := s.SignSet(setClaim(c.keys, now), strings.Repeat("t", 32))
 		t.Logf("a set of %d keys (account:NNNN): a proof of %d characters", c.keys, len(p))
 		if len(p) > c.most {
@@ -71,7 +73,8 @@ func TestSetProofSize(t *testing.T) {
 	for i := range MaxSetKeys {
 		// Keys that share no prefix.
 		key := string(rune('A'+i%26)) + string(rune('a'+i/26)) + strings.Repeat("k", MaxKeyLen-2)
-		largest.Keys = append(largest.Keys, SetKey{Key: key, Fence: math.MaxInt64})
+		// Fences as far apart as can be: each one's distance takes 10 bytes.
+		largest.Keys = append(largest.Keys, SetKey{Key: key, Fence: int64(i%2) * math.MaxInt64})
 	}
 	p := s.SignSet(largest, "t")
 	t.Logf("the largest set: a proof of %d characters", len(p))

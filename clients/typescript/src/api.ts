@@ -1305,10 +1305,11 @@ export interface components {
             leases: components["schemas"]["LockSetLease"][];
             /**
              * @description Evidence of this set, signed by lockd: opaque, one for the whole
-             *     set. Its size grows with the keys: about 100 characters for 2
-             *     short keys, plus each key's characters that it does not share
-             *     with the key before it and 4 or so more (716 for 64 keys
-             *     `account:NNNN`; at most 19456). Send the latest one back with
+             *     set. It grows with the keys: about 60 characters, the owner
+             *     and a short value, and for each key 4 characters per 3 of
+             *     those it does not share with the key before it, plus 4 (108
+             *     for 2 keys `account:NNNN`, 123 for 4, 564 for 64; never over
+             *     19456). Send the latest one back with
              *     every renew and release of the set (`"proof"`); should Redis
              *     lose its data and the lockd that granted or last renewed the
              *     set be gone too, any lockd restores every key of the set and
