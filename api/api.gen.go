@@ -1050,12 +1050,25 @@ type LockSetRequest struct {
 	// Owner Holder's label on every key. Default the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
 
+	// Proof With `token` on `/v1/lock-sets/hold`: the set's latest `proof`,
+	// read only when Redis no longer has the set, to restore it (as
+	// a renewal's).
+	Proof *string `json:"proof,omitempty"`
+
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
 	// `session_not_found` when the session ended or lapsed, or another
 	// API key made it. Not with
 	// `/hold`, which keeps its own lease.
 	Session *SessionRef `json:"session,omitempty"`
+
+	// Token `/v1/lock-sets/hold` only: the token of a live set (of these
+	// `keys`) for the stream to take over rather than a new set: it
+	// renews the set (to `ttl_ms`, else the set's own TTL), streams
+	// it, and releases it when the connection closes. Its owner, mode
+	// and value stay the set's own. A lock set has no re-entry: on
+	// acquire it is a 400.
+	Token *string `json:"token,omitempty"`
 
 	// TtlMs Every lease's TTL. Default 30000; at most the server's --max-ttl.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
@@ -2726,7 +2739,11 @@ type ClientInterface interface {
 	// keys was broken or lapsed, or the server shuts down; the stream
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
-	// problem+json as acquire, not a stream. Holds count against
+	// problem+json as acquire, not a stream. With `token` (and its
+	// `proof`) the stream takes over that live set instead of taking a
+	// new one: a set Redis lost is restored from the proof first, as by
+	// a renewal; a token of no live set is 409 `lease_lost`, a set of
+	// other keys than `keys` a 400 naming `keys`. Holds count against
 	// `--max-holds`. Each `acquired` and `renewed` event carries the
 	// set's latest `proof`, and the server sends it back with each of
 	// its renewals and its release.
@@ -2746,7 +2763,11 @@ type ClientInterface interface {
 	// keys was broken or lapsed, or the server shuts down; the stream
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
-	// problem+json as acquire, not a stream. Holds count against
+	// problem+json as acquire, not a stream. With `token` (and its
+	// `proof`) the stream takes over that live set instead of taking a
+	// new one: a set Redis lost is restored from the proof first, as by
+	// a renewal; a token of no live set is 409 `lease_lost`, a set of
+	// other keys than `keys` a 400 naming `keys`. Holds count against
 	// `--max-holds`. Each `acquired` and `renewed` event carries the
 	// set's latest `proof`, and the server sends it back with each of
 	// its renewals and its release.
@@ -4026,7 +4047,11 @@ func (c *Client) AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequ
 // keys was broken or lapsed, or the server shuts down; the stream
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
-// problem+json as acquire, not a stream. Holds count against
+// problem+json as acquire, not a stream. With `token` (and its
+// `proof`) the stream takes over that live set instead of taking a
+// new one: a set Redis lost is restored from the proof first, as by
+// a renewal; a token of no live set is 409 `lease_lost`, a set of
+// other keys than `keys` a 400 naming `keys`. Holds count against
 // `--max-holds`. Each `acquired` and `renewed` event carries the
 // set's latest `proof`, and the server sends it back with each of
 // its renewals and its release.
@@ -4056,7 +4081,11 @@ func (c *Client) HoldLockSetWithBody(ctx context.Context, contentType string, bo
 // keys was broken or lapsed, or the server shuts down; the stream
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
-// problem+json as acquire, not a stream. Holds count against
+// problem+json as acquire, not a stream. With `token` (and its
+// `proof`) the stream takes over that live set instead of taking a
+// new one: a set Redis lost is restored from the proof first, as by
+// a renewal; a token of no live set is 409 `lease_lost`, a set of
+// other keys than `keys` a 400 naming `keys`. Holds count against
 // `--max-holds`. Each `acquired` and `renewed` event carries the
 // set's latest `proof`, and the server sends it back with each of
 // its renewals and its release.
@@ -7587,7 +7616,11 @@ type ClientWithResponsesInterface interface {
 	// keys was broken or lapsed, or the server shuts down; the stream
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
-	// problem+json as acquire, not a stream. Holds count against
+	// problem+json as acquire, not a stream. With `token` (and its
+	// `proof`) the stream takes over that live set instead of taking a
+	// new one: a set Redis lost is restored from the proof first, as by
+	// a renewal; a token of no live set is 409 `lease_lost`, a set of
+	// other keys than `keys` a 400 naming `keys`. Holds count against
 	// `--max-holds`. Each `acquired` and `renewed` event carries the
 	// set's latest `proof`, and the server sends it back with each of
 	// its renewals and its release.
@@ -7607,7 +7640,11 @@ type ClientWithResponsesInterface interface {
 	// keys was broken or lapsed, or the server shuts down; the stream
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
-	// problem+json as acquire, not a stream. Holds count against
+	// problem+json as acquire, not a stream. With `token` (and its
+	// `proof`) the stream takes over that live set instead of taking a
+	// new one: a set Redis lost is restored from the proof first, as by
+	// a renewal; a token of no live set is 409 `lease_lost`, a set of
+	// other keys than `keys` a 400 naming `keys`. Holds count against
 	// `--max-holds`. Each `acquired` and `renewed` event carries the
 	// set's latest `proof`, and the server sends it back with each of
 	// its renewals and its release.
@@ -13622,7 +13659,11 @@ func (c *ClientWithResponses) AcquireLockSetWithResponse(ctx context.Context, bo
 // keys was broken or lapsed, or the server shuts down; the stream
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
-// problem+json as acquire, not a stream. Holds count against
+// problem+json as acquire, not a stream. With `token` (and its
+// `proof`) the stream takes over that live set instead of taking a
+// new one: a set Redis lost is restored from the proof first, as by
+// a renewal; a token of no live set is 409 `lease_lost`, a set of
+// other keys than `keys` a 400 naming `keys`. Holds count against
 // `--max-holds`. Each `acquired` and `renewed` event carries the
 // set's latest `proof`, and the server sends it back with each of
 // its renewals and its release.
@@ -13648,7 +13689,11 @@ func (c *ClientWithResponses) HoldLockSetWithBodyWithResponse(ctx context.Contex
 // keys was broken or lapsed, or the server shuts down; the stream
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
-// problem+json as acquire, not a stream. Holds count against
+// problem+json as acquire, not a stream. With `token` (and its
+// `proof`) the stream takes over that live set instead of taking a
+// new one: a set Redis lost is restored from the proof first, as by
+// a renewal; a token of no live set is 409 `lease_lost`, a set of
+// other keys than `keys` a 400 naming `keys`. Holds count against
 // `--max-holds`. Each `acquired` and `renewed` event carries the
 // set's latest `proof`, and the server sends it back with each of
 // its renewals and its release.

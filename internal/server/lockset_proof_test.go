@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lockdtest"
@@ -102,4 +103,89 @@ func TestLockSetHoldCarriesProofs(t *testing.T) {
 	if len(proofs) < 3 {
 		t.Fatalf("events with proofs: %d", len(proofs))
 	}
+}
+
+// A lock set's hold takes a live set over by its token and proof: after
+// Redis lost its data with the lockd that granted the set, a hold through
+// another lockd streams the set put back from the proof (the same token
+// and fences), and closing it releases every key. The token goes with
+// hold only, and the keys must be the set's.
+func TestLockSetHoldTakesOverBySetProof(t *testing.T) {
+	ctx := context.Background()
+	granting := lockdtest.Start(t, lockdtest.Options{})
+	other := lockdtest.Start(t, lockdtest.Options{Redis: granting.Redis})
+	c, err := api.NewClientWithResponses(granting.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acq, err := c.AcquireLockSetWithResponse(ctx, api.LockSetRequest{Keys: []string{"ht:a", "ht:b"}, TtlMs: ptr(int64(20000))})
+	if err != nil || acq.JSON200 == nil || acq.JSON200.Proof == nil {
+		t.Fatalf("acquire: %v %s", err, acq.Body)
+	}
+	set := *acq.JSON200
+	granting.HTTP.Close()
+	granting.Server.Shutdown()
+	_ = granting.Engine.Close()
+	if err := granting.Redis.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	body := func(keys, extra string) string {
+		return `{"keys":` + keys + `,"ttl_ms":600` + extra + `}`
+	}
+	withToken := `,"token":"` + set.Token + `","proof":"` + *set.Proof + `"`
+	for _, c := range []struct {
+		name, path, body, field string
+		status                  int
+	}{
+		{"a token on acquire", "acquire", body(`["ht:a","ht:b"]`, withToken), "token", http.StatusBadRequest},
+		{"a proof without its token", "hold", body(`["ht:a","ht:b"]`, `,"proof":"`+*set.Proof+`"`), "proof", http.StatusBadRequest},
+		{"a token of no set", "hold", body(`["ht:a","ht:b"]`, `,"token":"nobody"`), "", http.StatusConflict},
+		{"other keys than the set's", "hold", body(`["ht:a","ht:c"]`, withToken), "keys", http.StatusBadRequest},
+	} {
+		res, b, err := do(http.MethodPost, other.URL+"/v1/lock-sets/"+c.path, "application/json", c.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := problemOf(t, res, b)
+		// A token of no set: lost, or (while the dead lockd's leases
+		// may be live) recovering.
+		recovering := c.status == http.StatusConflict && p.Status == http.StatusServiceUnavailable
+		if (p.Status != c.status && !recovering) || (c.field != "" && (p.Field == nil || *p.Field != c.field)) {
+			t.Fatalf("%s: %d %s", c.name, res.StatusCode, b)
+		}
+	}
+
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(hctx, http.MethodPost, other.URL+"/v1/lock-sets/hold", strings.NewReader(body(`["ht:b","ht:a"]`, withToken)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("hold with the set's token and proof after the loss: %v", err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var events []api.LockSet
+	for len(events) < 2 && sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
+			var s api.LockSet
+			if err := json.Unmarshal([]byte(line[6:]), &s); err != nil {
+				t.Fatalf("event %s: %v", line, err)
+			}
+			events = append(events, s)
+		}
+	}
+	if len(events) < 2 || events[0].Token != set.Token || !slices.Equal(events[0].Leases, set.Leases) || events[1].Proof == nil {
+		t.Fatalf("the stream of the set taken over: %+v", events)
+	}
+	cancel()
+	resp.Body.Close()
+	oc, err := api.NewClientWithResponses(other.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockdtest.Eventually(t, func() bool {
+		st, err := oc.GetLockWithResponse(ctx, "ht:a")
+		return err == nil && st.StatusCode() == http.StatusNotFound
+	}, 5*time.Second, "the set released when its stream closed")
 }

@@ -17,6 +17,9 @@ func (s *Server) AcquireLockSet(ctx context.Context, r api.AcquireLockSetRequest
 	if err != nil {
 		return nil, err
 	}
+	if r.Body.Token != nil || r.Body.Proof != nil {
+		return nil, invalid("token", "a lock set has no re-entry: POST /v1/lock-sets/hold takes a live set over by its token")
+	}
 	set, err := s.acquireLockSet(ctx, req)
 	if err != nil {
 		return nil, err
@@ -101,12 +104,64 @@ func (s *Server) HoldLockSet(ctx context.Context, r api.HoldLockSetRequestObject
 	if err != nil {
 		return nil, err
 	}
-	set, err := s.acquireLockSet(ctx, req)
+	var set lock.SetLease
+	if r.Body.Token != nil || r.Body.Proof != nil {
+		set, err = s.takeOverLockSet(ctx, req, r.Body)
+	} else {
+		set, err = s.acquireLockSet(ctx, req)
+	}
 	if err != nil {
 		releaseHold()
 		return nil, err
 	}
 	return &holdStream{s: s, ctx: ctx, h: &setHolding{s: s, set: set, actor: req.Actor}, releaseHold: releaseHold}, nil
+}
+
+// takeOverLockSet renews, for a hold stream, the live set of body's token
+// (restored from its proof should Redis have lost it), which must hold
+// req's keys.
+func (s *Server) takeOverLockSet(ctx context.Context, req lock.SetRequest, body *api.LockSetRequest) (lock.SetLease, error) {
+	if body.Token == nil {
+		return lock.SetLease{}, invalid("proof", "proof goes with the token of the set it was answered for: send both, or neither")
+	}
+	if err := checkToken(*body.Token, true); err != nil {
+		return lock.SetLease{}, err
+	}
+	proof, err := checkSetProof(body.Proof)
+	if err != nil {
+		return lock.SetLease{}, err
+	}
+	var ttl time.Duration // the set's own
+	if body.TtlMs != nil {
+		ttl = req.TTL
+	}
+	set, err := s.engine.RenewSet(lock.WithProof(ctx, proof), *body.Token, ttl, req.Actor)
+	if err != nil {
+		return lock.SetLease{}, err
+	}
+	held := make([]string, 0, len(set.Leases))
+	for _, l := range set.Leases {
+		held = append(held, l.Key)
+	}
+	if len(held) != len(req.Keys) || !sameKeys(held, req.Keys) {
+		return lock.SetLease{}, invalid("keys", "the set of this token holds %s, not the keys named", strings.Join(held, ", "))
+	}
+	return set, nil
+}
+
+// sameKeys says whether a and b, of the same length and each without
+// repeats, name the same keys.
+func sameKeys(a, b []string) bool {
+	in := make(map[string]bool, len(a))
+	for _, k := range a {
+		in[k] = true
+	}
+	for _, k := range b {
+		if !in[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // setHolding is a lock set held by a stream.

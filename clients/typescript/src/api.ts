@@ -388,7 +388,11 @@ export interface paths {
          *     keys was broken or lapsed, or the server shuts down; the stream
          *     ends after it). When the client disconnects, the server releases
          *     every key at once. If the acquire fails the answer is the same
-         *     problem+json as acquire, not a stream. Holds count against
+         *     problem+json as acquire, not a stream. With `token` (and its
+         *     `proof`) the stream takes over that live set instead of taking a
+         *     new one: a set Redis lost is restored from the proof first, as by
+         *     a renewal; a token of no live set is 409 `lease_lost`, a set of
+         *     other keys than `keys` a 400 naming `keys`. Holds count against
          *     `--max-holds`. Each `acquired` and `renewed` event carries the
          *     set's latest `proof`, and the server sends it back with each of
          *     its renewals and its release.
@@ -1255,6 +1259,21 @@ export interface components {
             mode?: components["schemas"]["LockMode"];
             value?: components["schemas"]["Value"];
             session?: components["schemas"]["SessionRef"];
+            /**
+             * @description `/v1/lock-sets/hold` only: the token of a live set (of these
+             *     `keys`) for the stream to take over rather than a new set: it
+             *     renews the set (to `ttl_ms`, else the set's own TTL), streams
+             *     it, and releases it when the connection closes. Its owner, mode
+             *     and value stay the set's own. A lock set has no re-entry: on
+             *     acquire it is a 400.
+             */
+            token?: string;
+            /**
+             * @description With `token` on `/v1/lock-sets/hold`: the set's latest `proof`,
+             *     read only when Redis no longer has the set, to restore it (as
+             *     a renewal's).
+             */
+            proof?: string;
         };
         LockSetRenewRequest: {
             token: string;
