@@ -525,7 +525,7 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	}
 	leases := make([]Lease, len(r.Keys))
 	errs := eachKey(r.Keys, func(i int, k string) (err error) {
-		leases[i], err = e.n.renewBy(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor}, false)
+		leases[i], err = e.n.renewSetKey(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor})
 		return err
 	})
 	for i, err := range errs {

@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -294,38 +295,91 @@ func (n *node) readSetRecordOrProof(ctx context.Context, token string) (setRecor
 }
 
 // restoreSetFromProof puts back the lock set of token that proof vouches
-// for, whose record Redis no longer has: each key's lease as restore.lua
-// puts back a lease's (a key held by a lease with a higher fence keeps it;
-// a key whose lease ended before the loss, by its tombstone or this
-// process's ledger, restores nothing), then the set's record, if some key
-// is the set's. It reports whether it put the record back; a key that
-// was not put back ends the set at its next renewal, which gives the
-// others back.
+// for, whose record Redis no longer has: each key's lease
+// (restoreSetKeys), then the set's record, if some key is the set's. It
+// reports whether it put the record back; a key that was not put back
+// ends the set at its next renewal, which gives the others back.
 func (n *node) restoreSetFromProof(ctx context.Context, token, proof string) bool {
-	if proof == "" {
+	c, ok := n.setClaim(token, proof)
+	if !ok {
 		return false
+	}
+	if _, ours := n.restoreSetKeys(ctx, token, c, keysOfSet(c.Keys)); ours == 0 {
+		return false
+	}
+	record, err := json.Marshal(setRecord{Keys: keysOfSet(c.Keys), Owner: c.Owner, TTLMS: c.TTL.Milliseconds()})
+	left := time.Until(time.UnixMilli(c.ExpiresMS))
+	if err != nil || left <= 0 {
+		return false
+	}
+	rctx, cancel := n.bound(ctx)
+	defer cancel()
+	if err := n.st.Cmd().SetNX(rctx, setRecordKey(token), record, left).Err(); err != nil {
+		return false
+	}
+	n.ledger.setSeen(token, record, time.Now().Add(left))
+	return true
+}
+
+// renewSetKey renews key, one of the keys of the set of req.Token, and
+// puts its lease back from the set's proof in ctx (WithProof) should
+// Redis have lost it but not the set's record (a Cluster's master that
+// lost its data holds some of the set's keys, not the record).
+func (n *node) renewSetKey(ctx context.Context, key string, req RenewRequest) (Lease, error) {
+	l, err := n.renewBy(ctx, key, req, false)
+	if !missing(err) {
+		return l, err
+	}
+	c, ok := n.setClaim(req.Token, proofFrom(ctx))
+	if !ok || !slices.ContainsFunc(c.Keys, func(k SetKey) bool { return k.Key == key }) {
+		return l, err
+	}
+	if restored, ours := n.restoreSetKeys(ctx, req.Token, c, []string{key}); restored == 0 && ours == 0 {
+		return l, err
+	}
+	return n.renewBy(ctx, key, req, false)
+}
+
+// setClaim is what proof, sent with token, vouches for, if it verifies
+// and this process saw none of the set's keys' leases end.
+func (n *node) setClaim(token, proof string) (SetClaim, bool) {
+	if proof == "" {
+		return SetClaim{}, false
 	}
 	c, err := n.opts.Proofs.VerifySet(proof, token, time.Now())
 	if err != nil {
-		return false
+		return SetClaim{}, false
 	}
 	for _, k := range c.Keys {
 		if n.ledger.isEnded(k.Key, token) {
-			return false
+			return SetClaim{}, false
 		}
 	}
-	owner := c.Owner
+	return c, true
+}
+
+// restoreSetKeys puts back the leases of keys, keys of the set c of
+// token, as restore.lua puts back a lease's: a key held by a lease with a
+// higher fence keeps it; a key whose lease ended before the loss (its
+// tombstone) restores nothing. It answers how many were put back, and how
+// many hold the set's lease now (put back, or there already).
+func (n *node) restoreSetKeys(ctx context.Context, token string, c SetClaim, keys []string) (restored, ours int) {
+	fences := make(map[string]int64, len(c.Keys))
+	for _, k := range c.Keys {
+		fences[k.Key] = k.Fence
+	}
 	value := c.Value
 	if len(c.ValueDigest) != 0 || c.ValueUnknown {
 		value = ""
 	}
 	signed := time.UnixMilli(c.ExpiresMS - c.TTL.Milliseconds())
 	// No loss since the proof was signed: Redis kept its data, and a key
-	// may have ended by its holder's hand (restore.lua, one).
+	// may have ended by its holder's or an operator's hand (restore.lua,
+	// one).
 	one := !n.lostSince(signed)
-	answers := make([]string, len(c.Keys))
-	eachKey(keysOfSet(c.Keys), func(i int, key string) error {
-		r := restorable{key: key, token: token, known: known{mode: c.Mode, owner: owner, fence: c.Keys[i].Fence, count: 1,
+	answers := make([]string, len(keys))
+	eachKey(keys, func(i int, key string) error {
+		r := restorable{key: key, token: token, known: known{mode: c.Mode, owner: c.Owner, fence: fences[key], count: 1,
 			ttl: c.TTL, acquired: signed, value: value}}
 		rc := restoreCallOf(key, n.sharedOf(key), r, "a holder's proof after redis lost its data")
 		rc.leftMS = "@" + strconv.FormatInt(c.ExpiresMS, 10)
@@ -339,7 +393,6 @@ func (n *node) restoreSetFromProof(ctx context.Context, token, proof string) boo
 		}
 		return nil
 	})
-	restored, ours := 0, 0
 	for _, a := range answers {
 		switch a {
 		case "restored":
@@ -352,21 +405,7 @@ func (n *node) restoreSetFromProof(ctx context.Context, token, proof string) boo
 	n.restoredMu.Lock()
 	n.restoredSum.Restored += restored
 	n.restoredMu.Unlock()
-	if ours == 0 {
-		return false
-	}
-	record, err := json.Marshal(setRecord{Keys: keysOfSet(c.Keys), Owner: owner, TTLMS: c.TTL.Milliseconds()})
-	left := time.Until(time.UnixMilli(c.ExpiresMS))
-	if err != nil || left <= 0 {
-		return false
-	}
-	rctx, cancel := n.bound(ctx)
-	defer cancel()
-	if err := n.st.Cmd().SetNX(rctx, setRecordKey(token), record, left).Err(); err != nil {
-		return false
-	}
-	n.ledger.setSeen(token, record, time.Now().Add(left))
-	return true
+	return restored, ours
 }
 
 // keysOfSet is the keys of ks, in order.

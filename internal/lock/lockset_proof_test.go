@@ -211,3 +211,39 @@ func TestSetProofRestoresOnlyWhatItVouchesFor(t *testing.T) {
 		}
 	}
 }
+
+// TestSetProofRestoresALostKey: Redis lost one key's lease of a set but
+// not the set's record (a Cluster master that lost its data, a failover
+// that missed a write), and the lockd that granted the set is gone: the
+// set's renewal puts the key back from the set's proof; without the
+// proof the key is lost, and the set with it.
+func TestSetProofRestoresALostKey(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	granting := lock.New(rs.Client(t), lock.Options{Proofs: proofSigner(t)})
+	take := func(keys ...string) lock.SetLease {
+		t.Helper()
+		s, err := granting.AcquireSet(ctx, lock.SetRequest{Keys: keys, Owner: "w", TTL: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	with, without := take("slk:a", "slk:b", "slk:c"), take("slk:d", "slk:e")
+	_ = granting.Close()
+	if err := rs.Client(t).Del(ctx, "lockd:{slk:b}:lease", "lockd:{slk:e}:lease").Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := lock.New(rs.Client(t), lock.Options{Proofs: proofSigner(t)})
+	t.Cleanup(func() { _ = other.Close() })
+	back, err := other.RenewSet(lock.WithProof(ctx, with.Proof), with.Token, 0, "t")
+	if err != nil || !slices.Equal(back.Leases, with.Leases) {
+		t.Fatalf("renew with the proof: %+v, %v", back, err)
+	}
+	if _, err := other.RenewSet(ctx, without.Token, 0, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("renew without the proof: %v, want the set lost", err)
+	}
+	if n, err := other.ReleaseSet(ctx, with.Token, "t"); err != nil || n != 3 {
+		t.Fatalf("release: %d, %v", n, err)
+	}
+}
