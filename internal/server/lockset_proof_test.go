@@ -4,14 +4,20 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/lockd/lockd/api"
+	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lockdtest"
+	"github.com/lockd/lockd/internal/server"
+	"github.com/lockd/lockd/internal/web"
 )
 
 // A lock set's proof over HTTP: the acquire, renew and hold answers carry
@@ -188,4 +194,54 @@ func TestLockSetHoldTakesOverBySetProof(t *testing.T) {
 		st, err := oc.GetLockWithResponse(ctx, "ht:a")
 		return err == nil && st.StatusCode() == http.StatusNotFound
 	}, 5*time.Second, "the set released when its stream closed")
+}
+
+// TestSetProofsStayWithTheHolder: a lock set's keys' state, history,
+// listing, events and dashboard pages, and the server's log, never show
+// the set's proof.
+func TestSetProofsStayWithTheHolder(t *testing.T) {
+	ld := lockdtest.Start(t, lockdtest.Options{Dashboard: func(e *lock.Engine, log zerolog.Logger) server.Dashboard {
+		return web.NewDashboard(e, log)
+	}})
+	_, events := openEvents(t, ld.URL+"/v1/events?prefix=psf:", "", "")
+	c, err := api.NewClientWithResponses(ld.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, err := c.AcquireLockSetWithResponse(ctx, api.LockSetRequest{Keys: []string{"psf:a", "psf:b"}, Value: ptr(api.Value(`"v"`))})
+	if err != nil || a.JSON200 == nil || a.JSON200.Proof == nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	r, err := c.RenewLockSetWithResponse(ctx, api.LockSetRenewRequest{Token: a.JSON200.Token, Proof: a.JSON200.Proof})
+	if err != nil || r.JSON200 == nil || r.JSON200.Proof == nil {
+		t.Fatalf("renew: %v", err)
+	}
+	proofs := []string{*a.JSON200.Proof, *r.JSON200.Proof}
+	if ev := events.next(t); ev.event != "acquired" || strings.Contains(ev.raw, proofs[0]) {
+		t.Fatalf("event %+v", ev)
+	}
+	pages := map[string]string{"log": ld.Logs.String()}
+	for _, path := range []string{
+		"/v1/locks/psf:a", "/v1/locks/psf:a/history", "/v1/locks/psf:b/history?type=renewed", "/v1/locks?prefix=psf:",
+		"/", "/ui/locks/psf:a", "/ui/fragments/locks/psf:b",
+	} {
+		res, err := http.Get(ld.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || !strings.Contains(string(b), "psf:") {
+			t.Fatalf("%s: %d %.200s", path, res.StatusCode, b)
+		}
+		pages[path] = string(b)
+	}
+	for where, text := range pages {
+		for _, p := range proofs {
+			if strings.Contains(text, p) || strings.Contains(text, p[:24]) {
+				t.Fatalf("a set's proof in %s", where)
+			}
+		}
+	}
 }
