@@ -247,3 +247,34 @@ func TestSetProofRestoresALostKey(t *testing.T) {
 		t.Fatalf("release: %d, %v", n, err)
 	}
 }
+
+// TestSetProofYieldsToAHigherFence: of two claims on a key the higher
+// fence wins, for a set's key as for a lease's: a key granted anew after
+// the loss keeps its holder, and the set, no longer whole, ends at the
+// renewal that brought its proof, giving its other keys back.
+func TestSetProofYieldsToAHigherFence(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	granting := lock.New(rs.Client(t), lock.Options{Proofs: proofSigner(t)})
+	s, err := granting.AcquireSet(ctx, lock.SetRequest{Keys: []string{"hf:a", "hf:b"}, Owner: "set", TTL: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = granting.Close()
+	if err := rs.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := lock.New(rs.Client(t), lock.Options{Proofs: proofSigner(t)})
+	t.Cleanup(func() { _ = other.Close() })
+	newer := mustAcquire(t, other, lock.Lock("hf:b"), lock.AcquireRequest{Owner: "newer", TTL: 20 * time.Second})
+	if newer.Fence <= s.Leases[1].Fence {
+		t.Fatalf("the new grant's fence %d, the set's %d", newer.Fence, s.Leases[1].Fence)
+	}
+	if _, err := other.RenewSet(lock.WithProof(ctx, s.Proof), s.Token, 0, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("renew of a set whose key another holds now: %v, want lost", err)
+	}
+	if st, err := other.State(ctx, lock.Lock("hf:b")); err != nil || st.Owner != "newer" || st.Fence != newer.Fence {
+		t.Fatalf("hf:b after the set's claim: %+v, %v", st, err)
+	}
+	mustAcquire(t, other, lock.Lock("hf:a"), lock.AcquireRequest{TTL: time.Second})
+}
