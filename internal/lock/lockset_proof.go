@@ -21,15 +21,16 @@ package lock
 // so that keys with a common prefix ("account:alice", "account:bob") cost
 // little more than their differing ends, and each fence as its distance
 // from the one before: a set's keys are granted together, so their fences
-// (microsecond clocks) differ little or not at all. The owner and the value share
-// setTextRoom bytes as a lease proof's share its budget: carried whole
-// while they fit, else as the first 16 bytes of their SHA-256. So a set
-// proof takes about 4/3 × (45 + owner and value, ≤ 160 + per key: its
-// characters not shared with the key before + 3) characters
-// (TestSetProofSize: 108 for 2 keys "account:NNNN", 123 for 4, 564 for
-// 64; the largest legal set under MaxSetProof). The MAC is HMAC-SHA256 over the lease proofs'
-// label, an empty resource id (a lease proof's is never empty), the token
-// and every byte before the MAC, truncated to 16 bytes.
+// (microsecond clocks) differ little or not at all. The owner and the
+// value share setTextRoom bytes as a lease proof's share its budget:
+// carried whole while they fit, else as the first 16 bytes of their
+// SHA-256. So a set proof takes about 4/3 × (45 + owner and value, ≤ 160,
+// + per key: its characters not shared with the key before + 3)
+// characters (TestSetProofSize: 108 for 2 keys "account:NNNN", 123 for 4,
+// 564 for 64; the largest legal set under MaxSetProof). The MAC is
+// HMAC-SHA256 over the lease proofs' label, an empty resource id (a lease
+// proof's is never empty, so no input of one is an input of the other),
+// the token and every byte before the MAC, truncated to 16 bytes.
 
 import (
 	"context"
