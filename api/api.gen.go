@@ -984,6 +984,19 @@ type LockSet struct {
 	Leases []LockSetLease `json:"leases"`
 	Owner  string         `json:"owner"`
 
+	// Proof Evidence of this set, signed by lockd: opaque, one for the whole
+	// set. It grows with the keys: about 60 characters, the owner
+	// and a short value, and for each key 4 characters per 3 of
+	// those it does not share with the key before it, plus 4 (108
+	// for 2 keys `account:NNNN`, 123 for 4, 564 for 64; never over
+	// 19456). Send the latest one back with
+	// every renew and release of the set (`"proof"`); should Redis
+	// lose its data and the lockd that granted or last renewed the
+	// set be gone too, any lockd restores every key of the set and
+	// the set from it. A secret as the token is: only ever returned
+	// to the holder. Absent when the server signs no proofs.
+	Proof *string `json:"proof,omitempty"`
+
 	// Token The secret that renews, releases and holds the whole set. Only ever returned to the acquirer.
 	Token string `json:"token"`
 	TtlMs int64  `json:"ttl_ms"`
@@ -1009,6 +1022,17 @@ type LockSetLease struct {
 	Key   string `json:"key"`
 }
 
+// LockSetReleaseRequest defines model for LockSetReleaseRequest.
+type LockSetReleaseRequest struct {
+	// Proof The latest `proof` this set's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the set, to restore it (the token alone restores it where
+	// a lockd that knows the set is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
+	Token string  `json:"token"`
+}
+
 // LockSetReleaseResult defines model for LockSetReleaseResult.
 type LockSetReleaseResult struct {
 	// Released How many of the set's keys it still held and gave back.
@@ -1017,7 +1041,13 @@ type LockSetReleaseResult struct {
 
 // LockSetRenewRequest defines model for LockSetRenewRequest.
 type LockSetRenewRequest struct {
-	Token string `json:"token"`
+	// Proof The latest `proof` this set's grant or renewal answered:
+	// opaque; send it back as it came. Read only when Redis no longer
+	// has the set, to restore it (the token alone restores it where
+	// a lockd that knows the set is up). A proof that does not
+	// verify changes no answer.
+	Proof *string `json:"proof,omitempty"`
+	Token string  `json:"token"`
 
 	// TtlMs New TTL of every key from now. Default the set's own TTL.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
@@ -1035,12 +1065,25 @@ type LockSetRequest struct {
 	// Owner Holder's label on every key. Default the caller's API-key name or address.
 	Owner *string `json:"owner,omitempty"`
 
+	// Proof With `token` on `/v1/lock-sets/hold`: the set's latest `proof`,
+	// read only when Redis no longer has the set, to restore it (as
+	// a renewal's).
+	Proof *string `json:"proof,omitempty"`
+
 	// Session The id of a live session (`POST /v1/sessions`): the grant lives as
 	// long as the session, and `ttl_ms` must be left out. 404
 	// `session_not_found` when the session ended or lapsed, or another
 	// API key made it. Not with
 	// `/hold`, which keeps its own lease.
 	Session *SessionRef `json:"session,omitempty"`
+
+	// Token `/v1/lock-sets/hold` only: the token of a live set (of these
+	// `keys`) for the stream to take over rather than a new set: it
+	// renews the set (to `ttl_ms`, else the set's own TTL), streams
+	// it, and releases it when the connection closes. Its owner, mode
+	// and value stay the set's own. A lock set has no re-entry: on
+	// acquire it is a 400.
+	Token *string `json:"token,omitempty"`
 
 	// TtlMs Every lease's TTL. Default 30000; at most the server's --max-ttl.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
@@ -1725,7 +1768,7 @@ type AcquireLockSetJSONRequestBody = LockSetRequest
 type HoldLockSetJSONRequestBody = LockSetRequest
 
 // ReleaseLockSetJSONRequestBody defines body for ReleaseLockSet for application/json ContentType.
-type ReleaseLockSetJSONRequestBody = ReleaseRequest
+type ReleaseLockSetJSONRequestBody = LockSetReleaseRequest
 
 // RenewLockSetJSONRequestBody defines body for RenewLockSet for application/json ContentType.
 type RenewLockSetJSONRequestBody = LockSetRenewRequest
@@ -2765,8 +2808,14 @@ type ClientInterface interface {
 	// keys was broken or lapsed, or the server shuts down; the stream
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
-	// problem+json as acquire, not a stream. Holds count against
-	// `--max-holds`.
+	// problem+json as acquire, not a stream. With `token` (and its
+	// `proof`) the stream takes over that live set instead of taking a
+	// new one: a set Redis lost is restored from the proof first, as by
+	// a renewal; a token of no live set is 409 `lease_lost`, a set of
+	// other keys than `keys` a 400 naming `keys`. Holds count against
+	// `--max-holds`. Each `acquired` and `renewed` event carries the
+	// set's latest `proof`, and the server sends it back with each of
+	// its renewals and its release.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2783,8 +2832,14 @@ type ClientInterface interface {
 	// keys was broken or lapsed, or the server shuts down; the stream
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
-	// problem+json as acquire, not a stream. Holds count against
-	// `--max-holds`.
+	// problem+json as acquire, not a stream. With `token` (and its
+	// `proof`) the stream takes over that live set instead of taking a
+	// new one: a set Redis lost is restored from the proof first, as by
+	// a renewal; a token of no live set is 409 `lease_lost`, a set of
+	// other keys than `keys` a 400 naming `keys`. Holds count against
+	// `--max-holds`. Each `acquired` and `renewed` event carries the
+	// set's latest `proof`, and the server sends it back with each of
+	// its renewals and its release.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2796,6 +2851,8 @@ type ClientInterface interface {
 	// Releases every key the set still holds, by its token alone, and
 	// forgets the set; `released` counts the keys it still held. 409
 	// `lease_lost` when the set is gone.
+	// With the set's latest `proof`, a set that Redis lost is put back
+	// first, as by a renewal, then released.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2807,6 +2864,8 @@ type ClientInterface interface {
 	// Releases every key the set still holds, by its token alone, and
 	// forgets the set; `released` counts the keys it still held. 409
 	// `lease_lost` when the set is gone.
+	// With the set's latest `proof`, a set that Redis lost is put back
+	// first, as by a renewal, then released.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2822,6 +2881,11 @@ type ClientInterface interface {
 	// lapsed) the set ends: its other keys are released, and the answer
 	// is 409 `lease_lost`. Stop the protected work.
 	//
+	// Should Redis have lost its data, the set is put back first, as a
+	// lease is: by the lockd that knows it, or, when that one is gone
+	// too, from the set's latest `proof` sent beside the token (every
+	// key with its fence, owner, mode and value, and the set itself).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
@@ -2835,6 +2899,11 @@ type ClientInterface interface {
 	// when the set is gone; when one of its keys was lost (broken or
 	// lapsed) the set ends: its other keys are released, and the answer
 	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Should Redis have lost its data, the set is put back first, as a
+	// lease is: by the lockd that knows it, or, when that one is gone
+	// too, from the set's latest `proof` sent beside the token (every
+	// key with its fence, owner, mode and value, and the set itself).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4050,8 +4119,14 @@ func (c *Client) AcquireLockSet(ctx context.Context, body AcquireLockSetJSONRequ
 // keys was broken or lapsed, or the server shuts down; the stream
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
-// problem+json as acquire, not a stream. Holds count against
-// `--max-holds`.
+// problem+json as acquire, not a stream. With `token` (and its
+// `proof`) the stream takes over that live set instead of taking a
+// new one: a set Redis lost is restored from the proof first, as by
+// a renewal; a token of no live set is 409 `lease_lost`, a set of
+// other keys than `keys` a 400 naming `keys`. Holds count against
+// `--max-holds`. Each `acquired` and `renewed` event carries the
+// set's latest `proof`, and the server sends it back with each of
+// its renewals and its release.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4078,8 +4153,14 @@ func (c *Client) HoldLockSetWithBody(ctx context.Context, contentType string, bo
 // keys was broken or lapsed, or the server shuts down; the stream
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
-// problem+json as acquire, not a stream. Holds count against
-// `--max-holds`.
+// problem+json as acquire, not a stream. With `token` (and its
+// `proof`) the stream takes over that live set instead of taking a
+// new one: a set Redis lost is restored from the proof first, as by
+// a renewal; a token of no live set is 409 `lease_lost`, a set of
+// other keys than `keys` a 400 naming `keys`. Holds count against
+// `--max-holds`. Each `acquired` and `renewed` event carries the
+// set's latest `proof`, and the server sends it back with each of
+// its renewals and its release.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4101,6 +4182,8 @@ func (c *Client) HoldLockSet(ctx context.Context, body HoldLockSetJSONRequestBod
 // Releases every key the set still holds, by its token alone, and
 // forgets the set; `released` counts the keys it still held. 409
 // `lease_lost` when the set is gone.
+// With the set's latest `proof`, a set that Redis lost is put back
+// first, as by a renewal, then released.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4122,6 +4205,8 @@ func (c *Client) ReleaseLockSetWithBody(ctx context.Context, contentType string,
 // Releases every key the set still holds, by its token alone, and
 // forgets the set; `released` counts the keys it still held. 409
 // `lease_lost` when the set is gone.
+// With the set's latest `proof`, a set that Redis lost is put back
+// first, as by a renewal, then released.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4147,6 +4232,11 @@ func (c *Client) ReleaseLockSet(ctx context.Context, body ReleaseLockSetJSONRequ
 // lapsed) the set ends: its other keys are released, and the answer
 // is 409 `lease_lost`. Stop the protected work.
 //
+// Should Redis have lost its data, the set is put back first, as a
+// lease is: by the lockd that knows it, or, when that one is gone
+// too, from the set's latest `proof` sent beside the token (every
+// key with its fence, owner, mode and value, and the set itself).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
@@ -4170,6 +4260,11 @@ func (c *Client) RenewLockSetWithBody(ctx context.Context, contentType string, b
 // when the set is gone; when one of its keys was lost (broken or
 // lapsed) the set ends: its other keys are released, and the answer
 // is 409 `lease_lost`. Stop the protected work.
+//
+// Should Redis have lost its data, the set is put back first, as a
+// lease is: by the lockd that knows it, or, when that one is gone
+// too, from the set's latest `proof` sent beside the token (every
+// key with its fence, owner, mode and value, and the set itself).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7596,8 +7691,14 @@ type ClientWithResponsesInterface interface {
 	// keys was broken or lapsed, or the server shuts down; the stream
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
-	// problem+json as acquire, not a stream. Holds count against
-	// `--max-holds`.
+	// problem+json as acquire, not a stream. With `token` (and its
+	// `proof`) the stream takes over that live set instead of taking a
+	// new one: a set Redis lost is restored from the proof first, as by
+	// a renewal; a token of no live set is 409 `lease_lost`, a set of
+	// other keys than `keys` a 400 naming `keys`. Holds count against
+	// `--max-holds`. Each `acquired` and `renewed` event carries the
+	// set's latest `proof`, and the server sends it back with each of
+	// its renewals and its release.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7614,8 +7715,14 @@ type ClientWithResponsesInterface interface {
 	// keys was broken or lapsed, or the server shuts down; the stream
 	// ends after it). When the client disconnects, the server releases
 	// every key at once. If the acquire fails the answer is the same
-	// problem+json as acquire, not a stream. Holds count against
-	// `--max-holds`.
+	// problem+json as acquire, not a stream. With `token` (and its
+	// `proof`) the stream takes over that live set instead of taking a
+	// new one: a set Redis lost is restored from the proof first, as by
+	// a renewal; a token of no live set is 409 `lease_lost`, a set of
+	// other keys than `keys` a 400 naming `keys`. Holds count against
+	// `--max-holds`. Each `acquired` and `renewed` event carries the
+	// set's latest `proof`, and the server sends it back with each of
+	// its renewals and its release.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7627,6 +7734,8 @@ type ClientWithResponsesInterface interface {
 	// Releases every key the set still holds, by its token alone, and
 	// forgets the set; `released` counts the keys it still held. 409
 	// `lease_lost` when the set is gone.
+	// With the set's latest `proof`, a set that Redis lost is put back
+	// first, as by a renewal, then released.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7638,6 +7747,8 @@ type ClientWithResponsesInterface interface {
 	// Releases every key the set still holds, by its token alone, and
 	// forgets the set; `released` counts the keys it still held. 409
 	// `lease_lost` when the set is gone.
+	// With the set's latest `proof`, a set that Redis lost is put back
+	// first, as by a renewal, then released.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7653,6 +7764,11 @@ type ClientWithResponsesInterface interface {
 	// lapsed) the set ends: its other keys are released, and the answer
 	// is 409 `lease_lost`. Stop the protected work.
 	//
+	// Should Redis have lost its data, the set is put back first, as a
+	// lease is: by the lockd that knows it, or, when that one is gone
+	// too, from the set's latest `proof` sent beside the token (every
+	// key with its fence, owner, mode and value, and the set itself).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
@@ -7666,6 +7782,11 @@ type ClientWithResponsesInterface interface {
 	// when the set is gone; when one of its keys was lost (broken or
 	// lapsed) the set ends: its other keys are released, and the answer
 	// is 409 `lease_lost`. Stop the protected work.
+	//
+	// Should Redis have lost its data, the set is put back first, as a
+	// lease is: by the lockd that knows it, or, when that one is gone
+	// too, from the set's latest `proof` sent beside the token (every
+	// key with its fence, owner, mode and value, and the set itself).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13616,8 +13737,14 @@ func (c *ClientWithResponses) AcquireLockSetWithResponse(ctx context.Context, bo
 // keys was broken or lapsed, or the server shuts down; the stream
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
-// problem+json as acquire, not a stream. Holds count against
-// `--max-holds`.
+// problem+json as acquire, not a stream. With `token` (and its
+// `proof`) the stream takes over that live set instead of taking a
+// new one: a set Redis lost is restored from the proof first, as by
+// a renewal; a token of no live set is 409 `lease_lost`, a set of
+// other keys than `keys` a 400 naming `keys`. Holds count against
+// `--max-holds`. Each `acquired` and `renewed` event carries the
+// set's latest `proof`, and the server sends it back with each of
+// its renewals and its release.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13640,8 +13767,14 @@ func (c *ClientWithResponses) HoldLockSetWithBodyWithResponse(ctx context.Contex
 // keys was broken or lapsed, or the server shuts down; the stream
 // ends after it). When the client disconnects, the server releases
 // every key at once. If the acquire fails the answer is the same
-// problem+json as acquire, not a stream. Holds count against
-// `--max-holds`.
+// problem+json as acquire, not a stream. With `token` (and its
+// `proof`) the stream takes over that live set instead of taking a
+// new one: a set Redis lost is restored from the proof first, as by
+// a renewal; a token of no live set is 409 `lease_lost`, a set of
+// other keys than `keys` a 400 naming `keys`. Holds count against
+// `--max-holds`. Each `acquired` and `renewed` event carries the
+// set's latest `proof`, and the server sends it back with each of
+// its renewals and its release.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13659,6 +13792,8 @@ func (c *ClientWithResponses) HoldLockSetWithResponse(ctx context.Context, body 
 // Releases every key the set still holds, by its token alone, and
 // forgets the set; `released` counts the keys it still held. 409
 // `lease_lost` when the set is gone.
+// With the set's latest `proof`, a set that Redis lost is put back
+// first, as by a renewal, then released.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13676,6 +13811,8 @@ func (c *ClientWithResponses) ReleaseLockSetWithBodyWithResponse(ctx context.Con
 // Releases every key the set still holds, by its token alone, and
 // forgets the set; `released` counts the keys it still held. 409
 // `lease_lost` when the set is gone.
+// With the set's latest `proof`, a set that Redis lost is put back
+// first, as by a renewal, then released.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13697,6 +13834,11 @@ func (c *ClientWithResponses) ReleaseLockSetWithResponse(ctx context.Context, bo
 // lapsed) the set ends: its other keys are released, and the answer
 // is 409 `lease_lost`. Stop the protected work.
 //
+// Should Redis have lost its data, the set is put back first, as a
+// lease is: by the lockd that knows it, or, when that one is gone
+// too, from the set's latest `proof` sent beside the token (every
+// key with its fence, owner, mode and value, and the set itself).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/lock-sets/renew (the `RenewLockSet` operationId).
@@ -13716,6 +13858,11 @@ func (c *ClientWithResponses) RenewLockSetWithBodyWithResponse(ctx context.Conte
 // when the set is gone; when one of its keys was lost (broken or
 // lapsed) the set ends: its other keys are released, and the answer
 // is 409 `lease_lost`. Stop the protected work.
+//
+// Should Redis have lost its data, the set is put back first, as a
+// lease is: by the lockd that knows it, or, when that one is gone
+// too, from the set's latest `proof` sent beside the token (every
+// key with its fence, owner, mode and value, and the set itself).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -32,7 +32,8 @@
 // Every grant and renewal answers a proof (Lease.Proof), which the lease
 // sends back with each renewal, proclaim and release: should Redis lose
 // its data while the lockd that granted the lease is gone too, any lockd
-// restores the lease from it. Keep it out of logs, as the token.
+// restores the lease from it. A LockSet does the same with its set's proof
+// (LockSet.Proof). Keep it out of logs, as the token.
 //
 // # Caveats
 //

@@ -27,6 +27,7 @@ type LockSet struct {
 	done   chan struct{}
 
 	mu       sync.Mutex
+	proof    string    // the latest the server answered
 	expires  time.Time // by our clock; see grantExpiry
 	renewNow bool
 	err      error
@@ -97,6 +98,9 @@ func newLockSet(c *Client, set api.LockSet, sent, arrived time.Time, watchdog bo
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		expires: expires, renewNow: renewNow,
 	}
+	if set.Proof != nil {
+		s.proof = *set.Proof
+	}
 	if watchdog {
 		go s.watch()
 	} else {
@@ -107,6 +111,17 @@ func newLockSet(c *Client, set api.LockSet, sent, arrived time.Time, watchdog bo
 
 // Token is the set's secret: it renews and releases every key.
 func (s *LockSet) Token() string { return s.token }
+
+// Proof is the set's latest proof, from its grant or last renewal ("": the
+// server signs none): evidence from which any lockd restores every key of
+// the set should Redis lose them with the lockd that knew them. Renew and
+// Release send it by themselves. A secret as the token is: keep it out of
+// logs.
+func (s *LockSet) Proof() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proof
+}
 
 // Leases are the set's keys with their fences, in the order LockMany named
 // them.
@@ -146,8 +161,9 @@ func (s *LockSet) Renew(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	resp, err := s.c.raw.RenewLockSet(ctx, api.LockSetRenewRequest{Token: s.token, TtlMs: ptr(s.ttl.Milliseconds())})
-	if _, err = decode[api.LockSet](ctx, resp, err); err != nil {
+	resp, err := s.c.raw.RenewLockSet(ctx, api.LockSetRenewRequest{Token: s.token, TtlMs: ptr(s.ttl.Milliseconds()), Proof: nonEmpty(s.Proof())})
+	set, err := decode[api.LockSet](ctx, resp, err)
+	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			s.lose(err)
 			return s.Err()
@@ -156,6 +172,9 @@ func (s *LockSet) Renew(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.expires, s.renewNow = sent.Add(s.ttl), false
+	if set.Proof != nil {
+		s.proof = *set.Proof
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -175,7 +194,7 @@ func (s *LockSet) Release(ctx context.Context) error {
 	if err := s.Err(); err != nil {
 		return err
 	}
-	resp, err := s.c.raw.ReleaseLockSet(ctx, api.ReleaseRequest{Token: s.token})
+	resp, err := s.c.raw.ReleaseLockSet(ctx, api.LockSetReleaseRequest{Token: s.token, Proof: nonEmpty(s.Proof())})
 	_, err = decode[api.LockSetReleaseResult](ctx, resp, err)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -155,4 +156,123 @@ func TestLeasesSendTheirProofs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// switchTo sends every request to the lockd whose URL it holds now: a
+// client that fails over from one lockd to another behind one address.
+type switchTo struct {
+	mu sync.Mutex
+	to *url.URL
+}
+
+func (s *switchTo) set(raw string) {
+	u, _ := url.Parse(raw)
+	s.mu.Lock()
+	s.to = u
+	s.mu.Unlock()
+}
+
+func (s *switchTo) RoundTrip(r *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	to := s.to
+	s.mu.Unlock()
+	r = r.Clone(r.Context())
+	r.URL.Scheme, r.URL.Host, r.Host = to.Scheme, to.Host, to.Host
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestLockSetSurvivesRedisAndItsLockd: a set taken through one lockd,
+// which then dies with Redis's data (FLUSHALL), renews through another
+// lockd that never knew it, with the same fences, because the set sends
+// its latest proof; and is released there.
+func TestLockSetSurvivesRedisAndItsLockd(t *testing.T) {
+	granting := lockdtest.Start(t, lockdtest.Options{})
+	other := lockdtest.Start(t, lockdtest.Options{Redis: granting.Redis})
+	sw := &switchTo{}
+	sw.set(granting.URL)
+	c, err := client.New(granting.URL, client.WithHTTPClient(&http.Client{Transport: sw}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := uniqueKey(t)
+	set, err := c.LockMany(ctx, []string{key + ":b", key + ":a"}, client.AcquireOptions{TTL: 20 * time.Second, Value: json.RawMessage(`{"n":1}`), NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := set.Proof()
+	if first == "" {
+		t.Fatal("the set's grant answered no proof")
+	}
+	if err := set.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if set.Proof() == first {
+		t.Fatal("the set does not keep its renewal's proof")
+	}
+	fences := set.Leases()
+
+	granting.HTTP.Close()
+	granting.Server.Shutdown()
+	_ = granting.Engine.Close()
+	if err := granting.Redis.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sw.set(other.URL)
+	if err := set.Renew(ctx); err != nil {
+		t.Fatalf("renew through another lockd after the loss: %v", err)
+	}
+	for _, l := range fences {
+		st, err := c.State(ctx, l.Key)
+		if err != nil || st.Fence != l.Fence || st.Value == nil || string(*st.Value) != `{"n":1}` {
+			t.Fatalf("%s after the loss: %+v, %v (fence was %d)", l.Key, st, err, l.Fence)
+		}
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatalf("release after the loss: %v", err)
+	}
+}
+
+// TestLockSetSendsItsProofs: a set sends the proof of its grant or latest
+// renewal with every renewal and its release; the server's new proof,
+// which takes the value from the one sent, shows that it got it.
+func TestLockSetSendsItsProofs(t *testing.T) {
+	ld := startLockd(t)
+	tap := &proofTap{}
+	c, err := client.New(ld.URL, client.WithHTTPClient(&http.Client{Transport: tap}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := uniqueKey(t)
+	set, err := c.LockMany(ctx, []string{key + ":1", key + ":2"}, client.AcquireOptions{TTL: 10 * time.Second, Value: json.RawMessage(`{"n":1}`), NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := set.Proof()
+	for range 2 {
+		if err := set.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls := tap.taken()
+	if len(calls) != 3 || latest == "" {
+		t.Fatalf("calls %+v, first proof %.16q", calls, latest)
+	}
+	for i, call := range calls {
+		if call.sent != latest {
+			t.Fatalf("call %d (%s) sent proof %.16q, the latest answered was %.16q", i, call.op, call.sent, latest)
+		}
+		if call.op == "release" {
+			continue
+		}
+		claim, err := lockdtest.Signer().VerifySet(call.got, set.Token(), time.Now())
+		if err != nil || claim.Value != `{"n":1}` || claim.ValueUnknown {
+			t.Fatalf("the renewal's new proof: %+v, %v: the server did not get the one sent", claim, err)
+		}
+		latest = call.got
+	}
 }

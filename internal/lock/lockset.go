@@ -74,6 +74,9 @@ type SetLease struct {
 	ExpiresAt  time.Time
 	// Leases are the keys' grants, in the order the request named them.
 	Leases []SetKey
+	// Proof is the holder's evidence of the set (lockset_proof.go), as a
+	// Lease's Proof is of one lease; "" without Options.Proofs.
+	Proof string
 }
 
 // SetKey is one key of a lock set and its fence.
@@ -282,6 +285,7 @@ func (e *Engine) AcquireSet(ctx context.Context, req SetRequest) (SetLease, erro
 		e.abandonSet(s)
 		return SetLease{}, err
 	}
+	l.Proof = e.n.opts.Proofs.grantedSetProof(l, s.mode(), req.Value)
 	return l, nil
 }
 
@@ -523,12 +527,14 @@ func (n *node) readSetRecord(ctx context.Context, token string) (setRecord, erro
 // RenewSet renews every key of the set with this token, to ttl (0: the
 // set's own TTL). A key the set no longer holds (it lapsed, or was broken)
 // ends the set: its other keys are released and the answer is
-// ErrLeaseLost.
+// ErrLeaseLost. The holder's proof, if any, comes in ctx (WithProof),
+// consulted only when Redis no longer has the set's record.
 func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, actor string) (SetLease, error) {
 	var r setRecord
 	// A record Redis lost with its data is put back by the lockd that
-	// wrote it (restoreBucket), as its keys' leases are.
-	err := e.n.restoring(ctx, "", "", "", func() error {
+	// wrote it (restoreBucket), as its keys' leases are, or from the
+	// holder's proof.
+	err := e.n.restoring(ctx, "", token, proofFrom(ctx), func() error {
 		var err error
 		if r, err = e.n.readSetRecord(ctx, token); errors.Is(err, ErrLeaseLost) {
 			return ErrNotFound
@@ -546,7 +552,7 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	}
 	leases := make([]Lease, len(r.Keys))
 	errs := eachKey(r.Keys, func(i int, k string) (err error) {
-		leases[i], err = e.n.renewBy(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor}, false)
+		leases[i], err = e.n.renewSetKey(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor})
 		return err
 	})
 	for i, err := range errs {
@@ -569,14 +575,15 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	if err := e.n.writeSetRecord(ctx, token, r, ttl); err != nil {
 		return SetLease{}, err
 	}
+	l.Proof = e.n.opts.Proofs.renewedSetProof(l, leases, proofFrom(ctx))
 	return l, nil
 }
 
 // ReleaseSet releases every key of the set with this token and forgets
 // the set; it answers how many keys it still held (ErrLeaseLost when the
-// set is gone).
+// set is gone). The holder's proof, if any, comes in ctx (WithProof).
 func (e *Engine) ReleaseSet(ctx context.Context, token, actor string) (int, error) {
-	r, err := e.n.readSetRecord(ctx, token)
+	r, err := e.n.readSetRecordOrProof(ctx, token)
 	if err != nil {
 		return 0, err
 	}

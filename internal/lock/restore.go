@@ -198,7 +198,8 @@ func (n *node) renewRestoring(ctx context.Context, key string, req RenewRequest,
 // holder's proof vouches for (restoreFromProof); and during the
 // quarantine after a loss runs op until the lockd that knows the lease
 // has put it back, as long as the call's bound allows, and then answers
-// ErrRecovering rather than a loss that may not be one.
+// ErrRecovering rather than a loss that may not be one. key "" is a lock
+// set's record: token and proof are the set's.
 func (n *node) restoring(ctx context.Context, key, token, proof string, op func() error) error {
 	since := time.Now()
 	err := op()
@@ -214,7 +215,7 @@ func (n *node) restoring(ctx context.Context, key, token, proof string, op func(
 		// replica that missed the last writes.
 		return op()
 	}
-	if n.restoreFromProof(ctx, key, token, proof, err) {
+	if n.restoreClaim(ctx, key, token, proof, err) {
 		// The lockd that knew it died with Redis's data: its holder's
 		// proof is the evidence.
 		return op()
@@ -237,6 +238,16 @@ func (n *node) restoring(ctx context.Context, key, token, proof string, op func(
 			return err
 		}
 	}
+}
+
+// restoreClaim is restoreFromProof for a lease on key, and
+// restoreSetFromProof for the lock set of token when key is "" (the set's
+// record is what Redis lacks).
+func (n *node) restoreClaim(ctx context.Context, key, token, proof string, err error) bool {
+	if key == "" {
+		return n.restoreSetFromProof(ctx, token, proof)
+	}
+	return n.restoreFromProof(ctx, key, token, proof, err)
 }
 
 // restoreOne puts back key's lease token, which this process knows, when

@@ -17,6 +17,9 @@ func (s *Server) AcquireLockSet(ctx context.Context, r api.AcquireLockSetRequest
 	if err != nil {
 		return nil, err
 	}
+	if r.Body.Token != nil || r.Body.Proof != nil {
+		return nil, invalid("token", "a lock set has no re-entry: POST /v1/lock-sets/hold takes a live set over by its token")
+	}
 	set, err := s.acquireLockSet(ctx, req)
 	if err != nil {
 		return nil, err
@@ -101,12 +104,64 @@ func (s *Server) HoldLockSet(ctx context.Context, r api.HoldLockSetRequestObject
 	if err != nil {
 		return nil, err
 	}
-	set, err := s.acquireLockSet(ctx, req)
+	var set lock.SetLease
+	if r.Body.Token != nil || r.Body.Proof != nil {
+		set, err = s.takeOverLockSet(ctx, req, r.Body)
+	} else {
+		set, err = s.acquireLockSet(ctx, req)
+	}
 	if err != nil {
 		releaseHold()
 		return nil, err
 	}
 	return &holdStream{s: s, ctx: ctx, h: &setHolding{s: s, set: set, actor: req.Actor}, releaseHold: releaseHold}, nil
+}
+
+// takeOverLockSet renews, for a hold stream, the live set of body's token
+// (restored from its proof should Redis have lost it), which must hold
+// req's keys.
+func (s *Server) takeOverLockSet(ctx context.Context, req lock.SetRequest, body *api.LockSetRequest) (lock.SetLease, error) {
+	if body.Token == nil {
+		return lock.SetLease{}, invalid("proof", "proof goes with the token of the set it was answered for: send both, or neither")
+	}
+	if err := checkToken(*body.Token, true); err != nil {
+		return lock.SetLease{}, err
+	}
+	proof, err := checkSetProof(body.Proof)
+	if err != nil {
+		return lock.SetLease{}, err
+	}
+	var ttl time.Duration // the set's own
+	if body.TtlMs != nil {
+		ttl = req.TTL
+	}
+	set, err := s.engine.RenewSet(lock.WithProof(ctx, proof), *body.Token, ttl, req.Actor)
+	if err != nil {
+		return lock.SetLease{}, err
+	}
+	held := make([]string, 0, len(set.Leases))
+	for _, l := range set.Leases {
+		held = append(held, l.Key)
+	}
+	if len(held) != len(req.Keys) || !sameKeys(held, req.Keys) {
+		return lock.SetLease{}, invalid("keys", "the set of this token holds %s, not the keys named", strings.Join(held, ", "))
+	}
+	return set, nil
+}
+
+// sameKeys says whether a and b, of the same length and each without
+// repeats, name the same keys.
+func sameKeys(a, b []string) bool {
+	in := make(map[string]bool, len(a))
+	for _, k := range a {
+		in[k] = true
+	}
+	for _, k := range b {
+		if !in[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // setHolding is a lock set held by a stream.
@@ -119,7 +174,7 @@ type setHolding struct {
 func (h *setHolding) first() (string, any) { return "acquired", lockSetOf(h.set) }
 
 func (h *setHolding) renew(ctx context.Context) (any, *lock.ReleaseRequest, error) {
-	next, err := h.s.engine.RenewSet(ctx, h.set.Token, h.set.TTL, h.actor)
+	next, err := h.s.engine.RenewSet(lock.WithProof(ctx, h.set.Proof), h.set.Token, h.set.TTL, h.actor)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,7 +183,7 @@ func (h *setHolding) renew(ctx context.Context) (any, *lock.ReleaseRequest, erro
 }
 
 func (h *setHolding) release(ctx context.Context) {
-	_, _ = h.s.engine.ReleaseSet(ctx, h.set.Token, h.actor)
+	_, _ = h.s.engine.ReleaseSet(lock.WithProof(ctx, h.set.Proof), h.set.Token, h.actor)
 }
 
 func (h *setHolding) ttl() time.Duration      { return h.set.TTL }
@@ -147,7 +202,11 @@ func (s *Server) RenewLockSet(ctx context.Context, r api.RenewLockSetRequestObje
 	if err != nil {
 		return nil, err
 	}
-	set, err := s.engine.RenewSet(ctx, r.Body.Token, ttl, callerOf(ctx).name)
+	proof, err := checkSetProof(r.Body.Proof)
+	if err != nil {
+		return nil, err
+	}
+	set, err := s.engine.RenewSet(lock.WithProof(ctx, proof), r.Body.Token, ttl, callerOf(ctx).name)
 	if err != nil {
 		return nil, err
 	}
@@ -163,19 +222,27 @@ func (s *Server) ReleaseLockSet(ctx context.Context, r api.ReleaseLockSetRequest
 	if err := checkToken(r.Body.Token, true); err != nil {
 		return nil, err
 	}
-	n, err := s.engine.ReleaseSet(ctx, r.Body.Token, callerOf(ctx).name)
+	proof, err := checkSetProof(r.Body.Proof)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.engine.ReleaseSet(lock.WithProof(ctx, proof), r.Body.Token, callerOf(ctx).name)
 	if err != nil {
 		return nil, err
 	}
 	return api.ReleaseLockSet200JSONResponse{Released: n}, nil
 }
 
-// lockSetOf is a set on the wire: the token goes to its holder only.
+// lockSetOf is a set on the wire: the token and the proof go to its
+// holder only.
 func lockSetOf(set lock.SetLease) api.LockSet {
 	out := api.LockSet{Token: set.Token, Owner: set.Owner, TtlMs: set.TTL.Milliseconds(), ExpiresAt: set.ExpiresAt,
 		Leases: make([]api.LockSetLease, 0, len(set.Leases))}
 	if !set.AcquiredAt.IsZero() {
 		out.AcquiredAt = ptr(set.AcquiredAt)
+	}
+	if set.Proof != "" {
+		out.Proof = ptr(set.Proof)
 	}
 	for _, l := range set.Leases {
 		out.Leases = append(out.Leases, api.LockSetLease{Key: l.Key, Fence: l.Fence})
@@ -202,4 +269,17 @@ func refusedResource(err error) lock.Resource {
 		return kept.Resource
 	}
 	return lock.Resource{}
+}
+
+// checkSetProof validates the shape of an optional set proof, as
+// checkProof a lease's: a bound on its length, lock.MaxSetProof (a set
+// proof grows with its keys).
+func checkSetProof(s *string) (string, error) {
+	if s == nil {
+		return "", nil
+	}
+	if len(*s) > lock.MaxSetProof {
+		return "", invalid("proof", "proof must be at most %d characters: send back the proof a lock set's grant or renewal answered, as it came", lock.MaxSetProof)
+	}
+	return *s, nil
 }

@@ -64,11 +64,11 @@ func TestLockSetOverHTTP(t *testing.T) {
 	if err != nil || ren.JSON200 == nil || ren.JSON200.TtlMs != 9000 || len(ren.JSON200.Leases) != 3 {
 		t.Fatalf("renew set: %v %s", err, ren.Body)
 	}
-	rel, err := f.client.ReleaseLockSetWithResponse(ctx, api.ReleaseRequest{Token: set.Token})
+	rel, err := f.client.ReleaseLockSetWithResponse(ctx, api.LockSetReleaseRequest{Token: set.Token})
 	if err != nil || rel.JSON200 == nil || rel.JSON200.Released != 3 {
 		t.Fatalf("release set: %v %s", err, rel.Body)
 	}
-	again, _ := f.client.ReleaseLockSetWithResponse(ctx, api.ReleaseRequest{Token: set.Token})
+	again, _ := f.client.ReleaseLockSetWithResponse(ctx, api.LockSetReleaseRequest{Token: set.Token})
 	if again.StatusCode() != http.StatusConflict {
 		t.Fatalf("second release: %d %s", again.StatusCode(), again.Body)
 	}

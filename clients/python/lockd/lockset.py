@@ -31,7 +31,9 @@ class LockSet:
     TTL in seconds. Unless taken with auto_renew=False, a thread renews the
     whole set every ttl/3, as a Lease's does; losing one key loses the set
     (``lost`` is set, ``error`` says why, ``on_lost(set, error)`` is
-    called once). ``token`` is the set's secret: it never appears in repr().
+    called once). ``token`` is the set's secret, ``proof`` its latest
+    proof (sent back by renew and release, so that any lockd restores the
+    set should Redis lose it): neither appears in repr().
 
     Use it as a context manager to release every key at the end of the
     block.
@@ -48,6 +50,10 @@ class LockSet:
     ) -> None:
         self._ops = ops
         self.__token: str = answer["token"]
+        # The latest proof a grant or renewal answered: sent back with
+        # every renewal and the release, so that any lockd can restore the
+        # set should Redis lose it with the lockd that knew it.
+        self.__proof: Optional[str] = answer.get("proof")
         self.ttl: float = answer["ttl_ms"] / 1000.0
         self.owner: Optional[str] = answer.get("owner")
         self.leases: List[Dict[str, Any]] = [{"key": l["key"], "fence": int(l["fence"])} for l in answer["leases"]]
@@ -71,6 +77,12 @@ class LockSet:
         return self.__token
 
     @property
+    def proof(self) -> Optional[str]:
+        """proof is the set's latest proof (None: the server signs none), sent back by renew and release. Keep it out of logs."""
+        with self._lock:
+            return self.__proof
+
+    @property
     def keys(self) -> List[str]:
         """keys are the set's keys, in the order lock_many named them."""
         return [l["key"] for l in self.leases]
@@ -92,13 +104,18 @@ class LockSet:
         self.check()
         sent = time.monotonic()
         timeout = min(self._ops.timeout, max(self._expiry() - sent, 0.001))
+        body: Dict[str, Any] = {"token": self.__token, "ttl_ms": int(self.ttl * 1000)}
+        proof = self.proof
+        if proof:
+            body["proof"] = proof
         try:
-            self._ops.set_call("renew", {"token": self.__token, "ttl_ms": int(self.ttl * 1000)}, timeout)
+            answer = self._ops.set_call("renew", body, timeout)
         except LeaseLost as err:
             self._lose(err)
             raise
         with self._lock:
             if not self._released:
+                self.__proof = answer.get("proof", self.__proof)
                 self._expires = sent + self.ttl
                 self._renewals += 1
 
@@ -110,8 +127,12 @@ class LockSet:
             self._released = True
         self._stop.set()
         self.check()
+        body: Dict[str, Any] = {"token": self.__token}
+        proof = self.proof
+        if proof:
+            body["proof"] = proof
         try:
-            return self._ops.set_call("release", {"token": self.__token}, self._ops.timeout)
+            return self._ops.set_call("release", body, self._ops.timeout)
         except LeaseLost as err:
             self._lose(err, after_release=True)
             raise

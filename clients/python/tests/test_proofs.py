@@ -68,6 +68,20 @@ class Proofs(unittest.TestCase):
         self.assertGreaterEqual(len(calls), 4)
         self.check_chain(first, calls)
 
+    def test_lock_set_sends_its_latest_proof(self) -> None:
+        c = harness.client()
+        calls = self.tap(c)
+        key = harness.unique("proof-set")
+        lock_set = c.lock_many([key + ":1", key + ":2"], ttl=10, value={"n": 1}, auto_renew=False)
+        first = lock_set.proof
+        lock_set.renew()
+        lock_set.renew()
+        for text in (repr(lock_set), str(lock_set)):
+            self.assertNotIn(lock_set.proof, text)
+        lock_set.release()
+        self.assertEqual([op for op, _, _ in calls], ["renew", "renew", "release"])
+        self.check_chain(first, calls)
+
     def test_tokens_kept_elsewhere(self) -> None:
         c = harness.client()
         key = harness.unique("proof-token")

@@ -332,6 +332,11 @@ export interface paths {
          *     when the set is gone; when one of its keys was lost (broken or
          *     lapsed) the set ends: its other keys are released, and the answer
          *     is 409 `lease_lost`. Stop the protected work.
+         *
+         *     Should Redis have lost its data, the set is put back first, as a
+         *     lease is: by the lockd that knows it, or, when that one is gone
+         *     too, from the set's latest `proof` sent beside the token (every
+         *     key with its fence, owner, mode and value, and the set itself).
          */
         post: operations["renewLockSet"];
         delete?: never;
@@ -354,6 +359,8 @@ export interface paths {
          * @description Releases every key the set still holds, by its token alone, and
          *     forgets the set; `released` counts the keys it still held. 409
          *     `lease_lost` when the set is gone.
+         *     With the set's latest `proof`, a set that Redis lost is put back
+         *     first, as by a renewal, then released.
          */
         post: operations["releaseLockSet"];
         delete?: never;
@@ -381,8 +388,14 @@ export interface paths {
          *     keys was broken or lapsed, or the server shuts down; the stream
          *     ends after it). When the client disconnects, the server releases
          *     every key at once. If the acquire fails the answer is the same
-         *     problem+json as acquire, not a stream. Holds count against
-         *     `--max-holds`.
+         *     problem+json as acquire, not a stream. With `token` (and its
+         *     `proof`) the stream takes over that live set instead of taking a
+         *     new one: a set Redis lost is restored from the proof first, as by
+         *     a renewal; a token of no live set is 409 `lease_lost`, a set of
+         *     other keys than `keys` a 400 naming `keys`. Holds count against
+         *     `--max-holds`. Each `acquired` and `renewed` event carries the
+         *     set's latest `proof`, and the server sends it back with each of
+         *     its renewals and its release.
          */
         post: operations["holdLockSet"];
         delete?: never;
@@ -1249,6 +1262,21 @@ export interface components {
             mode?: components["schemas"]["LockMode"];
             value?: components["schemas"]["Value"];
             session?: components["schemas"]["SessionRef"];
+            /**
+             * @description `/v1/lock-sets/hold` only: the token of a live set (of these
+             *     `keys`) for the stream to take over rather than a new set: it
+             *     renews the set (to `ttl_ms`, else the set's own TTL), streams
+             *     it, and releases it when the connection closes. Its owner, mode
+             *     and value stay the set's own. A lock set has no re-entry: on
+             *     acquire it is a 400.
+             */
+            token?: string;
+            /**
+             * @description With `token` on `/v1/lock-sets/hold`: the set's latest `proof`,
+             *     read only when Redis no longer has the set, to restore it (as
+             *     a renewal's).
+             */
+            proof?: string;
         };
         LockSetRenewRequest: {
             token: string;
@@ -1257,6 +1285,25 @@ export interface components {
              * @description New TTL of every key from now. Default the set's own TTL.
              */
             ttl_ms?: number;
+            /**
+             * @description The latest `proof` this set's grant or renewal answered:
+             *     opaque; send it back as it came. Read only when Redis no longer
+             *     has the set, to restore it (the token alone restores it where
+             *     a lockd that knows the set is up). A proof that does not
+             *     verify changes no answer.
+             */
+            proof?: string;
+        };
+        LockSetReleaseRequest: {
+            token: string;
+            /**
+             * @description The latest `proof` this set's grant or renewal answered:
+             *     opaque; send it back as it came. Read only when Redis no longer
+             *     has the set, to restore it (the token alone restores it where
+             *     a lockd that knows the set is up). A proof that does not
+             *     verify changes no answer.
+             */
+            proof?: string;
         };
         LockSetLease: {
             key: string;
@@ -1278,6 +1325,20 @@ export interface components {
             expires_at: string;
             /** @description Every key with its fence, in the order the request named them. */
             leases: components["schemas"]["LockSetLease"][];
+            /**
+             * @description Evidence of this set, signed by lockd: opaque, one for the whole
+             *     set. It grows with the keys: about 60 characters, the owner
+             *     and a short value, and for each key 4 characters per 3 of
+             *     those it does not share with the key before it, plus 4 (108
+             *     for 2 keys `account:NNNN`, 123 for 4, 564 for 64; never over
+             *     19456). Send the latest one back with
+             *     every renew and release of the set (`"proof"`); should Redis
+             *     lose its data and the lockd that granted or last renewed the
+             *     set be gone too, any lockd restores every key of the set and
+             *     the set from it. A secret as the token is: only ever returned
+             *     to the holder. Absent when the server signs no proofs.
+             */
+            proof?: string;
         };
         LockSetReleaseResult: {
             /** @description How many of the set's keys it still held and gave back. */
@@ -2701,7 +2762,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["ReleaseRequest"];
+                "application/json": components["schemas"]["LockSetReleaseRequest"];
             };
         };
         responses: {

@@ -388,7 +388,7 @@ export class Client {
             b["wait_ms"] = left;
           }
           sent = now();
-          return this.#t.request<LockSetInfo & { token: string }>("POST", "/v1/lock-sets/acquire", {
+          return this.#t.request<LockSetInfo & { token: string; proof?: string }>("POST", "/v1/lock-sets/acquire", {
             body: b,
             timeoutMs: this.timeoutMs + left,
             signal: opts.signal,

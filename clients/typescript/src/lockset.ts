@@ -32,6 +32,10 @@ export class LockSet {
 
   readonly #ops: LockSetOps;
   readonly #token: string;
+  // The latest proof a grant or renewal answered: sent back with every
+  // renewal and the release, so that any lockd can restore the set should
+  // Redis lose it with the lockd that knew it.
+  #proof: string | undefined;
   readonly #lost = new AbortController();
   readonly #onLost: OnSetLost | undefined;
   #error: LeaseLost | undefined;
@@ -41,9 +45,10 @@ export class LockSet {
   readonly #renewer: Renewer;
 
   /** @internal LockSets come from Client.lockMany. */
-  constructor(ops: LockSetOps, set: LockSetInfo & { token: string }, sentAt: number, arrivedAt: number, init: { autoRenew?: boolean | undefined; onLost?: OnSetLost | undefined } = {}) {
+  constructor(ops: LockSetOps, set: LockSetInfo & { token: string; proof?: string | undefined }, sentAt: number, arrivedAt: number, init: { autoRenew?: boolean | undefined; onLost?: OnSetLost | undefined } = {}) {
     this.#ops = ops;
     this.#token = set.token;
+    this.#proof = set.proof;
     this.leases = set.leases.map((l) => ({ key: l.key, fence: l.fence }));
     this.ttlMs = set.ttl_ms;
     this.owner = set.owner;
@@ -77,6 +82,11 @@ export class LockSet {
   /** The set's secret: renew and release need it. Keep it out of logs. */
   get token(): string {
     return this.#token;
+  }
+
+  /** The set's latest proof (undefined: the server signs none), sent back by renew and release. Keep it out of logs. */
+  get proof(): string | undefined {
+    return this.#proof;
   }
 
   /** The set's keys, in the order lockMany named them. */
@@ -113,8 +123,11 @@ export class LockSet {
     this.check();
     const sent = now();
     const timeout = Math.min(this.#ops.timeoutMs, Math.max(this.#expires - sent, 1));
+    const body: Record<string, unknown> = { token: this.#token, ttl_ms: this.ttlMs };
+    if (this.#proof) body["proof"] = this.#proof;
+    let answer: { proof?: string };
     try {
-      await this.#ops.setCall("renew", { token: this.#token, ttl_ms: this.ttlMs }, timeout);
+      answer = await this.#ops.setCall<{ proof?: string }>("renew", body, timeout);
     } catch (err) {
       if (err instanceof LeaseLost) {
         this.#lose(err);
@@ -122,6 +135,7 @@ export class LockSet {
       throw err;
     }
     if (!this.#released) {
+      this.#proof = answer.proof ?? this.#proof;
       this.#expires = sent + this.ttlMs;
       this.#renewals++;
     }
@@ -135,8 +149,10 @@ export class LockSet {
     this.#released = true;
     this.#renewer.stop();
     this.check();
+    const body: Record<string, unknown> = { token: this.#token };
+    if (this.#proof) body["proof"] = this.#proof;
     try {
-      return await this.#ops.setCall<{ released: number }>("release", { token: this.#token }, this.#ops.timeoutMs);
+      return await this.#ops.setCall<{ released: number }>("release", body, this.#ops.timeoutMs);
     } catch (err) {
       if (err instanceof LeaseLost) {
         this.#lose(err, true);

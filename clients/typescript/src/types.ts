@@ -51,7 +51,7 @@ export type SessionInfo = Omit<Schemas["Session"], "session">;
 export type CreatedSession = SessionInfo & { session: string };
 /** A grant a session holds: its kind and key. */
 export type SessionHold = Schemas["SessionHold"];
-/** A lock set as the server answers it, without its token (the LockSet keeps that). */
-export type LockSetInfo = Omit<Schemas["LockSet"], "token">;
+/** A lock set as the server answers it, without its token and proof (the LockSet keeps those). */
+export type LockSetInfo = Omit<Schemas["LockSet"], "token" | "proof">;
 /** One key of a lock set and its fence. */
 export type LockSetLease = Schemas["LockSetLease"];

@@ -77,6 +77,24 @@ test("the renewer sends it too", async () => {
   checkChain(first, calls);
 });
 
+test("a lock set sends its latest proof with each renewal and its release", async () => {
+  const { c, calls } = tapped();
+  const key = h.unique("proof-set");
+  const set = await c.lockMany([`${key}:1`, `${key}:2`], { ttlMs: 10_000, value: { n: 1 }, autoRenew: false });
+  const first = set.proof;
+  await set.renew();
+  await set.renew();
+  for (const text of [String(set), JSON.stringify(set), inspect(set)]) {
+    assert.ok(!text.includes(set.proof ?? "-"), `a proof in ${text}`);
+  }
+  await set.release();
+  assert.deepEqual(
+    calls.map((x) => x.op),
+    ["renew", "renew", "release"],
+  );
+  checkChain(first, calls);
+});
+
 test("tokens kept elsewhere: renew and release take the proof", async () => {
   const c = h.client();
   const key = h.unique("proof-token");
