@@ -154,6 +154,7 @@ type known struct {
 	delay    time.Duration
 	value    string
 	session  string // the handle of the session it is bound to
+	set      int    // the size of the lock set it was granted in (0: none)
 }
 
 // note records a grant or re-entry of key (l, what Redis answered: left
@@ -170,6 +171,16 @@ func (lg *ledger) note(key string, l Lease, left time.Duration, req AcquireReque
 	}
 	if req.Token == "" {
 		k.delay, k.session = req.LockDelay, req.sessionHandle
+	}
+}
+
+// inSet marks key's lease token as granted in a lock set of size keys,
+// which a restore puts back with it.
+func (lg *ledger) inSet(key, token string, size int) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if k := lg.leases[key][token]; k != nil {
+		k.set = size
 	}
 }
 

@@ -438,6 +438,7 @@ func (e *Engine) grantSet(ctx context.Context, s *setTry, a setAnswer) (SetLease
 		e.n.ledger.note(k, Lease{Resource: Lock(k), Owner: s.req.Owner, Token: s.token, Fence: fences[k], Count: 1,
 			TTL: s.req.TTL, AcquiredAt: acquired, ExpiresAt: l.ExpiresAt, Mode: modeOf(s.mode())}, s.req.TTL,
 			AcquireRequest{Value: s.req.Value}, s.sent)
+		e.n.ledger.inSet(k, s.token, len(s.req.Keys))
 	}
 	if err := e.n.writeSetRecord(ctx, s.token, setRecord{Keys: s.req.Keys, Owner: s.req.Owner, TTLMS: s.req.TTL.Milliseconds()}, s.req.TTL); err != nil {
 		return SetLease{}, err

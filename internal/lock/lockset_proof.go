@@ -381,7 +381,7 @@ func (n *node) restoreSetKeys(ctx context.Context, token string, c SetClaim, key
 	answers := make([]string, len(keys))
 	eachKey(keys, func(i int, key string) error {
 		r := restorable{key: key, token: token, known: known{mode: c.Mode, owner: c.Owner, fence: fences[key], count: 1,
-			ttl: c.TTL, acquired: signed, value: value}}
+			ttl: c.TTL, acquired: signed, value: value, set: len(keys)}}
 		rc := restoreCallOf(key, n.sharedOf(key), r, "a holder's proof after redis lost its data")
 		rc.leftMS = "@" + strconv.FormatInt(c.ExpiresMS, 10)
 		if one {

@@ -68,8 +68,12 @@ func TestSetProofOutlivesRedis(t *testing.T) {
 			}
 			for _, k := range keys {
 				st, err := other.State(ctx, lock.Lock(k))
-				if err != nil || st.Value != `{"job":7}` || st.Owner != "w1" || st.Mode != mode {
+				if err != nil || st.Value != `{"job":7}` || st.Owner != "w1" || st.Mode != mode || st.Set != len(keys) {
 					t.Fatalf("%s put back: %+v, %v", k, st, err)
+				}
+				h, err := other.History(ctx, lock.Lock(k), 1)
+				if err != nil || len(h) != 1 || h[0].Type != "restored" || h[0].Set != len(keys) {
+					t.Fatalf("%s's history after the restore: %+v, %v", k, h, err)
 				}
 			}
 			if n, err := other.ReleaseSet(lock.WithProof(ctx, back.Proof), s.Token, "t"); err != nil || n != 2 {

@@ -25,6 +25,7 @@ type restoreCall struct {
 
 	mode, token, owner, fence, count, ttlMS, acquiredAt, leftMS, limit, delay, value, session, reason string
 	one                                                                                               string // "1": a write a failover lost (restoreOne)
+	set                                                                                               string // the lock set's size, "" for a lone grant
 }
 
 func restoreCallOf(key string, sh *sharedKeys, r restorable, reason string) restoreCall {
@@ -33,17 +34,21 @@ func restoreCallOf(key string, sh *sharedKeys, r restorable, reason string) rest
 	if r.delay > 0 {
 		delay = strconv.FormatInt(max(1, r.delay.Milliseconds()), 10)
 	}
-	return restoreCall{lease: k.lease, hist: k.hist, sched: sh.expiries, holders: k.holders, stream: sh.events, tomb: tombKey(key, r.token),
+	c := restoreCall{lease: k.lease, hist: k.hist, sched: sh.expiries, holders: k.holders, stream: sh.events, tomb: tombKey(key, r.token),
 		mode: r.mode, token: r.token, owner: r.owner, fence: strconv.FormatInt(r.fence, 10), count: strconv.Itoa(max(1, r.count)),
 		ttlMS: strconv.FormatInt(r.ttl.Milliseconds(), 10), acquiredAt: strconv.FormatInt(r.acquired.UnixMilli(), 10),
 		leftMS: strconv.FormatInt(time.Until(r.expires).Milliseconds(), 10), limit: strconv.Itoa(r.limit), delay: delay,
 		value: r.value, session: r.session, reason: reason}
+	if r.set > 0 {
+		c.set = strconv.Itoa(r.set)
+	}
+	return c
 }
 
 func (c restoreCall) args() ([]string, []any) {
 	return []string{c.lease, c.hist, c.sched, c.holders, c.stream, c.tomb},
 		[]any{c.mode, c.token, c.owner, c.fence, c.count, c.ttlMS, c.acquiredAt, c.leftMS, c.limit, c.delay, c.value,
-			c.session, c.reason, c.one}
+			c.session, c.reason, c.one, c.set}
 }
 
 // tombKey is the key of the tombstone of key's lease token: a lease that

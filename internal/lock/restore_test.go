@@ -481,6 +481,10 @@ func TestLockSetAcrossALoss(t *testing.T) {
 		if k.Fence != s.Leases[i].Fence {
 			t.Fatalf("key %s put back with fence %d, was %d", k.Key, k.Fence, s.Leases[i].Fence)
 		}
+		// Still marked as a key of its set.
+		if st, err := e.State(ctx, lock.Lock(k.Key)); err != nil || st.Set != 3 {
+			t.Fatalf("%s put back: set %d, %v", k.Key, st.Set, err)
+		}
 	}
 	if n, err := e.ReleaseSet(ctx, s.Token, "t"); err != nil || n != 3 {
 		t.Fatalf("release of the set after the loss: %d, %v", n, err)

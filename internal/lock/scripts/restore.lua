@@ -13,7 +13,8 @@
 -- handle), reason (for the "restored" event), one ("1": one exclusive
 -- lease missing while the epoch marker holds, a write a failover lost;
 -- put back only if the key's history shows neither its end nor a later
--- lease): argv.
+-- lease), set (the size of the lock set it was granted in, "" for none):
+-- argv.
 --
 -- Reply: {"restored"} | {"present"} (the key has this lease already) |
 -- {"conflict"} (another lease holds the key) | {"ended"} (no time left)
@@ -51,7 +52,7 @@ if left <= 0 or redis.call('EXISTS', KEYS[6]) == 1 then
 end
 local r = {mode = ARGV[1], token = ARGV[2], owner = ARGV[3], fence = ARGV[4], count = ARGV[5], ttl = ARGV[6],
   acquired = ARGV[7], exp = c.now_ms + left, limit = tonumber(ARGV[9]) or 0, delay = ARGV[10], value = ARGV[11],
-  session = ARGV[12], reason = ARGV[13]}
+  session = ARGV[12], reason = ARGV[13], set = ARGV[15] or ''}
 local cur = exclusive.read(c)
 if ARGV[14] == '1' and not restorable(c, r) then
   return {'ended'}

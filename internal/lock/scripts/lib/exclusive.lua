@@ -466,10 +466,11 @@ function exclusive.restore(c, cur, r)
   -- queue again must be woken by the release.
   redis.call('SET', c.lease, pack_lease({token = r.token, owner = r.owner, fence = r.fence, count = r.count, ttl = r.ttl,
     acquired = r.acquired, renewed = int(now), renewals = '0', idem = '', ittl = r.ttl, left = '', exp = exp_s,
-    handed = '', w = '1', keep = keep, d = r.delay, v = r.value, s = r.session, rq = ''}), 'PX', int(r.exp - now))
+    handed = '', w = '1', keep = keep, d = r.delay, v = r.value, s = r.session, rq = '', ls = r.set}), 'PX',
+    int(r.exp - now))
   events.schedule(c.sched, c.key, exp_s)
   events.record(c, {'restored', int(now), r.owner, r.fence, r.ttl, r.count, 'lockd', r.reason, exp_s, '', '1', keep,
-    r.delay, r.session, ''})
+    r.delay, r.session, '', r.set ~= '' and r.set or nil})
   if set then
     redis.call('PEXPIREAT', c.hist, keep)
   end

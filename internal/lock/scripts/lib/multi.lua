@@ -413,13 +413,13 @@ function multi.restore(c, cur, r)
     redis.call('HSET', c.lease, 'mode', as, 'limit', r.limit, 'fx', '1')
   end
   local h = {o = r.owner, f = r.fence, c = r.count, t = r.ttl, a = r.acquired, r = int(c.now_ms), n = '0', v = r.value,
-    e = int(r.exp), i = '', it = r.ttl, l = '', s = r.session}
+    e = int(r.exp), i = '', it = r.ttl, l = '', s = r.session, ls = r.set ~= '' and r.set or nil}
   redis.call('HSET', c.lease, 'h:' .. r.token, cjson.encode(h), 'last', r.token, 'f:' .. r.fence, r.token)
   redis.call('ZADD', c.holders, h.e, r.token)
   multi.settle(c)
   local keep, set = events.keep_for(nil, r.exp)
   events.record(c, {'restored', int(c.now_ms), r.owner, r.fence, r.ttl, r.count, 'lockd', r.reason, '', '', '1', keep,
-    '', r.session, ''})
+    '', r.session, '', r.set ~= '' and r.set or nil})
   if set then
     redis.call('PEXPIREAT', c.hist, keep)
   end
