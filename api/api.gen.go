@@ -301,6 +301,7 @@ const (
 	ProblemCodeBackendUnavailable   ProblemCode = "backend_unavailable"
 	ProblemCodeForbidden            ProblemCode = "forbidden"
 	ProblemCodeIdempotencyMismatch  ProblemCode = "idempotency_mismatch"
+	ProblemCodeInLockSet            ProblemCode = "in_lock_set"
 	ProblemCodeInternal             ProblemCode = "internal"
 	ProblemCodeInvalidRequest       ProblemCode = "invalid_request"
 	ProblemCodeLeaseLost            ProblemCode = "lease_lost"
@@ -334,6 +335,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeForbidden:
 		return true
 	case ProblemCodeIdempotencyMismatch:
+		return true
+	case ProblemCodeInLockSet:
 		return true
 	case ProblemCodeInternal:
 		return true

@@ -433,12 +433,12 @@ func (e *Engine) abandonSet(s *setTry) {
 		}
 		if s.granting {
 			ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
-			_, err := e.n.releaseTo(ctx, k, s.token, s.req.Actor, func(h *handed) bool {
+			_, err := e.n.releaseAs(ctx, k, s.token, s.req.Actor, bySet, func(h *handed) bool {
 				return e.hub.HandOff(k, h.waiter, h.lease)
 			})
 			cancel()
 			if err != nil && unanswered(err) && e.n.later != nil {
-				e.n.later(k, giveBackOf{token: s.token, actor: s.req.Actor, ttl: s.req.TTL})
+				e.n.later(k, giveBackOf{token: s.token, actor: s.req.Actor, ttl: s.req.TTL, kind: bySet})
 			}
 		}
 		return nil
@@ -519,7 +519,7 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	}
 	leases := make([]Lease, len(r.Keys))
 	errs := eachKey(r.Keys, func(i int, k string) (err error) {
-		leases[i], err = e.n.renewBy(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor}, false)
+		leases[i], err = e.n.renewAs(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor}, renewBySet)
 		return err
 	})
 	for i, err := range errs {
@@ -554,7 +554,7 @@ func (e *Engine) ReleaseSet(ctx context.Context, token, actor string) (int, erro
 		return 0, err
 	}
 	errs := eachKey(r.Keys, func(_ int, k string) error {
-		_, err := e.n.releaseTo(ctx, k, token, actor, func(h *handed) bool {
+		_, err := e.n.releaseAs(ctx, k, token, actor, bySet, func(h *handed) bool {
 			return e.hub.HandOff(k, h.waiter, h.lease)
 		})
 		return err

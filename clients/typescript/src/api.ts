@@ -1932,7 +1932,7 @@ export interface components {
             /** @example 409 */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "min_hold" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "not_candidate" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
+            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "min_hold" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "not_candidate" | "in_lock_set" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
             detail?: string;
             key?: string;
             /** @description The request field that is wrong (invalid_request). */
@@ -2094,7 +2094,10 @@ export interface components {
          *     long it lasts). `min_hold`: the key's holder released it inside its
          *     hold window (`min_hold_ms`), which keeps it taken, by nobody, for
          *     `remaining_ms` more (and `Retry-After`); a waiting request is
-         *     granted when it ends.
+         *     granted when it ends. `in_lock_set`: the token is a lock set's, and
+         *     a set is held whole: one of its keys is never renewed, released or
+         *     re-entered (or held by a hold stream) alone; use
+         *     `/v1/lock-sets/renew`, `/release` or `/hold`. Nothing was changed.
          */
         Conflict: {
             headers: {
