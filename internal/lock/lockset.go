@@ -61,8 +61,15 @@ type SetRequest struct {
 	Mode Mode
 	// Value is each grant's value (compact JSON), or "".
 	Value string
-	// Session binds the set to a session: not offered yet.
+	// Session binds every key of the set to the session with this id
+	// (lockset_session.go), as AcquireRequest.Session binds one grant:
+	// TTL is then the session's time left, and an empty Owner the
+	// session's owner.
 	Session string
+	// SessionScope is the scope Session was made in (CreateSession).
+	SessionScope string
+
+	sessionHandle string // the session's handle, once looked up
 }
 
 // SetLease is a lock set: every key held with one token.
@@ -74,6 +81,9 @@ type SetLease struct {
 	ExpiresAt  time.Time
 	// Leases are the keys' grants, in the order the request named them.
 	Leases []SetKey
+	// InSession says the set is bound to a session: it lives as long as
+	// the session, whose renewals alone move its expiry.
+	InSession bool
 }
 
 // SetKey is one key of a lock set and its fence.
@@ -114,10 +124,7 @@ func CheckSet(req SetRequest) error {
 	if req.Mode != "" && req.Mode != Exclusive && req.Mode != Shared {
 		return &SetInputError{Field: "mode", Reason: fmt.Sprintf("mode must be exclusive or shared, not %q", req.Mode)}
 	}
-	if req.Session != "" {
-		return &SetInputError{Field: "session", Reason: "a lock set cannot be bound to a session yet"}
-	}
-	if req.TTL <= 0 {
+	if req.TTL <= 0 && req.Session == "" {
 		return &SetInputError{Field: "ttl_ms", Reason: "must be positive"}
 	}
 	return nil
@@ -201,7 +208,7 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 	}
 	argv := trimmed([]any{s.token, packable(s.req.Owner), s.req.TTL.Milliseconds(), packable(s.req.Actor), intent, seen, n.id,
 		strconv.FormatInt(least, 10) + " " + n.newEpochID(), s.waiter, deadline,
-		strconv.Itoa(len(s.req.Keys)), s.mode(), traceOf(ctx), s.req.Value})
+		strconv.Itoa(len(s.req.Keys)), s.mode(), traceOf(ctx), s.req.Value, s.req.sessionHandle})
 	v, err := n.write(ctx, n.scripts.lockset, g.call, argv...)
 	if errors.Is(err, errNoAcks) {
 		// Too few replicas have the grant: a failover could lose it while
@@ -255,6 +262,9 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 func (e *Engine) AcquireSet(ctx context.Context, req SetRequest) (SetLease, error) {
 	if err := CheckSet(req); err != nil {
 		return SetLease{}, err
+	}
+	if req.Session != "" && req.sessionHandle == "" {
+		return e.acquireSetInSession(ctx, req)
 	}
 	token, err := newToken()
 	if err != nil {
@@ -451,6 +461,8 @@ type setRecord struct {
 	Keys  []string `json:"keys"`
 	Owner string   `json:"owner"`
 	TTLMS int64    `json:"ttl_ms"`
+	// Session is the handle of the session the set is bound to, if any.
+	Session string `json:"session,omitempty"`
 }
 
 // setRecordKey is where a set's record lives: outside every lock's key
@@ -513,6 +525,9 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	}
 	if err != nil {
 		return SetLease{}, err
+	}
+	if r.Session != "" {
+		return e.renewSetOfSession(ctx, token, r, actor)
 	}
 	if ttl <= 0 {
 		ttl = time.Duration(r.TTLMS) * time.Millisecond
