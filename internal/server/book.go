@@ -530,10 +530,18 @@ func (e quotaEngine) AcquireSet(ctx context.Context, req lock.SetRequest) (lock.
 	}
 	set, err := e.Engine.AcquireSet(ctx, req)
 	settle(func(b *books, k *book) {
-		if err == nil {
-			k.leases[set.Token] = bookLease{expires: set.ExpiresAt, bytes: want.bytes, keys: n}
-			b.change(k, want)
+		if err != nil {
+			return
 		}
+		if sess := k.sessions[req.Session]; req.Session != "" && sess != nil {
+			// In the session, key by key, as its renewals list them.
+			for _, l := range set.Leases {
+				sess.grants[set.Token+"@"+l.Key] = bookLease{bytes: len(req.Value), res: lock.Lock(l.Key)}
+			}
+		} else {
+			k.leases[set.Token] = bookLease{expires: set.ExpiresAt, bytes: want.bytes, keys: n}
+		}
+		b.change(k, want)
 	})
 	return set, err
 }
@@ -548,6 +556,8 @@ func (e quotaEngine) RenewSet(ctx context.Context, token string, ttl time.Durati
 	set, err := e.Engine.RenewSet(ctx, token, ttl, actor)
 	settle(func(b *books, k *book) {
 		switch {
+		case err == nil && set.InSession:
+			// The session's renewals book its keys.
 		case err == nil:
 			g, ok := k.leases[token]
 			if !ok {

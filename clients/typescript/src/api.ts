@@ -303,8 +303,14 @@ export interface paths {
          *     `mode` is `exclusive` (the default) or `shared`: every key held
          *     shared, beside other shared holders (an exclusive request waits for
          *     them all, and shared requests that come after a waiting exclusive
-         *     one wait behind it). A `session` and a lock-delay are not offered
-         *     for sets yet (400). With API keys
+         *     one wait behind it). With `session` (instead of `ttl_ms`) every key
+         *     is a grant of the session: it lives exactly as long as the session,
+         *     moves with the session's renewals (the set's own renewal keeps the
+         *     session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+         *     released when the session ends (as released by `session`) or
+         *     lapses; 404 `session_not_found` as for one acquire (a session
+         *     another API key made included), and not with `/v1/lock-sets/hold`
+         *     (400). A lock-delay is not offered for sets (400). With API keys
          *     limited to prefixes, every key must be under one of them (403). A
          *     server in Redlock mode answers 501 `unsupported`.
          */
@@ -331,7 +337,11 @@ export interface paths {
          *     hash of its token for as long as the set lives. 409 `lease_lost`
          *     when the set is gone; when one of its keys was lost (broken or
          *     lapsed) the set ends: its other keys are released, and the answer
-         *     is 409 `lease_lost`. Stop the protected work.
+         *     is 409 `lease_lost`. Stop the protected work. A set in a session
+         *     keeps the session's expiry (only the session's renewals move it),
+         *     as one grant in a session does. One key of a set is never renewed,
+         *     released or held alone (`/v1/locks/{key}/…` with the set's token
+         *     answers 409 `in_lock_set`).
          */
         post: operations["renewLockSet"];
         delete?: never;
@@ -2630,6 +2640,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
