@@ -40,6 +40,9 @@ func TestLockManyInSession(t *testing.T) {
 		t.Fatalf("lost: %v", set.Err())
 	default:
 	}
+	if _, err := c.Release(ctx, keys[0], set.Token()); !errors.Is(err, client.ErrInLockSet) {
+		t.Fatalf("one key of the set released alone: %v", err)
+	}
 	info, err := s.Info(ctx)
 	if err != nil || len(info.Holds) != 2 {
 		t.Fatalf("info: %+v, %v", info, err)
