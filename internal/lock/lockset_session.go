@@ -56,6 +56,11 @@ func (e *Engine) acquireSetInSession(ctx context.Context, req SetRequest) (SetLe
 		return SetLease{}, err
 	}
 	set.InSession = true
+	for _, k := range req.Keys {
+		// A key Redis lost with its data is put back bound to the session
+		// (restore.go), as a lone grant in it is.
+		e.n.ledger.fill(k, set.Token, AcquireRequest{Value: req.Value, sessionHandle: h})
+	}
 	replies := make([]sessionReply, len(set.Leases))
 	errs := eachKey(req.Keys, func(i int, k string) (err error) {
 		replies[i], err = e.n.session(ctx, sessionCall{handle: h, op: "attach", a: k, b: setGrantField(set.Token, k)}, false)

@@ -15,109 +15,110 @@ import (
 // of every key at once, as released by "session", serving the waiters.
 func TestLockSetInSession(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			e := newEngine(t, b.open(t))
-			ctx := context.Background()
-			s, err := e.CreateSession(ctx, "", "worker", 3*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			keys := []string{"lss:b", "lss:a", "lss:c"}
-			set, err := e.AcquireSet(ctx, lock.SetRequest{Keys: keys, Session: s.ID})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if set.Owner != "worker" || !set.InSession || len(set.Leases) != 3 {
-				t.Fatalf("set in a session = %+v", set)
-			}
-			near(t, "the set's expiry and the session's", set.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
-			shared, err := e.AcquireSet(ctx, lock.SetRequest{Keys: []string{"lss:r1", "lss:r2"}, Owner: "reader", Session: s.ID, Mode: lock.Shared})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, k := range append(keys, "lss:r1", "lss:r2") {
-				st, err := e.State(ctx, lock.Lock(k))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if st.Set == 0 || st.Owner != "worker" && st.Owner != "reader" {
-					t.Fatalf("state of %s: %+v", k, st)
-				}
-				near(t, "a key's expiry and the session's", st.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
-			}
-			got, err := e.GetSession(ctx, "", s.ID)
-			if err != nil || len(got.Holds) != 5 {
-				t.Fatalf("the session lists %+v, %v; want the 5 keys of its two sets", got.Holds, err)
-			}
+		t.Run(b.name, func(t *testing.T) { setInSession(t, newEngine(t, b.open(t))) })
+	}
+}
 
-			// The set's own renewal keeps the keys' expiry, the session's.
-			time.Sleep(100 * time.Millisecond)
-			r, err := e.RenewSet(ctx, set.Token, time.Minute, "worker")
-			if err != nil {
-				t.Fatal(err)
-			}
-			near(t, "a set in a session renewed by its token", r.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
-			if _, err := e.Release(ctx, lock.Lock("lss:a"), set.Token, "t"); !errors.Is(err, lock.ErrInLockSet) {
-				t.Fatalf("a lone release of a key of a set in a session: %v", err)
-			}
+func setInSession(t *testing.T, e lock.Service) {
+	ctx := context.Background()
+	s, err := e.CreateSession(ctx, "", "worker", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"lss:b", "lss:a", "lss:c"}
+	set, err := e.AcquireSet(ctx, lock.SetRequest{Keys: keys, Session: s.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Owner != "worker" || !set.InSession || len(set.Leases) != 3 {
+		t.Fatalf("set in a session = %+v", set)
+	}
+	near(t, "the set's expiry and the session's", set.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
+	shared, err := e.AcquireSet(ctx, lock.SetRequest{Keys: []string{"lss:r1", "lss:r2"}, Owner: "reader", Session: s.ID, Mode: lock.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range append(keys, "lss:r1", "lss:r2") {
+		st, err := e.State(ctx, lock.Lock(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Set == 0 || st.Owner != "worker" && st.Owner != "reader" {
+			t.Fatalf("state of %s: %+v", k, st)
+		}
+		near(t, "a key's expiry and the session's", st.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
+	}
+	got, err := e.GetSession(ctx, "", s.ID)
+	if err != nil || len(got.Holds) != 5 {
+		t.Fatalf("the session lists %+v, %v; want the 5 keys of its two sets", got.Holds, err)
+	}
 
-			// The session's renewal moves every key.
-			time.Sleep(200 * time.Millisecond)
-			s2, err := e.RenewSession(ctx, "", s.ID, "worker")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !s2.ExpiresAt.After(s.ExpiresAt.Add(250 * time.Millisecond)) {
-				t.Fatalf("renewed session expires at %v, before at %v", s2.ExpiresAt, s.ExpiresAt)
-			}
-			for _, k := range append(keys, "lss:r1") {
-				st, err := e.State(ctx, lock.Lock(k))
-				if err != nil {
-					t.Fatal(err)
-				}
-				near(t, "a key after the session's renewal", st.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
-			}
-			r, err = e.RenewSet(ctx, set.Token, 0, "worker")
-			if err != nil {
-				t.Fatal(err)
-			}
-			near(t, "the set after the session's renewal", r.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
+	// The set's own renewal keeps the keys' expiry, the session's.
+	time.Sleep(100 * time.Millisecond)
+	r, err := e.RenewSet(ctx, set.Token, time.Minute, "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	near(t, "a set in a session renewed by its token", r.ExpiresAt, s.ExpiresAt, 100*time.Millisecond)
+	if _, err := e.Release(ctx, lock.Lock("lss:a"), set.Token, "t"); !errors.Is(err, lock.ErrInLockSet) {
+		t.Fatalf("a lone release of a key of a set in a session: %v", err)
+	}
 
-			// A waiter is served when the session ends.
-			served := make(chan error, 1)
-			go func() {
-				_, err := e.Acquire(ctx, lock.Lock("lss:c"), lock.AcquireRequest{Owner: "next", TTL: time.Minute, Wait: 10 * time.Second})
-				served <- err
-			}()
-			waitFor(t, func() bool { st, _ := e.State(ctx, lock.Lock("lss:c")); return len(st.Queue) == 1 })
-			if _, err := e.EndSession(ctx, "", s.ID); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-served:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(2 * time.Second):
-				t.Fatal("the waiter was not served when the session ended")
-			}
-			for _, k := range []string{"lss:a", "lss:b", "lss:r1", "lss:r2"} {
-				if ev := newestEvent(t, e, lock.Lock(k)); ev.Type != "released" || ev.Actor != "session" {
-					t.Fatalf("%s: newest event %+v, want released by session", k, ev)
-				}
-				if _, err := e.State(ctx, lock.Lock(k)); !errors.Is(err, lock.ErrNotFound) {
-					t.Fatalf("%s after the session's end: %v", k, err)
-				}
-			}
-			for _, tok := range []string{set.Token, shared.Token} {
-				if _, err := e.ReleaseSet(ctx, tok, "t"); !errors.Is(err, lock.ErrLeaseLost) {
-					t.Fatalf("release of a set after its session's end: %v", err)
-				}
-			}
-			if _, err := e.AcquireSet(ctx, lock.SetRequest{Keys: []string{"lss:x", "lss:y"}, Session: s.ID}); !errors.Is(err, lock.ErrSessionNotFound) {
-				t.Fatalf("a set in an ended session: %v", err)
-			}
-		})
+	// The session's renewal moves every key.
+	time.Sleep(200 * time.Millisecond)
+	s2, err := e.RenewSession(ctx, "", s.ID, "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s2.ExpiresAt.After(s.ExpiresAt.Add(250 * time.Millisecond)) {
+		t.Fatalf("renewed session expires at %v, before at %v", s2.ExpiresAt, s.ExpiresAt)
+	}
+	for _, k := range append(keys, "lss:r1") {
+		st, err := e.State(ctx, lock.Lock(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		near(t, "a key after the session's renewal", st.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
+	}
+	r, err = e.RenewSet(ctx, set.Token, 0, "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	near(t, "the set after the session's renewal", r.ExpiresAt, s2.ExpiresAt, 100*time.Millisecond)
+
+	// A waiter is served when the session ends.
+	served := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, lock.Lock("lss:c"), lock.AcquireRequest{Owner: "next", TTL: time.Minute, Wait: 10 * time.Second})
+		served <- err
+	}()
+	waitFor(t, func() bool { st, _ := e.State(ctx, lock.Lock("lss:c")); return len(st.Queue) == 1 })
+	if _, err := e.EndSession(ctx, "", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter was not served when the session ended")
+	}
+	for _, k := range []string{"lss:a", "lss:b", "lss:r1", "lss:r2"} {
+		if ev := newestEvent(t, e, lock.Lock(k)); ev.Type != "released" || ev.Actor != "session" {
+			t.Fatalf("%s: newest event %+v, want released by session", k, ev)
+		}
+		if _, err := e.State(ctx, lock.Lock(k)); !errors.Is(err, lock.ErrNotFound) {
+			t.Fatalf("%s after the session's end: %v", k, err)
+		}
+	}
+	for _, tok := range []string{set.Token, shared.Token} {
+		if _, err := e.ReleaseSet(ctx, tok, "t"); !errors.Is(err, lock.ErrLeaseLost) {
+			t.Fatalf("release of a set after its session's end: %v", err)
+		}
+	}
+	if _, err := e.AcquireSet(ctx, lock.SetRequest{Keys: []string{"lss:x", "lss:y"}, Session: s.ID}); !errors.Is(err, lock.ErrSessionNotFound) {
+		t.Fatalf("a set in an ended session: %v", err)
 	}
 }
 

@@ -210,6 +210,11 @@ func TestOnCluster(t *testing.T) {
 		}
 		runLockSets(t, a, b)
 	})
+	t.Run("lock sets in a session, and their keys never alone", func(t *testing.T) {
+		setInSession(t, a)
+		setKeyNotAlone(t, b, lock.Exclusive)
+		setKeyNotAlone(t, b, lock.Shared)
+	})
 	t.Run("lease cycle, list across masters", func(t *testing.T) {
 		masters := map[string]bool{}
 		var leases []lock.Lease
