@@ -155,3 +155,52 @@ func TestLockSetSessionRefusals(t *testing.T) {
 		t.Fatalf("tenant-a's session: %d %s", status, body)
 	}
 }
+
+// A set in a session counts one grant per key against the API key's quota,
+// booked in the session: its renewals and the session's book nothing more,
+// and the session's end gives them back.
+func TestTenantQuotaLockSetInSession(t *testing.T) {
+	keys, err := auth.Parse([]byte(quotaAuth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, redistest.Start(t), func(c *server.Config) { c.Keys = keys })
+	const c = "tc-key-0123456789ab" // max_grants: 2
+	post := func(t *testing.T, method, path, body string) (int, map[string]any) {
+		t.Helper()
+		status, text, _ := call(t, method, f.url+path, c, body)
+		var m map[string]any
+		_ = json.Unmarshal([]byte(text), &m)
+		return status, m
+	}
+	status, sess := post(t, "POST", "/v1/sessions", `{"ttl_ms":5000}`)
+	if status != 201 {
+		t.Fatalf("create: %d %v", status, sess)
+	}
+	id := sess["session"].(string)
+	status, set := post(t, "POST", "/v1/lock-sets/acquire", `{"keys":["c:1","c:2"],"session":"`+id+`"}`)
+	if status != 200 {
+		t.Fatalf("a set of 2 keys in a session: %d %v", status, set)
+	}
+	atQuota := func(after string) {
+		t.Helper()
+		if status, p := post(t, "POST", "/v1/locks/c:3/acquire", `{}`); status != 429 {
+			t.Fatalf("a lone acquire with the set at the quota, after %s: %d %v", after, status, p)
+		}
+	}
+	atQuota("the set's grant")
+	if status, p := post(t, "POST", "/v1/lock-sets/renew", `{"token":"`+set["token"].(string)+`"}`); status != 200 {
+		t.Fatalf("the set's renewal: %d %v", status, p)
+	}
+	atQuota("the set's renewal")
+	if status, p := post(t, "POST", "/v1/sessions/"+id+"/renew", ``); status != 200 {
+		t.Fatalf("the session's renewal: %d %v", status, p)
+	}
+	atQuota("the session's renewal")
+	if status, p := post(t, "DELETE", "/v1/sessions/"+id, ``); status != 200 {
+		t.Fatalf("end: %d %v", status, p)
+	}
+	if status, p := post(t, "POST", "/v1/locks/c:3/acquire", `{}`); status != 200 {
+		t.Fatalf("a lone acquire after the session's end: %d %v", status, p)
+	}
+}
