@@ -301,6 +301,7 @@ const (
 	ProblemCodeBackendUnavailable   ProblemCode = "backend_unavailable"
 	ProblemCodeForbidden            ProblemCode = "forbidden"
 	ProblemCodeIdempotencyMismatch  ProblemCode = "idempotency_mismatch"
+	ProblemCodeInLockSet            ProblemCode = "in_lock_set"
 	ProblemCodeInternal             ProblemCode = "internal"
 	ProblemCodeInvalidRequest       ProblemCode = "invalid_request"
 	ProblemCodeLeaseLost            ProblemCode = "lease_lost"
@@ -334,6 +335,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeForbidden:
 		return true
 	case ProblemCodeIdempotencyMismatch:
+		return true
+	case ProblemCodeInLockSet:
 		return true
 	case ProblemCodeInternal:
 		return true
@@ -2754,8 +2757,14 @@ type ClientInterface interface {
 	// `mode` is `exclusive` (the default) or `shared`: every key held
 	// shared, beside other shared holders (an exclusive request waits for
 	// them all, and shared requests that come after a waiting exclusive
-	// one wait behind it). A `session` and a lock-delay are not offered
-	// for sets yet (400). With API keys
+	// one wait behind it). With `session` (instead of `ttl_ms`) every key
+	// is a grant of the session: it lives exactly as long as the session,
+	// moves with the session's renewals (the set's own renewal keeps the
+	// session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+	// released when the session ends (as released by `session`) or
+	// lapses; 404 `session_not_found` as for one acquire (a session
+	// another API key made included), and not with `/v1/lock-sets/hold`
+	// (400). A lock-delay is not offered for sets (400). With API keys
 	// limited to prefixes, every key must be under one of them (403). A
 	// server in Redlock mode answers 501 `unsupported`.
 	//
@@ -2788,8 +2797,14 @@ type ClientInterface interface {
 	// `mode` is `exclusive` (the default) or `shared`: every key held
 	// shared, beside other shared holders (an exclusive request waits for
 	// them all, and shared requests that come after a waiting exclusive
-	// one wait behind it). A `session` and a lock-delay are not offered
-	// for sets yet (400). With API keys
+	// one wait behind it). With `session` (instead of `ttl_ms`) every key
+	// is a grant of the session: it lives exactly as long as the session,
+	// moves with the session's renewals (the set's own renewal keeps the
+	// session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+	// released when the session ends (as released by `session`) or
+	// lapses; 404 `session_not_found` as for one acquire (a session
+	// another API key made included), and not with `/v1/lock-sets/hold`
+	// (400). A lock-delay is not offered for sets (400). With API keys
 	// limited to prefixes, every key must be under one of them (403). A
 	// server in Redlock mode answers 501 `unsupported`.
 	//
@@ -2879,7 +2894,11 @@ type ClientInterface interface {
 	// hash of its token for as long as the set lives. 409 `lease_lost`
 	// when the set is gone; when one of its keys was lost (broken or
 	// lapsed) the set ends: its other keys are released, and the answer
-	// is 409 `lease_lost`. Stop the protected work.
+	// is 409 `lease_lost`. Stop the protected work. A set in a session
+	// keeps the session's expiry (only the session's renewals move it),
+	// as one grant in a session does. One key of a set is never renewed,
+	// released or held alone (`/v1/locks/{key}/…` with the set's token
+	// answers 409 `in_lock_set`).
 	//
 	// Should Redis have lost its data, the set is put back first, as a
 	// lease is: by the lockd that knows it, or, when that one is gone
@@ -2898,7 +2917,11 @@ type ClientInterface interface {
 	// hash of its token for as long as the set lives. 409 `lease_lost`
 	// when the set is gone; when one of its keys was lost (broken or
 	// lapsed) the set ends: its other keys are released, and the answer
-	// is 409 `lease_lost`. Stop the protected work.
+	// is 409 `lease_lost`. Stop the protected work. A set in a session
+	// keeps the session's expiry (only the session's renewals move it),
+	// as one grant in a session does. One key of a set is never renewed,
+	// released or held alone (`/v1/locks/{key}/…` with the set's token
+	// answers 409 `in_lock_set`).
 	//
 	// Should Redis have lost its data, the set is put back first, as a
 	// lease is: by the lockd that knows it, or, when that one is gone
@@ -4045,8 +4068,14 @@ func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, r
 // `mode` is `exclusive` (the default) or `shared`: every key held
 // shared, beside other shared holders (an exclusive request waits for
 // them all, and shared requests that come after a waiting exclusive
-// one wait behind it). A `session` and a lock-delay are not offered
-// for sets yet (400). With API keys
+// one wait behind it). With `session` (instead of `ttl_ms`) every key
+// is a grant of the session: it lives exactly as long as the session,
+// moves with the session's renewals (the set's own renewal keeps the
+// session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+// released when the session ends (as released by `session`) or
+// lapses; 404 `session_not_found` as for one acquire (a session
+// another API key made included), and not with `/v1/lock-sets/hold`
+// (400). A lock-delay is not offered for sets (400). With API keys
 // limited to prefixes, every key must be under one of them (403). A
 // server in Redlock mode answers 501 `unsupported`.
 //
@@ -4089,8 +4118,14 @@ func (c *Client) AcquireLockSetWithBody(ctx context.Context, contentType string,
 // `mode` is `exclusive` (the default) or `shared`: every key held
 // shared, beside other shared holders (an exclusive request waits for
 // them all, and shared requests that come after a waiting exclusive
-// one wait behind it). A `session` and a lock-delay are not offered
-// for sets yet (400). With API keys
+// one wait behind it). With `session` (instead of `ttl_ms`) every key
+// is a grant of the session: it lives exactly as long as the session,
+// moves with the session's renewals (the set's own renewal keeps the
+// session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+// released when the session ends (as released by `session`) or
+// lapses; 404 `session_not_found` as for one acquire (a session
+// another API key made included), and not with `/v1/lock-sets/hold`
+// (400). A lock-delay is not offered for sets (400). With API keys
 // limited to prefixes, every key must be under one of them (403). A
 // server in Redlock mode answers 501 `unsupported`.
 //
@@ -4230,7 +4265,11 @@ func (c *Client) ReleaseLockSet(ctx context.Context, body ReleaseLockSetJSONRequ
 // hash of its token for as long as the set lives. 409 `lease_lost`
 // when the set is gone; when one of its keys was lost (broken or
 // lapsed) the set ends: its other keys are released, and the answer
-// is 409 `lease_lost`. Stop the protected work.
+// is 409 `lease_lost`. Stop the protected work. A set in a session
+// keeps the session's expiry (only the session's renewals move it),
+// as one grant in a session does. One key of a set is never renewed,
+// released or held alone (`/v1/locks/{key}/…` with the set's token
+// answers 409 `in_lock_set`).
 //
 // Should Redis have lost its data, the set is put back first, as a
 // lease is: by the lockd that knows it, or, when that one is gone
@@ -4259,7 +4298,11 @@ func (c *Client) RenewLockSetWithBody(ctx context.Context, contentType string, b
 // hash of its token for as long as the set lives. 409 `lease_lost`
 // when the set is gone; when one of its keys was lost (broken or
 // lapsed) the set ends: its other keys are released, and the answer
-// is 409 `lease_lost`. Stop the protected work.
+// is 409 `lease_lost`. Stop the protected work. A set in a session
+// keeps the session's expiry (only the session's renewals move it),
+// as one grant in a session does. One key of a set is never renewed,
+// released or held alone (`/v1/locks/{key}/…` with the set's token
+// answers 409 `in_lock_set`).
 //
 // Should Redis have lost its data, the set is put back first, as a
 // lease is: by the lockd that knows it, or, when that one is gone
@@ -7637,8 +7680,14 @@ type ClientWithResponsesInterface interface {
 	// `mode` is `exclusive` (the default) or `shared`: every key held
 	// shared, beside other shared holders (an exclusive request waits for
 	// them all, and shared requests that come after a waiting exclusive
-	// one wait behind it). A `session` and a lock-delay are not offered
-	// for sets yet (400). With API keys
+	// one wait behind it). With `session` (instead of `ttl_ms`) every key
+	// is a grant of the session: it lives exactly as long as the session,
+	// moves with the session's renewals (the set's own renewal keeps the
+	// session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+	// released when the session ends (as released by `session`) or
+	// lapses; 404 `session_not_found` as for one acquire (a session
+	// another API key made included), and not with `/v1/lock-sets/hold`
+	// (400). A lock-delay is not offered for sets (400). With API keys
 	// limited to prefixes, every key must be under one of them (403). A
 	// server in Redlock mode answers 501 `unsupported`.
 	//
@@ -7671,8 +7720,14 @@ type ClientWithResponsesInterface interface {
 	// `mode` is `exclusive` (the default) or `shared`: every key held
 	// shared, beside other shared holders (an exclusive request waits for
 	// them all, and shared requests that come after a waiting exclusive
-	// one wait behind it). A `session` and a lock-delay are not offered
-	// for sets yet (400). With API keys
+	// one wait behind it). With `session` (instead of `ttl_ms`) every key
+	// is a grant of the session: it lives exactly as long as the session,
+	// moves with the session's renewals (the set's own renewal keeps the
+	// session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+	// released when the session ends (as released by `session`) or
+	// lapses; 404 `session_not_found` as for one acquire (a session
+	// another API key made included), and not with `/v1/lock-sets/hold`
+	// (400). A lock-delay is not offered for sets (400). With API keys
 	// limited to prefixes, every key must be under one of them (403). A
 	// server in Redlock mode answers 501 `unsupported`.
 	//
@@ -7762,7 +7817,11 @@ type ClientWithResponsesInterface interface {
 	// hash of its token for as long as the set lives. 409 `lease_lost`
 	// when the set is gone; when one of its keys was lost (broken or
 	// lapsed) the set ends: its other keys are released, and the answer
-	// is 409 `lease_lost`. Stop the protected work.
+	// is 409 `lease_lost`. Stop the protected work. A set in a session
+	// keeps the session's expiry (only the session's renewals move it),
+	// as one grant in a session does. One key of a set is never renewed,
+	// released or held alone (`/v1/locks/{key}/…` with the set's token
+	// answers 409 `in_lock_set`).
 	//
 	// Should Redis have lost its data, the set is put back first, as a
 	// lease is: by the lockd that knows it, or, when that one is gone
@@ -7781,7 +7840,11 @@ type ClientWithResponsesInterface interface {
 	// hash of its token for as long as the set lives. 409 `lease_lost`
 	// when the set is gone; when one of its keys was lost (broken or
 	// lapsed) the set ends: its other keys are released, and the answer
-	// is 409 `lease_lost`. Stop the protected work.
+	// is 409 `lease_lost`. Stop the protected work. A set in a session
+	// keeps the session's expiry (only the session's renewals move it),
+	// as one grant in a session does. One key of a set is never renewed,
+	// released or held alone (`/v1/locks/{key}/…` with the set's token
+	// answers 409 `in_lock_set`).
 	//
 	// Should Redis have lost its data, the set is put back first, as a
 	// lease is: by the lockd that knows it, or, when that one is gone
@@ -10027,6 +10090,8 @@ type AcquireLockSetResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -10067,6 +10132,11 @@ func (r AcquireLockSetResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r AcquireLockSetResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AcquireLockSetResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -13671,8 +13741,14 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, para
 // `mode` is `exclusive` (the default) or `shared`: every key held
 // shared, beside other shared holders (an exclusive request waits for
 // them all, and shared requests that come after a waiting exclusive
-// one wait behind it). A `session` and a lock-delay are not offered
-// for sets yet (400). With API keys
+// one wait behind it). With `session` (instead of `ttl_ms`) every key
+// is a grant of the session: it lives exactly as long as the session,
+// moves with the session's renewals (the set's own renewal keeps the
+// session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+// released when the session ends (as released by `session`) or
+// lapses; 404 `session_not_found` as for one acquire (a session
+// another API key made included), and not with `/v1/lock-sets/hold`
+// (400). A lock-delay is not offered for sets (400). With API keys
 // limited to prefixes, every key must be under one of them (403). A
 // server in Redlock mode answers 501 `unsupported`.
 //
@@ -13711,8 +13787,14 @@ func (c *ClientWithResponses) AcquireLockSetWithBodyWithResponse(ctx context.Con
 // `mode` is `exclusive` (the default) or `shared`: every key held
 // shared, beside other shared holders (an exclusive request waits for
 // them all, and shared requests that come after a waiting exclusive
-// one wait behind it). A `session` and a lock-delay are not offered
-// for sets yet (400). With API keys
+// one wait behind it). With `session` (instead of `ttl_ms`) every key
+// is a grant of the session: it lives exactly as long as the session,
+// moves with the session's renewals (the set's own renewal keeps the
+// session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+// released when the session ends (as released by `session`) or
+// lapses; 404 `session_not_found` as for one acquire (a session
+// another API key made included), and not with `/v1/lock-sets/hold`
+// (400). A lock-delay is not offered for sets (400). With API keys
 // limited to prefixes, every key must be under one of them (403). A
 // server in Redlock mode answers 501 `unsupported`.
 //
@@ -13832,7 +13914,11 @@ func (c *ClientWithResponses) ReleaseLockSetWithResponse(ctx context.Context, bo
 // hash of its token for as long as the set lives. 409 `lease_lost`
 // when the set is gone; when one of its keys was lost (broken or
 // lapsed) the set ends: its other keys are released, and the answer
-// is 409 `lease_lost`. Stop the protected work.
+// is 409 `lease_lost`. Stop the protected work. A set in a session
+// keeps the session's expiry (only the session's renewals move it),
+// as one grant in a session does. One key of a set is never renewed,
+// released or held alone (`/v1/locks/{key}/…` with the set's token
+// answers 409 `in_lock_set`).
 //
 // Should Redis have lost its data, the set is put back first, as a
 // lease is: by the lockd that knows it, or, when that one is gone
@@ -13857,7 +13943,11 @@ func (c *ClientWithResponses) RenewLockSetWithBodyWithResponse(ctx context.Conte
 // hash of its token for as long as the set lives. 409 `lease_lost`
 // when the set is gone; when one of its keys was lost (broken or
 // lapsed) the set ends: its other keys are released, and the answer
-// is 409 `lease_lost`. Stop the protected work.
+// is 409 `lease_lost`. Stop the protected work. A set in a session
+// keeps the session's expiry (only the session's renewals move it),
+// as one grant in a session does. One key of a set is never renewed,
+// released or held alone (`/v1/locks/{key}/…` with the set's token
+// answers 409 `in_lock_set`).
 //
 // Should Redis have lost its data, the set is put back first, as a
 // lease is: by the lockd that knows it, or, when that one is gone
@@ -16271,6 +16361,13 @@ func ParseAcquireLockSetResponse(rsp *http.Response) (*AcquireLockSetResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
@@ -23495,6 +23592,22 @@ func (response AcquireLockSet403ApplicationProblemPlusJSONResponse) VisitAcquire
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireLockSet404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireLockSet404ApplicationProblemPlusJSONResponse) VisitAcquireLockSetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
 }

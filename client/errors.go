@@ -44,6 +44,10 @@ var (
 	// ErrNotCandidate means a handover (Lease.Handover) named a candidate
 	// that is not campaigning; the leader still leads.
 	ErrNotCandidate = errors.New("lockd: the candidate is not campaigning")
+	// ErrInLockSet means one key of a lock set was renewed, released or
+	// re-entered alone with the set's token: a set is held whole (LockSet's
+	// Renew and Release); nothing was changed.
+	ErrInLockSet = errors.New("lockd: the key is part of a lock set")
 	// ErrTooManyHolders means the key has as many live shared holders or
 	// permits as the server allows for one key.
 	ErrTooManyHolders = errors.New("lockd: too many holders of one key")
@@ -119,6 +123,8 @@ func (e *APIError) Unwrap() error {
 		return ErrNotExclusive
 	case api.ProblemCodeNotCandidate:
 		return ErrNotCandidate
+	case api.ProblemCodeInLockSet:
+		return ErrInLockSet
 	case api.ProblemCodeTooManyHolders:
 		return ErrTooManyHolders
 	case api.ProblemCodeUnsupported:

@@ -39,8 +39,11 @@ type LockSet struct {
 // one order, so two sets never wait for each other, and a waiting set
 // holds none of its keys. A key that is not free answers the error a lone
 // Acquire of it would (ErrHeld, ErrQueued, ErrLockDelay), naming that key.
-// opts.Owner, TTL, Wait, Mode, Value and NoAutoRenew apply; a lock-delay,
-// a hold window, an idempotency key and sessions are not offered for sets.
+// opts.Owner, TTL, Wait, Mode, Value, NoAutoRenew, Session and SessionID
+// apply; a lock-delay, a hold window and an idempotency key are not
+// offered for sets. In a session (opts.Session or opts.SessionID) every
+// key lives as long as the session, TTL is not sent and the set has no
+// watchdog of its own; with opts.Session it is lost when the session is.
 func (c *Client) LockMany(ctx context.Context, keys []string, opts AcquireOptions) (*LockSet, error) {
 	var mode *api.LockMode
 	switch opts.Mode {
@@ -50,14 +53,19 @@ func (c *Client) LockMany(ctx context.Context, keys []string, opts AcquireOption
 	default:
 		return nil, fmt.Errorf("%w: mode %q: a lock set is held exclusive or shared", ErrInvalid, opts.Mode)
 	}
-	if opts.Session != nil || opts.SessionID != "" || opts.LockDelay > 0 || opts.MinHold > 0 || opts.IdempotencyKey != "" {
-		return nil, fmt.Errorf("%w: a lock set takes no session, lock-delay, hold window or idempotency key", ErrInvalid)
+	if opts.LockDelay > 0 || opts.MinHold > 0 || opts.IdempotencyKey != "" {
+		return nil, fmt.Errorf("%w: a lock set takes no lock-delay, hold window or idempotency key", ErrInvalid)
 	}
 	body := api.LockSetRequest{Keys: keys, Mode: mode}
 	if opts.Owner != "" {
 		body.Owner = &opts.Owner
 	}
-	if opts.TTL > 0 {
+	switch {
+	case opts.Session != nil:
+		body.Session = &opts.Session.id
+	case opts.SessionID != "":
+		body.Session = &opts.SessionID
+	case opts.TTL > 0:
 		body.TtlMs = ptr(opts.TTL.Milliseconds())
 	}
 	if opts.Value != nil {
@@ -78,7 +86,11 @@ func (c *Client) LockMany(ctx context.Context, keys []string, opts AcquireOption
 		resp, err := c.raw.AcquireLockSet(ctx, body)
 		set, err := decode[api.LockSet](ctx, resp, err)
 		if err == nil {
-			return newLockSet(c, set, sent, time.Now(), !opts.NoAutoRenew), nil
+			s := newLockSet(c, set, sent, time.Now(), !opts.NoAutoRenew && body.Session == nil)
+			if opts.Session != nil {
+				s.inSession(opts.Session)
+			}
+			return s, nil
 		}
 		// A set keeps no place in line from one round to the next (it has
 		// no idempotency key): a round that ended refused starts over.
@@ -202,6 +214,17 @@ func (s *LockSet) Release(ctx context.Context) error {
 	}
 	s.cancel(ErrReleased)
 	return err
+}
+
+// inSession ties the set to its session: it is lost when the session is.
+func (s *LockSet) inSession(sess *Session) {
+	go func() {
+		select {
+		case <-sess.lost:
+			s.lose(fmt.Errorf("%w: its session was lost: %w", ErrLeaseLost, sess.Err()))
+		case <-s.stop:
+		}
+	}()
 }
 
 func (s *LockSet) lose(cause error) {

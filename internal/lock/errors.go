@@ -162,6 +162,33 @@ func (e *MinHoldError) Error() string {
 // Unwrap makes errors.Is(err, ErrMinHold) true.
 func (e *MinHoldError) Unwrap() error { return ErrMinHold }
 
+// ErrInLockSet means a key of a lock set was renewed, released or
+// re-entered alone, by the set's token: a set is held whole, so only the
+// set's own renew, release or hold acts on its keys (lockset.go). The
+// error is an *InSetError.
+var ErrInLockSet = errors.New("lock: the key is part of a lock set")
+
+// InSetError says that a key is part of a lock set of Keys keys.
+type InSetError struct {
+	Keys int
+}
+
+func (e *InSetError) Error() string {
+	return fmt.Sprintf("lock: the key is part of a lock set of %d keys: renew, release or hold the set", e.Keys)
+}
+
+// Unwrap makes errors.Is(err, ErrInLockSet) true.
+func (e *InSetError) Unwrap() error { return ErrInLockSet }
+
+// inSet is the error of a script's {"in_set", n}.
+func inSet(r *reply) error {
+	n := int(r.int(1))
+	if r.err != nil {
+		return r.err
+	}
+	return &InSetError{Keys: n}
+}
+
 // blockedFor says whether err is a key that someone else comes first for
 // (a holder, earlier waiters, a lock-delay, a hold window), and how long
 // that lasts at most.

@@ -61,8 +61,15 @@ type SetRequest struct {
 	Mode Mode
 	// Value is each grant's value (compact JSON), or "".
 	Value string
-	// Session binds the set to a session: not offered yet.
+	// Session binds every key of the set to the session with this id
+	// (lockset_session.go), as AcquireRequest.Session binds one grant:
+	// TTL is then the session's time left, and an empty Owner the
+	// session's owner.
 	Session string
+	// SessionScope is the scope Session was made in (CreateSession).
+	SessionScope string
+
+	sessionHandle string // the session's handle, once looked up
 }
 
 // SetLease is a lock set: every key held with one token.
@@ -77,6 +84,9 @@ type SetLease struct {
 	// Proof is the holder's evidence of the set (lockset_proof.go), as a
 	// Lease's Proof is of one lease; "" without Options.Proofs.
 	Proof string
+	// InSession says the set is bound to a session: it lives as long as
+	// the session, whose renewals alone move its expiry.
+	InSession bool
 }
 
 // SetKey is one key of a lock set and its fence.
@@ -117,10 +127,7 @@ func CheckSet(req SetRequest) error {
 	if req.Mode != "" && req.Mode != Exclusive && req.Mode != Shared {
 		return &SetInputError{Field: "mode", Reason: fmt.Sprintf("mode must be exclusive or shared, not %q", req.Mode)}
 	}
-	if req.Session != "" {
-		return &SetInputError{Field: "session", Reason: "a lock set cannot be bound to a session yet"}
-	}
-	if req.TTL <= 0 {
+	if req.TTL <= 0 && req.Session == "" {
 		return &SetInputError{Field: "ttl_ms", Reason: "must be positive"}
 	}
 	return nil
@@ -207,7 +214,7 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 	}
 	argv := trimmed([]any{s.token, packable(s.req.Owner), s.req.TTL.Milliseconds(), packable(s.req.Actor), intent, seen, n.id,
 		strconv.FormatInt(least, 10) + " " + n.newEpochID(), s.waiter, deadline,
-		strconv.Itoa(len(s.req.Keys)), s.mode(), traceOf(ctx), s.req.Value, s.rec, markFor(s.rec, n.gatherFor())})
+		strconv.Itoa(len(s.req.Keys)), s.mode(), traceOf(ctx), s.req.Value, s.req.sessionHandle, s.rec, markFor(s.rec, n.gatherFor())})
 	v, err := n.write(ctx, n.scripts.lockset, g.call, argv...)
 	if errors.Is(err, errNoAcks) {
 		// Too few replicas have the grant: a failover could lose it while
@@ -261,6 +268,9 @@ func (n *node) trySet(ctx context.Context, s *setTry, g setGroup, intent string)
 func (e *Engine) AcquireSet(ctx context.Context, req SetRequest) (SetLease, error) {
 	if err := CheckSet(req); err != nil {
 		return SetLease{}, err
+	}
+	if req.Session != "" && req.sessionHandle == "" {
+		return e.acquireSetInSession(ctx, req)
 	}
 	token, err := newToken()
 	if err != nil {
@@ -455,12 +465,12 @@ func (e *Engine) abandonSet(s *setTry) {
 		}
 		if s.granting {
 			ctx, cancel := context.WithTimeout(context.Background(), e.n.opts.CallTimeout)
-			_, err := e.n.releaseTo(ctx, k, s.token, s.req.Actor, func(h *handed) bool {
+			_, err := e.n.releaseAs(ctx, k, s.token, s.req.Actor, bySet, func(h *handed) bool {
 				return e.hub.HandOff(k, h.waiter, h.lease)
 			})
 			cancel()
 			if err != nil && unanswered(err) && e.n.later != nil {
-				e.n.later(k, giveBackOf{token: s.token, actor: s.req.Actor, ttl: s.req.TTL})
+				e.n.later(k, giveBackOf{token: s.token, actor: s.req.Actor, ttl: s.req.TTL, kind: bySet})
 			}
 		}
 		return nil
@@ -476,6 +486,8 @@ type setRecord struct {
 	// Gathering: the set is being granted slot by slot and holds nothing
 	// yet (lockset_gather.go).
 	Gathering bool `json:"gathering,omitempty"`
+	// Session is the handle of the session the set is bound to, if any.
+	Session string `json:"session,omitempty"`
 }
 
 // setRecordKey is where a set's record lives: outside every lock's key
@@ -548,6 +560,9 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	if err != nil {
 		return SetLease{}, err
 	}
+	if r.Session != "" {
+		return e.renewSetOfSession(ctx, token, r, actor)
+	}
 	if ttl <= 0 {
 		ttl = time.Duration(r.TTLMS) * time.Millisecond
 	}
@@ -589,7 +604,7 @@ func (e *Engine) ReleaseSet(ctx context.Context, token, actor string) (int, erro
 		return 0, err
 	}
 	errs := eachKey(r.Keys, func(_ int, k string) error {
-		_, err := e.n.releaseTo(ctx, k, token, actor, func(h *handed) bool {
+		_, err := e.n.releaseAs(ctx, k, token, actor, bySet, func(h *handed) bool {
 			return e.hub.HandOff(k, h.waiter, h.lease)
 		})
 		return err

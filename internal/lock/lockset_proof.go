@@ -327,7 +327,7 @@ func (n *node) restoreSetFromProof(ctx context.Context, token, proof string) boo
 // Redis have lost it but not the set's record (a Cluster's master that
 // lost its data holds some of the set's keys, not the record).
 func (n *node) renewSetKey(ctx context.Context, key string, req RenewRequest) (Lease, error) {
-	l, err := n.renewBy(ctx, key, req, false)
+	l, err := n.renewAs(ctx, key, req, renewBySet)
 	if !missing(err) {
 		return l, err
 	}
@@ -338,7 +338,7 @@ func (n *node) renewSetKey(ctx context.Context, key string, req RenewRequest) (L
 	if restored, ours := n.restoreSetKeys(ctx, req.Token, c, []string{key}); restored == 0 && ours == 0 {
 		return l, err
 	}
-	return n.renewBy(ctx, key, req, false)
+	return n.renewAs(ctx, key, req, renewBySet)
 }
 
 // setClaim is what proof, sent with token, vouches for, if it verifies

@@ -274,6 +274,20 @@ func delayArg(d time.Duration) string {
 // A grant bound to a session keeps its expiry unless bySession (the
 // session's own renewal).
 func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySession bool) (Lease, error) {
+	by := ""
+	if bySession {
+		by = "1"
+	}
+	return n.renewAs(ctx, key, req, by)
+}
+
+// renewBySet is renew.lua's by_session for a lock set's renewal of its
+// keys, which a lone renewal cannot renew.
+const renewBySet = "set"
+
+// renewAs is renewBy with renew.lua's by_session: "", "1" (the session)
+// or renewBySet.
+func (n *node) renewAs(ctx context.Context, key string, req RenewRequest, by string) (Lease, error) {
 	ttlArg := ""
 	if req.TTL > 0 {
 		ttlArg = strconv.FormatInt(req.TTL.Milliseconds(), 10)
@@ -282,10 +296,7 @@ func (n *node) renewBy(ctx context.Context, key string, req RenewRequest, bySess
 	defer cancel()
 	sh := n.sharedOf(key)
 	c := renewCallOf(key, sh)
-	c.token, c.ttlMS, c.actor, c.trace, c.value = req.Token, ttlArg, packable(req.Actor), traceOf(ctx), req.Value
-	if bySession {
-		c.bySession = "1"
-	}
+	c.token, c.ttlMS, c.actor, c.trace, c.value, c.bySession = req.Token, ttlArg, packable(req.Actor), traceOf(ctx), req.Value, by
 	keys, argv := c.run()
 	sent := time.Now()
 	v, err := n.write(ctx, n.scripts.renew, keys, argv...)
@@ -316,6 +327,9 @@ const (
 	// unclaimedHandOff gives back a key handed to a waiter only if the
 	// waiter has not claimed it; no hold window stays either.
 	unclaimedHandOff releaseKind = "unclaimed"
+	// bySet is a lock set's release (or give-back) of its keys: a key of
+	// a set takes no other (scripts/lib/exclusive.lua, release).
+	bySet releaseKind = "set"
 )
 
 // handed is a lease that a release gave to the next waiter, of this process.

@@ -102,7 +102,8 @@ type renewCall struct {
 	trace string
 	value string // a new value (JSON), or "" to keep the grant's own
 	// bySession "1": the grant's session renews it, the only renewal that
-	// moves a session-bound grant's expiry.
+	// moves a session-bound grant's expiry; renewBySet: its lock set
+	// renews it, the only other renewal a key of a set takes.
 	bySession string
 }
 
@@ -328,6 +329,8 @@ var acquireStatuses = map[string]func(r *reply, c acquireCall) acquireAnswer{
 	"mode": func(r *reply, c acquireCall) acquireAnswer {
 		return refuse(&ModeMismatchError{Held: modeOf(r.str(1)), Asked: modeOf(c.mode)})
 	},
+	// {"in_set", n}: a re-entry with the token of a lock set of n keys.
+	"in_set":   func(r *reply, _ acquireCall) acquireAnswer { return refuse(inSet(r)) },
 	"lost":     func(*reply, acquireCall) acquireAnswer { return refuse(ErrLeaseLost) },
 	"mismatch": func(*reply, acquireCall) acquireAnswer { return refuse(ErrIdempotencyMismatch) },
 	"limit":    func(*reply, acquireCall) acquireAnswer { return refuse(ErrLimitMismatch) },
@@ -354,6 +357,9 @@ func decodeRenew(v any) (grantReply, *ReleaseRequest, error) {
 	r, err := newReply(v)
 	if err != nil {
 		return grantReply{}, nil, err
+	}
+	if r.str(0) == "in_set" {
+		return grantReply{}, nil, inSet(r)
 	}
 	if err := statusErr(r.str(0)); err != nil {
 		return grantReply{}, nil, err
@@ -416,8 +422,11 @@ func decodeRelease(v any) (releaseReply, error) {
 		return releaseReply{}, err
 	}
 	out := releaseReply{status: r.str(0)}
-	if out.status == "claimed" {
+	switch out.status {
+	case "claimed":
 		return out, nil
+	case "in_set":
+		return releaseReply{}, inSet(r)
 	}
 	if err := statusErr(out.status); err != nil {
 		return releaseReply{}, err

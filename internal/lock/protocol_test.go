@@ -186,14 +186,15 @@ func TestReplyShapes(t *testing.T) {
 		{[]any{"limit"}, acquireCall{}, Lease{}, ErrLimitMismatch},
 		{[]any{"free"}, acquireCall{}, Lease{}, errFree},
 		{[]any{"ended"}, acquireCall{}, Lease{}, errEnded},
+		{[]any{"in_set", "3"}, acquireCall{}, Lease{}, &InSetError{Keys: 3}},
 	} {
 		l, err := answer(c.reply, c.call)
 		if !reflect.DeepEqual(l, c.lease) || !reflect.DeepEqual(err, c.err) {
 			t.Errorf("%v: %+v, %v; want %+v, %v", c.reply[0], l, err, c.lease, c.err)
 		}
 	}
-	if len(acquireStatuses) != 16 {
-		t.Errorf("acquireStatuses has %d rows; this test reads 16", len(acquireStatuses))
+	if len(acquireStatuses) != 17 {
+		t.Errorf("acquireStatuses has %d rows; this test reads 17", len(acquireStatuses))
 	}
 	renewed, rq, err := decodeRenew([]any{"ok", "o", "tok", "17", int64(1), int64(3000), ms, int64(3000), ms, "", "p", int64(5)})
 	if err != nil || renewed.mode != Permit || renewed.limit != 5 || renewed.fence != 17 || rq != nil {
@@ -207,6 +208,9 @@ func TestReplyShapes(t *testing.T) {
 	if _, _, err := decodeRenew([]any{"lost"}); err != ErrLeaseLost {
 		t.Errorf("renew lost: %v", err)
 	}
+	if _, _, err := decodeRenew([]any{"in_set", "4"}); !reflect.DeepEqual(err, &InSetError{Keys: 4}) {
+		t.Errorf("renew of one key of a set: %v", err)
+	}
 	rel, err := decodeRelease([]any{"ok", int64(0), ms, "w1", "next", "tok2", "18", int64(1000), ms})
 	if err != nil || rel.count != 0 || !rel.acquiredAt.Equal(at) || rel.handoff == nil || rel.handoff.waiter != "w1" ||
 		rel.handoff.fence != 18 || rel.handoff.ttl != time.Second {
@@ -214,6 +218,9 @@ func TestReplyShapes(t *testing.T) {
 	}
 	if _, err := decodeRelease([]any{"not_found"}); err != ErrNotFound {
 		t.Errorf("release not_found: %v", err)
+	}
+	if _, err := decodeRelease([]any{"in_set", "2"}); !reflect.DeepEqual(err, &InSetError{Keys: 2}) {
+		t.Errorf("release of one key of a set: %v", err)
 	}
 	force, err := decodeForce([]any{"ok", "o", "17", ms, int64(1)})
 	if err != nil || force.owner != "o" || force.fence != 17 || !force.more {

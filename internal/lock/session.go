@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -247,9 +248,14 @@ func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Ses
 	// expiry): the session's record has moved, and its grants must not
 	// lapse before it.
 	ctx = context.WithoutCancel(ctx)
+	lone, sets := sessionSets(r.grants)
+	var setsErr error
+	for token, entries := range sets {
+		setsErr = cmp.Or(setsErr, e.renewSessionSet(ctx, h, token, entries, left, actor))
+	}
 	var mu sync.Mutex
 	requests := map[Resource]ReleaseRequest{}
-	err = eachGrant(r.grants, func(g sessionGrant) error {
+	err = eachGrant(lone, func(g sessionGrant) error {
 		l, err := e.n.renewBy(ctx, g.id, RenewRequest{Token: g.token, TTL: left, Actor: actor}, true)
 		if err == nil && l.ReleaseRequested != nil {
 			mu.Lock()
@@ -264,7 +270,7 @@ func (e *Engine) RenewSession(ctx context.Context, scope, id, actor string) (Ses
 		}
 		return err
 	})
-	if err != nil {
+	if err := cmp.Or(err, setsErr); err != nil {
 		return Session{}, fmt.Errorf("lock: renew the session's grants: %w", err)
 	}
 	s := r.session(true)
@@ -284,10 +290,15 @@ func (e *Engine) EndSession(ctx context.Context, scope, id string) (Session, err
 	// The grants are released even if the caller goes away meanwhile: the
 	// session is already gone, and they must not outlive it.
 	ctx = context.WithoutCancel(ctx)
-	err = eachGrant(r.grants, func(g sessionGrant) error {
+	lone, sets := sessionSets(r.grants)
+	var setsErr error
+	for token := range sets {
+		setsErr = cmp.Or(setsErr, e.endSessionSet(ctx, token))
+	}
+	err = eachGrant(lone, func(g sessionGrant) error {
 		return e.releaseAll(ctx, resourceOf(g.id), g.token)
 	})
-	if err != nil {
+	if err := cmp.Or(err, setsErr); err != nil {
 		return Session{}, fmt.Errorf("lock: release the session's grants: %w", err)
 	}
 	s := r.session(true)

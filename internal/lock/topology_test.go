@@ -215,6 +215,11 @@ func TestOnCluster(t *testing.T) {
 	t.Run("a lockd that dies while its set gathers", func(t *testing.T) {
 		setDiesGathering(t, clusterEngine(t, c, lock.Options{CallTimeout: 400 * time.Millisecond}), b)
 	})
+	t.Run("lock sets in a session, and their keys never alone", func(t *testing.T) {
+		setInSession(t, a)
+		setKeyNotAlone(t, b, lock.Exclusive)
+		setKeyNotAlone(t, b, lock.Shared)
+	})
 	t.Run("lease cycle, list across masters", func(t *testing.T) {
 		masters := map[string]bool{}
 		var leases []lock.Lease

@@ -207,7 +207,12 @@ func conflict(err error, key string, sem bool) (Problem, bool) {
 	var full *lock.TooManyHoldersError
 	var delay *lock.DelayError
 	var window *lock.MinHoldError
+	var inSet *lock.InSetError
 	switch {
+	case errors.As(err, &inSet):
+		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeInLockSet, Title: "Part of a lock set",
+			Detail: fmt.Sprintf("%s is part of a lock set of %d keys, which is held whole: renew, release or hold the set with its token "+
+				"(POST /v1/lock-sets/renew, /v1/lock-sets/release or /v1/lock-sets/hold); nothing was changed", key, inSet.Keys)}, true
 	case errors.As(err, &window):
 		return Problem{Status: http.StatusConflict, Code: api.ProblemCodeMinHold, Title: "Kept by a hold window",
 			Detail: fmt.Sprintf("%s was released by %s inside its hold window, which keeps it for %d ms more", key, window.Owner,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -353,6 +354,19 @@ func (s *Server) withBook(ctx context.Context, f func(b *books, k *book)) {
 	f(s.books, s.books.bookOf(c.name))
 }
 
+// inSession reports whether the lock set with token is booked in a
+// session, key by key (quotaEngine.AcquireSet).
+func (k *book) inSession(token string) bool {
+	for _, s := range k.sessions {
+		for t := range s.grants {
+			if strings.HasPrefix(t, token+"@") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // find is the grant with token, and its session ("" for none).
 func (k *book) find(token string) (bookLease, string, bool) {
 	if g, ok := k.leases[token]; ok {
@@ -530,10 +544,18 @@ func (e quotaEngine) AcquireSet(ctx context.Context, req lock.SetRequest) (lock.
 	}
 	set, err := e.Engine.AcquireSet(ctx, req)
 	settle(func(b *books, k *book) {
-		if err == nil {
-			k.leases[set.Token] = bookLease{expires: set.ExpiresAt, bytes: want.bytes, keys: n}
-			b.change(k, want)
+		if err != nil {
+			return
 		}
+		if sess := k.sessions[req.Session]; req.Session != "" && sess != nil {
+			// In the session, key by key, as its renewals list them.
+			for _, l := range set.Leases {
+				sess.grants[set.Token+"@"+l.Key] = bookLease{bytes: len(req.Value), res: lock.Lock(l.Key)}
+			}
+		} else {
+			k.leases[set.Token] = bookLease{expires: set.ExpiresAt, bytes: want.bytes, keys: n}
+		}
+		b.change(k, want)
 	})
 	return set, err
 }
@@ -541,13 +563,21 @@ func (e quotaEngine) AcquireSet(ctx context.Context, req lock.SetRequest) (lock.
 // RenewSet books a set's renewal: its new expiry, or the set itself when
 // this process did not know it (granted through another replica).
 func (e quotaEngine) RenewSet(ctx context.Context, token string, ttl time.Duration, actor string) (lock.SetLease, error) {
-	settle, err := e.s.reserveQuota(ctx, e.s.renewalNeeds(ctx, token, ""))
+	need := e.s.renewalNeeds(ctx, token, "")
+	e.s.withBook(ctx, func(_ *books, k *book) {
+		if k.inSession(token) {
+			need = usage{}
+		}
+	})
+	settle, err := e.s.reserveQuota(ctx, need)
 	if err != nil {
 		return lock.SetLease{}, err
 	}
 	set, err := e.Engine.RenewSet(ctx, token, ttl, actor)
 	settle(func(b *books, k *book) {
 		switch {
+		case err == nil && set.InSession:
+			// The session's renewals book its keys.
 		case err == nil:
 			g, ok := k.leases[token]
 			if !ok {

@@ -77,7 +77,7 @@ func (s *Server) lockSetRequest(ctx context.Context, body *api.LockSetRequest) (
 		return lock.SetRequest{}, invalid("mode", "mode must be exclusive or shared, got %q", *body.Mode)
 	}
 	if body.Session != nil && body.TtlMs != nil {
-		return lock.SetRequest{}, invalid("ttl_ms", "ttl_ms and session exclude each other")
+		return lock.SetRequest{}, invalid("ttl_ms", "ttl_ms and session exclude each other: a lock set in a session lives as long as the session")
 	}
 	req, err := s.acquireRequest(ctx, lock.KindLock, acquireBody{owner: body.Owner, ttlMs: body.TtlMs, waitMs: body.WaitMs,
 		mode: body.Mode, value: body.Value, session: body.Session}, nil)
@@ -85,7 +85,7 @@ func (s *Server) lockSetRequest(ctx context.Context, body *api.LockSetRequest) (
 		return lock.SetRequest{}, err
 	}
 	set := lock.SetRequest{Keys: body.Keys, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Actor: req.Actor, Mode: req.Mode,
-		Value: req.Value, Session: req.Session}
+		Value: req.Value, Session: req.Session, SessionScope: req.SessionScope}
 	if err := lock.CheckSet(set); err != nil {
 		return lock.SetRequest{}, err
 	}
@@ -99,6 +99,9 @@ func (s *Server) HoldLockSet(ctx context.Context, r api.HoldLockSetRequestObject
 	req, err := s.lockSetRequest(ctx, r.Body)
 	if err != nil {
 		return nil, err
+	}
+	if req.Session != "" {
+		return nil, invalid("session", "a hold keeps its own leases: acquire the set in the session instead (POST /v1/lock-sets/acquire), or hold the session (POST /v1/sessions/{id}/hold)")
 	}
 	releaseHold, err := s.takeHold(ctx)
 	if err != nil {

@@ -220,6 +220,7 @@ class Client:
         mode: Optional[str] = None,
         auto_renew: bool = True,
         on_lost: Optional[Callable[[LockSet, LeaseLost], None]] = None,
+        session: Optional[SessionArg] = None,
     ) -> LockSet:
         """lock_many takes every key of keys (2 … 64 distinct lock keys), or none of them, and returns the LockSet.
 
@@ -233,11 +234,22 @@ class Client:
         (``err.problem["key"]``). The set renews itself every ttl/3 (unless
         auto_renew=False) and is lost when any key is.
 
+        ``session`` (a Session, or a session's id) puts every key in that
+        session instead of giving the set a TTL (``ttl`` must then be left
+        out), as acquire's does: the set lives as long as the session, has
+        no renewer of its own, and with a Session is lost when the session
+        is; the session's end releases it.
+
             with client.lock_many(["account:alice", "account:bob"], ttl=30, wait=10) as s:
                 transfer(fence_a=s.fences["account:alice"], fence_b=s.fences["account:bob"])
         """
         body: Dict[str, Any] = {"keys": list(keys)}
-        if ttl is not None:
+        in_session = session if isinstance(session, Session) else None
+        if session is not None:
+            body.update(_lifetime(ttl, session))
+            if in_session is not None:
+                in_session.check()
+        elif ttl is not None:
             body["ttl_ms"] = _ms(ttl, "ttl")
         if owner is not None:
             body["owner"] = owner
@@ -266,6 +278,10 @@ class Client:
             try:
                 answer = self._retrying("acquire lock set", wait_until + self.retry_for, attempt)
                 break
+            except SessionLost as err:
+                if in_session is not None:
+                    in_session._lose(err)
+                raise
             except InvalidRequest as err:
                 max_ms = err.problem.get("max_ms")
                 if err.field != "wait_ms" or not isinstance(max_ms, int) or max_ms <= 0 or asked <= max_ms:
@@ -274,7 +290,10 @@ class Client:
             except NotGranted as err:
                 if asked <= 0 or isinstance(err, TooManyHolders) or wait_until - time.monotonic() < 0.001:
                     raise
-        return LockSet(self._ops, answer, sent, time.monotonic(), auto_renew=auto_renew, on_lost=on_lost)
+        s = LockSet(self._ops, answer, sent, time.monotonic(), auto_renew=auto_renew and session is None, on_lost=on_lost)
+        if in_session is not None:
+            in_session._attach(s)
+        return s
 
     def renew(
         self, key: str, token: str, ttl: Optional[float] = None, value: Any = None, proof: Optional[str] = None

@@ -37,6 +37,7 @@ __all__ = [
     "ModeMismatch",
     "NotExclusive",
     "NotCandidate",
+    "InLockSet",
     "LeaseLost",
     "LeaseNotFound",
     "SessionLost",
@@ -251,6 +252,15 @@ class NotCandidate(LockdError):
     CODE = "not_candidate"
 
 
+class InLockSet(LockdError):
+    """InLockSet: a renew, release or re-entry of one key with a lock set's token (409); a set is held whole, nothing was changed.
+
+    Renew or release the set (LockSet.renew, LockSet.release) instead.
+    """
+
+    CODE = "in_lock_set"
+
+
 class LeaseLost(LockdError):
     """LeaseLost: the lease is no longer yours. Stop the protected work.
 
@@ -361,6 +371,7 @@ PROBLEM_CLASSES: Dict[str, Type[LockdError]] = {
         ModeMismatch,
         NotExclusive,
         NotCandidate,
+        InLockSet,
         LeaseLost,
         SessionLost,
         IdempotencyMismatch,

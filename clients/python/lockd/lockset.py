@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, List, Optional, Protocol, Type
 
 from ._keepalive import grant_expiry, keep_alive, ran_out
-from .errors import LeaseLost, LockdError
+from .errors import LeaseLost, LockdError, SessionLost
 
 log = logging.getLogger("lockd")
 
@@ -162,6 +162,29 @@ class LockSet:
     def _expiry(self) -> float:
         with self._lock:
             return self._expires
+
+    def _done(self) -> bool:
+        """_done reports whether the set is released or lost: nothing is left to keep or lose (Session)."""
+        with self._lock:
+            return self._released or self.error is not None
+
+    def _session_lost(self, err: SessionLost) -> None:
+        """_session_lost loses the set with its session."""
+        self._lose(
+            SessionLost(
+                f"lock set: its session was lost: {err.detail}",
+                status=err.status,
+                code=err.code,
+                problem=err.problem,
+                retry_after=err.retry_after,
+            )
+        )
+
+    def _session_ended(self) -> None:
+        """_session_ended records that the session's end released every key: the set is released, not lost."""
+        with self._lock:
+            self._released = True
+        self._stop.set()
 
     def _lose(self, err: LeaseLost, after_release: bool = False) -> None:
         with self._lock:

@@ -30,10 +30,12 @@ import logging
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, Type
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, Type, Union
 
 from ._keepalive import grant_expiry, keep_alive, ran_out
 from .errors import LeaseLost, LockdError, SessionLost
+
+from .lockset import LockSet
 
 if TYPE_CHECKING:
     from .lease import Lease
@@ -99,7 +101,7 @@ class Session:
         self._closed = False  # ended, and its leases told so
         # The leases in the session, each with when it joined (monotonic):
         # a renewal sent before a lease joined may not list its grant.
-        self._leases: List[Tuple["Lease", float]] = []
+        self._leases: List[Tuple[Union["Lease", LockSet], float]] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         if auto_renew:
@@ -119,10 +121,10 @@ class Session:
 
     @property
     def leases(self) -> List["Lease"]:
-        """leases are the leases acquired in this session that are neither released nor lost."""
+        """leases are the leases acquired in this session that are neither released nor lost (lock sets aside)."""
         with self._lock:
             leases = [lease for lease, _ in self._leases]
-        return [lease for lease in leases if not lease._done()]
+        return [lease for lease in leases if not isinstance(lease, LockSet) and not lease._done()]
 
     def check(self) -> None:
         """check raises the SessionLost that ended the session, if it is lost; else it returns."""
@@ -234,7 +236,7 @@ class Session:
 
     __str__ = __repr__
 
-    def _attach(self, lease: "Lease") -> None:
+    def _attach(self, lease: Union["Lease", LockSet]) -> None:
         """_attach puts a lease just granted in the session; a session lost meanwhile loses it at once.
 
         A lease that joins once the end was answered had its grant in the
@@ -250,7 +252,7 @@ class Session:
         elif closed:
             lease._session_ended()
 
-    def _drop_missing(self, answer: Dict[str, Any], leases: List["Lease"]) -> None:
+    def _drop_missing(self, answer: Dict[str, Any], leases: List[Union["Lease", LockSet]]) -> None:
         """_drop_missing loses the leases whose grant a renewal of the session no longer lists.
 
         The server lists a grant until the renewal after the one that
@@ -263,7 +265,11 @@ class Session:
             return
         listed = {(h.get("kind"), h.get("key")) for h in holds if isinstance(h, dict)}
         for lease in leases:
-            if (lease.kind, lease.key) not in listed:
+            if isinstance(lease, LockSet):
+                # A set holds every key or none: one missing loses it.
+                if any(("lock", k) not in listed for k in lease.keys):
+                    lease._lose(LeaseLost("lock set: its session no longer holds it (a key was force-released, or it lapsed)"))
+            elif (lease.kind, lease.key) not in listed:
                 lease._lose(LeaseLost(f"{lease.key}: its session no longer holds it (force-released, or it lapsed)"))
 
     def _pass_requests(self, answer: Dict[str, Any], leases: List["Lease"]) -> None:

@@ -64,6 +64,26 @@ class LockSets(unittest.TestCase):
                 c.lock_many(keys)
             self.assertEqual(ctx.exception.field, field)
 
+    def test_a_set_in_a_session(self) -> None:
+        c = harness.client()
+        a, b = harness.unique("sess-a"), harness.unique("sess-b")
+        with c.session(ttl=0.9, owner="py-worker") as sess:
+            s = c.lock_many([a, b], session=sess)
+            # Past two TTLs: the session's renewals keep every key.
+            while sess.renewals < 3:
+                self.assertFalse(s.lost.wait(0.01), s.error)
+            state = c.state(b)
+            self.assertEqual((state["owner"], state["set"], state["fence"]), ("py-worker", 2, s.fences[b]))
+            self.assertEqual(sorted(h["key"] for h in sess.info()["holds"]), sorted([a, b]))
+            with self.assertRaises(ValueError):
+                c.lock_many([a, b], ttl=5, session=sess)
+        self.assertFalse(s.lost.is_set())
+        for k in (a, b):
+            with self.assertRaises(lockd.NotFound):
+                c.state(k)
+        with self.assertRaises(lockd.SessionLost):
+            c.lock_many([a, b], session=sess.id)
+
 
 if __name__ == "__main__":
     unittest.main()

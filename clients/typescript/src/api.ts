@@ -303,8 +303,14 @@ export interface paths {
          *     `mode` is `exclusive` (the default) or `shared`: every key held
          *     shared, beside other shared holders (an exclusive request waits for
          *     them all, and shared requests that come after a waiting exclusive
-         *     one wait behind it). A `session` and a lock-delay are not offered
-         *     for sets yet (400). With API keys
+         *     one wait behind it). With `session` (instead of `ttl_ms`) every key
+         *     is a grant of the session: it lives exactly as long as the session,
+         *     moves with the session's renewals (the set's own renewal keeps the
+         *     session's expiry), is listed by `GET /v1/sessions/{id}`, and is
+         *     released when the session ends (as released by `session`) or
+         *     lapses; 404 `session_not_found` as for one acquire (a session
+         *     another API key made included), and not with `/v1/lock-sets/hold`
+         *     (400). A lock-delay is not offered for sets (400). With API keys
          *     limited to prefixes, every key must be under one of them (403). A
          *     server in Redlock mode answers 501 `unsupported`.
          */
@@ -331,7 +337,11 @@ export interface paths {
          *     hash of its token for as long as the set lives. 409 `lease_lost`
          *     when the set is gone; when one of its keys was lost (broken or
          *     lapsed) the set ends: its other keys are released, and the answer
-         *     is 409 `lease_lost`. Stop the protected work.
+         *     is 409 `lease_lost`. Stop the protected work. A set in a session
+         *     keeps the session's expiry (only the session's renewals move it),
+         *     as one grant in a session does. One key of a set is never renewed,
+         *     released or held alone (`/v1/locks/{key}/…` with the set's token
+         *     answers 409 `in_lock_set`).
          *
          *     Should Redis have lost its data, the set is put back first, as a
          *     lease is: by the lockd that knows it, or, when that one is gone
@@ -2017,7 +2027,7 @@ export interface components {
             /** @example 409 */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "min_hold" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "not_candidate" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
+            code: "invalid_request" | "unsupported" | "unauthorized" | "forbidden" | "not_found" | "session_not_found" | "method_not_allowed" | "lock_held" | "lock_delay" | "min_hold" | "queued" | "no_permits" | "limit_mismatch" | "mode_mismatch" | "not_exclusive" | "not_candidate" | "in_lock_set" | "too_many_holders" | "lease_lost" | "idempotency_mismatch" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "backend_unavailable" | "backend_recovering" | "internal";
             detail?: string;
             key?: string;
             /** @description The request field that is wrong (invalid_request). */
@@ -2179,7 +2189,10 @@ export interface components {
          *     long it lasts). `min_hold`: the key's holder released it inside its
          *     hold window (`min_hold_ms`), which keeps it taken, by nobody, for
          *     `remaining_ms` more (and `Retry-After`); a waiting request is
-         *     granted when it ends.
+         *     granted when it ends. `in_lock_set`: the token is a lock set's, and
+         *     a set is held whole: one of its keys is never renewed, released or
+         *     re-entered (or held by a hold stream) alone; use
+         *     `/v1/lock-sets/renew`, `/release` or `/hold`. Nothing was changed.
          */
         Conflict: {
             headers: {
@@ -2712,6 +2725,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];

@@ -98,6 +98,13 @@ export interface LockManyOptions {
   onLost?: OnSetLost | undefined;
   /** Aborts the acquire (not the set). */
   signal?: AbortSignal | undefined;
+  /**
+   * The session every key lives in, instead of a TTL (a TypeError with
+   * ttlMs), as acquire's `session`: the set lives as long as the session
+   * and has no renewer of its own; with a Session, it is lost when the
+   * session is, and released by its end.
+   */
+  session?: SessionRef | undefined;
 }
 
 export interface AcquireOptions {
@@ -368,7 +375,13 @@ export class Client {
    */
   async lockMany(keys: string[], opts: LockManyOptions = {}): Promise<LockSet> {
     const body: Record<string, unknown> = { keys: [...keys] };
-    if (opts.ttlMs !== undefined) body["ttl_ms"] = ms(opts.ttlMs, "ttlMs");
+    const inSession = opts.session instanceof Session ? opts.session : undefined;
+    if (opts.session !== undefined) {
+      Object.assign(body, lifetime(opts.ttlMs, opts.session));
+      inSession?.check();
+    } else if (opts.ttlMs !== undefined) {
+      body["ttl_ms"] = ms(opts.ttlMs, "ttlMs");
+    }
     if (opts.owner !== undefined) body["owner"] = opts.owner;
     if (opts.value !== undefined) body["value"] = opts.value;
     if (opts.mode !== undefined) body["mode"] = opts.mode;
@@ -394,8 +407,16 @@ export class Client {
             signal: opts.signal,
           });
         });
-        return new LockSet(this.#setOps, set, sent, now(), { autoRenew: opts.autoRenew, onLost: opts.onLost });
+        const s = new LockSet(this.#setOps, set, sent, now(), {
+          autoRenew: opts.autoRenew !== false && opts.session === undefined,
+          onLost: opts.onLost,
+        });
+        inSession?._attach(s);
+        return s;
       } catch (err) {
+        if (err instanceof SessionLost) {
+          inSession?._lose(err);
+        }
         const maxMs = err instanceof InvalidRequest ? err.problem["max_ms"] : undefined;
         if (err instanceof InvalidRequest && err.field === "wait_ms" && typeof maxMs === "number" && maxMs > 0 && asked > maxMs) {
           this.#maxWaitMs = maxMs;

@@ -184,6 +184,11 @@ export class NotExclusive extends LockdError {
   static override readonly CODE = "not_exclusive";
 }
 
+/** InLockSet: a renew, release or re-entry of one key with a lock set's token (409); a set is held whole, nothing was changed: renew or release the set. */
+export class InLockSet extends LockdError {
+  static override readonly CODE = "in_lock_set";
+}
+
 /** NotCandidate: a handover named a candidate that is not campaigning (409); the leader still leads. */
 export class NotCandidate extends LockdError {
   static override readonly CODE = "not_candidate";
@@ -302,6 +307,7 @@ export const PROBLEM_CLASSES: Readonly<Record<ProblemCode, ErrorClass>> = Object
   mode_mismatch: ModeMismatch,
   not_exclusive: NotExclusive,
   not_candidate: NotCandidate,
+  in_lock_set: InLockSet,
   too_many_holders: TooManyHolders,
   lease_lost: LeaseLost,
   idempotency_mismatch: IdempotencyMismatch,

@@ -53,6 +53,7 @@ export {
   BackendUnavailable,
   Forbidden,
   IdempotencyMismatch,
+  InLockSet,
   InternalError,
   InvalidRequest,
   LeaseLost,

@@ -3,7 +3,7 @@
 // at once when the server says the set is gone (one of its keys was
 // broken or lapsed), or when renewals fail until its expiry.
 
-import { LeaseLost } from "./errors.js";
+import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
 import { grantExpiry, ranOut, Renewer } from "./renewer.js";
 import type { LockSetInfo, LockSetLease } from "./types.js";
@@ -172,6 +172,34 @@ export class LockSet {
 
   [Symbol.for("nodejs.util.inspect.custom")](): string {
     return this.toString();
+  }
+
+  /** @internal _done: released or lost, nothing is left to keep or lose (Session). */
+  _done(): boolean {
+    return this.#released || this.lost;
+  }
+
+  /** @internal _lose loses the set alone (its session's renewal no longer lists a key). */
+  _lose(err: LeaseLost): void {
+    this.#lose(err);
+  }
+
+  /** @internal _sessionLost loses the set with its session. */
+  _sessionLost(err: SessionLost): void {
+    this.#lose(
+      new SessionLost(`lock set: its session was lost: ${err.detail}`, {
+        status: err.status,
+        code: err.code,
+        problem: err.problem,
+        retryAfterMs: err.retryAfterMs,
+      }),
+    );
+  }
+
+  /** @internal _sessionEnded records that the session's end released every key: the set is released, not lost. */
+  _sessionEnded(): void {
+    this.#released = true;
+    this.#renewer.stop();
   }
 
   #lose(err: LeaseLost, afterRelease = false): void {

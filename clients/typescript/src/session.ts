@@ -29,6 +29,7 @@ import { LeaseLost, SessionLost } from "./errors.js";
 import { now, type Logger } from "./http.js";
 import { grantExpiry, ranOut, Renewer } from "./renewer.js";
 import type { Lease, LeaseSession } from "./lease.js";
+import { LockSet } from "./lockset.js";
 import type { CreatedSession, ReleaseRequested, SessionInfo } from "./types.js";
 
 /** OnSessionLost is called once when a session is lost, with the SessionLost that says why. */
@@ -79,7 +80,7 @@ export class Session implements LeaseSession {
   #closed = false;
   // The leases in the session, each with when it joined (monotonic): a
   // renewal sent before a lease joined may not list its grant.
-  #leases: { lease: Lease; joined: number }[] = [];
+  #leases: { lease: Lease | LockSet; joined: number }[] = [];
   readonly #renewer: Renewer;
   // The renewer's state between its turns.
 
@@ -150,9 +151,9 @@ export class Session implements LeaseSession {
     return this.#renewals;
   }
 
-  /** The leases acquired in this session that are neither released nor lost. */
+  /** The leases acquired in this session that are neither released nor lost (lock sets aside). */
   get leases(): Lease[] {
-    return this.#leases.map((j) => j.lease).filter((lease) => !lease._done());
+    return this.#leases.map((j) => j.lease).filter((lease): lease is Lease => !(lease instanceof LockSet) && !lease._done());
   }
 
   /** check throws the SessionLost that ended the session, if it is lost; else it returns. */
@@ -274,7 +275,7 @@ export class Session implements LeaseSession {
    * answered had its grant in the session when it ended (its acquire would
    * have failed otherwise): the end released it with the others.
    */
-  _attach(lease: Lease): void {
+  _attach(lease: Lease | LockSet): void {
     if (this.#error !== undefined) {
       lease._sessionLost(this.#error);
     } else if (this.#closed) {
@@ -296,13 +297,18 @@ export class Session implements LeaseSession {
    * Grants are listed by kind and key, so a lease is kept while any grant
    * of its key is in the session.
    */
-  #dropMissing(info: SessionInfo, leases: Lease[]): void {
+  #dropMissing(info: SessionInfo, leases: (Lease | LockSet)[]): void {
     if (!Array.isArray(info.holds)) {
       return;
     }
     const listed = new Set(info.holds.map((h) => `${h.kind}\u0000${h.key}`));
     for (const lease of leases) {
-      if (!listed.has(`${lease.kind}\u0000${lease.key}`)) {
+      if (lease instanceof LockSet) {
+        // A set holds every key or none: one missing loses it.
+        if (lease.keys.some((k) => !listed.has(`lock\u0000${k}`))) {
+          lease._lose(new LeaseLost("lock set: its session no longer holds it (a key was force-released, or it lapsed)"));
+        }
+      } else if (!listed.has(`${lease.kind}\u0000${lease.key}`)) {
         lease._lose(new LeaseLost(`${lease.key}: its session no longer holds it (force-released, or it lapsed)`));
       }
     }

@@ -35,6 +35,27 @@ describe("lock sets", () => {
     await assert.rejects(c.state(k), lockd.NotFound);
   });
 
+  test("a set in a session lives and ends with it", async () => {
+    const c = h.client();
+    const [a, b] = [h.unique("sess-a"), h.unique("sess-b")];
+    const session = await c.session({ ttlMs: 900, owner: "ts-worker" });
+    const set = await c.lockMany([a, b], { session });
+    // Past two TTLs: the session's renewals keep every key.
+    while (session.renewals < 3) {
+      assert.equal(set.lost, false, String(set.error));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const st = await c.state(b);
+    assert.deepEqual([st.owner, st.set, st.fence], ["ts-worker", 2, set.fence(b)]);
+    assert.deepEqual((await session.info()).holds.map((x) => x.key).sort(), [a, b].sort());
+    await assert.rejects(c.lockMany([a, b], { ttlMs: 5_000, session }), TypeError);
+    await session.end();
+    assert.equal(set.lost, false);
+    await assert.rejects(c.state(a), lockd.NotFound);
+    await assert.rejects(c.state(b), lockd.NotFound);
+    await assert.rejects(c.lockMany([a, b], { session: session.id }), lockd.SessionLost);
+  });
+
   test("losing a key loses the set: signal aborts with LeaseLost", async () => {
     const c = h.client();
     const [a, b] = [h.unique("lose-a"), h.unique("lose-b")];

@@ -28,7 +28,9 @@
 -- "granted", "reentered" or "idempotent"; gate.held's, gate.behind's and
 -- gate.admit's refusals ("held", "queued", "free", "recovering", "delay");
 -- gate.min_hold's ("min_hold": released inside its hold window);
--- {"lost"} (the re-entry token is not the live one); {"ended"} (a late try
+-- {"lost"} (the re-entry token is not the live one); {"in_set", n} (the
+-- re-entry token is a lock set's of n keys: a set is held whole, never
+-- one key of it); {"ended"} (a late try
 -- of a waiter whose wait has ended: queue.ended); {"mismatch"} (the
 -- idempotency tag is the live lease's, but owner, ttl, value, or a named
 -- mode or limit is not); {"mode", mode} (a re-entry named another mode than the

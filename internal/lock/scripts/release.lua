@@ -10,13 +10,16 @@
 -- request's trace id; a hand-off's grant keeps the waiter's), unclaimed
 -- ("unclaimed": release only a key handed to a waiter that the waiter did
 -- not claim with a try of its own, exclusive.release; "back": a grant its
--- caller never had; either keeps no hold window), to (an election's
+-- caller never had; either keeps no hold window; "set": its lock set's
+-- release, the only one a key of a set takes), to (an election's
 -- handover: the candidate that leads next, ahead of the queue).
 --
 -- Reply: {"ok", count_left, acquired_at_ms}
 --      | {"ok", 0, acquired_at_ms, waiter id, owner, token, fence, ttl_ms, now_ms}
 --        when the key went to the next waiter, of this lockd (exclusive.hand_off)
 --      | {"claimed"} (unclaimed) | {"not_found"} | {"lost"}
+--      | {"in_set", n} (a key of a lock set of n keys released alone:
+--        nothing was released)
 --      | {"not_candidate"} (to is not waiting: nothing was released)
 local c = calls.release
 c.lease, c.hist, c.sched, c.stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]

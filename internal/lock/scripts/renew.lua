@@ -9,7 +9,8 @@
 -- value is recorded as a "proclaimed" event), by_session ("1" when the
 -- grant's session renews it, session.go: a grant bound to a session lives
 -- as long as the session, so any other renewal keeps its expiry and
--- changes only its value).
+-- changes only its value; "set" when its lock set renews it, lockset.go:
+-- a key of a set is renewed by its set or its session, never alone).
 --
 -- A renewal goes to its own capped list (packed as history events,
 -- events.lua), with how much of the lease was left when it came (left_ms),
@@ -22,7 +23,8 @@
 --
 -- Reply: the grant reply (grant_reply, status "ok") | {"not_found"} (no
 -- lease, or a key kept by a hold window after its holder released it:
--- keep_window) | {"lost"}
+-- keep_window) | {"lost"} | {"in_set", n}: a key of a lock set of n keys
+-- renewed alone
 local c = calls.renew
 c.lease, c.renewals, c.queue, c.sched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 c.hist, c.holders, c.stream = KEYS[5], KEYS[6], KEYS[7]

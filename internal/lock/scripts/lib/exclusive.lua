@@ -184,6 +184,9 @@ local function reenter(c, cur)
   if cur.token ~= c.reentry then
     return {'lost'}
   end
+  if cur.ls ~= '' then
+    return {'in_set', cur.ls}
+  end
   if c.named and c.mode ~= 'x' then
     return {'mode', 'x'}
   end
@@ -262,13 +265,17 @@ function exclusive.take(c)
 end
 
 -- renew extends cur, c's lease, if c holds it: {"ok", ...} (grant_reply),
--- or {"lost"}. A grant bound to a session keeps its expiry unless its
--- session renews it (c.by_session); a new value (c.value) is news to
--- readers (an election's proclaim): an event in the history and the
--- stream, with the lease's expiry as a grant's.
+-- {"lost"}, or {"in_set", n} for a key of a lock set of n keys renewed
+-- alone (only its set's renewal or its session's, c.by_session, renews
+-- it: a set is held whole). A grant bound to a session keeps its expiry
+-- unless its session renews it (c.by_session "1"); a new value (c.value)
+-- is news to readers (an election's proclaim): an event in the history
+-- and the stream, with the lease's expiry as a grant's.
 function exclusive.renew(c, cur)
   if cur.token ~= c.token then
     return {'lost'}
+  elseif cur.ls ~= '' and c.by_session == '' then
+    return {'in_set', cur.ls}
   end
   local ttl = tonumber(c.ttl_ms) or tonumber(cur.ttl)
   local left = int(tonumber(cur.exp) - c.now_ms)
@@ -335,18 +342,20 @@ local function keep_window(c, cur)
 end
 
 -- release gives back one level of cur, c's lease that take_lease took
--- (raw): {"ok", count_left, acquired_at_ms}, {"claimed"}, {"lost"} or
--- {"not_found"} (a key kept by a hold window: keep_window); or nil when
--- the key is free now and waiters may be queued: the caller then hands it
--- off (hand_off). A give-back (c.unclaimed) keeps no window: the grant's
+-- (raw): {"ok", count_left, acquired_at_ms}, {"claimed"}, {"lost"},
+-- {"not_found"} (a key kept by a hold window: keep_window) or {"in_set",
+-- n} (a key of a lock set of n keys, released other than by its set,
+-- c.unclaimed "set": a set is let go whole); or nil when the key is free
+-- now and waiters may be queued: the caller then hands it off
+-- (hand_off). A give-back (c.unclaimed) keeps no window: the grant's
 -- caller never had it.
 function exclusive.release(c, cur, raw)
-  if cur.token ~= c.token then
+  if cur.token ~= c.token or cur.ls ~= '' and c.unclaimed ~= 'set' then
     put_back(c, raw, cur)
-    if cur.token == '' then
-      return {'not_found'}
+    if cur.token ~= c.token then
+      return {cur.token == '' and 'not_found' or 'lost'}
     end
-    return {'lost'}
+    return {'in_set', cur.ls}
   end
   if c.unclaimed == 'unclaimed' and cur.handed == '' then
     -- Giving back a key handed to a waiter that seemed gone: the waiter

@@ -128,6 +128,8 @@ local function reenter(c)
   local h = live_holder(redis.call('HGET', c.lease, 'h:' .. c.reentry), c.now_ms)
   if not h then
     return {'lost'}
+  elseif (h.ls or '') ~= '' then
+    return {'in_set', h.ls}
   end
   if c.named and c.mode ~= c.held_as then
     return {'mode', c.held_as}
@@ -255,12 +257,15 @@ function multi.wake(c)
 end
 
 -- renew extends c's holder: the grant reply with "s" or "p" and the
--- limit, {"lost"} or {"not_found"}. A holder bound to a session keeps its
--- expiry unless its session renews it (c.by_session).
+-- limit, {"lost"}, {"not_found"} or {"in_set", n} (a lock set's holder
+-- renewed alone, as exclusive.renew). A holder bound to a session keeps
+-- its expiry unless its session renews it (c.by_session "1").
 function multi.renew(c, cur)
   local h, status = holder_of(c, c.token)
   if not h then
     return {status}
+  elseif (h.ls or '') ~= '' and c.by_session == '' then
+    return {'in_set', h.ls}
   end
   local ttl = tonumber(c.ttl_ms) or tonumber(h.t)
   local left = tonumber(h.e) - c.now_ms
@@ -282,12 +287,15 @@ function multi.renew(c, cur)
 end
 
 -- release gives back one level of c's holder: {"ok", count_left,
--- acquired_at_ms}, {"lost"} or {"not_found"}. The waiters wake when the
--- key frees, or a permit does.
+-- acquired_at_ms}, {"lost"}, {"not_found"} or {"in_set", n} (a lock
+-- set's holder released alone, as exclusive.release). The waiters wake
+-- when the key frees, or a permit does.
 function multi.release(c, cur)
   local h, status = holder_of(c, c.token)
   if not h then
     return {status}
+  elseif (h.ls or '') ~= '' and c.unclaimed ~= 'set' then
+    return {'in_set', h.ls}
   end
   local count = tonumber(h.c) - 1
   if count > 0 then
