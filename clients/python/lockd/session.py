@@ -289,7 +289,8 @@ class Session:
             if isinstance(h, dict) and h.get("kind") == "lock" and isinstance(h.get("release_requested"), dict)
         }
         for lease in leases:
-            if lease.kind == "lock" and lease.key in asked:
+            # A lock set (no kind) is not told key by key.
+            if getattr(lease, "kind", None) == "lock" and lease.key in asked:
                 lease._note_request(asked[lease.key])
 
     def _expiry(self) -> float:

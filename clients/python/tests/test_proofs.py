@@ -9,6 +9,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import harness
 
 
+def tick() -> None:
+    """tick lets the server's millisecond clock move on: a renewal's proof signs the expiry it sets, so two renewals within one millisecond answer the same proof."""
+    time.sleep(0.002)
+
+
 class Proofs(unittest.TestCase):
     def tap(self, c: Any) -> List[Tuple[str, Optional[str], Optional[str]]]:
         """tap records each renew, proclaim and release: its path's last part, the proof sent and the proof answered."""
@@ -44,7 +49,9 @@ class Proofs(unittest.TestCase):
         ):
             lease = take(harness.unique("proof"))
             first = lease.proof
+            tick()
             lease.renew()
+            tick()
             lease.renew()
             if lease.kind == "election":
                 lease.proclaim({"n": 2})
@@ -74,7 +81,9 @@ class Proofs(unittest.TestCase):
         key = harness.unique("proof-set")
         lock_set = c.lock_many([key + ":1", key + ":2"], ttl=10, value={"n": 1}, auto_renew=False)
         first = lock_set.proof
+        tick()
         lock_set.renew()
+        tick()
         lock_set.renew()
         for text in (repr(lock_set), str(lock_set)):
             self.assertNotIn(lock_set.proof, text)

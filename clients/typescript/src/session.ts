@@ -322,7 +322,7 @@ export class Session implements LeaseSession {
    * are told: a hold of their key in an older answer may be an earlier
    * grant's.
    */
-  #passRequests(info: SessionInfo, leases: Lease[]): void {
+  #passRequests(info: SessionInfo, leases: (Lease | LockSet)[]): void {
     if (!Array.isArray(info.holds)) {
       return;
     }
@@ -333,7 +333,9 @@ export class Session implements LeaseSession {
       }
     }
     for (const lease of leases) {
-      if (lease.kind === "lock") {
+      // A lock set's keys are not asked one by one: request-release asks
+      // a key's holder, and a set's key answers for its set.
+      if (!(lease instanceof LockSet) && lease.kind === "lock") {
         lease._noteRequest(asked.get(lease.key));
       }
     }

@@ -39,6 +39,11 @@ function checkChain(first: string | undefined, calls: Call[]): void {
   }
 }
 
+// tick lets the server's millisecond clock move on: a renewal's proof
+// signs the expiry it sets, so two renewals within one millisecond answer
+// the same proof.
+const tick = () => new Promise((r) => setTimeout(r, 2));
+
 test("a lease sends its latest proof with each renewal, proclaim and release", async () => {
   const { c, calls } = tapped();
   const takes: Array<(key: string) => Promise<Lease>> = [
@@ -49,7 +54,9 @@ test("a lease sends its latest proof with each renewal, proclaim and release", a
   for (const take of takes) {
     const lease = await take(h.unique("proof"));
     const first = lease.proof;
+    await tick();
     await lease.renew();
+    await tick();
     await lease.renew();
     if (lease.kind === "election") {
       await lease.proclaim({ n: 2 });
@@ -82,7 +89,9 @@ test("a lock set sends its latest proof with each renewal and its release", asyn
   const key = h.unique("proof-set");
   const set = await c.lockMany([`${key}:1`, `${key}:2`], { ttlMs: 10_000, value: { n: 1 }, autoRenew: false });
   const first = set.proof;
+  await tick();
   await set.renew();
+  await tick();
   await set.renew();
   for (const text of [String(set), JSON.stringify(set), inspect(set)]) {
     assert.ok(!text.includes(set.proof ?? "-"), `a proof in ${text}`);
