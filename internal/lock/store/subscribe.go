@@ -549,7 +549,7 @@ func (c *clusterSubscription) placeOn(ctx context.Context, channel, addr string)
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.pumpNode(ps)
+			c.pumpNode(addr, ps)
 		}()
 	}
 	c.home[channel] = addr
@@ -557,13 +557,18 @@ func (c *clusterSubscription) placeOn(ctx context.Context, channel, addr string)
 	return ps.SSubscribe(ctx, channel)
 }
 
-// pumpNode hands one master's messages to the listener; a dropped channel
-// is re-homed. A broken connection may mean its master died: the new
-// owners are looked for at once.
-func (c *clusterSubscription) pumpNode(ps *redis.PubSub) {
+// pumpNode hands the messages of the master at addr to the listener. A
+// channel Redis dropped there while it lived there is placed again (a
+// sunsubscribe of a channel that moved away is the answer to this
+// type's own SUNSUBSCRIBE, and changes nothing). A broken connection may
+// mean its master died: the new owners are looked for at once.
+func (c *clusterSubscription) pumpNode(addr string, ps *redis.PubSub) {
 	pump(c.ctx, ps, func(nt notice) {
 		switch nt.kind {
 		case noticeReset:
+			if nt.channel != "" {
+				c.dropped(nt.channel, addr)
+			}
 			c.kick()
 			return
 		case noticeSubscribed:
@@ -573,6 +578,20 @@ func (c *clusterSubscription) pumpNode(ps *redis.PubSub) {
 		}
 		c.hear(nt)
 	}, c.kick)
+}
+
+// dropped marks channel, which Redis unsubscribed on the node at addr, as
+// not subscribed there: the next rehome places it again, even on the same
+// node. In a CLUSTER FAILOVER the replica taking over a slot can confirm
+// a subscription and drop it again a moment later; rehome saw the channel
+// at home on the slot's owner and left it there, unsubscribed, and its
+// waiters heard no release (1 run in 15 under load).
+func (c *clusterSubscription) dropped(channel, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.home[channel] == addr {
+		c.placed[channel] = time.Time{}
+	}
 }
 
 func (c *clusterSubscription) unconfirmed() bool {
