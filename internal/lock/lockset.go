@@ -566,18 +566,10 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	if ttl <= 0 {
 		ttl = time.Duration(r.TTLMS) * time.Millisecond
 	}
-	leases := make([]Lease, len(r.Keys))
-	errs := eachKey(r.Keys, func(i int, k string) (err error) {
-		leases[i], err = e.n.renewSetKey(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor})
-		return err
+	leases, err := e.renewKeys(ctx, token, r, actor, func(k string) (Lease, error) {
+		return e.n.renewSetKey(ctx, k, RenewRequest{Token: token, TTL: ttl, Actor: actor})
 	})
-	for i, err := range errs {
-		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
-			_, _ = e.ReleaseSet(context.WithoutCancel(ctx), token, actor)
-			return SetLease{}, fmt.Errorf("%w: the set's key %s: %w", ErrLeaseLost, r.Keys[i], err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return SetLease{}, err
 	}
 	l := SetLease{Token: token, Owner: r.Owner, TTL: ttl}
@@ -593,6 +585,28 @@ func (e *Engine) RenewSet(ctx context.Context, token string, ttl time.Duration, 
 	}
 	l.Proof = e.n.opts.Proofs.renewedSetProof(l, leases, proofFrom(ctx))
 	return l, nil
+}
+
+// renewKeys renews every key of the set of token (r, its record) with
+// renew, all at once. A key the set no longer holds (it lapsed, or was
+// broken) ends the set: its other keys are released and the answer is
+// ErrLeaseLost.
+func (e *Engine) renewKeys(ctx context.Context, token string, r setRecord, actor string, renew func(key string) (Lease, error)) ([]Lease, error) {
+	leases := make([]Lease, len(r.Keys))
+	errs := eachKey(r.Keys, func(i int, k string) (err error) {
+		leases[i], err = renew(k)
+		return err
+	})
+	for i, err := range errs {
+		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+			_, _ = e.ReleaseSet(context.WithoutCancel(ctx), token, actor)
+			return nil, fmt.Errorf("%w: the set's key %s: %w", ErrLeaseLost, r.Keys[i], err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return leases, nil
 }
 
 // ReleaseSet releases every key of the set with this token and forgets

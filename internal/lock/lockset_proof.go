@@ -229,26 +229,11 @@ func decodeSetClaim(body []byte) (SetClaim, error) {
 		c.Keys = append(c.Keys, SetKey{Key: key, Fence: fence})
 		prev, prevFence, rest = key, fence, rest2[l:]
 	}
-	var ok bool
-	if flags&flagOwnerDigest != 0 {
-		c.OwnerDigest, rest, ok = cut(rest, digestLen)
-	} else {
-		c.Owner, rest, ok = readText(rest)
-	}
+	h, ok := readHolder(flags, rest)
 	if !ok {
 		return SetClaim{}, ErrProofMalformed
 	}
-	switch (flags >> flagValueShift) & 0x03 {
-	case valueWhole:
-		c.Value, rest, ok = readText(rest)
-	case valueDigest:
-		c.ValueDigest, rest, ok = cut(rest, digestLen)
-	case valueUnknown:
-		c.ValueUnknown = true
-	}
-	if !ok || len(rest) != 0 {
-		return SetClaim{}, ErrProofMalformed
-	}
+	c.Owner, c.OwnerDigest, c.Value, c.ValueDigest, c.ValueUnknown = h.owner, h.ownerDigest, h.value, h.valueDigest, h.valueUnknown
 	return c, nil
 }
 

@@ -132,18 +132,10 @@ func setLeaseOf(token, owner string, keys []string, leases []Lease) SetLease {
 // a session renewed by its token does. A key the set no longer holds
 // ends the set, as RenewSet says.
 func (e *Engine) renewSetOfSession(ctx context.Context, token string, r setRecord, actor string) (SetLease, error) {
-	leases := make([]Lease, len(r.Keys))
-	errs := eachKey(r.Keys, func(i int, k string) (err error) {
-		leases[i], err = e.n.renewAs(ctx, k, RenewRequest{Token: token, Actor: actor}, renewBySet)
-		return err
+	leases, err := e.renewKeys(ctx, token, r, actor, func(k string) (Lease, error) {
+		return e.n.renewAs(ctx, k, RenewRequest{Token: token, Actor: actor}, renewBySet)
 	})
-	for i, err := range errs {
-		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
-			_, _ = e.ReleaseSet(context.WithoutCancel(ctx), token, actor)
-			return SetLease{}, fmt.Errorf("%w: the set's key %s: %w", ErrLeaseLost, r.Keys[i], err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return SetLease{}, err
 	}
 	l := setLeaseOf(token, r.Owner, r.Keys, leases)

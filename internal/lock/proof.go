@@ -344,27 +344,42 @@ func decodeClaim(body []byte) (Claim, error) {
 		}
 		c.Session, rest = hex.EncodeToString(rest[:handleLen]), rest[handleLen:]
 	}
-	var ok bool
-	if flags&flagOwnerDigest != 0 {
-		c.OwnerDigest, rest, ok = cut(rest, digestLen)
-	} else {
-		c.Owner, rest, ok = readText(rest)
-	}
+	h, ok := readHolder(flags, rest)
 	if !ok {
 		return Claim{}, ErrProofMalformed
 	}
+	c.Owner, c.OwnerDigest, c.Value, c.ValueDigest, c.ValueUnknown = h.owner, h.ownerDigest, h.value, h.valueDigest, h.valueUnknown
+	return c, nil
+}
+
+// holderText is what ends every proof's body: the owner (or its digest)
+// and the value (whole, its digest, or unknown).
+type holderText struct {
+	owner, value             string
+	ownerDigest, valueDigest []byte
+	valueUnknown             bool
+}
+
+// readHolder reads the end of a proof's body, rest, as flags say it is
+// written; ok is false when it is malformed or bytes are left over.
+func readHolder(flags byte, rest []byte) (h holderText, ok bool) {
+	if flags&flagOwnerDigest != 0 {
+		h.ownerDigest, rest, ok = cut(rest, digestLen)
+	} else {
+		h.owner, rest, ok = readText(rest)
+	}
+	if !ok {
+		return h, false
+	}
 	switch (flags >> flagValueShift) & 0x03 {
 	case valueWhole:
-		c.Value, rest, ok = readText(rest)
+		h.value, rest, ok = readText(rest)
 	case valueDigest:
-		c.ValueDigest, rest, ok = cut(rest, digestLen)
+		h.valueDigest, rest, ok = cut(rest, digestLen)
 	case valueUnknown:
-		c.ValueUnknown = true
+		h.valueUnknown = true
 	}
-	if !ok || len(rest) != 0 {
-		return Claim{}, ErrProofMalformed
-	}
-	return c, nil
+	return h, ok && len(rest) == 0
 }
 
 // readText reads a uvarint length and that many bytes.
