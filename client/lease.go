@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"time"
 
 	"github.com/lockd/lockd/api"
@@ -22,18 +20,8 @@ type Lease struct {
 	fence int64
 	ttl   time.Duration
 
-	ctx    context.Context // cancelled on loss (cause: Err) or release
-	cancel context.CancelCauseFunc
-	lost   chan struct{} // closed on loss
-	stop   chan struct{} // closed by Release: ends the watchdog
-	done   chan struct{} // closed when the watchdog has ended
-
-	mu       sync.Mutex
+	holding
 	info     api.Lease
-	expires  time.Time // by our clock; see grantExpiry
-	renewNow bool      // the grant's timing is unsure: the watchdog renews at once
-	err      error     // why the lease was lost
-	released bool
 	renewals int
 
 	// A request that the holder step aside (RequestRelease), as the
@@ -48,19 +36,15 @@ type Lease struct {
 // newLease is the lease of the grant l, asked for at sent (the time the
 // grant cannot be earlier than) and answered at arrived.
 func newLease(c *Client, k kind, l api.Lease, sent, arrived time.Time, watchdog bool) *Lease {
-	ctx, cancel := context.WithCancelCause(context.Background())
 	ttl := time.Duration(l.TtlMs) * time.Millisecond
-	expires, renewNow := grantExpiry(sent, arrived, ttl)
 	ls := &Lease{
 		c: c, kind: k, key: l.Key, token: l.Token, fence: l.Fence,
-		ttl: ttl,
-		ctx: ctx, cancel: cancel,
-		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		ttl:      ttl,
 		asked:    make(chan struct{}),
 		info:     l,
 		replayed: l.Replayed != nil && *l.Replayed,
-		expires:  expires, renewNow: renewNow,
 	}
+	ls.start(grantExpiry(sent, arrived, ttl))
 	if watchdog {
 		go ls.watch()
 	} else {
@@ -251,15 +235,9 @@ func (l *Lease) noteRequest(r *api.ReleaseRequested) (func(api.ReleaseRequested)
 // Release stops the watchdog and gives the lease back. A lease that was
 // lost returns its Err without asking the server.
 func (l *Lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
+	if !l.stopWatch() {
 		return nil
 	}
-	l.released = true
-	l.mu.Unlock()
-	close(l.stop)
-	<-l.done
 	if err := l.Err(); err != nil {
 		return err
 	}
@@ -277,50 +255,13 @@ func (l *Lease) Release(ctx context.Context) error {
 // idempotent replay of the same acquire) renews it. Its Context is
 // cancelled with ErrReleased.
 func (l *Lease) Abandon() {
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
-		return
+	if l.stopWatch() {
+		l.cancel(ErrReleased)
 	}
-	l.released = true
-	l.mu.Unlock()
-	close(l.stop)
-	<-l.done
-	l.cancel(ErrReleased)
 }
 
 // lose records why the lease was lost, once, and tells everyone.
-func (l *Lease) lose(cause error) {
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		return
-	}
-	l.err = cause
-	if !errors.Is(cause, ErrLeaseLost) {
-		l.err = fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.key, cause)
-	}
-	err := l.err
-	l.mu.Unlock()
-	l.cancel(err)
-	close(l.lost)
-}
+func (l *Lease) lose(cause error) { l.holding.lose(cause, l.key) }
 
-func (l *Lease) expiry() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.expires
-}
-
-// watch renews every ttl/3 until Release or loss (keepAlive).
-func (l *Lease) watch() {
-	defer close(l.done)
-	l.mu.Lock()
-	now := l.renewNow
-	l.mu.Unlock()
-	keepAlive(keeper{
-		stop: l.stop, ttl: l.ttl, expiry: l.expiry, renew: l.Renew, renewNow: now,
-		gone: func(err error) bool { return errors.Is(err, ErrLeaseLost) },
-		lose: l.lose, what: "lease",
-	})
-}
+// watch renews every ttl/3 until Release or loss.
+func (l *Lease) watch() { l.keep(l.ttl, "lease", l.Renew, l.lose) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/lockd/lockd/api"
@@ -20,18 +19,8 @@ type LockSet struct {
 	ttl    time.Duration
 	leases []api.LockSetLease
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	lost   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
-
-	mu       sync.Mutex
-	proof    string    // the latest the server answered
-	expires  time.Time // by our clock; see grantExpiry
-	renewNow bool
-	err      error
-	released bool
+	holding
+	proof string // the latest the server answered
 }
 
 // LockMany takes every key of keys (2 … 64 distinct lock keys), exclusively
@@ -101,15 +90,9 @@ func (c *Client) LockMany(ctx context.Context, keys []string, opts AcquireOption
 }
 
 func newLockSet(c *Client, set api.LockSet, sent, arrived time.Time, watchdog bool) *LockSet {
-	ctx, cancel := context.WithCancelCause(context.Background())
 	ttl := time.Duration(set.TtlMs) * time.Millisecond
-	expires, renewNow := grantExpiry(sent, arrived, ttl)
-	s := &LockSet{
-		c: c, token: set.Token, ttl: ttl, leases: set.Leases,
-		ctx: ctx, cancel: cancel,
-		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
-		expires: expires, renewNow: renewNow,
-	}
+	s := &LockSet{c: c, token: set.Token, ttl: ttl, leases: set.Leases}
+	s.start(grantExpiry(sent, arrived, ttl))
 	if set.Proof != nil {
 		s.proof = *set.Proof
 	}
@@ -194,15 +177,9 @@ func (s *LockSet) Renew(ctx context.Context) error {
 // Release stops the watchdog and gives every key back. A set that was lost
 // returns its Err without asking the server.
 func (s *LockSet) Release(ctx context.Context) error {
-	s.mu.Lock()
-	if s.released {
-		s.mu.Unlock()
+	if !s.stopWatch() {
 		return nil
 	}
-	s.released = true
-	s.mu.Unlock()
-	close(s.stop)
-	<-s.done
 	if err := s.Err(); err != nil {
 		return err
 	}
@@ -217,47 +194,9 @@ func (s *LockSet) Release(ctx context.Context) error {
 }
 
 // inSession ties the set to its session: it is lost when the session is.
-func (s *LockSet) inSession(sess *Session) {
-	go func() {
-		select {
-		case <-sess.lost:
-			s.lose(fmt.Errorf("%w: its session was lost: %w", ErrLeaseLost, sess.Err()))
-		case <-s.stop:
-		}
-	}()
-}
+func (s *LockSet) inSession(sess *Session) { s.endsWith(sess, s.lose, func() {}) }
 
-func (s *LockSet) lose(cause error) {
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return
-	}
-	s.err = cause
-	if !errors.Is(cause, ErrLeaseLost) {
-		s.err = fmt.Errorf("%w: lock set: %w", ErrLeaseLost, cause)
-	}
-	err := s.err
-	s.mu.Unlock()
-	s.cancel(err)
-	close(s.lost)
-}
+func (s *LockSet) lose(cause error) { s.holding.lose(cause, "lock set") }
 
-func (s *LockSet) expiry() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.expires
-}
-
-// watch renews every ttl/3 until Release or loss (keepAlive).
-func (s *LockSet) watch() {
-	defer close(s.done)
-	s.mu.Lock()
-	now := s.renewNow
-	s.mu.Unlock()
-	keepAlive(keeper{
-		stop: s.stop, ttl: s.ttl, expiry: s.expiry, renew: s.Renew, renewNow: now,
-		gone: func(err error) bool { return errors.Is(err, ErrLeaseLost) },
-		lose: s.lose, what: "lock set",
-	})
-}
+// watch renews every ttl/3 until Release or loss.
+func (s *LockSet) watch() { s.keep(s.ttl, "lock set", s.Renew, s.lose) }

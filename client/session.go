@@ -249,19 +249,14 @@ func (l *Lease) inSession(s *Session) {
 		s.locks[l.key], s.joined[l] = l, time.Now()
 		s.mu.Unlock()
 	}
-	go func() {
-		select {
-		case <-s.lost:
-			l.lose(fmt.Errorf("%w: its session was lost: %w", ErrLeaseLost, s.Err()))
-		case <-l.stop:
-		}
+	l.endsWith(s, l.lose, func() {
 		s.mu.Lock()
 		if s.locks[l.key] == l {
 			delete(s.locks, l.key)
 		}
 		delete(s.joined, l)
 		s.mu.Unlock()
-	}()
+	})
 }
 
 // statusOK reports whether an answer carries its body: 200, or 201 for a
