@@ -187,10 +187,12 @@ func (r *Keyring) Prefixes() []string {
 
 // Lookup finds the key whose secret is presented. It compares the SHA-256
 // of presented with every configured hash, without stopping early, so the
-// time taken says nothing about which key nearly matched.
-func (r *Keyring) Lookup(presented string) (Key, bool) {
+// time taken says nothing about which key nearly matched. The key is the
+// keyring's own (a keyring is never changed once parsed): not copied,
+// since it is looked up on every request.
+func (r *Keyring) Lookup(presented string) (*Key, bool) {
 	if r == nil || presented == "" {
-		return Key{}, false
+		return nil, false
 	}
 	h := sha256.Sum256([]byte(presented))
 	found := -1
@@ -200,9 +202,9 @@ func (r *Keyring) Lookup(presented string) (Key, bool) {
 		}
 	}
 	if found < 0 {
-		return Key{}, false
+		return nil, false
 	}
-	return r.keys[found], true
+	return &r.keys[found], true
 }
 
 // file is the YAML layout of --auth-file.

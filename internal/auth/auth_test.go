@@ -44,6 +44,13 @@ keys:
 	}
 	for _, tc := range tests {
 		k, ok := r.Lookup(tc.presented)
+		if ok != (k != nil) {
+			t.Errorf("Lookup(%q) = %+v %v", tc.presented, k, ok)
+			continue
+		}
+		if k == nil {
+			k = &auth.Key{}
+		}
 		if ok != tc.ok || k.Name != tc.name || k.Scope != tc.scope {
 			t.Errorf("Lookup(%q) = %+v %v", tc.presented, k, ok)
 		}

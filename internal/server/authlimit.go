@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/rs/zerolog/hlog"
-
 	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/problem"
 )
@@ -20,10 +18,10 @@ func (s *Server) refuseUnknownKey(r *http.Request) error {
 	addr := authlimit.ClientAddr(r)
 	if wait, ok := s.unknownKeys.Take(addr); !ok {
 		secs := authlimit.RetryAfter(wait)
-		hlog.FromRequest(r).Warn().Str("remote", addr).Msg("too many refused keys from this address")
+		requestLog(r.Context()).Warn().Str("remote", addr).Msg("too many refused keys from this address")
 		return &problem.Error{Kind: problem.ErrTooManyUnknownKeys, RetryAfter: secs,
 			Detail: "too many unknown API keys from this address; retry in " + strconv.Itoa(secs) + " s"}
 	}
-	hlog.FromRequest(r).Info().Str("remote", addr).Msg("API key refused")
+	requestLog(r.Context()).Info().Str("remote", addr).Msg("API key refused")
 	return problem.Errorf(problem.ErrUnauthorized, "unknown API key")
 }

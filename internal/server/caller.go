@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/problem"
@@ -40,7 +42,7 @@ func (s *Server) identify(next http.Handler) http.Handler {
 			c.presented = true
 			if bearer, ok := strings.CutPrefix(h, "Bearer "); ok && s.cfg.Keys.Enabled() {
 				if k, ok := s.cfg.Keys.Lookup(strings.TrimSpace(bearer)); ok {
-					c.key, c.name = &k, k.Name
+					c.key, c.name = k, k.Name
 				}
 			}
 		}
@@ -65,6 +67,16 @@ type exchange struct {
 	// empty one) when bodyChecked, for leaseOps.
 	body        any
 	bodyChecked bool
+
+	// Set by observe: what the request's log lines carry.
+	base    *zerolog.Logger // the server's
+	reqID   [1]string       // X-Request-Id's value, and the header's slice
+	traceID string
+	// owner and holder go on the access log line: the lease's owner
+	// (logOwner) and the holder named by a refusal (writeError).
+	owner, holder string
+	log           *zerolog.Logger // requestLog's, once made
+	w             statusWriter
 }
 
 func exchangeOf(ctx context.Context) *exchange {

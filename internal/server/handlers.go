@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/problem"
@@ -508,7 +506,9 @@ func (s *Server) history(ctx context.Context, k lock.Kind, name string, limitPar
 
 // logOwner adds the lease owner to the request's access log line.
 func logOwner(ctx context.Context, owner string) {
-	zerolog.Ctx(ctx).UpdateContext(func(c zerolog.Context) zerolog.Context { return c.Str("owner", owner) })
+	if x := exchangeOf(ctx); x != nil {
+		x.owner = owner
+	}
 }
 
 // EndQuarantine ends the restart quarantine for every lockd on the Redis
@@ -533,7 +533,7 @@ func (s *Server) EndQuarantine(ctx context.Context, r api.EndQuarantineRequestOb
 	if err != nil {
 		return nil, err
 	}
-	zerolog.Ctx(ctx).Warn().Str("actor", c.name).Str("reason", r.Body.Reason).Int64("remaining_ms", left.Milliseconds()).
+	requestLog(ctx).Warn().Str("actor", c.name).Str("reason", r.Body.Reason).Int64("remaining_ms", left.Milliseconds()).
 		Msg("restart quarantine ended early by an operator: keys are granted again, although leases Redis forgot may still be live")
 	return api.EndQuarantine200JSONResponse{Ended: left > 0, RemainingMs: left.Milliseconds()}, nil
 }

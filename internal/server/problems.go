@@ -7,9 +7,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/rs/zerolog"
-	"github.com/rs/zerolog/hlog"
-
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/problem"
@@ -77,15 +74,14 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	p, h, internal := toAPI(err, resourceParam(r))
-	log := hlog.FromRequest(r)
 	switch {
 	case internal:
-		log.Error().Err(err).Msg("internal error")
+		requestLog(r.Context()).Error().Err(err).Msg("internal error")
 	case p.Status >= 500:
-		log.Warn().Err(err).Msg("unavailable")
+		requestLog(r.Context()).Warn().Err(err).Msg("unavailable")
 	}
-	if p.Holder != nil {
-		log.UpdateContext(func(c zerolog.Context) zerolog.Context { return c.Str("holder", *p.Holder) })
+	if x := exchangeOf(r.Context()); p.Holder != nil && x != nil {
+		x.holder = *p.Holder
 	}
 	writeProblem(w, p, h)
 }

@@ -13,8 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/xid"
-	"github.com/rs/zerolog"
-	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/api"
 	"github.com/lockd/lockd/internal/lock"
@@ -95,45 +93,47 @@ func allowed(router chi.Routes, path string) string {
 	return strings.Join(ms, ", ")
 }
 
-// observe gives each request an ID (X-Request-Id) and a logger, and when
+// observe gives each request an ID (X-Request-Id) and a trace id, and when
 // the request ends counts it in the metrics and writes its access log
 // line: method, route, status, size, duration, key, owner and trace id.
 // Never a body, so never a token. It also starts and ends the request's
-// span (tracing.go). One middleware, one context and one response
-// writer wrapper for all of it: it runs on every request.
+// span (tracing.go). One middleware, one context value and one
+// allocation (the exchange, which is also the response writer's wrapper)
+// for all of it: it runs on every request. The request's logger, for the
+// few lines written before the access log, is made when first asked for
+// (requestLog).
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id := xid.New().String()
-		w.Header().Set("X-Request-Id", id)
+		x := &exchange{base: &s.log}
+		x.w.ResponseWriter = w
+		x.reqID[0] = xid.New().String()
+		w.Header()["X-Request-Id"] = x.reqID[:]
 		// The request's span: in the caller's trace (traceparent), or a
 		// new one; its trace id goes on every log line of the request.
 		ctx, span := s.startSpan(r)
-		traceID := tracing.TraceID(ctx)
-		l := s.log.With().Str("req_id", id).Str("trace_id", traceID).Logger()
-		// The exchange (who calls, from where) rides in the same new
-		// context: identify and checkHost fill it in.
+		x.traceID = tracing.TraceID(ctx)
 		// The trace id rides along to the history events the request
-		// causes (lock.WithTrace).
-		ctx = lock.WithTrace(ctx, traceID)
-		r = r.WithContext(context.WithValue(l.WithContext(ctx), callerKey{}, &exchange{}))
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r)
+		// causes (lock.WithTrace); the exchange (who calls, from where)
+		// rides in the same new context: identify and checkHost fill it
+		// in.
+		ctx = lock.WithTrace(ctx, x.traceID)
+		r = r.WithContext(context.WithValue(ctx, callerKey{}, x))
+		next.ServeHTTP(&x.w, r)
 
 		d := time.Since(start)
-		route, method, status := routePattern(r), methodLabel(r.Method), ww.Status()
+		route, method, status := routePattern(r), methodLabel(r.Method), x.w.status
 		s.metrics.request(route, method, status, d)
 		res := s.resourceOf(r)
 		endSpan(span, res, method, route, status)
-		// The handler may have added the owner to the request's logger.
-		log := zerolog.Ctx(r.Context())
-		ev := log.Info()
+		ev := s.log.Info()
 		if status >= 500 {
-			ev = log.Warn()
+			ev = s.log.Warn()
 		}
 		if !ev.Enabled() {
 			return
 		}
+		ev = x.fields(ev)
 		if res.Name != "" {
 			ev = ev.Str("key", res.Name)
 			if res.Kind != 0 {
@@ -143,7 +143,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		// The method and route come from fixed sets, as in the metrics:
 		// an 8 KB made-up method is not worth a log line of its size.
 		ev.Str("method", method).Str("route", route).Int("status", status).
-			Int("size", ww.BytesWritten()).Dur("duration", d).Msg("request")
+			Int("size", x.w.size).Dur("duration", d).Msg("request")
 	})
 }
 
@@ -166,7 +166,7 @@ func recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				hlog.FromRequest(r).Error().Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack()).Msg("panic")
+				requestLog(r.Context()).Error().Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack()).Msg("panic")
 				writeError(w, r, fmt.Errorf("panic: %v", v))
 			}
 		}()

@@ -16,12 +16,12 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/rs/zerolog"
-	"github.com/rs/zerolog/hlog"
 
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/authlimit"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/problem"
+	"github.com/lockd/lockd/internal/server"
 )
 
 // Engine is what the dashboard needs from the lock engine.
@@ -523,10 +523,10 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, c
 	_, _ = w.Write(buf.Bytes())
 }
 
-// logger is the request's logger (with its request ID) when the server
-// set one, else the dashboard's.
+// logger is the request's logger (with its request ID) when lockd's
+// middleware serves the page, else the dashboard's.
 func (d *Dashboard) logger(r *http.Request) *zerolog.Logger {
-	if l := hlog.FromRequest(r); l.GetLevel() != zerolog.Disabled {
+	if l := server.RequestLog(r); l.GetLevel() != zerolog.Disabled {
 		return l
 	}
 	return &d.log

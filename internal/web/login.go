@@ -237,7 +237,7 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 			Error: "Sign-in failed: that API key was not accepted."}))
 		return
 	}
-	d.sessions.set(w, r, k, d.now())
+	d.sessions.set(w, r, *k, d.now())
 	d.logger(r).Info().Str("key_name", k.Name).Str("remote", remoteHost(r)).Msg("dashboard sign-in")
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
