@@ -157,7 +157,11 @@ const (
 // endpoint the span records nothing but has fresh ids in the caller's
 // trace, so that TraceID(ctx) is the request's trace id either way.
 func (t *Tracer) StartRequest(ctx context.Context, header http.Header, method string) (context.Context, trace.Span) {
-	ctx = traceContext.Extract(ctx, propagation.HeaderCarrier(header))
+	if _, ok := header["Traceparent"]; ok {
+		// Only then: Extract looks the header up by a name it
+		// canonicalizes on every call (one allocation a request).
+		ctx = traceContext.Extract(ctx, propagation.HeaderCarrier(header))
+	}
 	if !t.Enabled() {
 		parent := trace.SpanContextFromContext(ctx)
 		cfg := trace.SpanContextConfig{
