@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +72,59 @@ func TestLeaseOpsAnswersAsGenerated(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// writeOK's bytes are encoding/json's for every answer it writes, over
+// values with what JSON escapes (HTML, U+2028, quotes, control
+// characters, bad UTF-8), times in any zone and to the nanosecond, and
+// every optional field set or not.
+func TestAnswerBytes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	texts := []string{"", "k", "order:<pay>&1", `a "quoted" \ one`, "tab\there", "\x01\x1f", "line\u2028sep\u2029",
+		"é🔒ü", "bad\xffutf8\xc3", "</script>", strings.Repeat("x", 300)}
+	text := func() string { return texts[rng.IntN(len(texts))] }
+	zones := []*time.Location{time.UTC, time.FixedZone("", 5*3600+1800), time.FixedZone("X", -7*3600)}
+	when := func() time.Time {
+		if rng.IntN(8) == 0 {
+			return time.Time{}
+		}
+		return time.Unix(rng.Int64N(4e9), rng.Int64N(1e9)).In(zones[rng.IntN(len(zones))])
+	}
+	for i := range 2000 {
+		l := api.Lease{
+			AcquiredAt: when(), ExpiresAt: when(), Count: rng.IntN(1 << 20), Fence: rng.Int64() - rng.Int64(),
+			Key: text(), Mode: api.GrantMode(text()), Owner: text(), Token: text(), TtlMs: rng.Int64N(1 << 40),
+		}
+		if rng.IntN(2) == 0 {
+			n := rng.IntN(100) - 50
+			l.Limit = &n
+		}
+		if rng.IntN(2) == 0 {
+			p := text()
+			l.Proof = &p
+		}
+		if rng.IntN(2) == 0 {
+			yes := rng.IntN(2) == 0
+			l.Replayed = &yes
+		}
+		if rng.IntN(2) == 0 {
+			l.ReleaseRequested = &api.ReleaseRequested{At: when(), By: text(), Reason: text()}
+		}
+		renew := api.RenewLock200JSONResponse(l)
+		release := api.ReleaseLock200JSONResponse{Key: text(), Count: rng.IntN(5), Released: rng.IntN(2) == 0}
+		for _, v := range []any{&l, &renew, &release} {
+			var want bytes.Buffer
+			if err := json.NewEncoder(&want).Encode(v); err != nil {
+				t.Fatal(err)
+			}
+			got := httptest.NewRecorder()
+			if err := writeOK(got, v, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got.Body.String() != want.String() {
+				t.Fatalf("value %d: writeOK wrote\n%s\nencoding/json\n%s", i, got.Body, want.String())
+			}
+		}
 	}
 }

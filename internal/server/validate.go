@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	fastjson "github.com/segmentio/encoding/json"
 	"io"
 	"math"
 	"mime"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -224,9 +226,7 @@ func checkBody(w http.ResponseWriter, r *http.Request) error {
 	r.Body = body
 	op, _ := operationOf(r)
 	if v := api.NewRequestBody(op.ID); v != nil {
-		err := decodeStrict(b, body, v)
-		body.Reset(b) // for the generated code's own decode
-		if err != nil {
+		if err := decodeStrict(b, v); err != nil {
 			return err
 		}
 		if err := noNullValue(b); err != nil {
@@ -296,8 +296,13 @@ func noNullValue(b []byte) error {
 }
 
 // decodeStrict decodes one JSON object into v, naming the field at fault.
-// rd reads b (checkBody's reader of the body: one allocation less).
-func decodeStrict(b []byte, rd io.Reader, v any) error {
+// segmentio/encoding's json decodes the bodies that are right, twice as
+// fast as encoding/json and with a third of its allocations (every lease
+// operation's body goes through here); any other is decoded again by
+// encoding/json, whose errors say what a 400 names (stdStrict), so a
+// refusal reads as it always has. TestDecodeStrictAsEncodingJSON and
+// FuzzDecodeStrict hold the two to the same answers.
+func decodeStrict(b []byte, v any) error {
 	if t := bytes.TrimSpace(b); t[0] != '{' {
 		return invalid("body", "the body must be a JSON object")
 	}
@@ -305,7 +310,42 @@ func decodeStrict(b []byte, rd io.Reader, v any) error {
 		// encoding/json would turn the bad bytes into U+FFFD silently.
 		return invalidUTF8(b)
 	}
-	dec := json.NewDecoder(rd)
+	if shallow(b) {
+		rest, err := fastjson.Parse(b, v, fastjson.DisallowUnknownFields)
+		if err == nil && len(bytes.TrimSpace(rest)) == 0 {
+			return nil
+		}
+		reflect.ValueOf(v).Elem().SetZero()
+	}
+	return stdStrict(b, v)
+}
+
+// shallow reports whether b's arrays and objects nest at most 32 deep.
+// Deeper bodies go to encoding/json alone: it refuses nesting past 10,000,
+// which segmentio's decoder takes.
+func shallow(b []byte) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			if depth++; depth > 32 {
+				return false
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return true
+}
+
+// stdStrict is decodeStrict with encoding/json alone.
+func stdStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
