@@ -30,24 +30,7 @@ import (
 //
 //	go test -run '^$' -bench HTTPStack -benchtime 20000x ./internal/server/
 func BenchmarkHTTPStack(b *testing.B) {
-	rs := redistest.Start(b)
-	o := &redis.Options{Addr: rs.Addr, PoolSize: 8}
-	store.TuneClient(o)
-	rdb := redis.NewClient(o)
-	engine := lock.New(rdb, lock.Options{})
-	keys, err := auth.Parse([]byte("keys:\n  - {name: bench, key: " + benchKey + ", scopes: [read, write]}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := server.DefaultConfig()
-	cfg.Keys = keys
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.New(io.Discard), cfg, reg)
-	b.Cleanup(func() {
-		srv.Shutdown()
-		_ = engine.Close()
-		_ = rdb.Close()
-	})
+	engine, srv, reg := stackServer(b)
 	for _, t := range []struct {
 		name   string
 		h      http.Handler
@@ -105,17 +88,7 @@ func serve(b *testing.B, h http.Handler, path string, body []byte) *httptest.Res
 // (request id, span, logger, caller, access log, metrics) on /healthz,
 // whose handler does nothing: no Redis, no sockets.
 func BenchmarkMiddleware(b *testing.B) {
-	rs := redistest.Start(b)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	engine := lock.New(rdb, lock.Options{})
-	cfg := server.DefaultConfig()
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.New(io.Discard), cfg, reg)
-	b.Cleanup(func() {
-		srv.Shutdown()
-		_ = engine.Close()
-		_ = rdb.Close()
-	})
+	_, srv, reg := stackServer(b)
 	h := srv.Handler(reg, nil)
 	r := httptest.NewRequest(http.MethodGet, "/healthz", nil)
 	b.ReportAllocs()
@@ -126,4 +99,29 @@ func BenchmarkMiddleware(b *testing.B) {
 			b.Fatal(w.Code, w.Body)
 		}
 	}
+}
+
+// stackServer is lockd as BenchmarkHTTPVersusBare's runs it (an API key
+// checked on every request, the access log written to nowhere, metrics),
+// on a Redis of its own.
+func stackServer(b *testing.B) (*lock.Engine, *server.Server, *prometheus.Registry) {
+	rs := redistest.Start(b)
+	o := &redis.Options{Addr: rs.Addr, PoolSize: 8}
+	store.TuneClient(o)
+	rdb := redis.NewClient(o)
+	engine := lock.New(rdb, lock.Options{})
+	keys, err := auth.Parse([]byte("keys:\n  - {name: bench, key: " + benchKey + ", scopes: [read, write]}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.Keys = keys
+	reg := prometheus.NewRegistry()
+	srv := server.New(engine, zerolog.New(io.Discard), cfg, reg)
+	b.Cleanup(func() {
+		srv.Shutdown()
+		_ = engine.Close()
+		_ = rdb.Close()
+	})
+	return engine, srv, reg
 }
