@@ -201,10 +201,17 @@ func eventTypes(evs []lock.Event) string {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	waitWithin(t, 5*time.Second, cond)
+}
+
+// waitWithin waits up to d for cond: for a wait whose length is the work
+// it waits on, not a bound the engine promises.
+func waitWithin(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
+			t.Fatalf("condition not met in %v", d)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
