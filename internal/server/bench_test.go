@@ -132,12 +132,7 @@ func benchTargets(b *testing.B) (lockd, bare, eng target, rs *redistest.Server) 
 	// Every feature on, as in production: an API key checked on every
 	// request, the access log (written in full, to nowhere), metrics,
 	// history, fences and the event stream.
-	keys, err := auth.Parse([]byte("keys:\n  - {name: bench, key: " + benchKey + ", scopes: [read, write]}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := server.DefaultConfig()
-	cfg.Keys = keys
+	cfg := benchConfig(b)
 	// BENCH_OTLP=1: with tracing to an OTLP endpoint (tracing_test.go).
 	if cfg.Tracer = benchTracer(b); cfg.Tracer.Enabled() {
 		rdb.AddHook(cfg.Tracer.RedisHook())
@@ -159,6 +154,18 @@ func benchTargets(b *testing.B) (lockd, bare, eng target, rs *redistest.Server) 
 	})
 	return target{name: "lockd", base: ts.URL + "/v1/locks", calls: lockdCalls}, target{name: "bare", base: bs.URL + "/bare", calls: bareCalls},
 		target{name: "engine", base: es.URL + "/engine", calls: engineCalls}, rs
+}
+
+// benchConfig is lockd's configuration in the benchmarks: the defaults
+// and one API key (benchKey), checked on every request.
+func benchConfig(b *testing.B) server.Config {
+	keys, err := auth.Parse([]byte("keys:\n  - {name: bench, key: " + benchKey + ", scopes: [read, write]}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.Keys = keys
+	return cfg
 }
 
 var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}

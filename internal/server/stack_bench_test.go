@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/lock"
 	"github.com/lockd/lockd/internal/lock/store"
 	"github.com/lockd/lockd/internal/redistest"
@@ -143,14 +142,8 @@ func stackServer(b *testing.B) (*lock.Engine, *server.Server, *prometheus.Regist
 	store.TuneClient(o)
 	rdb := redis.NewClient(o)
 	engine := lock.New(rdb, lock.Options{})
-	keys, err := auth.Parse([]byte("keys:\n  - {name: bench, key: " + benchKey + ", scopes: [read, write]}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := server.DefaultConfig()
-	cfg.Keys = keys
 	reg := prometheus.NewRegistry()
-	srv := server.New(engine, zerolog.New(io.Discard), cfg, reg)
+	srv := server.New(engine, zerolog.New(io.Discard), benchConfig(b), reg)
 	b.Cleanup(func() {
 		srv.Shutdown()
 		_ = engine.Close()
